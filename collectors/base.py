@@ -1,0 +1,48 @@
+"""What collectors share: declared requirements and a status record."""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One thing a collector needs; ``check`` returns why it is missing."""
+
+    executable: str | None = None
+    root: bool = False
+    why: str = ""
+
+    def check(self) -> str | None:
+        if self.executable and shutil.which(self.executable) is None:
+            return f"{self.executable} not found on PATH ({self.why})" if self.why else f"{self.executable} not found on PATH"
+        if self.root and os.geteuid() != 0:
+            return f"needs root ({self.why})" if self.why else "needs root"
+        return None
+
+
+@dataclass
+class CollectorStatus:
+    """Every field always present; None when unknown."""
+
+    name: str
+    state: str = "pending"          # ok, skipped, failed, partial
+    reason: str | None = None
+    files: list[str] = field(default_factory=list)
+    bytes: int | None = None
+    version: str | None = None
+    command: list[str] | None = None
+    started_us: int | None = None
+    ended_us: int | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def unmet(requirements: tuple[Requirement, ...]) -> str | None:
+    for r in requirements:
+        why = r.check()
+        if why:
+            return why
+    return None

@@ -1,0 +1,5 @@
+import sys
+
+from kdiag.cli import main
+
+sys.exit(main())

@@ -1,0 +1,450 @@
+"""The analysis job: tables -> per-request latency split -> causes.
+
+Runs in PySpark (local mode by default; the same code runs under
+``spark-submit kdiag/analysis.py --tables DIR --out findings.json`` on a
+cluster). DataFrame operations only, no Python UDFs, so executors need
+nothing but Spark.
+
+Steps:
+1. Requests: each Received line joined to its Sent line by
+   (client, broker, corr_id); correlation ids count per broker handle and a
+   retry gets a new one, so corr_id alone is not a key.
+2. Send burst: the socket writes on the broker thread right before the
+   ``Sent`` line (librdkafka logs it after the writes). Over TLS one request
+   is several records, several write()s: that is what Nagle holds back.
+3. Window: the thread's syscalls between the first write and the
+   ``Received`` line, found with a time-bucketed range join (join on
+   (thread, bucket), then filter), never a cross product.
+4. Connections: connect(), setsockopt(TCP_NODELAY) and the handshake wait
+   per socket; a small table, joined back by fd and time.
+5. Causes per request, then the verdict over all Produce requests.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+# Linux's TCP_DELACK_MIN: the shortest a receiver delays an ACK (HZ/25).
+DELAYED_ACK_MS = 40.0
+# A stall counts as the delayed-ACK timer when the wait beyond the path RTT
+# is at least this and no more than the delayed-ACK maximum (TCP_DELACK_MAX,
+# 200 ms) plus slack.
+NAGLE_EXCESS_MIN_MS = 30.0
+NAGLE_EXCESS_MAX_MS = 250.0
+# A request slower than this is worth explaining at all.
+SLOW_MS = 10.0
+# A cause names the verdict when it explains at least this share of requests.
+DOMINANT_SHARE = 0.5
+# A cause is listed as contributing from this share on.
+CONTRIBUTING_SHARE = 0.1
+BUCKET_US = 50_000
+
+WRITE_CALLS = ["write", "writev", "sendmsg", "sendto", "send", "pwrite64"]
+READ_CALLS = ["read", "readv", "recvmsg", "recvfrom", "recv"]
+WAIT_CALLS = ["poll", "ppoll", "epoll_wait", "epoll_pwait", "epoll_pwait2", "select", "pselect6"]
+SOCKET_INFO = r"^(TCP|TCPv6|UDP|UDPv6|UNIX|UNIX-STREAM|NETLINK)"
+
+# librdkafka made socket.nagle.disable=true its default in v2.10.0; 0.9.3 to
+# 0.11.4 ignored the setting altogether.
+NAGLE_DEFAULT_FLIPPED = (2, 10, 0)
+
+FIXES = {
+    "nagle_delayed_ack": {"socket.nagle.disable": "true"},
+    "nagle_in_path": {},
+    "network_latency": {},
+    "broker_slow": {},
+    "healthy": {},
+}
+
+
+def _version_tuple(v: str | None) -> tuple[int, ...] | None:
+    if not v:
+        return None
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", v)
+    return tuple(int(x) for x in m.groups()) if m else None
+
+
+def _read(spark, tables: Path, name: str):
+    path = tables / f"{name}.parquet"
+    if not path.exists():
+        return None
+    df = spark.read.parquet(str(path))
+    return df
+
+
+def _pctl(values: list[float], q: float) -> float | None:
+    vals = sorted(v for v in values if v is not None)
+    if not vals:
+        return None
+    k = min(len(vals) - 1, max(0, int(round(q * (len(vals) - 1)))))
+    return vals[k]
+
+
+def _r(x: float | None, nd: int = 2) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
+def requests(spark, events):
+    """Sent joined to Received by (client, broker, corr_id); a Received pairs
+    with the latest Sent before it, so a reused name in a concatenated log
+    still pairs right."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    has_pid = "pid" in events.columns
+    pid = F.col("pid") if has_pid else F.lit(None).cast("int")
+    s = events.filter(F.col("event") == "send").select(
+        "client", "broker", "corr_id", "request",
+        F.col("size_bytes").alias("req_bytes"), F.col("ts_us").alias("send_us"),
+        F.col("line_no").alias("send_line"), pid.alias("pid"))
+    r = events.filter(F.col("event") == "recv").select(
+        "client", "broker", "corr_id", F.col("ts_us").alias("recv_us"),
+        F.col("line_no").alias("recv_line"), "rtt_ms", F.col("size_bytes").alias("resp_bytes"))
+    j = r.join(s, ["client", "broker", "corr_id"]).filter(F.col("send_line") < F.col("recv_line"))
+    w = Window.partitionBy("client", "broker", "corr_id", "recv_line").orderBy(F.col("send_line").desc())
+    return j.withColumn("_k", F.row_number().over(w)).filter("_k = 1").drop("_k")
+
+
+def split_requests(spark, reqs, syscalls, bucket_us: int = BUCKET_US):
+    """Attach each request's send burst and the syscalls of its window."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    sc = syscalls.filter(F.col("kind") == "syscall").select(
+        "line_no", "pid", "ts_us", "dur_us", "syscall", "fd", "fd_info", "ret", "args")
+    is_sock = F.col("fd").isNotNull() & (F.col("fd") > 2) & (
+        F.col("fd_info").isNull() | F.col("fd_info").rlike(SOCKET_INFO))
+    sc = sc.withColumn("sock_write", F.col("syscall").isin(WRITE_CALLS) & is_sock & (F.col("ret") > 0))
+    sc = sc.withColumn("sock_read", F.col("syscall").isin(READ_CALLS) & is_sock & (F.col("ret") > 0))
+    sc = sc.withColumn("wait", F.col("syscall").isin(WAIT_CALLS))
+
+    # burst: a run of socket writes; every other call on the thread starts a
+    # new one. The writes of a request share the burst just before its Sent line.
+    w = Window.partitionBy("pid").orderBy("ts_us", "line_no").rowsBetween(Window.unboundedPreceding, 0)
+    sc = sc.withColumn("burst", F.sum(F.when(F.col("sock_write"), 0).otherwise(1)).over(w))
+    sc = sc.cache()
+    bursts = sc.filter("sock_write").groupBy("pid", "burst").agg(
+        F.count("*").alias("n_writes"),
+        F.min("ts_us").alias("send_start_us"),
+        F.sum("ret").alias("written_bytes"),
+        F.sort_array(F.collect_list(F.struct("ts_us", "ret"))).alias("_w"),
+        F.first("fd").alias("fd"),
+        F.first("fd_info").alias("fd_info"),
+    ).withColumn("write_sizes", F.col("_w.ret")).drop("_w")
+    send_rows = sc.select(F.col("line_no").alias("send_line"), F.col("burst").alias("_sb"))
+    r = reqs.join(send_rows, "send_line", "left")
+    r = r.join(bursts.withColumnRenamed("burst", "_b"),
+               (r.pid == bursts.pid) & (F.col("_b") == F.col("_sb") - 1), "left").drop(bursts.pid).drop("_b", "_sb")
+    r = r.withColumn("start_us", F.coalesce("send_start_us", "send_us"))
+
+    # Range join by buckets: a request spans few buckets, each syscall sits in one.
+    r = r.withColumn("rid", F.monotonically_increasing_id())
+    rb = r.select("rid", "pid", "start_us", "send_us", "recv_us",
+                  F.explode(F.sequence(F.floor(F.col("start_us") / bucket_us),
+                                       F.floor(F.col("recv_us") / bucket_us))).alias("bucket"))
+    ev = sc.filter(F.col("wait") | F.col("sock_read")).withColumn("bucket", F.floor(F.col("ts_us") / bucket_us))
+    inside = rb.join(ev, ["pid", "bucket"]).filter(
+        (F.col("ts_us") >= F.col("send_us")) & (F.col("ts_us") <= F.col("recv_us")))
+    agg = inside.groupBy("rid").agg(
+        F.sum(F.when(F.col("wait"), F.col("dur_us"))).alias("poll_us"),
+        F.max(F.when(F.col("wait"), F.col("dur_us"))).alias("longest_poll_us"),
+        F.min(F.when(F.col("sock_read"), F.col("ts_us"))).alias("first_read_us"),
+        F.count(F.when(F.col("wait"), 1)).alias("n_polls"),
+    )
+    r = r.join(agg, "rid", "left")
+    ms = lambda a, b: (F.col(a) - F.col(b)) / 1000.0  # noqa: E731
+    r = (r.withColumn("send_ms", ms("send_us", "start_us"))
+          .withColumn("wait_ms", ms("first_read_us", "send_us"))
+          .withColumn("read_ms", ms("recv_us", "first_read_us"))
+          .withColumn("total_ms", ms("recv_us", "start_us"))
+          .withColumn("poll_ms", F.col("poll_us") / 1000.0))
+    return r, sc
+
+
+_PEER = re.compile(r'sin6?_port=htons\((\d+)\).*?(?:inet_addr\("([^"]+)"\)|inet_pton\(AF_INET6, "([^"]+)")')
+
+
+def connections(sc) -> list[dict]:
+    """Per connect(): peer, TCP_NODELAY as set before it, handshake wait.
+
+    ``setsockopt(..., TCP_NODELAY, [1], ...)`` comes before ``connect()`` in
+    librdkafka; absent between the socket's previous close and the connect,
+    the socket kept Nagle on. Few rows: computed on the driver."""
+    from pyspark.sql import functions as F
+
+    rows = sc.filter(
+        F.col("syscall").isin("connect", "setsockopt", "close", "socket")
+        | (F.col("wait") & F.col("args").contains("POLLOUT"))
+    ).select("line_no", "pid", "ts_us", "dur_us", "syscall", "fd", "fd_info", "args", "ret").orderBy("ts_us", "line_no").collect()
+    conns: list[dict] = []
+    last_close: dict[int, int] = {}
+    nodelay_at: dict[int, tuple[int, int, bool]] = {}
+    for row in rows:
+        name, fd, args = row.syscall, row.fd, row.args or ""
+        if name == "close" and fd is not None:
+            last_close[fd] = row.ts_us
+            nodelay_at.pop(fd, None)
+        elif name == "setsockopt" and fd is not None and "TCP_NODELAY" in args:
+            nodelay_at[fd] = (row.ts_us, row.line_no, "[0]" not in args)
+        elif name == "connect" and fd is not None and "AF_INET" in args:
+            m = _PEER.search(args)
+            nd = nodelay_at.get(fd)
+            conns.append({
+                "fd": fd, "pid": row.pid, "connect_us": row.ts_us, "connect_line": row.line_no,
+                "peer": f"{m.group(2) or m.group(3)}:{m.group(1)}" if m else None,
+                "nodelay": nd[2] if nd else False,
+                "nodelay_line": nd[1] if nd else None,
+                "handshake_ms": None,
+            })
+        elif row.dur_us is not None:
+            # The first POLLOUT wait after a non-blocking connect() is the
+            # TCP handshake: a path RTT from strace alone.
+            for c in reversed(conns):
+                if c["pid"] == row.pid and c["handshake_ms"] is None and row.ts_us >= c["connect_us"] \
+                        and row.ts_us - c["connect_us"] < 10_000_000 and f"fd={c['fd']}" in args:
+                    c["handshake_ms"] = round((row.ts_us + row.dur_us - c["connect_us"]) / 1000.0, 3)
+                    break
+    return conns
+
+
+def analyze(spark, tables_dir: Path, meta: dict | None = None) -> dict:
+    from pyspark.sql import functions as F
+
+    meta = meta or {}
+    tables_dir = Path(tables_dir)
+    unknowns: list[str] = []
+    log = _read(spark, tables_dir, "rdkafka_events")
+    lw = _read(spark, tables_dir, "log_writes")
+    syscalls = _read(spark, tables_dir, "syscalls")
+    stats = _read(spark, tables_dir, "stats")
+
+    version = meta.get("librdkafka_version")
+    for src in (log, lw):
+        if version is None and src is not None:
+            row = src.filter(F.col("event") == "init").select("detail").first()
+            version = row.detail if row else None
+
+    events, source = None, None
+    if lw is not None and lw.filter(F.col("event") == "send").limit(1).count():
+        events, source = lw, "strace"
+    elif log is not None:
+        events, source = log, "log"
+    if events is None:
+        return _result(meta, version, "healthy", [], {"requests": 0}, ["no librdkafka Sent/Received lines in the inputs: nothing to analyse"], no_data=True)
+
+    reqs = requests(spark, events)
+    if source == "strace" and syscalls is not None:
+        reqs, sc = split_requests(spark, reqs, syscalls)
+        conns = connections(sc)
+    else:
+        conns = []
+        for c in ("send_ms", "wait_ms", "read_ms", "poll_ms", "n_writes", "fd", "first_read_us",
+                  "written_bytes", "write_sizes", "send_start_us", "fd_info", "n_polls", "longest_poll_us"):
+            reqs = reqs.withColumn(c, F.lit(None))
+        reqs = reqs.withColumn("total_ms", (F.col("recv_us") - F.col("send_us")) / 1000.0)
+        unknowns.append("no strace capture with the producer's log lines: a request's time cannot be split into socket and wait, and Nagle cannot be told from a slow broker")
+
+    produce = reqs.filter(F.col("request") == "Produce")
+    cols = ["client", "broker", "corr_id", "send_us", "recv_us", "rtt_ms", "req_bytes", "pid", "fd",
+            "n_writes", "write_sizes", "send_ms", "wait_ms", "read_ms", "poll_ms", "total_ms", "send_line", "recv_line"]
+    rows = [r.asDict() for r in produce.select(*cols).orderBy("send_us").collect()]
+    n_all = reqs.count()
+    return judge(rows, conns, stats, version, source, unknowns, meta, n_all)
+
+
+def _conn_for(req: dict, conns: list[dict]) -> dict | None:
+    best = None
+    for c in conns:
+        if c["fd"] == req.get("fd") and c["connect_us"] <= (req.get("send_us") or 0):
+            if best is None or c["connect_us"] > best["connect_us"]:
+                best = c
+    return best
+
+
+def judge(rows: list[dict], conns: list[dict], stats, version: str | None, source: str,
+          unknowns: list[str], meta: dict, n_all: int) -> dict:
+    """Per-request cause, then the verdict. The per-request rows are few
+    hundred to a few thousand per capture; the fleet-scale work (joins) is
+    already done by Spark."""
+    vt = _version_tuple(version)
+    default_nodelay = None if vt is None else vt >= NAGLE_DEFAULT_FLIPPED
+    path_rtts = [c["handshake_ms"] for c in conns if c.get("handshake_ms") is not None]
+    path_rtt = _pctl(path_rtts, 0.5)
+    nodelay_unknown_fds: set = set()
+    per_cause: dict[str, list[dict]] = {}
+    for r in rows:
+        conn = _conn_for(r, conns) if r.get("fd") is not None else None
+        if conn is not None:
+            r["nodelay"], r["nodelay_source"] = conn["nodelay"], "strace"
+            r["conn"] = conn
+        else:
+            r["nodelay"], r["nodelay_source"] = None, None
+            if r.get("fd") is not None:
+                nodelay_unknown_fds.add(r["fd"])
+        wait = r.get("wait_ms")
+        excess = None if wait is None else wait - (path_rtt or 0.0)
+        several = (r.get("n_writes") or 0) >= 2
+        r["cause"] = _cause(r, several, excess, path_rtt)
+        per_cause.setdefault(r["cause"], []).append(r)
+
+    n = len(rows)
+    totals = [r["total_ms"] for r in rows]
+    rtts = [r["rtt_ms"] for r in rows]
+    client_ms = None
+    if stats is not None:
+        s = stats.selectExpr("percentile_approx(int_latency_p50_ms, 0.5) AS q").first()
+        client_ms = s.q if s else None
+    summary = {
+        "requests": n,
+        "requests_all_kinds": n_all,
+        "brokers": sorted({r["broker"] for r in rows}),
+        "source": source,
+        "rtt_p50_ms": _r(_pctl(rtts, 0.5)), "rtt_p99_ms": _r(_pctl(rtts, 0.99)),
+        "latency_p50_ms": _r(_pctl(totals, 0.5)), "latency_p99_ms": _r(_pctl(totals, 0.99)),
+        "split_ms": {
+            "client_queue": _r(client_ms),
+            "socket_send": _r(_pctl([r.get("send_ms") for r in rows], 0.5), 3),
+            "wait_response": _r(_pctl([r.get("wait_ms") for r in rows], 0.5), 3),
+            "read_response": _r(_pctl([r.get("read_ms") for r in rows], 0.5), 3),
+        },
+        "path_rtt_ms": _r(path_rtt, 3),
+        "path_rtt_source": "strace connect() handshake" if path_rtt is not None else None,
+        "first_send_us": rows[0]["send_us"] if rows else None,
+        "last_recv_us": rows[-1]["recv_us"] if rows else None,
+    }
+    if client_ms is None:
+        unknowns.append("no statistics: time queued in the client before the send is unknown")
+    if nodelay_unknown_fds:
+        hint = ""
+        if default_nodelay is not None:
+            hint = (f"; librdkafka {version} defaults socket.nagle.disable to "
+                    f"{'true' if default_nodelay else 'false'}")
+        unknowns.append(f"TCP_NODELAY unknown on fd {sorted(nodelay_unknown_fds)}: the capture started after connect(){hint}")
+    if n == 0:
+        unknowns.append("no Produce request completed in the capture")
+        return _result(meta, version, "healthy", [], summary, unknowns, no_data=True)
+
+    findings = []
+    for cause, rs in per_cause.items():
+        share = len(rs) / n
+        if cause == "healthy" or share < CONTRIBUTING_SHARE:
+            continue
+        findings.append(_finding(cause, rs, share, n, path_rtt, version, default_nodelay))
+    findings.sort(key=lambda f: -f["share"])
+    verdict = findings[0]["cause"] if findings and findings[0]["share"] >= DOMINANT_SHARE else "healthy"
+    if verdict == "healthy":
+        findings.insert(0, {
+            "cause": "healthy", "share": round(len(per_cause.get("healthy", [])) / n, 3),
+            "requests": len(per_cause.get("healthy", [])),
+            "evidence": [f"median request {summary['latency_p50_ms']} ms, p99 {summary['latency_p99_ms']} ms; "
+                         f"no cause explains half the requests"],
+            "fix": {}, "fix_text": "nothing to change",
+        })
+    return _result(meta, version, verdict, findings, summary, unknowns)
+
+
+def _cause(r: dict, several: bool, excess: float | None, path_rtt: float | None) -> str:
+    if excess is None:
+        total = r.get("total_ms") or 0.0
+        return "unexplained_slow" if total > SLOW_MS else "healthy"
+    if several and NAGLE_EXCESS_MIN_MS <= excess <= NAGLE_EXCESS_MAX_MS:
+        return "nagle_in_path" if r.get("nodelay") is True else "nagle_delayed_ack"
+    wait = r["wait_ms"]
+    if wait > SLOW_MS:
+        if path_rtt is not None and path_rtt >= 0.5 * wait:
+            return "network_latency"
+        return "broker_slow"
+    return "healthy"
+
+
+def _finding(cause: str, rs: list[dict], share: float, n: int, path_rtt, version, default_nodelay) -> dict:
+    waits = [r.get("wait_ms") for r in rs]
+    ex = rs[len(rs) // 2]
+    f = {
+        "cause": cause,
+        "share": round(share, 3),
+        "requests": len(rs),
+        "evidence": [],
+        "fix": FIXES.get(cause, {}),
+        "fix_text": None,
+        "example": {k: ex.get(k) for k in ("broker", "corr_id", "n_writes", "write_sizes", "wait_ms",
+                                            "rtt_ms", "send_line", "recv_line", "fd")},
+    }
+    ev = f["evidence"]
+    if cause in ("nagle_delayed_ack", "nagle_in_path"):
+        nw = _pctl([r.get("n_writes") for r in rs], 0.5)
+        ev.append(f"{len(rs)} of {n} Produce requests left in several writes "
+                  f"(median {nw:.0f}, e.g. {ex.get('write_sizes')} bytes for CorrId {ex['corr_id']})")
+        ev.append(f"then the broker thread waited in poll() for the response: median "
+                  f"{_pctl(waits, 0.5):.1f} ms, p99 {_pctl(waits, 0.99):.1f} ms, about the delayed-ACK "
+                  f"timer ({DELAYED_ACK_MS:.0f} ms) plus the path RTT "
+                  f"({'%.3f ms' % path_rtt if path_rtt is not None else 'unknown'})")
+        if path_rtt is not None:
+            ev.append(f"the path itself is fast: TCP handshake {path_rtt:.3f} ms (strace connect() to writable)")
+        conn = ex.get("conn")
+        if cause == "nagle_delayed_ack":
+            if conn is not None:
+                ev.append(f"TCP_NODELAY was not set on fd {conn['fd']}: no setsockopt(TCP_NODELAY) "
+                          f"before its connect() to {conn['peer']} (strace line {conn['connect_line']})")
+            elif default_nodelay is False:
+                ev.append(f"TCP_NODELAY not seen (capture started after connect); librdkafka {version} "
+                          f"leaves Nagle on by default")
+            else:
+                ev.append("TCP_NODELAY not seen (capture started after connect)")
+            f["fix_text"] = ("set socket.nagle.disable=true (librdkafka's default from v2.10.0); "
+                             "it sets TCP_NODELAY so the last TLS record of a request is not held "
+                             "until the broker's delayed ACK")
+        else:
+            ev.append(f"the client socket has TCP_NODELAY (strace line {conn['nodelay_line'] if conn else '?'}): "
+                      "the stall is in a proxy or TLS terminator on the path")
+            f["fix_text"] = "disable Nagle on the proxy/TLS terminator's sockets (e.g. socat ...,nodelay)"
+    elif cause == "network_latency":
+        ev.append(f"median wait {_pctl(waits, 0.5):.1f} ms; the TCP handshake alone takes {path_rtt:.1f} ms")
+        f["fix_text"] = "the path is slow: move the producer closer to the brokers, or raise linger/batching for throughput"
+    elif cause == "broker_slow":
+        ev.append(f"the request left whole, then waited {_pctl(waits, 0.5):.1f} ms (median) for the response "
+                  f"while the TCP handshake took {path_rtt if path_rtt is not None else 'an unknown time'} ms")
+        f["fix_text"] = "look at the broker: request handling, disk, replication (acks=all waits for the ISR)"
+    else:
+        ev.append(f"median {_pctl([r.get('total_ms') for r in rs], 0.5):.1f} ms without syscall evidence to explain it")
+        f["fix_text"] = "capture strace of the producer (kdiag trace) to split the time"
+    return f
+
+
+def _result(meta, version, verdict, findings, summary, unknowns, no_data=False) -> dict:
+    for fd in findings:
+        if isinstance(fd.get("example"), dict):
+            fd["example"] = {k: v for k, v in fd["example"].items() if k != "conn"}
+    return {
+        "kdiag_version": meta.get("kdiag_version"),
+        "librdkafka_version": version,
+        "verdict": verdict,
+        "no_data": no_data,
+        "summary": summary,
+        "findings": findings,
+        "unknowns": unknowns,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point for spark-submit."""
+    ap = argparse.ArgumentParser(prog="analysis.py")
+    ap.add_argument("--tables", required=True, help="directory of <table>.parquet files")
+    ap.add_argument("--out", help="write findings JSON here (default: stdout)")
+    a = ap.parse_args(argv)
+    from kdiag.spark import session
+
+    result = analyze(session("kdiag-analysis"), Path(a.tables))
+    text = json.dumps(result, indent=2, default=str)
+    if a.out:
+        Path(a.out).write_text(text)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

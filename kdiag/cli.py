@@ -1,0 +1,237 @@
+"""kdiag's command line.
+
+``main(argv, env)`` takes its streams from an ``Environment`` so tests drive
+it in-process; the console script calls it with the real ones.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from kdiag import __version__
+from kdiag.errors import KdiagError, UsageError
+from kdiag.status import ExitStatus
+
+
+@dataclass
+class Environment:
+    stdout: TextIO = field(default_factory=lambda: sys.stdout)
+    stderr: TextIO = field(default_factory=lambda: sys.stderr)
+
+    def say(self, msg: str) -> None:
+        """Progress for people: stderr, so stdout stays the result."""
+        print(f"kdiag: {msg}", file=self.stderr, flush=True)
+
+
+TRACE_EXAMPLES = """\
+examples:
+  kdiag trace
+      the embedded default: a local lab broker behind TLS, kdiag's probe
+      producer with Nagle on; prints where the time goes and writes a bundle
+  kdiag trace -b broker1:9093 -X security.protocol=ssl -X ssl.ca.location=ca.pem \\
+      --messages 200 --size 1024
+      trace kdiag's probe producer against real brokers (kcat-style -X)
+  kdiag trace -b broker1:9092 -F client.properties --topic latency-probe -o ticket-4711.tar.gz
+  kdiag trace --json
+      the findings as one JSON object (key "verdict": the main cause)
+"""
+REPLAY_EXAMPLES = """\
+examples:
+  kdiag replay kdiag-20261122-101500.tar.gz
+      the findings of a bundle, offline: no Kafka, no root, no strace
+  kdiag replay rdkafka.log strace.txt --json
+      raw captures made with other tools: a librdkafka debug log (stderr
+      format) and strace -f -tt/-ttt -T [-yy] output, recognised by content
+  kdiag replay stats.jsonl rdkafka.log
+"""
+PARSE_EXAMPLES = """\
+examples:
+  kdiag parse rdkafka.log strace.txt -o tables/
+      writes tables/rdkafka_events.parquet, tables/syscalls.parquet, ...
+  python -c "import pyarrow.parquet as pq; print(pq.read_table('tables/syscalls.parquet'))"
+"""
+LAB_EXAMPLES = """\
+examples:
+  kdiag lab up        start Tansu behind stunnel4 on free loopback ports
+  kdiag lab status    print the running lab (ports, pids, CA file) as JSON
+  kdiag lab down      stop it
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    ap = argparse.ArgumentParser(prog="kdiag", description="Where a Kafka producer's latency goes.",
+                                 epilog=TRACE_EXAMPLES + "\n" + REPLAY_EXAMPLES, formatter_class=fmt)
+    ap.add_argument("--version", action="version", version=f"kdiag {__version__}")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+
+    t = sub.add_parser("trace", help="trace a producer and name the cause of its latency",
+                       epilog=TRACE_EXAMPLES, formatter_class=fmt)
+    t.add_argument("-b", "--brokers", help="bootstrap brokers HOST:PORT[,...]; default: a local lab")
+    t.add_argument("-X", dest="props", action="append", default=[], metavar="PROP=VALUE",
+                   help="librdkafka property for the probe producer (repeatable)")
+    t.add_argument("-F", dest="prop_file", metavar="FILE", help="librdkafka properties file (key=value)")
+    t.add_argument("--topic", default="kdiag-probe", help="topic the probe writes to (default %(default)s)")
+    t.add_argument("--messages", type=int, default=100, help="messages to produce (default %(default)s)")
+    t.add_argument("--size", type=int, default=2048, help="value size in bytes (default %(default)s)")
+    t.add_argument("--timeout", type=float, default=300.0, help="stop the probe after this many seconds")
+    t.add_argument("-o", "--output", type=Path, help="bundle path (default ./kdiag-YYYYmmdd-HHMMSS.tar.gz)")
+    t.add_argument("--json", action="store_true", help="print the findings as one JSON object")
+
+    r = sub.add_parser("replay", help="analyse a bundle or raw captures offline",
+                       epilog=REPLAY_EXAMPLES, formatter_class=fmt)
+    r.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    r.add_argument("--json", action="store_true", help="print the findings as one JSON object")
+
+    p = sub.add_parser("parse", help="turn raw captures into Arrow tables (Parquet)",
+                       epilog=PARSE_EXAMPLES, formatter_class=fmt)
+    p.add_argument("paths", nargs="+", type=Path, metavar="FILE")
+    p.add_argument("-o", "--output", type=Path, required=True, help="directory for <table>.parquet")
+
+    lab = sub.add_parser("lab", help="start/stop the local lab broker", epilog=LAB_EXAMPLES, formatter_class=fmt)
+    lab.add_argument("action", choices=["up", "down", "status"])
+    return ap
+
+
+def _props(args) -> dict[str, str]:
+    from kdiag.trace import read_properties
+
+    props = read_properties(args.prop_file) if args.prop_file else {}
+    for p in args.props:
+        if "=" not in p:
+            raise UsageError(f"-X {p}: expected PROP=VALUE")
+        k, _, v = p.partition("=")
+        props[k.strip()] = v
+    return props
+
+
+def _emit(env: Environment, findings: dict, as_json: bool, bundle: str | None = None) -> ExitStatus:
+    if as_json:
+        env.stdout.write(json.dumps(findings, default=str) + "\n")
+    else:
+        from kdiag.report import render
+
+        env.stdout.write(render(findings, bundle=bundle, probe=findings.get("probe")))
+    return ExitStatus.NO_DATA if findings.get("no_data") else ExitStatus.OK
+
+
+def cmd_trace(args, env: Environment, argv: list[str]) -> ExitStatus:
+    from kdiag import trace
+
+    if args.messages < 1 or args.size < 0:
+        raise UsageError("--messages must be >= 1 and --size >= 0")
+    opts = trace.TraceOptions(brokers=args.brokers, props=_props(args), topic=args.topic,
+                              messages=args.messages, size=args.size, out=args.output,
+                              timeout_s=args.timeout, argv=["kdiag", *argv])
+    res = trace.run(opts, log=env.say)
+    status = _emit(env, res.findings, args.json, str(res.bundle))
+    if args.json:
+        env.say(f"bundle: {res.bundle}")
+    return ExitStatus.INTERRUPTED if res.partial and status == ExitStatus.OK else status
+
+
+def cmd_replay(args, env: Environment) -> ExitStatus:
+    import tempfile
+
+    from kdiag import bundle
+    from kdiag.pipeline import analyse
+
+    paths = list(args.paths)
+    for p in paths:
+        if not p.exists():
+            raise UsageError(f"{p}: no such file or directory")
+    meta: dict = {}
+    raw: list[Path] = []
+    probe = None
+    for p in paths:
+        if bundle.is_bundle(p):
+            d = bundle.unpack(p)
+            man = bundle.manifest(d)
+            meta.setdefault("librdkafka_version", man.get("versions", {}).get("librdkafka"))
+            raw += [f for f in bundle.raw_files(d) if f.parent.name in ("rdkafka_log", "strace", "stats")]
+            summary = d / "raw" / "probe" / "summary.json"
+            if summary.exists():
+                probe = json.loads(summary.read_text())
+        elif p.is_dir():
+            raw += sorted(f for f in p.rglob("*") if f.is_file())
+        else:
+            raw.append(p)
+    with tempfile.TemporaryDirectory(prefix="kdiag-replay-") as tmp:
+        findings, _ = analyse(raw, Path(tmp) / "tables", meta)
+    findings["probe"] = probe
+    return _emit(env, findings, args.json)
+
+
+def cmd_parse(args, env: Environment) -> ExitStatus:
+    from kdiag.tables import parse_paths, write_tables
+
+    for p in args.paths:
+        if not p.exists():
+            raise UsageError(f"{p}: no such file or directory")
+    parsed = parse_paths(list(args.paths))
+    written = write_tables(parsed.tables, args.output)
+    for f in parsed.files:
+        c = f.get("counts") or {}
+        env.stdout.write(f"{f['path']}: {f['kind'] or 'not recognised'}; lines {c.get('lines', 0)}, "
+                         f"parsed {c.get('parsed', 0)}, skipped {c.get('skipped_total', 0)}"
+                         + (f" ({f['error']})" if f.get("error") else "") + "\n")
+    for w in written:
+        import pyarrow.parquet as pq
+
+        env.stdout.write(f"{w}: {pq.read_metadata(w).num_rows} rows\n")
+    return ExitStatus.OK if written else ExitStatus.NO_DATA
+
+
+def cmd_lab(args, env: Environment) -> ExitStatus:
+    from kdiag import lab
+
+    if args.action == "up":
+        the_lab = lab.up()
+        env.stdout.write(json.dumps(the_lab.to_dict(), indent=2) + "\n")
+    elif args.action == "down":
+        env.stdout.write("stopped\n" if lab.down() else "no lab running\n")
+    else:
+        the_lab = lab.status()
+        if the_lab is None:
+            env.stdout.write("no lab running\n")
+            return ExitStatus.NO_DATA
+        env.stdout.write(json.dumps(the_lab.to_dict(), indent=2) + "\n")
+    return ExitStatus.OK
+
+
+def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
+    env = env or Environment()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = _parser()
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0) and ExitStatus.USAGE
+    if args.command is None:
+        ap.print_help(env.stdout)
+        return ExitStatus.USAGE
+    try:
+        if args.command == "trace":
+            return cmd_trace(args, env, argv)
+        if args.command == "replay":
+            return cmd_replay(args, env)
+        if args.command == "parse":
+            return cmd_parse(args, env)
+        return cmd_lab(args, env)
+    except UsageError as e:
+        env.say(f"error: {e}")
+        return ExitStatus.USAGE
+    except KdiagError as e:
+        env.say(f"error: {e}")
+        return ExitStatus.ERROR
+    except KeyboardInterrupt:
+        env.say("interrupted")
+        return ExitStatus.INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

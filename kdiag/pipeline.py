@@ -1,0 +1,23 @@
+"""Raw files -> tables -> findings: the one path that trace and replay share,
+so a bundle replayed elsewhere gives the findings it gave on the host."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from kdiag import __version__
+from kdiag.tables import Parsed, parse_paths, write_tables
+
+
+def analyse(raw: list[Path], tables_dir: Path, meta: dict | None = None, spark=None) -> tuple[dict, Parsed]:
+    parsed = parse_paths(raw)
+    write_tables(parsed.tables, tables_dir)
+    meta = {"kdiag_version": __version__, **(meta or {})}
+    if spark is None:
+        from kdiag.spark import session
+        spark = session()
+    from kdiag.analysis import analyze
+
+    findings = analyze(spark, tables_dir, meta)
+    findings["input_notes"] = parsed.notes
+    findings["inputs"] = parsed.files
+    return findings, parsed

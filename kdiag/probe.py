@@ -1,0 +1,93 @@
+"""kdiag's probe producer: the workload ``kdiag trace`` measures.
+
+Run as its own process (``python -m kdiag.probe``) so that strace follows
+only the producer and librdkafka writes its debug lines straight to this
+process's stderr from its own threads: that is what lets the analysis see
+each ``Sent ... CorrId N`` line inside the broker thread's syscalls.
+
+Synchronous by default, as in the page that motivates kdiag: produce one
+message, wait for its delivery, repeat.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def run(config: dict, topic: str, messages: int, size: int, stats_path: str | None,
+        results_path: str | None) -> dict:
+    from confluent_kafka import Producer
+
+    stats_out = open(stats_path, "a", buffering=1) if stats_path else None
+    if stats_out is not None:
+        config = {**config, "stats_cb": lambda s: stats_out.write(s.replace("\n", " ") + "\n")}
+    producer = Producer(config)
+    results = open(results_path, "w", buffering=1) if results_path else None
+    value = b"k" * size
+    delivered = failed = 0
+    latencies_us: list[int] = []
+    start = time.time()
+    try:
+        for i in range(messages):
+            outcome: dict = {}
+
+            def on_delivery(err, msg, outcome=outcome):
+                outcome["err"] = None if err is None else str(err)
+                outcome["done_us"] = int(time.time() * 1e6)
+
+            t0 = int(time.time() * 1e6)
+            producer.produce(topic, value, on_delivery=on_delivery)
+            producer.flush(30)
+            done = outcome.get("done_us")
+            ok = done is not None and outcome.get("err") is None
+            delivered += ok
+            failed += not ok
+            if ok:
+                latencies_us.append(done - t0)
+            if results is not None:
+                results.write(json.dumps({"seq": i, "produce_us": t0, "delivered_us": done,
+                                          "error": outcome.get("err", "no delivery report")}) + "\n")
+    finally:
+        producer.flush(10)
+        elapsed = time.time() - start
+        if results is not None:
+            results.close()
+        if stats_out is not None:
+            stats_out.close()
+    latencies_us.sort()
+    p50 = latencies_us[len(latencies_us) // 2] / 1000 if latencies_us else None
+    return {
+        "messages": messages,
+        "delivered": delivered,
+        "failed": failed,
+        "elapsed_s": round(elapsed, 3),
+        "msgs_per_s": round(delivered / elapsed, 2) if elapsed > 0 else None,
+        "p50_delivery_ms": p50,
+        "size_bytes": size,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kdiag.probe")
+    ap.add_argument("--config", required=True, help="JSON file of librdkafka properties")
+    ap.add_argument("--topic", required=True)
+    ap.add_argument("--messages", type=int, default=100)
+    ap.add_argument("--size", type=int, default=2048)
+    ap.add_argument("--stats", help="append statistics JSON lines here")
+    ap.add_argument("--results", help="write one JSON line per message here")
+    ap.add_argument("--summary", help="write the run's summary JSON here")
+    a = ap.parse_args(argv)
+    with open(a.config) as f:
+        config = json.load(f)
+    summary = run(config, a.topic, a.messages, a.size, a.stats, a.results)
+    if a.summary:
+        with open(a.summary, "w") as f:
+            json.dump(summary, f)
+    print(json.dumps(summary), file=sys.stdout)
+    return 0 if summary["delivered"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""Files -> chunks of lines for the pure parsers, and format recognition.
+
+Memory stays bounded by the chunk size whatever the file size: lines are
+handed to parsers CHUNK_BYTES at a time. Bytes that are not UTF-8 are
+replaced (U+FFFD) rather than rejected, so one corrupt byte costs one line's
+fidelity, not the file.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+
+CHUNK_BYTES = 16 << 20
+# A "line" longer than this is cut; the parsers then count it as unparsed.
+MAX_LINE_BYTES = 1 << 20
+SNIFF_LINES = 200
+
+
+@dataclass(frozen=True)
+class Chunk:
+    first_line_no: int
+    lines: pa.Array  # pa.string(), no trailing newlines
+    cut_lines: int   # lines longer than MAX_LINE_BYTES, truncated
+
+
+def iter_line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Chunk]:
+    line_no = 1
+    carry = b""
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(chunk_bytes)
+            if not block:
+                break
+            block = carry + block
+            cut = block.rfind(b"\n")
+            if cut < 0:
+                if len(block) <= MAX_LINE_BYTES:
+                    carry = block
+                    continue
+                cut = len(block) - 1  # an endless line: hand over what we have
+            carry, block = block[cut + 1:], block[:cut]
+            chunk = _to_chunk(block, line_no)
+            line_no += len(chunk.lines)
+            yield chunk
+    if carry:
+        yield _to_chunk(carry, line_no)
+
+
+def _to_chunk(block: bytes, first_line_no: int) -> Chunk:
+    text = block.decode("utf-8", "replace")
+    lines = text.split("\n")
+    cut = 0
+    if len(text) > MAX_LINE_BYTES:
+        for i, ln in enumerate(lines):
+            if len(ln) > MAX_LINE_BYTES:
+                lines[i] = ln[:MAX_LINE_BYTES]
+                cut += 1
+    if lines and lines[-1].endswith("\r"):
+        lines = [ln.rstrip("\r") for ln in lines]
+    return Chunk(first_line_no, pa.array(lines, pa.string()), cut)
+
+
+def sniff(path: Path) -> list[str]:
+    out: list[str] = []
+    with open(path, "rb") as f:
+        for raw in f:
+            out.append(raw[:4096].decode("utf-8", "replace").rstrip("\r\n"))
+            if len(out) >= SNIFF_LINES:
+                break
+    return out
+
+
+def detect(path: Path) -> str | None:
+    """Which parser reads this file, judged by content, never by name."""
+    from parsers import rdkafka_log, stats, strace
+
+    sample = sniff(path)
+    scores = {
+        "rdkafka_log": rdkafka_log.looks_like(sample),
+        "strace": strace.looks_like(sample),
+        "stats": stats.looks_like(sample),
+    }
+    kind, score = max(scores.items(), key=lambda kv: kv[1])
+    return kind if score >= 0.2 else None

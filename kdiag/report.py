@@ -1,0 +1,54 @@
+"""Findings -> the text an on-call engineer reads."""
+from __future__ import annotations
+
+import time
+
+
+def _fmt(v, unit: str = "") -> str:
+    if v is None:
+        return "?"
+    return f"{v:g}{unit}" if isinstance(v, (int, float)) else str(v)
+
+
+def render(findings: dict, *, bundle: str | None = None, probe: dict | None = None) -> str:
+    s = findings.get("summary", {})
+    out: list[str] = []
+    when = ""
+    if s.get("first_send_us"):
+        t0 = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(s["first_send_us"] / 1e6))
+        span = (s["last_recv_us"] - s["first_send_us"]) / 1e6
+        when = f", {t0} +{span:.1f}s"
+    out.append(f"kdiag: {s.get('requests', 0)} Produce requests to {len(s.get('brokers', []))} broker(s){when}"
+               f" (librdkafka {findings.get('librdkafka_version') or '?'}; request timing from {s.get('source') or '?'})")
+    if probe:
+        out.append(f"  PROBE       {probe.get('delivered')}/{probe.get('messages')} delivered, "
+                   f"{_fmt(probe.get('msgs_per_s'))} msg/s, {probe.get('size_bytes')} B values, one at a time")
+    out.append(f"  LATENCY(ms) p50 {_fmt(s.get('latency_p50_ms'))}  p99 {_fmt(s.get('latency_p99_ms'))}"
+               f"   librdkafka rtt p50 {_fmt(s.get('rtt_p50_ms'))}  p99 {_fmt(s.get('rtt_p99_ms'))}")
+    sp = s.get("split_ms", {})
+    out.append("  TYPICAL REQUEST(ms, median)  "
+               f"client queue {_fmt(sp.get('client_queue'))} | socket send {_fmt(sp.get('socket_send'))} | "
+               f"wait for response {_fmt(sp.get('wait_response'))} | read {_fmt(sp.get('read_response'))}")
+    if s.get("path_rtt_ms") is not None:
+        out.append(f"  PATH RTT(ms) {_fmt(s['path_rtt_ms'])} ({s.get('path_rtt_source')})")
+    out.append("")
+    fs = findings.get("findings", [])
+    out.append(f"VERDICT: {findings.get('verdict')}")
+    for f in fs:
+        out.append(f"  {f['cause']}: {f.get('requests', 0)} requests ({f.get('share', 0) * 100:.0f}%)")
+        for e in f.get("evidence", []):
+            out.append(f"    - {e}")
+        if f.get("fix"):
+            out.append("    fix: " + " ".join(f"-X {k}={v}" for k, v in f["fix"].items()))
+        if f.get("fix_text"):
+            out.append(f"    ({f['fix_text']})")
+    if findings.get("unknowns"):
+        out.append("NOT KNOWN:")
+        out.extend(f"  - {u}" for u in findings["unknowns"])
+    notes = findings.get("input_notes") or []
+    if notes:
+        out.append("INPUT:")
+        out.extend(f"  - {n}" for n in notes)
+    if bundle:
+        out.append(f"bundle: {bundle}")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,239 @@
+"""``kdiag trace``: run the probe producer under the collectors, analyse,
+write the bundle.
+
+The probe runs as a child process; kdiag stops only that child (it started
+it). Ctrl-C or SIGTERM stop the probe early; what was captured until then is
+still analysed and bundled, marked partial.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from collectors import rdkafka_log as c_log
+from collectors import strace as c_strace
+from kdiag import __version__, bundle, redact
+from kdiag.errors import KdiagError, UsageError
+
+PROBE_TOPIC = "kdiag-probe"
+# The probe measures request latency, not batching: send each message at
+# once and wait for all replicas, as the synchronous producers kdiag is for.
+PROBE_DEFAULTS = {"acks": "all", "linger.ms": "0"}
+# librdkafka >= 2.10 disables Nagle by default; the lab reproduces the
+# producers that still have it on, so it sets the old default explicitly.
+LAB_DEFAULTS = {"socket.nagle.disable": "false"}
+
+
+@dataclass
+class TraceOptions:
+    brokers: str | None = None
+    props: dict[str, str] = field(default_factory=dict)
+    topic: str = PROBE_TOPIC
+    messages: int = 100
+    size: int = 2048
+    out: Path | None = None
+    timeout_s: float = 300.0
+    argv: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TraceResult:
+    findings: dict
+    bundle: Path
+    probe: dict | None
+    partial: bool
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """A librdkafka/Java properties file: ``key=value`` lines, # comments."""
+    props: dict[str, str] = {}
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise UsageError(f"-F {path}: {e.strerror or e}") from e
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        if "=" not in line:
+            raise UsageError(f"-F {path}:{n}: expected key=value, got {line!r}")
+        k, _, v = line.partition("=")
+        props[k.strip()] = v.strip()
+    return props
+
+
+def _default_bundle_path() -> Path:
+    return Path.cwd() / time.strftime("kdiag-%Y%m%d-%H%M%S.tar.gz")
+
+
+def _warm_spark(holder: dict) -> None:
+    # Spark takes seconds to start; doing it while the probe runs keeps the
+    # time to a verdict down.
+    try:
+        from kdiag.spark import session
+        holder["spark"] = session()
+    except Exception as e:  # reported when analysis needs it
+        holder["error"] = e
+
+
+def run(opts: TraceOptions, log=lambda msg: None) -> TraceResult:
+    work = Path(tempfile.mkdtemp(prefix="kdiag-trace-"))
+    try:
+        return _run(opts, work, log)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
+    staging = work / "bundle"
+    raw = staging / "raw"
+    for d in ("rdkafka_log", "strace", "stats", "probe"):
+        (raw / d).mkdir(parents=True)
+    spark_holder: dict = {}
+    warm = threading.Thread(target=_warm_spark, args=(spark_holder,), daemon=True)
+    warm.start()
+
+    with contextlib.ExitStack() as stack:
+        lab_info = None
+        user = dict(opts.props)
+        if opts.brokers:
+            base = {"bootstrap.servers": opts.brokers}
+        else:
+            from kdiag import lab
+
+            log("starting the lab: Tansu behind a TLS terminator on loopback")
+            the_lab = stack.enter_context(lab.running(topics=(opts.topic,)))
+            lab_info = the_lab.to_dict()
+            base = {**the_lab.client_config(), **LAB_DEFAULTS}
+        config = c_log.producer_config({**PROBE_DEFAULTS, **base, **user})
+        cfg_path = work / "probe-config.json"   # holds secrets: stays out of the bundle
+        cfg_path.write_text(json.dumps(config))
+        os.chmod(cfg_path, 0o600)
+
+        paths = {
+            "log": raw / "rdkafka_log" / "rdkafka.log",
+            "strace": raw / "strace" / "strace.txt",
+            "stats": raw / "stats" / "stats.jsonl",
+            "results": raw / "probe" / "messages.jsonl",
+            "summary": raw / "probe" / "summary.json",
+        }
+        cmd = [sys.executable, "-m", "kdiag.probe", "--config", str(cfg_path), "--topic", opts.topic,
+               "--messages", str(opts.messages), "--size", str(opts.size),
+               "--stats", str(paths["stats"]), "--results", str(paths["results"]),
+               "--summary", str(paths["summary"])]
+        full_cmd, st_strace = c_strace.wrap(cmd, str(paths["strace"]))
+        if st_strace.state == "skipped":
+            paths["strace"].parent.rmdir()
+            log(f"strace skipped: {st_strace.reason}")
+        st_log = c_log.status(str(paths["log"]), str(paths["stats"]))
+        log(f"probe: {opts.messages} x {opts.size} B to {config['bootstrap.servers']} "
+            f"(socket.nagle.disable={config.get('socket.nagle.disable', 'librdkafka default')})")
+        started = int(time.time() * 1e6)
+        partial, probe_rc = _run_probe(full_cmd, paths["log"], opts.timeout_s, log)
+        ended = int(time.time() * 1e6)
+        for st in (st_strace, st_log):
+            st.started_us, st.ended_us = started, ended
+            if st.state != "skipped":
+                st.state = "partial" if partial else "ok"
+                st.bytes = sum(Path(f).stat().st_size for f in st.files if Path(f).exists())
+    # The lab is down here: analysis needs no broker.
+
+    probe = None
+    if paths["summary"].exists():
+        probe = json.loads(paths["summary"].read_text())
+    elif probe_rc not in (0, None):
+        partial = True
+    tail = _tail(paths["log"])
+    if probe is None and not partial and probe_rc != 0:
+        raise KdiagError(f"the probe producer failed (exit {probe_rc}); its last log lines:\n{tail}")
+
+    warm.join()
+    if "error" in spark_holder:
+        raise KdiagError(f"Spark did not start: {spark_holder['error']}")
+    from kdiag.pipeline import analyse
+
+    import confluent_kafka
+
+    meta = {"librdkafka_version": confluent_kafka.libversion()[0]}
+    raw_inputs = [p for k, p in paths.items() if k in ("log", "strace", "stats") and p.exists()]
+    findings, parsed = analyse(raw_inputs, staging / "tables", meta, spark=spark_holder["spark"])
+    findings["probe"] = probe
+    findings["partial"] = partial
+
+    from kdiag.report import render
+
+    out_path = (opts.out or _default_bundle_path()).resolve()
+    (staging / "findings.json").write_text(json.dumps(findings, indent=2, default=str) + "\n")
+    (staging / "report.txt").write_text(render(findings, probe=probe))
+    manifest = {
+        "kdiag_version": __version__,
+        "created_us": ended,
+        "argv": redact.argv(opts.argv),
+        "mode": "lab" if lab_info else "brokers",
+        "partial": partial,
+        "producer_config": redact.config(config),
+        "versions": {
+            "librdkafka": confluent_kafka.libversion()[0],
+            "confluent_kafka": confluent_kafka.version()[0],
+            "strace": st_strace.version,
+            **({"tansu": lab_info["tansu_version"], "tls_terminator": lab_info["terminator_version"]} if lab_info else {}),
+        },
+        "host": bundle.host_facts(),
+        "lab": lab_info,
+        "collectors": [st_log.to_dict(), st_strace.to_dict()],
+        "parse": parsed.files,
+        "tables": {name: {"rows": t.num_rows, "schema_version": 1} for name, t in parsed.tables.items()},
+    }
+    bundle.write(staging, out_path, manifest)
+    return TraceResult(findings, out_path, probe, partial)
+
+
+def _run_probe(cmd: list[str], log_path: Path, timeout_s: float, log) -> tuple[bool, int | None]:
+    """Run the probe with its stderr (librdkafka's log) streaming to disk.
+    Returns (partial, exit code)."""
+    partial = False
+    with open(log_path, "wb") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            log(f"probe still running after {timeout_s:.0f}s: stopping it")
+            partial = True
+            _stop(proc)
+        except KeyboardInterrupt:
+            log("interrupted: stopping the probe and keeping what was captured")
+            partial = True
+            _stop(proc)
+    return partial, proc.returncode
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    # Our own child (and its strace): SIGINT lets strace detach and flush.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _tail(path: Path, n: int = 5) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-n:])
+

@@ -1,0 +1,56 @@
+"""What every parser shares: the record of what it could not read.
+
+Parsers are pure: they take Arrow string arrays of lines and return Arrow
+tables. They never open files and never read the clock, so the same input
+always gives the same tables, on a producer host or on a laptop.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# A handful of the lines that did not parse are kept verbatim so a report can
+# show what they looked like; the count is always exact.
+EXAMPLES_KEPT = 5
+
+
+@dataclass
+class ParseCounts:
+    """Exact accounting of a parser's input: lines == parsed + sum(skipped)."""
+
+    source: str
+    lines: int = 0
+    parsed: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    examples: list[tuple[int, str, str]] = field(default_factory=list)  # (line_no, reason, text)
+
+    def skip(self, reason: str, n: int = 1) -> None:
+        if n:
+            self.skipped[reason] = self.skipped.get(reason, 0) + n
+
+    def example(self, line_no: int, reason: str, text: str) -> None:
+        if len(self.examples) < EXAMPLES_KEPT:
+            self.examples.append((line_no, reason, text[:300]))
+
+    @property
+    def skipped_total(self) -> int:
+        return sum(self.skipped.values())
+
+    def merge(self, other: "ParseCounts") -> None:
+        self.lines += other.lines
+        self.parsed += other.parsed
+        for k, v in other.skipped.items():
+            self.skip(k, v)
+        for ex in other.examples:
+            self.example(*ex)
+
+    def to_dict(self) -> dict:
+        return {
+            "source": self.source,
+            "lines": self.lines,
+            "parsed": self.parsed,
+            "skipped": dict(sorted(self.skipped.items())),
+            "skipped_total": self.skipped_total,
+            "examples": [
+                {"line_no": n, "reason": r, "text": t} for n, r, t in self.examples
+            ],
+        }
