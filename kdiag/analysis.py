@@ -136,8 +136,8 @@ def split_requests(spark, reqs, syscalls, bucket_us: int = BUCKET_US):
     ).withColumn("write_sizes", F.col("_w.ret")).drop("_w")
     send_rows = sc.select(F.col("line_no").alias("send_line"), F.col("burst").alias("_sb"))
     r = reqs.join(send_rows, "send_line", "left")
-    r = r.join(bursts.withColumnRenamed("burst", "_b"),
-               (r.pid == bursts.pid) & (F.col("_b") == F.col("_sb") - 1), "left").drop(bursts.pid).drop("_b", "_sb")
+    b = bursts.withColumnRenamed("burst", "_b").withColumnRenamed("pid", "_bpid")
+    r = r.join(b, (F.col("pid") == F.col("_bpid")) & (F.col("_b") == F.col("_sb") - 1), "left").drop("_bpid", "_b", "_sb")
     r = r.withColumn("start_us", F.coalesce("send_start_us", "send_us"))
 
     # Range join by buckets: a request spans few buckets, each syscall sits in one.
@@ -206,6 +206,9 @@ def connections(sc) -> list[dict]:
                 if c["pid"] == row.pid and c["handshake_ms"] is None and row.ts_us >= c["connect_us"] \
                         and row.ts_us - c["connect_us"] < 10_000_000 and f"fd={c['fd']}" in args:
                     c["handshake_ms"] = round((row.ts_us + row.dur_us - c["connect_us"]) / 1000.0, 3)
+                    # A poll that returned at once started after the handshake
+                    # had finished: the figure is then only an upper bound.
+                    c["handshake_upper_bound"] = row.dur_us * 2 < (row.ts_us - c["connect_us"])
                     break
     return conns
 
@@ -271,8 +274,9 @@ def judge(rows: list[dict], conns: list[dict], stats, version: str | None, sourc
     already done by Spark."""
     vt = _version_tuple(version)
     default_nodelay = None if vt is None else vt >= NAGLE_DEFAULT_FLIPPED
-    path_rtts = [c["handshake_ms"] for c in conns if c.get("handshake_ms") is not None]
-    path_rtt = _pctl(path_rtts, 0.5)
+    measured = [c for c in conns if c.get("handshake_ms") is not None]
+    path_rtt = _pctl([c["handshake_ms"] for c in measured], 0.5)
+    rtt_bound = bool(measured) and all(c.get("handshake_upper_bound") for c in measured)
     nodelay_unknown_fds: set = set()
     per_cause: dict[str, list[dict]] = {}
     for r in rows:
@@ -311,7 +315,10 @@ def judge(rows: list[dict], conns: list[dict], stats, version: str | None, sourc
             "read_response": _r(_pctl([r.get("read_ms") for r in rows], 0.5), 3),
         },
         "path_rtt_ms": _r(path_rtt, 3),
-        "path_rtt_source": "strace connect() handshake" if path_rtt is not None else None,
+        "path_rtt_source": None if path_rtt is None else (
+            "strace connect() handshake, upper bound (it finished before librdkafka polled)"
+            if rtt_bound else "strace connect() handshake"),
+        "path_rtt_upper_bound": rtt_bound if path_rtt is not None else None,
         "first_send_us": rows[0]["send_us"] if rows else None,
         "last_recv_us": rows[-1]["recv_us"] if rows else None,
     }
@@ -332,7 +339,7 @@ def judge(rows: list[dict], conns: list[dict], stats, version: str | None, sourc
         share = len(rs) / n
         if cause == "healthy" or share < CONTRIBUTING_SHARE:
             continue
-        findings.append(_finding(cause, rs, share, n, path_rtt, version, default_nodelay))
+        findings.append(_finding(cause, rs, share, n, path_rtt, rtt_bound, version, default_nodelay))
     findings.sort(key=lambda f: -f["share"])
     verdict = findings[0]["cause"] if findings and findings[0]["share"] >= DOMINANT_SHARE else "healthy"
     if verdict == "healthy":
@@ -360,7 +367,9 @@ def _cause(r: dict, several: bool, excess: float | None, path_rtt: float | None)
     return "healthy"
 
 
-def _finding(cause: str, rs: list[dict], share: float, n: int, path_rtt, version, default_nodelay) -> dict:
+def _finding(cause: str, rs: list[dict], share: float, n: int, path_rtt, rtt_bound, version,
+             default_nodelay) -> dict:
+    le = "<= " if rtt_bound else ""
     waits = [r.get("wait_ms") for r in rs]
     ex = rs[len(rs) // 2]
     f = {
@@ -381,9 +390,10 @@ def _finding(cause: str, rs: list[dict], share: float, n: int, path_rtt, version
         ev.append(f"then the broker thread waited in poll() for the response: median "
                   f"{_pctl(waits, 0.5):.1f} ms, p99 {_pctl(waits, 0.99):.1f} ms, about the delayed-ACK "
                   f"timer ({DELAYED_ACK_MS:.0f} ms) plus the path RTT "
-                  f"({'%.3f ms' % path_rtt if path_rtt is not None else 'unknown'})")
+                  f"({le + '%.3f ms' % path_rtt if path_rtt is not None else 'unknown'})")
         if path_rtt is not None:
-            ev.append(f"the path itself is fast: TCP handshake {path_rtt:.3f} ms (strace connect() to writable)")
+            ev.append(f"the path itself is fast: TCP handshake {le}{path_rtt:.3f} ms (strace: connect() "
+                      f"to writable); a healthy path beside a 40 ms wait is itself the sign of a held send")
         conn = ex.get("conn")
         if cause == "nagle_delayed_ack":
             if conn is not None:

@@ -17,6 +17,8 @@ CHUNK_BYTES = 16 << 20
 # A "line" longer than this is cut; the parsers then count it as unparsed.
 MAX_LINE_BYTES = 1 << 20
 SNIFF_LINES = 200
+# Statistics JSON lines run to tens of KB; a cut line would not parse.
+SNIFF_LINE_BYTES = 256 << 10
 
 
 @dataclass(frozen=True)
@@ -66,10 +68,11 @@ def _to_chunk(block: bytes, first_line_no: int) -> Chunk:
 def sniff(path: Path) -> list[str]:
     out: list[str] = []
     with open(path, "rb") as f:
-        for raw in f:
-            out.append(raw[:4096].decode("utf-8", "replace").rstrip("\r\n"))
-            if len(out) >= SNIFF_LINES:
+        while len(out) < SNIFF_LINES:
+            raw = f.readline(SNIFF_LINE_BYTES)
+            if not raw:
                 break
+            out.append(raw[:SNIFF_LINE_BYTES].decode("utf-8", "replace").rstrip("\r\n"))
     return out
 
 

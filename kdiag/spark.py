@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
+
+LOG4J = Path(__file__).with_name("log4j2.properties")
 
 
 def session(app: str = "kdiag"):
@@ -19,9 +22,10 @@ def session(app: str = "kdiag"):
         builder = builder.master(os.environ.get("KDIAG_SPARK_MASTER", "local[2]"))
     spark = (
         builder.config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", os.environ.get("KDIAG_SHUFFLE_PARTITIONS", "4"))
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=ERROR")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J}")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

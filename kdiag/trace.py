@@ -184,7 +184,7 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
         "producer_config": redact.config(config),
         "versions": {
             "librdkafka": confluent_kafka.libversion()[0],
-            "confluent_kafka": confluent_kafka.version()[0],
+            "confluent_kafka": confluent_kafka.__version__,
             "strace": st_strace.version,
             **({"tansu": lab_info["tansu_version"], "tls_terminator": lab_info["terminator_version"]} if lab_info else {}),
         },

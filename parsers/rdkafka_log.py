@@ -160,9 +160,9 @@ class RdkafkaLogParser:
         ts_ms = pc.cast(pc.replace_substring(ts_f, ".", ""), pa.int64())
         level = pc.cast(pc.utf8_slice_codeunits(lvl_f, -1), pa.int8())
 
-        thread = pc.extract_regex(msg, _THREAD).field("thread")
+        thread = pc.struct_field(pc.extract_regex(msg, _THREAD), "thread")
         rest = pc.replace_substring_regex(msg, _THREAD_STRIP, "", max_replacements=1)
-        broker = pc.extract_regex(rest, _BROKER).field("broker")
+        broker = pc.struct_field(pc.extract_regex(rest, _BROKER), "broker")
         text = pc.replace_substring_regex(rest, _BROKER_STRIP, "", max_replacements=1)
 
         codes = np.zeros(m, dtype=np.int8)

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs everything kdiag and its tests need on a fresh Debian machine:
+# the real strace, TLS terminator and Java for Spark, then kdiag itself.
+set -euo pipefail
+cd "$(dirname "$0")"
+need=()
+for tool in strace:strace stunnel4:stunnel4 socat:socat openssl:openssl java:openjdk-17-jre-headless ip:iproute2; do
+    command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
+done
+if [ "${#need[@]}" -gt 0 ]; then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+python3 -m pip install -q --disable-pip-version-check -e '.[test]'

@@ -1,0 +1,20 @@
+from conftest import CAPTURES
+from parsers.stats import looks_like, parse_lines
+
+
+def test_real_statistics():
+    lines = (CAPTURES / "nagle_on" / "stats.jsonl").read_text().splitlines()
+    t, c = parse_lines(lines)
+    assert c.parsed == len(lines) >= 1 and c.skipped_total == 0
+    rows = [r for r in t.to_pylist() if r["nodeid"] not in (-1, None) and r["rtt_p50_ms"]]
+    assert rows, "a broker with rtt windows"
+    # librdkafka's own rtt window agrees with the stall: ~43 ms
+    assert 35 < rows[-1]["rtt_p50_ms"] < 60
+    assert looks_like(lines) == 1.0
+
+
+def test_bad_statistics_lines():
+    t, c = parse_lines(["", "{bad", "[]", '{"brokers": 3}', '{"name": "x", "brokers": {"b": {"rtt": {"p50": "NaN"}, "nodeid": 1e30}}}'])
+    assert c.lines == 5 and c.parsed == 1 and c.skipped == {"empty": 1, "not_json": 1, "not_statistics": 2}
+    row = t.to_pylist()[0]
+    assert row["rtt_p50_ms"] is None and row["nodeid"] is None
