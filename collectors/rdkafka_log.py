@@ -15,7 +15,7 @@ NAME = "rdkafka_log"
 # protocol: Sent/Received/CorrId/rtt; broker: connects and state changes;
 # msg: per-message batching decisions.
 DEBUG_CONTEXTS = "protocol,broker,msg"
-STATS_INTERVAL_MS = 1000
+STATS_INTERVAL_MS = 500
 
 
 def producer_config(user: dict[str, str]) -> dict[str, str]:

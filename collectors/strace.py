@@ -41,7 +41,7 @@ def check() -> str | None:
     return unmet(REQUIRES)
 
 
-def wrap(cmd: list[str], out_path: str) -> tuple[list[str], CollectorStatus]:
+def wrap(cmd: list[str], out_path: str, flags: list[str] = FLAGS) -> tuple[list[str], CollectorStatus]:
     """The command line that runs ``cmd`` under strace, or ``cmd`` itself
     with a skipped status when strace cannot run here."""
     status = CollectorStatus(NAME)
@@ -50,6 +50,6 @@ def wrap(cmd: list[str], out_path: str) -> tuple[list[str], CollectorStatus]:
         status.state, status.reason = "skipped", reason
         return cmd, status
     status.version = version()
-    status.command = ["strace", *FLAGS, "-o", out_path, "--", *cmd]
+    status.command = ["strace", *flags, "-o", out_path, "--", *cmd]
     status.files = [out_path]
     return status.command, status

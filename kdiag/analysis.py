@@ -402,6 +402,10 @@ def _finding(cause: str, rs: list[dict], share: float, n: int, path_rtt, rtt_bou
             elif default_nodelay is False:
                 ev.append(f"TCP_NODELAY not seen (capture started after connect); librdkafka {version} "
                           f"leaves Nagle on by default")
+            elif default_nodelay is True:
+                ev.append(f"TCP_NODELAY not seen (capture started after connect); librdkafka {version} sets it "
+                          f"unless socket.nagle.disable=false was set: if it is set, the stall is in the path "
+                          f"(nagle_in_path)")
             else:
                 ev.append("TCP_NODELAY not seen (capture started after connect)")
             f["fix_text"] = ("set socket.nagle.disable=true (librdkafka's default from v2.10.0); "

@@ -8,8 +8,9 @@ from kdiag import __version__
 from kdiag.tables import Parsed, parse_paths, write_tables
 
 
-def analyse(raw: list[Path], tables_dir: Path, meta: dict | None = None, spark=None) -> tuple[dict, Parsed]:
-    parsed = parse_paths(raw)
+def analyse(raw: list[Path], tables_dir: Path, meta: dict | None = None, spark=None,
+            base: Path | None = None) -> tuple[dict, Parsed]:
+    parsed = parse_paths(raw, base=base)
     write_tables(parsed.tables, tables_dir)
     meta = {"kdiag_version": __version__, **(meta or {})}
     if spark is None:

@@ -12,8 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+
+# The config (which may hold passwords) comes through the environment: strace
+# prints a file's contents as the probe reads it, and argv in execve(), but
+# shows the environment only as "/* N vars */".
+CONFIG_ENV = "KDIAG_PROBE_CONFIG"
 
 
 def run(config: dict, topic: str, messages: int, size: int, stats_path: str | None,
@@ -71,7 +77,8 @@ def run(config: dict, topic: str, messages: int, size: int, stats_path: str | No
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kdiag.probe")
-    ap.add_argument("--config", required=True, help="JSON file of librdkafka properties")
+    ap.add_argument("--config-env", default=CONFIG_ENV,
+                    help="environment variable holding the librdkafka properties as JSON")
     ap.add_argument("--topic", required=True)
     ap.add_argument("--messages", type=int, default=100)
     ap.add_argument("--size", type=int, default=2048)
@@ -79,8 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", help="write one JSON line per message here")
     ap.add_argument("--summary", help="write the run's summary JSON here")
     a = ap.parse_args(argv)
-    with open(a.config) as f:
-        config = json.load(f)
+    config = json.loads(os.environ.get(a.config_env) or "{}")
     summary = run(config, a.topic, a.messages, a.size, a.stats, a.results)
     if a.summary:
         with open(a.summary, "w") as f:

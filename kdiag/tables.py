@@ -63,26 +63,37 @@ def parse_file(path: Path, kind: str) -> tuple[pa.Table, dict, str | None]:
     return pa.concat_tables(parts), counts, getattr(parser, "clock", None)
 
 
-def parse_paths(paths: list[Path]) -> Parsed:
+def _shown(path: Path, base: Path | None) -> str:
+    if base is not None:
+        try:
+            return str(path.resolve().relative_to(base.resolve()))
+        except ValueError:
+            pass
+    return str(path)
+
+
+def parse_paths(paths: list[Path], base: Path | None = None) -> Parsed:
+    """``base``: paths are reported relative to it (a bundle's root)."""
     out = Parsed()
     by_table: dict[str, list[pa.Table]] = {}
     clocks: set[str] = set()
     for path in paths:
         path = Path(path)
-        entry = {"path": str(path), "kind": None, "bytes": None}
+        shown = _shown(path, base)
+        entry = {"path": shown, "kind": None, "bytes": None}
         try:
             entry["bytes"] = path.stat().st_size
             kind = detect(path)
         except OSError as e:
             entry["error"] = f"cannot read: {e.strerror or e}"
-            out.notes.append(f"{path}: cannot read ({e.strerror or e})")
+            out.notes.append(f"{shown}: cannot read ({e.strerror or e})")
             out.files.append(entry)
             continue
         entry["kind"] = kind
         if kind is None:
             what = "empty" if entry["bytes"] == 0 else "not a format kdiag reads"
             entry["error"] = what
-            out.notes.append(f"{path}: {what}; skipped whole")
+            out.notes.append(f"{shown}: {what}; skipped whole")
             out.files.append(entry)
             continue
         table, counts, clock = parse_file(path, kind)
@@ -91,7 +102,7 @@ def parse_paths(paths: list[Path]) -> Parsed:
         entry["counts"] = counts
         if counts["skipped_total"]:
             out.notes.append(
-                f"{path}: {counts['skipped_total']} of {counts['lines']} lines not parsed "
+                f"{shown}: {counts['skipped_total']} of {counts['lines']} lines not parsed "
                 f"({', '.join(f'{k} {v}' for k, v in sorted(counts['skipped'].items()))})")
         out.files.append(entry)
         by_table.setdefault(_TABLE_OF[kind], []).append(table)

@@ -23,6 +23,7 @@ from pathlib import Path
 from collectors import rdkafka_log as c_log
 from collectors import strace as c_strace
 from kdiag import __version__, bundle, redact
+from kdiag import probe as probe_mod
 from kdiag.errors import KdiagError, UsageError
 
 PROBE_TOPIC = "kdiag-probe"
@@ -116,9 +117,6 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
             lab_info = the_lab.to_dict()
             base = {**the_lab.client_config(), **LAB_DEFAULTS}
         config = c_log.producer_config({**PROBE_DEFAULTS, **base, **user})
-        cfg_path = work / "probe-config.json"   # holds secrets: stays out of the bundle
-        cfg_path.write_text(json.dumps(config))
-        os.chmod(cfg_path, 0o600)
 
         paths = {
             "log": raw / "rdkafka_log" / "rdkafka.log",
@@ -127,7 +125,7 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
             "results": raw / "probe" / "messages.jsonl",
             "summary": raw / "probe" / "summary.json",
         }
-        cmd = [sys.executable, "-m", "kdiag.probe", "--config", str(cfg_path), "--topic", opts.topic,
+        cmd = [sys.executable, "-m", "kdiag.probe", "--topic", opts.topic,
                "--messages", str(opts.messages), "--size", str(opts.size),
                "--stats", str(paths["stats"]), "--results", str(paths["results"]),
                "--summary", str(paths["summary"])]
@@ -139,7 +137,8 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
         log(f"probe: {opts.messages} x {opts.size} B to {config['bootstrap.servers']} "
             f"(socket.nagle.disable={config.get('socket.nagle.disable', 'librdkafka default')})")
         started = int(time.time() * 1e6)
-        partial, probe_rc = _run_probe(full_cmd, paths["log"], opts.timeout_s, log)
+        env = {**os.environ, probe_mod.CONFIG_ENV: json.dumps(config)}
+        partial, probe_rc = _run_probe(full_cmd, paths["log"], opts.timeout_s, log, env)
         ended = int(time.time() * 1e6)
         for st in (st_strace, st_log):
             st.started_us, st.ended_us = started, ended
@@ -165,8 +164,9 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
     import confluent_kafka
 
     meta = {"librdkafka_version": confluent_kafka.libversion()[0]}
+    scrubbed = redact.scrub_tree(raw, redact.secret_values(config))
     raw_inputs = [p for k, p in paths.items() if k in ("log", "strace", "stats") and p.exists()]
-    findings, parsed = analyse(raw_inputs, staging / "tables", meta, spark=spark_holder["spark"])
+    findings, parsed = analyse(raw_inputs, staging / "tables", meta, spark=spark_holder["spark"], base=staging)
     findings["probe"] = probe
     findings["partial"] = partial
 
@@ -181,6 +181,7 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
         "argv": redact.argv(opts.argv),
         "mode": "lab" if lab_info else "brokers",
         "partial": partial,
+        "redaction": {"secret_values": len(redact.secret_values(config)), "replacements": scrubbed},
         "producer_config": redact.config(config),
         "versions": {
             "librdkafka": confluent_kafka.libversion()[0],
@@ -198,13 +199,13 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
     return TraceResult(findings, out_path, probe, partial)
 
 
-def _run_probe(cmd: list[str], log_path: Path, timeout_s: float, log) -> tuple[bool, int | None]:
+def _run_probe(cmd: list[str], log_path: Path, timeout_s: float, log, env: dict) -> tuple[bool, int | None]:
     """Run the probe with its stderr (librdkafka's log) streaming to disk.
     Returns (partial, exit code)."""
     partial = False
     with open(log_path, "wb") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, env=env)
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:

@@ -1,0 +1,65 @@
+import io
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+
+from conftest import CAPTURES, ROOT
+from kdiag.cli import Environment, main
+from kdiag.status import ExitStatus
+
+
+def run(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    rc = main(list(argv), Environment(stdout=out, stderr=err))
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_import_stays_light():
+    code = ("import sys, kdiag, kdiag.cli, parsers, collectors; "
+            "heavy = [m for m in ('pyspark', 'scapy', 'confluent_kafka', 'pyarrow') if m in sys.modules]; "
+            "print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_help_ends_with_examples():
+    for cmd in ("trace", "replay", "parse", "lab"):
+        out = io.StringIO()
+        rc = main([cmd, "--help"], Environment(stdout=out, stderr=out)) if False else None
+        res = subprocess.run([sys.executable, "-m", "kdiag", cmd, "--help"], capture_output=True, text=True, cwd=ROOT)
+        assert res.returncode == 0
+        tail = res.stdout.split("examples:")[-1]
+        assert "examples:" in res.stdout and "kdiag " + cmd in tail
+
+
+def test_usage_errors():
+    assert run("trace", "-X", "novalue")[0] == ExitStatus.USAGE
+    assert run("trace", "--messages", "0")[0] == ExitStatus.USAGE
+    assert run("bogus")[0] == ExitStatus.USAGE
+    assert run()[0] == ExitStatus.USAGE
+    rc, _, err = run("trace", "-F", "/nonexistent/client.properties")
+    assert rc == ExitStatus.USAGE and "client.properties" in err
+
+
+def test_parse_writes_one_parquet_per_table(tmp_path):
+    d = CAPTURES / "nagle_on"
+    rc, out, _ = run("parse", str(d / "rdkafka.log"), str(d / "strace.txt"), str(d / "stats.jsonl"),
+                     "-o", str(tmp_path))
+    assert rc == 0
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["log_writes.parquet", "rdkafka_events.parquet", "stats.parquet", "syscalls.parquet"]
+    ev = pq.read_table(tmp_path / "rdkafka_events.parquet")
+    assert ev.num_rows == len((d / "rdkafka.log").read_text().splitlines())
+    lw = pq.read_table(tmp_path / "log_writes.parquet").to_pylist()
+    sends = [r for r in lw if r["event"] == "send" and r["request"] == "Produce"]
+    assert len(sends) == 30 and all(r["pid"] and r["ts_us"] for r in sends)
+    assert "strace.txt: strace" in out
+
+
+def test_properties_file(tmp_path):
+    from kdiag.trace import read_properties
+
+    p = tmp_path / "client.properties"
+    p.write_text("# comment\nsecurity.protocol = ssl\n\nsasl.password=a=b\n")
+    assert read_properties(p) == {"security.protocol": "ssl", "sasl.password": "a=b"}
