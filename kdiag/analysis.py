@@ -316,8 +316,8 @@ def judge(rows: list[dict], conns: list[dict], stats, version: str | None, sourc
         },
         "path_rtt_ms": _r(path_rtt, 3),
         "path_rtt_source": None if path_rtt is None else (
-            "strace connect() handshake, upper bound (it finished before librdkafka polled)"
-            if rtt_bound else "strace connect() handshake"),
+            "strace: connect() to writable; an upper bound, the handshake was over before librdkafka polled"
+            if rtt_bound else "strace: connect() to writable"),
         "path_rtt_upper_bound": rtt_bound if path_rtt is not None else None,
         "first_send_us": rows[0]["send_us"] if rows else None,
         "last_recv_us": rows[-1]["recv_us"] if rows else None,

@@ -30,7 +30,8 @@ def render(findings: dict, *, bundle: str | None = None, probe: dict | None = No
                f"client queue {_fmt(sp.get('client_queue'))} | socket send {_fmt(sp.get('socket_send'))} | "
                f"wait for response {_fmt(sp.get('wait_response'))} | read {_fmt(sp.get('read_response'))}")
     if s.get("path_rtt_ms") is not None:
-        out.append(f"  PATH RTT(ms) {_fmt(s['path_rtt_ms'])} ({s.get('path_rtt_source')})")
+        le = "<= " if s.get("path_rtt_upper_bound") else ""
+        out.append(f"  PATH RTT(ms) {le}{_fmt(s['path_rtt_ms'])} ({s.get('path_rtt_source')})")
     out.append("")
     fs = findings.get("findings", [])
     out.append(f"VERDICT: {findings.get('verdict')}")
