@@ -63,3 +63,23 @@ def test_properties_file(tmp_path):
     p = tmp_path / "client.properties"
     p.write_text("# comment\nsecurity.protocol = ssl\n\nsasl.password=a=b\n")
     assert read_properties(p) == {"security.protocol": "ssl", "sasl.password": "a=b"}
+
+
+def test_lab_up_status_down(tmp_path, monkeypatch):
+    import json
+
+    from conftest import need
+
+    need("stunnel4")
+    monkeypatch.setenv("KDIAG_LAB_DIR", str(tmp_path / "lab"))
+    rc, out, _ = run("lab", "up")
+    assert rc == 0
+    up = json.loads(out)
+    try:
+        rc, out, _ = run("lab", "status")
+        assert rc == 0 and json.loads(out)["tls_port"] == up["tls_port"]
+    finally:
+        rc, out, _ = run("lab", "down")
+    assert rc == 0 and out == "stopped\n"
+    rc, out, _ = run("lab", "status")
+    assert rc == ExitStatus.NO_DATA and out == "no lab running\n"
