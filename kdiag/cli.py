@@ -167,22 +167,20 @@ def cmd_replay(args, env: Environment) -> ExitStatus:
 
 
 def cmd_parse(args, env: Environment) -> ExitStatus:
-    from kdiag.tables import parse_paths, write_tables
+    from kdiag.tables import parse_paths
 
     for p in args.paths:
         if not p.exists():
             raise UsageError(f"{p}: no such file or directory")
-    parsed = parse_paths(list(args.paths))
-    written = write_tables(parsed.tables, args.output)
+    parsed = parse_paths(list(args.paths), args.output)
     for f in parsed.files:
         c = f.get("counts") or {}
         env.stdout.write(f"{f['path']}: {f['kind'] or 'not recognised'}; lines {c.get('lines', 0)}, "
                          f"parsed {c.get('parsed', 0)}, skipped {c.get('skipped_total', 0)}"
                          + (f" ({f['error']})" if f.get("error") else "") + "\n")
-    for w in written:
-        import pyarrow.parquet as pq
-
-        env.stdout.write(f"{w}: {pq.read_metadata(w).num_rows} rows\n")
+    for name, path in sorted(parsed.paths.items()):
+        env.stdout.write(f"{path}: {parsed.rows[name]} rows\n")
+    written = parsed.paths
     return ExitStatus.OK if written else ExitStatus.NO_DATA
 
 

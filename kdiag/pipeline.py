@@ -5,13 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from kdiag import __version__
-from kdiag.tables import Parsed, parse_paths, write_tables
+from kdiag.tables import Parsed, parse_paths
 
 
 def analyse(raw: list[Path], tables_dir: Path, meta: dict | None = None, spark=None,
             base: Path | None = None) -> tuple[dict, Parsed]:
-    parsed = parse_paths(raw, base=base)
-    write_tables(parsed.tables, tables_dir)
+    parsed = parse_paths(raw, tables_dir, base=base)
     meta = {"kdiag_version": __version__, **(meta or {})}
     if spark is None:
         from kdiag.spark import session

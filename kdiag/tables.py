@@ -42,25 +42,41 @@ _TABLE_OF = {"rdkafka_log": "rdkafka_events", "strace": "syscalls", "stats": "st
 
 @dataclass
 class Parsed:
-    tables: dict[str, pa.Table] = field(default_factory=dict)
-    files: list[dict] = field(default_factory=list)     # per input: path, kind, counts
-    notes: list[str] = field(default_factory=list)      # what could not be read, in words
+    rows: dict[str, int] = field(default_factory=dict)     # table -> rows written
+    paths: dict[str, Path] = field(default_factory=dict)   # table -> Parquet file
+    files: list[dict] = field(default_factory=list)        # per input: path, kind, counts
+    notes: list[str] = field(default_factory=list)         # what could not be read, in words
 
-    def table(self, name: str) -> pa.Table | None:
-        return self.tables.get(name)
+    def read(self, name: str) -> pa.Table | None:
+        import pyarrow.parquet as pq
+
+        return pq.read_table(self.paths[name]) if name in self.paths else None
 
 
-def parse_file(path: Path, kind: str) -> tuple[pa.Table, dict, str | None]:
-    parser = _parser(kind)
-    parts = []
-    cut = 0
-    for chunk in iter_line_chunks(path):
-        cut += chunk.cut_lines
-        parts.append(parser.feed(chunk.lines, chunk.first_line_no))
-    parts.append(parser.finish())
-    counts = parser.counts.to_dict()
-    counts["long_lines_cut"] = cut
-    return pa.concat_tables(parts), counts, getattr(parser, "clock", None)
+class _Sink:
+    """One Parquet file per table, written chunk by chunk: memory holds one
+    chunk's rows, however long the capture."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.out_dir = out_dir
+        self.writers: dict = {}
+        self.rows: dict[str, int] = {}
+
+    def write(self, name: str, table: pa.Table) -> None:
+        import pyarrow.parquet as pq
+
+        if name not in self.writers:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self.writers[name] = pq.ParquetWriter(self.out_dir / f"{name}.parquet", table.schema)
+            self.rows[name] = 0
+        if len(table):
+            self.writers[name].write_table(table)
+            self.rows[name] += len(table)
+
+    def close(self) -> dict[str, Path]:
+        for w in self.writers.values():
+            w.close()
+        return {name: self.out_dir / f"{name}.parquet" for name in self.writers}
 
 
 def _shown(path: Path, base: Path | None) -> str:
@@ -72,90 +88,95 @@ def _shown(path: Path, base: Path | None) -> str:
     return str(path)
 
 
-def parse_paths(paths: list[Path], base: Path | None = None) -> Parsed:
-    """``base``: paths are reported relative to it (a bundle's root)."""
+def parse_paths(paths: list[Path], out_dir: Path, base: Path | None = None) -> Parsed:
+    """Parse every file into ``out_dir/<table>.parquet``. ``base``: paths are
+    reported relative to it (a bundle's root)."""
     out = Parsed()
-    by_table: dict[str, list[pa.Table]] = {}
-    clocks: set[str] = set()
+    sink = _Sink(Path(out_dir))
+    day_offsets: list[int] = []
+    tod = False
     for path in paths:
         path = Path(path)
         shown = _shown(path, base)
         entry = {"path": shown, "kind": None, "bytes": None}
+        out.files.append(entry)
         try:
             entry["bytes"] = path.stat().st_size
             kind = detect(path)
         except OSError as e:
             entry["error"] = f"cannot read: {e.strerror or e}"
             out.notes.append(f"{shown}: cannot read ({e.strerror or e})")
-            out.files.append(entry)
             continue
         entry["kind"] = kind
         if kind is None:
             what = "empty" if entry["bytes"] == 0 else "not a format kdiag reads"
             entry["error"] = what
             out.notes.append(f"{shown}: {what}; skipped whole")
-            out.files.append(entry)
             continue
-        table, counts, clock = parse_file(path, kind)
-        if clock:
-            clocks.add(clock)
+        parser = _parser(kind)
+        cut = 0
+        for chunk in iter_line_chunks(path):
+            cut += chunk.cut_lines
+            _emit(sink, kind, parser.feed(chunk.lines, chunk.first_line_no), day_offsets)
+        _emit(sink, kind, parser.finish(), day_offsets)
+        tod |= getattr(parser, "clock", None) == "time_of_day"
+        counts = parser.counts.to_dict()
+        counts["long_lines_cut"] = cut
         entry["counts"] = counts
         if counts["skipped_total"]:
             out.notes.append(
                 f"{shown}: {counts['skipped_total']} of {counts['lines']} lines not parsed "
                 f"({', '.join(f'{k} {v}' for k, v in sorted(counts['skipped'].items()))})")
-        out.files.append(entry)
-        by_table.setdefault(_TABLE_OF[kind], []).append(table)
-    for name, parts in by_table.items():
-        out.tables[name] = pa.concat_tables(parts)
-    sc = out.tables.get("syscalls")
-    if sc is not None and len(sc):
-        lw = log_writes(sc)
-        if "time_of_day" in clocks:
-            sc, lw, note = _align_time_of_day(sc, lw)
-            out.tables["syscalls"] = sc
-            out.notes.append(note)
-        out.tables["log_writes"] = lw
+    out.paths = sink.close()
+    out.rows = sink.rows
+    if tod:
+        out.notes.append(_date_time_of_day(out, day_offsets))
     return out
+
+
+def _emit(sink: _Sink, kind: str, table: pa.Table, day_offsets: list[int]) -> None:
+    sink.write(_TABLE_OF[kind], table)
+    if kind == "strace" and len(table):
+        lw = log_writes(table)
+        sink.write("log_writes", lw)
+        if len(lw):
+            diff = pc.subtract(lw["log_ts_us"], lw["ts_us"])
+            day_offsets.append(round(pc.approximate_median(diff).as_py() / DAY_US))
 
 
 def log_writes(syscalls: pa.Table) -> pa.Table:
     from parsers.rdkafka_log import parse_lines
 
-    has = pc.is_valid(syscalls["data"])
-    rows = syscalls.filter(has)
+    rows = syscalls.filter(pc.is_valid(syscalls["data"]))
     text = pc.utf8_rtrim(rows["data"], characters="\n")
-    events, _ = parse_lines(text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text, 0)
+    text = text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text
+    events, _ = parse_lines(text, 0)
     # Lines that are not librdkafka's are other stderr output; not an error.
-    idx = events["line_no"]
-    src = rows.select(["line_no", "pid", "ts_us"]).take(idx)
+    src = rows.select(["line_no", "pid", "ts_us"]).take(events["line_no"])
     cols = {n: events[n] for n in events.column_names if n not in ("line_no", "ts_us")}
     return pa.table({"line_no": src["line_no"], "pid": src["pid"], "ts_us": src["ts_us"],
                      "log_ts_us": events["ts_us"], **cols})
 
 
-def _align_time_of_day(sc: pa.Table, lw: pa.Table) -> tuple[pa.Table, pa.Table, str]:
-    """strace -tt prints the time of day only; librdkafka's own timestamp in
-    the lines the producer wrote gives the date."""
-    if len(lw) == 0:
-        return sc, lw, "strace timestamps are time of day only and no librdkafka line dates them"
-    diff = pc.subtract(lw["log_ts_us"], lw["ts_us"])
-    days = round(pc.approximate_median(diff).as_py() / DAY_US)
-    shift = days * DAY_US
-    sc = sc.set_column(sc.schema.get_field_index("ts_us"), "ts_us", pc.add(sc["ts_us"], shift))
-    lw = lw.set_column(lw.schema.get_field_index("ts_us"), "ts_us", pc.add(lw["ts_us"], shift))
-    return sc, lw, "strace timestamps were time of day only; dated from librdkafka's own timestamps"
-
-
-def write_tables(tables: dict[str, pa.Table], out_dir: Path) -> list[Path]:
-    """One Parquet file per table: Spark reads Parquet natively (it has no
-    Arrow IPC reader), and so do pandas, DuckDB and pyarrow."""
+def _date_time_of_day(parsed: Parsed, day_offsets: list[int]) -> str:
+    """strace -tt prints the time of day only; librdkafka's own timestamps in
+    the lines the producer wrote give the date. Rewrites the two strace
+    tables' ts_us, row group by row group."""
     import pyarrow.parquet as pq
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, table in tables.items():
-        path = out_dir / f"{name}.parquet"
-        pq.write_table(table, path)
-        written.append(path)
-    return written
+    if not day_offsets:
+        return "strace timestamps are time of day only and no librdkafka line dates them"
+    shift = max(set(day_offsets), key=day_offsets.count) * DAY_US
+    for name in ("syscalls", "log_writes"):
+        path = parsed.paths.get(name)
+        if path is None:
+            continue
+        tmp = path.with_suffix(".dated")
+        src = pq.ParquetFile(path)
+        with pq.ParquetWriter(tmp, src.schema_arrow) as w:
+            for i in range(src.num_row_groups):
+                t = src.read_row_group(i)
+                t = t.set_column(t.schema.get_field_index("ts_us"), "ts_us", pc.add(t["ts_us"], shift))
+                w.write_table(t)
+        tmp.replace(path)
+    return "strace timestamps were time of day only; dated from librdkafka's own timestamps"

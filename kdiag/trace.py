@@ -193,7 +193,7 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
         "lab": lab_info,
         "collectors": [st_log.to_dict(), st_strace.to_dict()],
         "parse": parsed.files,
-        "tables": {name: {"rows": t.num_rows, "schema_version": 1} for name, t in parsed.tables.items()},
+        "tables": {name: {"rows": n, "schema_version": 1} for name, n in parsed.rows.items()},
     }
     bundle.write(staging, out_path, manifest)
     return TraceResult(findings, out_path, probe, partial)
