@@ -18,7 +18,9 @@ def session(app: str = "kdiag"):
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app)
-    if "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", "") and not os.environ.get("SPARK_MASTER"):
+    # Under spark-submit the JVM already runs (its gateway port is in the
+    # environment) with the master the user gave it: keep that.
+    if not os.environ.get("PYSPARK_GATEWAY_PORT"):
         builder = builder.master(os.environ.get("KDIAG_SPARK_MASTER", "local[2]"))
     spark = (
         builder.config("spark.ui.enabled", "false")
