@@ -57,16 +57,18 @@ that matters.
 
 Lines that give no row are counted in ``counts.skipped`` by reason:
 ``blank``, ``strace_message`` (``strace: Process 123 attached``,
-``[ Process PID=123 runs in x32 mode. ]``), ``unrecognised`` (not strace
-output), ``truncated`` (starts like strace output but the end is missing or
+``[ Process PID=123 runs in x32 mode. ]``), ``stack_trace`` (the
+`` > /lib/...`` lines of -k), ``unrecognised`` (not strace output), ``truncated`` (starts like strace output but the end is missing or
 unreadable). A ``<... resumed>`` line with no pending call on its pid still
 gives a row (what it knows: its own time, the resumed arguments, ret, errno,
 dur) but is counted as skipped ``orphan_resumed`` rather than parsed.
 
-Parsing is vectorised: every line goes through a few RE2 passes over the
-whole Arrow array and numpy index arithmetic; nothing loops over lines in
-Python except the unescaping of unusual ``data`` strings and the pairing of
-the rare resumed call whose pid prefix appeared only after it started.
+Parsing is vectorised: a few RE2 passes over whole Arrow arrays, numpy
+index arithmetic for cutting strings and for pairing unfinished calls with
+their resumption (a stable sort by pid puts each thread's lines together).
+Nothing loops over lines in Python except the unescaping of unusual
+``data`` strings and the pairing of the rare call whose pid prefix changed
+between its two lines (stderr output).
 """
 from __future__ import annotations
 
@@ -88,6 +90,10 @@ BLOCK_LINES = 1 << 17
 TAIL_WINDOW = 192
 # How many leading lines decide the line format (see _learn_format).
 SAMPLE_LINES = 256
+# Bounds on the search for a resumed call's start across pid prefixes
+# (see _adopt_orphans): orphans tried per block, candidates per orphan.
+ADOPT_MAX = 1000
+ADOPT_LOOKBACK = 64
 
 
 def _field(name: str, type_: pa.DataType, doc: str, unit: str | None = None) -> pa.Field:
@@ -119,10 +125,11 @@ SCHEMA = pa.schema(
 # Per-line classification. Codes up to _KILLED are rows.
 _SYSCALL, _UNFINISHED, _RESUMED, _DETACHED, _SIGNAL, _EXIT, _KILLED = range(7)
 _CONT = 7  # second half of a line that an strace message cut in two
-_BLANK, _MESSAGE, _UNRECOGNISED, _TRUNCATED = 8, 9, 10, 11
+_BLANK, _MESSAGE, _STACK, _UNRECOGNISED, _TRUNCATED = 8, 9, 10, 11, 12
 _SKIP_REASON = {
     _BLANK: "blank",
     _MESSAGE: "strace_message",
+    _STACK: "stack_trace",
     _UNRECOGNISED: "unrecognised",
     _TRUNCATED: "truncated",
 }
@@ -200,18 +207,25 @@ _TAIL_REV = (
 )
 _TAIL_REV_DUR = _TAIL_REV.format(r">\d{1,9}\.\d{1,9}< ")
 _TAIL_REV_NODUR = _TAIL_REV.format("")
-# Forwards and in full, for the rest. Leftmost match, like the reversed one.
+# Forwards and on the whole line, for what the reversed patterns miss:
+#   ") = 3</dev/null<char 1:3>> <0.000014>", ") = -1 512 (Unknown error 512)",
+# tails longer than the window. Leftmost match, like the reversed one.
 _TAIL_ANY = (
     r"(?P<t>\) += (?P<v>(?:-?\d+|0x[0-9a-fA-F]+|\?)(?:<(?:[^<>]|->|<[^<>]*>)*>)?)"
     r"(?: (?P<err>E[A-Z0-9_]+|\d+))?(?: \([^\"]*\))?"
     r"(?: <(?P<d>\d{1,9}\.\d{1,9})>)?)$"
 )
+# " ENOENT (No such file or directory)": the errno part of a tail.
 _ERRNO = r"^ (?P<e>E[A-Z0-9_]+)"
 # "wait4(-1, strace: Process 5940 attached" then " <unfinished ...>": on
 # stderr strace's own messages can cut a line in two.
 _SPLIT_MSG = r"^(?P<pre>.+?)strace: Process \d+ (?:attached|detached)$"
+# Between "--- " and " ---": "SIGCHLD {si_signo=SIGCHLD, ...}", "stopped by SIGSTOP".
 _SIGNAL_BODY = r"^(?:stopped by )?(?P<sig>SIG[A-Z0-9_+-]+|\d+)"
+# Between "+++ " and " +++": "exited with 0", "killed by SIGKILL (core dumped)".
 _EXIT_BODY = r"^(?:exited with (?P<st>\d{1,9})|killed by (?P<sig>SIG[A-Z0-9_+-]+|\d+))"
+# The first C string of the arguments: '2</tmp/x.log>, "%7|...CorrId 20)\n", 157'
+# or 'writev(2, [{iov_base="...", iov_len=5}], 1'.
 _QUOTED = r'^[^"]*"(?P<q>(?:[^"\\]|\\.)*)"'
 _UNUSUAL_ESCAPE = r'\\[^ntr"]'
 
@@ -375,12 +389,14 @@ def _seconds_us(s: pa.Array, tod: np.ndarray) -> np.ndarray:
     # integers.
     simple = ~tod & (dot >= 0) & (dot <= 10) & (frac_digits <= 6)
     out = np.empty(n, dtype=np.int64)
-    if simple.all():
-        out[:] = np.rint(pc.cast(s, pa.float64()).to_numpy(zero_copy_only=False) * 1e6)
-        return out
     if simple.any():
-        sub = s.filter(pa.array(simple))
-        out[simple] = np.rint(pc.cast(sub, pa.float64()).to_numpy(zero_copy_only=False) * 1e6)
+        sub = s if simple.all() else s.filter(pa.array(simple))
+        us = np.rint(pc.cast(sub, pa.float64()).to_numpy(zero_copy_only=False) * 1e6)
+        exact = us < 2.0**53
+        out[simple] = np.where(exact, us, 0).astype(np.int64)
+        simple[np.flatnonzero(simple)[~exact]] = False
+        if simple.all():
+            return out
     hard = ~simple
     sub = s.filter(pa.array(hard))
     digits = pc.replace_substring(pc.replace_substring(sub, ".", ""), ":", "")
@@ -577,10 +593,10 @@ class StraceParser:
         lines = _as_string_array(lines)
         first = int(first_line_no)
         out = []
-        if self._carry is not None:
+        if self._carry is not None and len(lines):
             text, no = self._carry
             self._carry = None
-            if no + 1 == first and len(lines):
+            if no + 1 == first:
                 lines = pa.concat_arrays([pa.array([text], pa.string()), lines])
                 first = no
             else:  # its continuation is not next: it stays cut
@@ -605,10 +621,7 @@ class StraceParser:
         if len(pend):
             m = len(pend)
             out.append(self._emit(pend, np.arange(m), np.full(m, -1), np.ones(m, dtype=bool)))
-        t = _concat(out)
-        if t.num_rows > 1:
-            t = t.take(pc.sort_indices(t["line_no"]))
-        return t
+        return _concat(out)
 
     # -- line layout ------------------------------------------------------------
 
@@ -618,6 +631,9 @@ class StraceParser:
         sample = lines.slice(0, SAMPLE_LINES)
         head = pc.extract_regex(sample, pattern=_HEAD_ANY)
         valid = np.asarray(head.is_valid())
+        # strace's own messages ("strace: Process 1 attached") have no prefix.
+        tok = head.field("tok").fill_null("")
+        valid &= ~np.asarray(pc.or_(pc.starts_with(tok, "strace"), pc.starts_with(tok, "[")))
         if not valid.any():
             return
         row = head[int(np.flatnonzero(valid)[0])].as_py()
@@ -761,6 +777,11 @@ class StraceParser:
         is_sig = ok & (first == ord("-"))
         is_exit = ok & (first == ord("+"))
         kind[ok & ~is_call & ((first == ord("s")) | (first == ord("[")))] = _MESSAGE
+        # -k prints the stack of each call on its own lines: " > /lib/...(fn+0x26) [0x1ab70]".
+        other = np.flatnonzero(~ok & (L > 3))
+        if len(other):
+            stack = np.asarray(pc.starts_with(_take_str(lines, other), " > "))
+            kind[other[stack]] = _STACK
 
         a_start = hlen
         a_stop = hlen.copy()
@@ -1015,24 +1036,24 @@ def _adopt_orphans(ev: _Events, partner, orphan, pending, paired_res) -> None:
     or the other way round ("[pid 11463] rt_sigsuspend([], 8 <unfinished
     ...>" ... "<... rt_sigsuspend resumed>) = ?"). Pair such a resumed line
     with the latest earlier unpaired call of the same name whose prefix
-    presence differs. Rare, so a plain loop over those rows."""
+    presence differs. Rare, so a plain loop, bounded for hostile input."""
     free = np.flatnonzero((ev.kind == _UNFINISHED) & (partner < 0))
-    if not len(free):
-        return
-    names = ev.name.to_pylist()
+    by_prefix = {True: free[ev.pid_ok[free]], False: free[~ev.pid_ok[free]]}
     taken: set[int] = set()
-    for r in np.flatnonzero(orphan):
-        best = -1
-        for u in free:
-            if u in taken or u >= r or ev.pid_ok[u] == ev.pid_ok[r]:
-                continue
-            if not names[r] or names[r] == names[u]:
-                best = u
-        if best >= 0:
-            taken.add(best)
-            partner[best] = r
-            paired_res[r] = True
-            pending[best] = False
+    for r in np.flatnonzero(orphan)[:ADOPT_MAX]:
+        cands = by_prefix[not ev.pid_ok[r]]
+        hi = int(np.searchsorted(cands, r))
+        if not hi:
+            continue
+        rname = ev.name[int(r)].as_py()
+        for u in cands[max(0, hi - ADOPT_LOOKBACK):hi][::-1]:
+            u = int(u)
+            if u not in taken and (not rname or rname == ev.name[u].as_py()):
+                taken.add(u)
+                partner[u] = r
+                paired_res[r] = True
+                pending[u] = False
+                break
 
 
 def _first_fd(args: pa.Array, name: pa.Array, rows: np.ndarray):
@@ -1143,10 +1164,24 @@ def _join_cut_lines(lines: pa.Array) -> tuple[pa.Array, np.ndarray]:
 
 
 def _concat(tables: list[pa.Table]) -> pa.Table:
+    """The tables' rows in line order."""
     tables = [t for t in tables if t.num_rows]
     if not tables:
         return _empty_table()
-    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    t = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    line_no = np.concatenate([c.to_numpy() for c in t["line_no"].chunks])
+    if len(line_no) < 2 or (line_no[1:] >= line_no[:-1]).all():
+        return t
+    # Only calls that completed in a later block are out of place, so the
+    # sorted order is a few long runs of the current one: stitch slices
+    # together rather than copy every row with take().
+    perm = np.argsort(line_no, kind="stable")
+    breaks = np.flatnonzero(perm[1:] != perm[:-1] + 1) + 1
+    if len(breaks) > 4096:
+        return t.take(pa.array(perm))
+    starts = np.concatenate([[0], breaks])
+    ends = np.concatenate([breaks, [len(perm)]])
+    return pa.concat_tables([t.slice(int(perm[a]), int(b - a)) for a, b in zip(starts, ends)])
 
 
 def _as_string_array(lines) -> pa.Array:
@@ -1170,11 +1205,7 @@ def parse_lines(lines: list[str] | pa.Array, first_line_no: int = 1) -> tuple[pa
     """Parse a whole input at once: one feed() and finish(), in line order."""
     p = StraceParser()
     a = p.feed(_as_string_array(lines), first_line_no)
-    b = p.finish()
-    if not b.num_rows:
-        return a, p.counts
-    t = pa.concat_tables([a, b])
-    return t.take(pc.sort_indices(t["line_no"])), p.counts
+    return _concat([a, p.finish()]), p.counts
 
 
 def looks_like(sample: list[str]) -> float:
