@@ -251,101 +251,135 @@ def analyze(spark, tables_dir: Path, meta: dict | None = None) -> dict:
         unknowns.append("no strace capture with the producer's log lines: a request's time cannot be split into socket and wait, and Nagle cannot be told from a slow broker")
 
     produce = reqs.filter(F.col("request") == "Produce")
-    cols = ["client", "broker", "corr_id", "send_us", "recv_us", "rtt_ms", "req_bytes", "pid", "fd",
-            "n_writes", "write_sizes", "send_ms", "wait_ms", "read_ms", "poll_ms", "total_ms", "send_line", "recv_line"]
-    rows = [r.asDict() for r in produce.select(*cols).orderBy("send_us").collect()]
-    n_all = reqs.count()
-    return judge(rows, conns, stats, version, source, unknowns, meta, n_all)
+    return judge(spark, produce, reqs, conns, stats, version, source, unknowns, meta)
 
 
-def _conn_for(req: dict, conns: list[dict]) -> dict | None:
-    best = None
-    for c in conns:
-        if c["fd"] == req.get("fd") and c["connect_us"] <= (req.get("send_us") or 0):
-            if best is None or c["connect_us"] > best["connect_us"]:
-                best = c
-    return best
+def attach_connections(spark, produce, conns: list[dict]):
+    """Each request gets the facts of the latest connect() on its fd before
+    it: a broadcast range join against a table of a few rows."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    cols = {"c_fd": "int", "connect_us": "long", "nodelay": "boolean", "connect_line": "long",
+            "peer": "string", "nodelay_line": "long"}
+    schema = ", ".join(f"{k} {t}" for k, t in cols.items())
+    rows = [(c["fd"], c["connect_us"], c["nodelay"], c["connect_line"], c["peer"], c["nodelay_line"]) for c in conns]
+    cdf = spark.createDataFrame(rows, schema)
+    cdf = cdf.withColumn("until_us", F.lead("connect_us").over(Window.partitionBy("c_fd").orderBy("connect_us")))
+    cond = ((F.col("fd") == F.col("c_fd")) & (F.col("send_us") >= F.col("connect_us"))
+            & (F.col("until_us").isNull() | (F.col("send_us") < F.col("until_us"))))
+    return produce.join(F.broadcast(cdf), cond, "left").drop("c_fd", "until_us")
 
 
-def judge(rows: list[dict], conns: list[dict], stats, version: str | None, source: str,
-          unknowns: list[str], meta: dict, n_all: int) -> dict:
-    """Per-request cause, then the verdict. The per-request rows are few
-    hundred to a few thousand per capture; the fleet-scale work (joins) is
-    already done by Spark."""
+def classify(produce, path_rtt: float | None):
+    """The cause of each request. Several writes, then a wait beyond the path
+    RTT about the delayed-ACK timer: Nagle (in the path when the client
+    socket has TCP_NODELAY). Otherwise a slow wait is the network when the
+    path RTT explains half of it, else the broker."""
+    from pyspark.sql import functions as F
+
+    rtt = F.lit(path_rtt).cast("double")
+    wait = F.col("wait_ms")
+    excess = wait - F.coalesce(rtt, F.lit(0.0))
+    several = F.coalesce(F.col("n_writes"), F.lit(0)) >= 2
+    nagle = several & (excess >= NAGLE_EXCESS_MIN_MS) & (excess <= NAGLE_EXCESS_MAX_MS)
+    cause = (
+        F.when(wait.isNull(), F.when(F.col("total_ms") > SLOW_MS, "unexplained_slow").otherwise("healthy"))
+        .when(nagle, F.when(F.col("nodelay") == F.lit(True), "nagle_in_path").otherwise("nagle_delayed_ack"))
+        .when(wait > SLOW_MS, F.when(rtt.isNotNull() & (rtt >= wait * 0.5), "network_latency").otherwise("broker_slow"))
+        .otherwise("healthy")
+    )
+    return produce.withColumn("cause", cause)
+
+
+def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, source: str,
+          unknowns: list[str], meta: dict) -> dict:
+    """Per-request causes in Spark; only aggregates and one example request
+    per cause come back to the driver, however many requests there are."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
     vt = _version_tuple(version)
     default_nodelay = None if vt is None else vt >= NAGLE_DEFAULT_FLIPPED
     measured = [c for c in conns if c.get("handshake_ms") is not None]
     path_rtt = _pctl([c["handshake_ms"] for c in measured], 0.5)
     rtt_bound = bool(measured) and all(c.get("handshake_upper_bound") for c in measured)
-    nodelay_unknown_fds: set = set()
-    per_cause: dict[str, list[dict]] = {}
-    for r in rows:
-        conn = _conn_for(r, conns) if r.get("fd") is not None else None
-        if conn is not None:
-            r["nodelay"], r["nodelay_source"] = conn["nodelay"], "strace"
-            r["conn"] = conn
-        else:
-            r["nodelay"], r["nodelay_source"] = None, None
-            if r.get("fd") is not None:
-                nodelay_unknown_fds.add(r["fd"])
-        wait = r.get("wait_ms")
-        excess = None if wait is None else wait - (path_rtt or 0.0)
-        several = (r.get("n_writes") or 0) >= 2
-        r["cause"] = _cause(r, several, excess, path_rtt)
-        per_cause.setdefault(r["cause"], []).append(r)
 
-    n = len(rows)
-    totals = [r["total_ms"] for r in rows]
-    rtts = [r["rtt_ms"] for r in rows]
+    rq = classify(attach_connections(spark, produce, conns), path_rtt).cache()
+    q = lambda col, p: F.percentile_approx(col, p, 100000)  # noqa: E731
+    s = rq.agg(
+        F.count("*").alias("n"),
+        q("total_ms", [0.5, 0.99]).alias("total"), q("rtt_ms", [0.5, 0.99]).alias("rtt"),
+        q("send_ms", 0.5).alias("send"), q("wait_ms", 0.5).alias("wait"), q("read_ms", 0.5).alias("read"),
+        F.min("send_us").alias("first"), F.max("recv_us").alias("last"),
+        F.sort_array(F.collect_set("broker")).alias("brokers"),
+        F.sort_array(F.collect_set(F.when(F.col("fd").isNotNull() & F.col("connect_us").isNull(), F.col("fd"))))
+        .alias("unknown_fds"),
+    ).first()
+    n = s.n
     client_ms = None
     if stats is not None:
-        s = stats.selectExpr("percentile_approx(int_latency_p50_ms, 0.5) AS q").first()
-        client_ms = s.q if s else None
+        row = stats.selectExpr("percentile_approx(int_latency_p50_ms, 0.5) AS q").first()
+        client_ms = row.q if row else None
+    two = lambda v, i: None if v is None else v[i]  # noqa: E731
     summary = {
         "requests": n,
-        "requests_all_kinds": n_all,
-        "brokers": sorted({r["broker"] for r in rows}),
+        "requests_all_kinds": reqs.count(),
+        "brokers": list(s.brokers or []),
         "source": source,
-        "rtt_p50_ms": _r(_pctl(rtts, 0.5)), "rtt_p99_ms": _r(_pctl(rtts, 0.99)),
-        "latency_p50_ms": _r(_pctl(totals, 0.5)), "latency_p99_ms": _r(_pctl(totals, 0.99)),
+        "rtt_p50_ms": _r(two(s.rtt, 0)), "rtt_p99_ms": _r(two(s.rtt, 1)),
+        "latency_p50_ms": _r(two(s.total, 0)), "latency_p99_ms": _r(two(s.total, 1)),
         "split_ms": {
             "client_queue": _r(client_ms),
-            "socket_send": _r(_pctl([r.get("send_ms") for r in rows], 0.5), 3),
-            "wait_response": _r(_pctl([r.get("wait_ms") for r in rows], 0.5), 3),
-            "read_response": _r(_pctl([r.get("read_ms") for r in rows], 0.5), 3),
+            "socket_send": _r(s.send, 3),
+            "wait_response": _r(s.wait, 3),
+            "read_response": _r(s.read, 3),
         },
         "path_rtt_ms": _r(path_rtt, 3),
         "path_rtt_source": None if path_rtt is None else (
             "strace: connect() to writable; an upper bound, the handshake was over before librdkafka polled"
             if rtt_bound else "strace: connect() to writable"),
         "path_rtt_upper_bound": rtt_bound if path_rtt is not None else None,
-        "first_send_us": rows[0]["send_us"] if rows else None,
-        "last_recv_us": rows[-1]["recv_us"] if rows else None,
+        "first_send_us": s.first,
+        "last_recv_us": s.last,
     }
     if client_ms is None:
         unknowns.append("no statistics: time queued in the client before the send is unknown")
-    if nodelay_unknown_fds:
+    if s.unknown_fds:
         hint = ""
         if default_nodelay is not None:
             hint = (f"; librdkafka {version} defaults socket.nagle.disable to "
                     f"{'true' if default_nodelay else 'false'}")
-        unknowns.append(f"TCP_NODELAY unknown on fd {sorted(nodelay_unknown_fds)}: the capture started after connect(){hint}")
+        unknowns.append(f"TCP_NODELAY unknown on fd {list(s.unknown_fds)}: the capture started after connect(){hint}")
     if n == 0:
         unknowns.append("no Produce request completed in the capture")
         return _result(meta, version, "healthy", [], summary, unknowns, no_data=True)
 
+    per = {r.cause: r for r in rq.groupBy("cause").agg(
+        F.count("*").alias("k"), q("wait_ms", [0.5, 0.99]).alias("wait"),
+        q("n_writes", 0.5).alias("writes"), q("total_ms", 0.5).alias("total")).collect()}
+    # The example is the cause's median request by wait.
+    w = Window.partitionBy("cause").orderBy("wait_ms", "send_us")
+    ex_cols = ["cause", "broker", "corr_id", "n_writes", "write_sizes", "wait_ms", "rtt_ms", "send_line",
+               "recv_line", "fd", "connect_us", "connect_line", "peer", "nodelay", "nodelay_line"]
+    examples = {r.cause: r.asDict() for r in rq.withColumn("_i", F.row_number().over(w))
+                .withColumn("_n", F.count("*").over(Window.partitionBy("cause")))
+                .filter(F.col("_i") == F.floor(F.col("_n") / 2) + 1).select(*ex_cols).collect()}
+    rq.unpersist()
+
     findings = []
-    for cause, rs in per_cause.items():
-        share = len(rs) / n
+    for cause, agg in per.items():
+        share = agg.k / n
         if cause == "healthy" or share < CONTRIBUTING_SHARE:
             continue
-        findings.append(_finding(cause, rs, share, n, path_rtt, rtt_bound, version, default_nodelay))
-    findings.sort(key=lambda f: -f["share"])
+        findings.append(_finding(cause, agg, examples[cause], share, n, path_rtt, rtt_bound, version,
+                                 default_nodelay))
+    findings.sort(key=lambda f: (-f["share"], f["cause"]))
     verdict = findings[0]["cause"] if findings and findings[0]["share"] >= DOMINANT_SHARE else "healthy"
     if verdict == "healthy":
+        k = per["healthy"].k if "healthy" in per else 0
         findings.insert(0, {
-            "cause": "healthy", "share": round(len(per_cause.get("healthy", [])) / n, 3),
-            "requests": len(per_cause.get("healthy", [])),
+            "cause": "healthy", "share": round(k / n, 3), "requests": k,
             "evidence": [f"median request {summary['latency_p50_ms']} ms, p99 {summary['latency_p99_ms']} ms; "
                          f"no cause explains half the requests"],
             "fix": {}, "fix_text": "nothing to change",
@@ -353,29 +387,14 @@ def judge(rows: list[dict], conns: list[dict], stats, version: str | None, sourc
     return _result(meta, version, verdict, findings, summary, unknowns)
 
 
-def _cause(r: dict, several: bool, excess: float | None, path_rtt: float | None) -> str:
-    if excess is None:
-        total = r.get("total_ms") or 0.0
-        return "unexplained_slow" if total > SLOW_MS else "healthy"
-    if several and NAGLE_EXCESS_MIN_MS <= excess <= NAGLE_EXCESS_MAX_MS:
-        return "nagle_in_path" if r.get("nodelay") is True else "nagle_delayed_ack"
-    wait = r["wait_ms"]
-    if wait > SLOW_MS:
-        if path_rtt is not None and path_rtt >= 0.5 * wait:
-            return "network_latency"
-        return "broker_slow"
-    return "healthy"
-
-
-def _finding(cause: str, rs: list[dict], share: float, n: int, path_rtt, rtt_bound, version,
+def _finding(cause: str, agg, ex: dict, share: float, n: int, path_rtt, rtt_bound, version,
              default_nodelay) -> dict:
     le = "<= " if rtt_bound else ""
-    waits = [r.get("wait_ms") for r in rs]
-    ex = rs[len(rs) // 2]
+    wait50, wait99 = (agg.wait or [None, None])
     f = {
         "cause": cause,
         "share": round(share, 3),
-        "requests": len(rs),
+        "requests": agg.k,
         "evidence": [],
         "fix": FIXES.get(cause, {}),
         "fix_text": None,
@@ -384,21 +403,19 @@ def _finding(cause: str, rs: list[dict], share: float, n: int, path_rtt, rtt_bou
     }
     ev = f["evidence"]
     if cause in ("nagle_delayed_ack", "nagle_in_path"):
-        nw = _pctl([r.get("n_writes") for r in rs], 0.5)
-        ev.append(f"{len(rs)} of {n} Produce requests left in several writes "
-                  f"(median {nw:.0f}, e.g. {ex.get('write_sizes')} bytes for CorrId {ex['corr_id']})")
+        ev.append(f"{agg.k} of {n} Produce requests left in several writes "
+                  f"(median {agg.writes:.0f}, e.g. {ex.get('write_sizes')} bytes for CorrId {ex['corr_id']})")
         ev.append(f"then the broker thread waited in poll() for the response: median "
-                  f"{_pctl(waits, 0.5):.1f} ms, p99 {_pctl(waits, 0.99):.1f} ms, about the delayed-ACK "
+                  f"{wait50:.1f} ms, p99 {wait99:.1f} ms, about the delayed-ACK "
                   f"timer ({DELAYED_ACK_MS:.0f} ms) plus the path RTT "
                   f"({le + '%.3f ms' % path_rtt if path_rtt is not None else 'unknown'})")
         if path_rtt is not None:
             ev.append(f"the path itself is fast: TCP handshake {le}{path_rtt:.3f} ms (strace: connect() "
                       f"to writable); a healthy path beside a 40 ms wait is itself the sign of a held send")
-        conn = ex.get("conn")
         if cause == "nagle_delayed_ack":
-            if conn is not None:
-                ev.append(f"TCP_NODELAY was not set on fd {conn['fd']}: no setsockopt(TCP_NODELAY) "
-                          f"before its connect() to {conn['peer']} (strace line {conn['connect_line']})")
+            if ex.get("connect_us") is not None:
+                ev.append(f"TCP_NODELAY was not set on fd {ex['fd']}: no setsockopt(TCP_NODELAY) "
+                          f"before its connect() to {ex['peer']} (strace line {ex['connect_line']})")
             elif default_nodelay is False:
                 ev.append(f"TCP_NODELAY not seen (capture started after connect); librdkafka {version} "
                           f"leaves Nagle on by default")
@@ -412,26 +429,23 @@ def _finding(cause: str, rs: list[dict], share: float, n: int, path_rtt, rtt_bou
                              "it sets TCP_NODELAY so the last TLS record of a request is not held "
                              "until the broker's delayed ACK")
         else:
-            ev.append(f"the client socket has TCP_NODELAY (strace line {conn['nodelay_line'] if conn else '?'}): "
+            ev.append(f"the client socket has TCP_NODELAY (strace line {ex.get('nodelay_line') or '?'}): "
                       "the stall is in a proxy or TLS terminator on the path")
             f["fix_text"] = "disable Nagle on the proxy/TLS terminator's sockets (e.g. socat ...,nodelay)"
     elif cause == "network_latency":
-        ev.append(f"median wait {_pctl(waits, 0.5):.1f} ms; the TCP handshake alone takes {path_rtt:.1f} ms")
+        ev.append(f"median wait {wait50:.1f} ms; the TCP handshake alone takes {path_rtt:.1f} ms")
         f["fix_text"] = "the path is slow: move the producer closer to the brokers, or raise linger/batching for throughput"
     elif cause == "broker_slow":
-        ev.append(f"the request left whole, then waited {_pctl(waits, 0.5):.1f} ms (median) for the response "
+        ev.append(f"the request left whole, then waited {wait50:.1f} ms (median) for the response "
                   f"while the TCP handshake took {path_rtt if path_rtt is not None else 'an unknown time'} ms")
         f["fix_text"] = "look at the broker: request handling, disk, replication (acks=all waits for the ISR)"
     else:
-        ev.append(f"median {_pctl([r.get('total_ms') for r in rs], 0.5):.1f} ms without syscall evidence to explain it")
+        ev.append(f"median {agg.total:.1f} ms without syscall evidence to explain it")
         f["fix_text"] = "capture strace of the producer (kdiag trace) to split the time"
     return f
 
 
 def _result(meta, version, verdict, findings, summary, unknowns, no_data=False) -> dict:
-    for fd in findings:
-        if isinstance(fd.get("example"), dict):
-            fd["example"] = {k: v for k, v in fd["example"].items() if k != "conn"}
     return {
         "kdiag_version": meta.get("kdiag_version"),
         "librdkafka_version": version,
