@@ -12,7 +12,3 @@ class UsageError(KdiagError):
 class InputError(KdiagError):
     """An input file or bundle cannot be used at all (partly bad input is
     counted and reported instead)."""
-
-
-class CollectorError(KdiagError):
-    """A collector could not start or run."""

@@ -20,7 +20,6 @@ import pyarrow.compute as pc
 
 from kdiag.reading import detect, iter_line_chunks
 
-TABLE_NAMES = ("rdkafka_events", "syscalls", "log_writes", "stats")
 DAY_US = 86_400 * 1_000_000
 
 
