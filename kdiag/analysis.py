@@ -248,7 +248,8 @@ def analyze(spark, tables_dir: Path, meta: dict | None = None) -> dict:
                   "written_bytes", "write_sizes", "send_start_us", "fd_info", "n_polls", "longest_poll_us"):
             reqs = reqs.withColumn(c, F.lit(None))
         reqs = reqs.withColumn("total_ms", (F.col("recv_us") - F.col("send_us")) / 1000.0)
-        unknowns.append("no strace capture with the producer's log lines: a request's time cannot be split into socket and wait, and Nagle cannot be told from a slow broker")
+        unknowns.append("no librdkafka Sent lines inside an strace capture: a request's time cannot be split "
+                        "into socket and wait, and Nagle cannot be told from a slow broker")
 
     produce = reqs.filter(F.col("request") == "Produce")
     return judge(spark, produce, reqs, conns, stats, version, source, unknowns, meta)
@@ -449,7 +450,8 @@ def _result(meta, version, verdict, findings, summary, unknowns, no_data=False) 
     return {
         "kdiag_version": meta.get("kdiag_version"),
         "librdkafka_version": version,
-        "verdict": verdict,
+        # Nothing to judge is not "healthy": the verdict is then null.
+        "verdict": None if no_data else verdict,
         "no_data": no_data,
         "summary": summary,
         "findings": findings,

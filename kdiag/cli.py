@@ -131,6 +131,9 @@ def cmd_trace(args, env: Environment, argv: list[str]) -> ExitStatus:
     status = _emit(env, res.findings, args.json, str(res.bundle))
     if args.json:
         env.say(f"bundle: {res.bundle}")
+    if res.error:
+        env.say(f"error: {res.error.splitlines()[0]}")
+        return ExitStatus.ERROR
     return ExitStatus.INTERRUPTED if res.partial and status == ExitStatus.OK else status
 
 

@@ -20,6 +20,9 @@ import time
 # prints a file's contents as the probe reads it, and argv in execve(), but
 # shows the environment only as "/* N vars */".
 CONFIG_ENV = "KDIAG_PROBE_CONFIG"
+# A probe that cannot deliver stops soon instead of waiting out every message.
+FLUSH_TIMEOUT_S = 15
+GIVE_UP_AFTER = 3
 
 
 def run(config: dict, topic: str, messages: int, size: int, stats_path: str | None,
@@ -32,7 +35,8 @@ def run(config: dict, topic: str, messages: int, size: int, stats_path: str | No
     producer = Producer(config)
     results = open(results_path, "w", buffering=1) if results_path else None
     value = b"k" * size
-    delivered = failed = 0
+    delivered = failed = consecutive = 0
+    first_error = None
     latencies_us: list[int] = []
     start = time.time()
     try:
@@ -45,18 +49,24 @@ def run(config: dict, topic: str, messages: int, size: int, stats_path: str | No
 
             t0 = int(time.time() * 1e6)
             producer.produce(topic, value, on_delivery=on_delivery)
-            producer.flush(30)
+            producer.flush(FLUSH_TIMEOUT_S)
             done = outcome.get("done_us")
             ok = done is not None and outcome.get("err") is None
             delivered += ok
             failed += not ok
+            consecutive = 0 if ok else consecutive + 1
             if ok:
                 latencies_us.append(done - t0)
+            elif first_error is None:
+                first_error = outcome.get("err") or f"no delivery report within {FLUSH_TIMEOUT_S}s"
             if results is not None:
                 results.write(json.dumps({"seq": i, "produce_us": t0, "delivered_us": done,
                                           "error": outcome.get("err", "no delivery report")}) + "\n")
+            # Nothing ever delivered: the next message would only fail the same way.
+            if consecutive >= GIVE_UP_AFTER or (failed and not delivered):
+                break
     finally:
-        producer.flush(10)
+        producer.flush(5)
         elapsed = time.time() - start
         if results is not None:
             results.close()
@@ -68,6 +78,8 @@ def run(config: dict, topic: str, messages: int, size: int, stats_path: str | No
         "messages": messages,
         "delivered": delivered,
         "failed": failed,
+        "first_error": first_error,
+        "gave_up": bool(consecutive >= GIVE_UP_AFTER or (failed and not delivered)),
         "elapsed_s": round(elapsed, 3),
         "msgs_per_s": round(delivered / elapsed, 2) if elapsed > 0 else None,
         "p50_delivery_ms": p50,

@@ -20,6 +20,8 @@ def render(findings: dict, *, bundle: str | None = None, probe: dict | None = No
         when = f", {t0} +{span:.1f}s"
     out.append(f"kdiag: {s.get('requests', 0)} Produce requests to {len(s.get('brokers', []))} broker(s){when}"
                f" (librdkafka {findings.get('librdkafka_version') or '?'}; request timing from {s.get('source') or '?'})")
+    if findings.get("probe_error"):
+        out.append(f"  PROBE FAILED {findings['probe_error'].splitlines()[0]}")
     if probe:
         out.append(f"  PROBE       {probe.get('delivered')}/{probe.get('messages')} delivered, "
                    f"{_fmt(probe.get('msgs_per_s'))} msg/s, {probe.get('size_bytes')} B values, one at a time")
@@ -34,7 +36,7 @@ def render(findings: dict, *, bundle: str | None = None, probe: dict | None = No
         out.append(f"  PATH RTT(ms) {le}{_fmt(s['path_rtt_ms'])} ({s.get('path_rtt_source')})")
     out.append("")
     fs = findings.get("findings", [])
-    out.append(f"VERDICT: {findings.get('verdict')}")
+    out.append(f"VERDICT: {findings.get('verdict') or 'none: no completed Produce request to judge'}")
     for f in fs:
         out.append(f"  {f['cause']}: {f.get('requests', 0)} requests ({f.get('share', 0) * 100:.0f}%)")
         for e in f.get("evidence", []):

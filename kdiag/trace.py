@@ -29,7 +29,9 @@ from kdiag.errors import KdiagError, UsageError
 PROBE_TOPIC = "kdiag-probe"
 # The probe measures request latency, not batching: send each message at
 # once and wait for all replicas, as the synchronous producers kdiag is for.
-PROBE_DEFAULTS = {"acks": "all", "linger.ms": "0"}
+# message.timeout.ms: a message that cannot be delivered fails in seconds,
+# not librdkafka's default five minutes.
+PROBE_DEFAULTS = {"acks": "all", "linger.ms": "0", "message.timeout.ms": "10000"}
 # librdkafka >= 2.10 disables Nagle by default; the lab reproduces the
 # producers that still have it on, so it sets the old default explicitly.
 LAB_DEFAULTS = {"socket.nagle.disable": "false"}
@@ -53,6 +55,7 @@ class TraceResult:
     bundle: Path
     probe: dict | None
     partial: bool
+    error: str | None = None
 
 
 def read_properties(path: Path) -> dict[str, str]:
@@ -147,14 +150,18 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
                 st.bytes = sum(Path(f).stat().st_size for f in st.files if Path(f).exists())
     # The lab is down here: analysis needs no broker.
 
-    probe = None
-    if paths["summary"].exists():
-        probe = json.loads(paths["summary"].read_text())
-    elif probe_rc not in (0, None):
+    probe = json.loads(paths["summary"].read_text()) if paths["summary"].exists() else None
+    # A probe that failed still leaves its captures: they are analysed and
+    # bundled (marked partial) for whoever looks next, and the run fails.
+    probe_error = None
+    if probe is None and not partial:
+        probe_error = f"the probe producer exited with status {probe_rc} and no summary"
+    elif probe is not None and probe["delivered"] == 0:
+        probe_error = f"no message was delivered: {probe.get('first_error')}"
+    if probe_error:
         partial = True
-    tail = _tail(paths["log"])
-    if probe is None and not partial and probe_rc != 0:
-        raise KdiagError(f"the probe producer failed (exit {probe_rc}); its last log lines:\n{tail}")
+        probe_error += "; librdkafka's last lines:\n" + _tail(paths["log"])
+        log(probe_error)
 
     warm.join()
     if "error" in spark_holder:
@@ -169,6 +176,7 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
     findings, parsed = analyse(raw_inputs, staging / "tables", meta, spark=spark_holder["spark"], base=staging)
     findings["probe"] = probe
     findings["partial"] = partial
+    findings["probe_error"] = probe_error
 
     from kdiag.report import render
 
@@ -196,7 +204,7 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
         "tables": {name: {"rows": n, "schema_version": 1} for name, n in parsed.rows.items()},
     }
     bundle.write(staging, out_path, manifest)
-    return TraceResult(findings, out_path, probe, partial)
+    return TraceResult(findings, out_path, probe, partial, probe_error)
 
 
 def _run_probe(cmd: list[str], log_path: Path, timeout_s: float, log, env: dict) -> tuple[bool, int | None]:

@@ -93,3 +93,20 @@ def test_nagle_off_is_healthy_and_replays(tmp_path, spark):
     assert f["verdict"] == "healthy"
     assert f["summary"]["rtt_p50_ms"] < 10
     same_findings(f, replay(bundle))
+
+
+def test_unreachable_broker_fails_fast_and_keeps_the_bundle(tmp_path, spark):
+    need("strace", root=True)
+    out, err = io.StringIO(), io.StringIO()
+    bundle = tmp_path / "dead.tar.gz"
+    # port 1 on loopback: connection refused, nothing listens there
+    rc = main(["trace", "--json", "-b", "127.0.0.1:1", "--messages", "50", "-o", str(bundle)],
+              Environment(stdout=out, stderr=err))
+    assert rc == 1 and "no message was delivered" in err.getvalue()
+    f = json.loads(out.getvalue())
+    assert f["verdict"] is None and f["partial"] is True and f["probe"]["gave_up"] is True
+    assert f["probe"]["messages"] == 50 and f["probe"]["failed"] == 1
+    with tarfile.open(bundle) as tar:
+        assert tar.getnames()[0] == "manifest.json"
+        assert json.load(tar.extractfile("manifest.json"))["partial"] is True
+        assert tar.extractfile("raw/rdkafka_log/rdkafka.log").read()
