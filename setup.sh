@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 need=()
-for tool in strace:strace stunnel4:stunnel4 socat:socat openssl:openssl java:openjdk-17-jre-headless ip:iproute2; do
+for tool in strace:strace stunnel4:stunnel4 socat:socat openssl:openssl java:openjdk-17-jre-headless ip:iproute2 ethtool:ethtool traceroute:traceroute; do
     command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
 done
 if [ "${#need[@]}" -gt 0 ]; then
