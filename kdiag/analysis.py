@@ -40,6 +40,9 @@ SLOW_MS = 10.0
 DOMINANT_SHARE = 0.5
 # A cause is listed as contributing from this share on.
 CONTRIBUTING_SHARE = 0.1
+# A tail cause (a few requests, long stalls) names the verdict when its
+# requests take this share of all the time spent.
+TAIL_TIME_SHARE = 0.25
 BUCKET_US = 50_000
 
 WRITE_CALLS = ["write", "writev", "sendmsg", "sendto", "send", "pwrite64"]
@@ -56,6 +59,7 @@ FIXES = {
     "nagle_in_path": {},
     "network_latency": {},
     "broker_slow": {},
+    "packet_loss": {},
     "healthy": {},
 }
 
@@ -216,8 +220,8 @@ def connections(sc) -> list[dict]:
 def analyze(spark, tables_dir: Path, meta: dict | None = None) -> dict:
     from pyspark.sql import functions as F
 
-    meta = meta or {}
     tables_dir = Path(tables_dir)
+    meta = {**(meta or {}), "tables_dir": str(tables_dir)}
     unknowns: list[str] = []
     log = _read(spark, tables_dir, "rdkafka_events")
     lw = _read(spark, tables_dir, "log_writes")
@@ -287,10 +291,59 @@ def classify(produce, path_rtt: float | None):
     cause = (
         F.when(wait.isNull(), F.when(F.col("total_ms") > SLOW_MS, "unexplained_slow").otherwise("healthy"))
         .when(nagle, F.when(F.col("nodelay") == F.lit(True), "nagle_in_path").otherwise("nagle_delayed_ack"))
-        .when(wait > SLOW_MS, F.when(rtt.isNotNull() & (rtt >= wait * 0.5), "network_latency").otherwise("broker_slow"))
+        .when(wait > SLOW_MS, F.when(rtt.isNotNull() & (rtt >= wait * 0.5), "network_latency").otherwise("slow_wait"))
         .otherwise("healthy")
     )
     return produce.withColumn("cause", cause)
+
+
+def path_rtt_of(spark, tables_dir, conns: list[dict]) -> tuple[float | None, str | None, bool]:
+    """The path round trip, from the best source there is: kdiag's own
+    connect() handshakes, then the SYN probe's answer from the broker port,
+    then the wait after the producer's own connect() in strace."""
+    from pyspark.sql import functions as F
+
+    if tables_dir is not None:
+        hs = _read(spark, Path(tables_dir), "handshakes")
+        if hs is not None:
+            row = hs.filter(F.col("error").isNull() & F.col("rtt_ms").isNotNull()).agg(
+                F.count("*").alias("k"), F.percentile_approx("rtt_ms", 0.5, 100000).alias("m")).first()
+            if row.k:
+                return row.m, f"TCP connect() handshakes to the brokers by kdiag ({row.k})", False
+        pr = _read(spark, Path(tables_dir), "probes")
+        if pr is not None:
+            row = pr.filter(F.col("answer").isin("open", "closed") & F.col("rtt_ms").isNotNull()).agg(
+                F.count("*").alias("k"), F.percentile_approx("rtt_ms", 0.5, 100000).alias("m")).first()
+            if row.k:
+                return row.m, f"SYN probes answered by the broker port ({row.k})", False
+    measured = [c for c in conns if c.get("handshake_ms") is not None]
+    if not measured:
+        return None, None, False
+    rtt = _pctl([c["handshake_ms"] for c in measured], 0.5)
+    bound = all(c.get("handshake_upper_bound") for c in measured)
+    return rtt, ("strace: connect() to writable; an upper bound, the handshake was over before librdkafka "
+                 "polled" if bound else "strace: connect() to writable"), bound
+
+
+def _resolve_slow(rq, retrans: int | None):
+    """A slow wait that neither Nagle nor the path explains: a minority of
+    such requests over an otherwise fast body is the tail loss leaves (unless
+    the run is known to have retransmitted nothing); a majority is the broker."""
+    from pyspark.sql import functions as F
+
+    row = rq.agg(F.count("*").alias("n"), F.count(F.when(F.col("cause") == "slow_wait", 1)).alias("k")).first()
+    tail = row.n and row.k / row.n < DOMINANT_SHARE and retrans != 0
+    return rq.withColumn("cause", F.when(F.col("cause") == "slow_wait",
+                                         F.lit("packet_loss" if tail else "broker_slow")).otherwise(F.col("cause")))
+
+
+def verdict_of(findings: list[dict]) -> str:
+    """The cause of most requests; else a tail cause that takes a large share
+    of the time; else healthy."""
+    if findings and findings[0]["share"] >= DOMINANT_SHARE:
+        return findings[0]["cause"]
+    tails = [f for f in findings if f["cause"] == "packet_loss" and f.get("time_share", 0) >= TAIL_TIME_SHARE]
+    return tails[0]["cause"] if tails else "healthy"
 
 
 def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, source: str,
@@ -302,11 +355,10 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
 
     vt = _version_tuple(version)
     default_nodelay = None if vt is None else vt >= NAGLE_DEFAULT_FLIPPED
-    measured = [c for c in conns if c.get("handshake_ms") is not None]
-    path_rtt = _pctl([c["handshake_ms"] for c in measured], 0.5)
-    rtt_bound = bool(measured) and all(c.get("handshake_upper_bound") for c in measured)
+    path_rtt, rtt_source, rtt_bound = path_rtt_of(spark, meta.get("tables_dir"), conns)
 
-    rq = classify(attach_connections(spark, produce, conns), path_rtt).cache()
+    rq = classify(attach_connections(spark, produce, conns), path_rtt)
+    rq = _resolve_slow(rq, meta.get("tcp_retrans")).cache()
     q = lambda col, p: F.percentile_approx(col, p, 100000)  # noqa: E731
     s = rq.agg(
         F.count("*").alias("n"),
@@ -337,10 +389,9 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
             "read_response": _r(s.read, 3),
         },
         "path_rtt_ms": _r(path_rtt, 3),
-        "path_rtt_source": None if path_rtt is None else (
-            "strace: connect() to writable; an upper bound, the handshake was over before librdkafka polled"
-            if rtt_bound else "strace: connect() to writable"),
+        "path_rtt_source": rtt_source,
         "path_rtt_upper_bound": rtt_bound if path_rtt is not None else None,
+        "tcp_retransmits": meta.get("tcp_retrans"),
         "first_send_us": s.first,
         "last_recv_us": s.last,
     }
@@ -358,7 +409,9 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
 
     per = {r.cause: r for r in rq.groupBy("cause").agg(
         F.count("*").alias("k"), q("wait_ms", [0.5, 0.99]).alias("wait"),
-        q("n_writes", 0.5).alias("writes"), q("total_ms", 0.5).alias("total")).collect()}
+        q("n_writes", 0.5).alias("writes"), q("total_ms", 0.5).alias("total"),
+        F.max("wait_ms").alias("wait_max"), F.sum("total_ms").alias("time")).collect()}
+    all_time = sum((a.time or 0.0) for a in per.values()) or 1.0
     # The example is the cause's median request by wait.
     w = Window.partitionBy("cause").orderBy("wait_ms", "send_us")
     ex_cols = ["cause", "broker", "corr_id", "n_writes", "write_sizes", "wait_ms", "rtt_ms", "send_line",
@@ -371,12 +424,16 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
     findings = []
     for cause, agg in per.items():
         share = agg.k / n
-        if cause == "healthy" or share < CONTRIBUTING_SHARE:
+        time_share = (agg.time or 0.0) / all_time
+        # A tail cause is few requests but much of the time: listed by either.
+        if cause == "healthy" or max(share, time_share) < CONTRIBUTING_SHARE:
             continue
-        findings.append(_finding(cause, agg, examples[cause], share, n, path_rtt, rtt_bound, version,
-                                 default_nodelay))
+        f = _finding(cause, agg, examples[cause], share, n, path_rtt, rtt_bound, version, default_nodelay,
+                     summary, meta)
+        f["time_share"] = round(time_share, 3)
+        findings.append(f)
     findings.sort(key=lambda f: (-f["share"], f["cause"]))
-    verdict = findings[0]["cause"] if findings and findings[0]["share"] >= DOMINANT_SHARE else "healthy"
+    verdict = verdict_of(findings)
     if verdict == "healthy":
         k = per["healthy"].k if "healthy" in per else 0
         findings.insert(0, {
@@ -389,7 +446,7 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
 
 
 def _finding(cause: str, agg, ex: dict, share: float, n: int, path_rtt, rtt_bound, version,
-             default_nodelay) -> dict:
+             default_nodelay, summary: dict, meta: dict) -> dict:
     le = "<= " if rtt_bound else ""
     wait50, wait99 = (agg.wait or [None, None])
     f = {
@@ -411,8 +468,9 @@ def _finding(cause: str, agg, ex: dict, share: float, n: int, path_rtt, rtt_boun
                   f"timer ({DELAYED_ACK_MS:.0f} ms) plus the path RTT "
                   f"({le + '%.3f ms' % path_rtt if path_rtt is not None else 'unknown'})")
         if path_rtt is not None:
-            ev.append(f"the path itself is fast: TCP handshake {le}{path_rtt:.3f} ms (strace: connect() "
-                      f"to writable); a healthy path beside a 40 ms wait is itself the sign of a held send")
+            ev.append(f"the path itself is fast: {le}{path_rtt:.3f} ms ({summary['path_rtt_source']}); "
+                      f"a SYN probe carries no data, so it can never show a Nagle stall: a healthy path "
+                      f"beside a 40 ms wait is itself the sign of a held send")
         if cause == "nagle_delayed_ack":
             if ex.get("connect_us") is not None:
                 ev.append(f"TCP_NODELAY was not set on fd {ex['fd']}: no setsockopt(TCP_NODELAY) "
@@ -433,8 +491,24 @@ def _finding(cause: str, agg, ex: dict, share: float, n: int, path_rtt, rtt_boun
             ev.append(f"the client socket has TCP_NODELAY (strace line {ex.get('nodelay_line') or '?'}): "
                       "the stall is in a proxy or TLS terminator on the path")
             f["fix_text"] = "disable Nagle on the proxy/TLS terminator's sockets (e.g. socat ...,nodelay)"
+    elif cause == "packet_loss":
+        ev.append(f"{agg.k} of {n} Produce requests stalled: median wait {wait50:.1f} ms, worst "
+                  f"{agg.wait_max:.1f} ms, while the median request took {summary['latency_p50_ms']} ms "
+                  f"over a {path_rtt if path_rtt is not None else '?'} ms path")
+        retrans = meta.get("tcp_retrans")
+        if retrans:
+            ev.append(f"TCP retransmitted {retrans} segments during the run "
+                      f"(RetransSegs in the producer's network namespace, /proc/net/snmp)")
+        else:
+            ev.append("retransmissions were not sampled: judged from the latency shape (a fast body, "
+                      "a tail of stalls the size of TCP's loss timers)")
+        ev.append("TCP recovers a lost segment after a tail-loss probe (~2x the smoothed RTT, at least "
+                  "10 ms) or a retransmission timeout (at least 200 ms on Linux)")
+        f["fix_text"] = ("find the lossy link: drops and errors on each hop (ip -s link, ethtool -S), "
+                         "congestion or a policer on the path")
     elif cause == "network_latency":
-        ev.append(f"median wait {wait50:.1f} ms; the TCP handshake alone takes {path_rtt:.1f} ms")
+        ev.append(f"median wait {wait50:.1f} ms; the path round trip alone is {path_rtt:.1f} ms "
+                  f"({summary['path_rtt_source']})")
         f["fix_text"] = "the path is slow: move the producer closer to the brokers, or raise linger/batching for throughput"
     elif cause == "broker_slow":
         ev.append(f"the request left whole, then waited {wait50:.1f} ms (median) for the response "

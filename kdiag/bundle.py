@@ -22,6 +22,9 @@ from kdiag.errors import InputError
 
 MANIFEST = "manifest.json"
 FORMAT = 1
+# raw/<source>/ directories whose files the analysis reads; raw/probe/ holds
+# the probe's own summary, read as metadata.
+ANALYSED_SOURCES = ("rdkafka_log", "strace", "stats", "tcp_probe")
 
 
 def sha256(path: Path) -> str:

@@ -38,6 +38,9 @@ examples:
   kdiag trace -b broker1:9092 -F client.properties --topic latency-probe -o ticket-4711.tar.gz
   kdiag trace --json
       the findings as one JSON object (key "verdict": the main cause)
+  kdiag trace --scenario network-latency
+      the lab as client -> 15 ms delay line -> router -> broker in network
+      namespaces; the findings name network_latency and show the path
 """
 REPLAY_EXAMPLES = """\
 examples:
@@ -79,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--messages", type=int, default=100, help="messages to produce (default %(default)s)")
     t.add_argument("--size", type=int, default=2048, help="value size in bytes (default %(default)s)")
     t.add_argument("--timeout", type=float, default=300.0, help="stop the probe after this many seconds")
+    t.add_argument("--scenario", metavar="NAME",
+                   help="run the lab as a multi-hop network in namespaces: network-latency, packet-loss, clean")
+    t.add_argument("--no-path-probe", action="store_true", help="skip the TCP path probe of the brokers")
     t.add_argument("-o", "--output", type=Path, help="bundle path (default ./kdiag-YYYYmmdd-HHMMSS.tar.gz)")
     t.add_argument("--json", action="store_true", help="print the findings as one JSON object")
 
@@ -126,7 +132,10 @@ def cmd_trace(args, env: Environment, argv: list[str]) -> ExitStatus:
         raise UsageError("--messages must be >= 1 and --size >= 0")
     opts = trace.TraceOptions(brokers=args.brokers, props=_props(args), topic=args.topic,
                               messages=args.messages, size=args.size, out=args.output,
-                              timeout_s=args.timeout, argv=["kdiag", *argv])
+                              timeout_s=args.timeout, scenario=args.scenario,
+                              path_probe=not args.no_path_probe, argv=["kdiag", *argv])
+    if args.scenario and args.brokers:
+        raise UsageError("--scenario runs its own lab; it does not go with -b")
     res = trace.run(opts, log=env.say)
     status = _emit(env, res.findings, args.json, str(res.bundle))
     if args.json:
@@ -152,13 +161,16 @@ def cmd_replay(args, env: Environment) -> ExitStatus:
     probe = None
     for p in paths:
         if bundle.is_bundle(p):
+            from kdiag.probe import retransmits
+
             d = bundle.unpack(p)
             man = bundle.manifest(d)
             meta.setdefault("librdkafka_version", man.get("versions", {}).get("librdkafka"))
-            raw += [f for f in bundle.raw_files(d) if f.parent.name in ("rdkafka_log", "strace", "stats")]
+            raw += [f for f in bundle.raw_files(d) if f.parent.name in bundle.ANALYSED_SOURCES]
             summary = d / "raw" / "probe" / "summary.json"
             if summary.exists():
                 probe = json.loads(summary.read_text())
+                meta["tcp_retrans"] = retransmits(probe)
         elif p.is_dir():
             raw += sorted(f for f in p.rglob("*") if f.is_file())
         else:

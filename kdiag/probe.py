@@ -33,6 +33,8 @@ def run(config: dict, topic: str, messages: int, size: int, stats_path: str | No
     if stats_out is not None:
         config = {**config, "stats_cb": lambda s: stats_out.write(s.replace("\n", " ") + "\n")}
     producer = Producer(config)
+    metadata = brokers_of(producer)
+    snmp_before = tcp_counters()
     results = open(results_path, "w", buffering=1) if results_path else None
     value = b"k" * size
     delivered = failed = consecutive = 0
@@ -72,6 +74,7 @@ def run(config: dict, topic: str, messages: int, size: int, stats_path: str | No
             results.close()
         if stats_out is not None:
             stats_out.close()
+    snmp_after = tcp_counters()
     latencies_us.sort()
     p50 = latencies_us[len(latencies_us) // 2] / 1000 if latencies_us else None
     return {
@@ -84,7 +87,42 @@ def run(config: dict, topic: str, messages: int, size: int, stats_path: str | No
         "msgs_per_s": round(delivered / elapsed, 2) if elapsed > 0 else None,
         "p50_delivery_ms": p50,
         "size_bytes": size,
+        "brokers": metadata,
+        # Counters of this network namespace (all its sockets): retransmits
+        # during the run are evidence of loss on the path.
+        "tcp_counters_before": snmp_before,
+        "tcp_counters_after": snmp_after,
     }
+
+
+def brokers_of(producer, timeout_s: float = 10.0) -> list[dict]:
+    """Every broker in the cluster metadata, not only the bootstrap list:
+    the path to each is probed."""
+    try:
+        md = producer.list_topics(timeout=timeout_s)
+    except Exception as e:  # the run goes on; the summary says why
+        return [{"error": str(e)}]
+    return [{"id": b.id, "host": b.host, "port": b.port} for b in md.brokers.values()]
+
+
+def tcp_counters() -> dict[str, int] | None:
+    """The Tcp: line of /proc/net/snmp (RetransSegs, OutSegs, ...)."""
+    try:
+        with open("/proc/net/snmp") as f:
+            rows = [ln.split() for ln in f if ln.startswith("Tcp:")]
+    except OSError:
+        return None
+    if len(rows) != 2:
+        return None
+    return {k: int(v) for k, v in zip(rows[0][1:], rows[1][1:]) if v.lstrip("-").isdigit()}
+
+
+def retransmits(summary: dict | None) -> int | None:
+    """Segments TCP retransmitted in the probe's namespace during the run."""
+    try:
+        return summary["tcp_counters_after"]["RetransSegs"] - summary["tcp_counters_before"]["RetransSegs"]
+    except (KeyError, TypeError):
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:

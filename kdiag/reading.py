@@ -7,6 +7,7 @@ fidelity, not the file.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -76,11 +77,36 @@ def sniff(path: Path) -> list[str]:
     return out
 
 
+# pcap (both byte orders, micro- and nanosecond) and pcapng.
+PCAP_MAGICS = (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d",
+               b"\x0a\x0d\x0d\x0a")
+
+
+def _json_keys(sample: list[str]) -> set[str]:
+    for line in sample:
+        line = line.strip()
+        if line:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                return set()
+            return set(obj) if isinstance(obj, dict) else set()
+    return set()
+
+
 def detect(path: Path) -> str | None:
     """Which parser reads this file, judged by content, never by name."""
     from parsers import rdkafka_log, stats, strace
 
+    with open(path, "rb") as f:
+        if f.read(4) in PCAP_MAGICS:
+            return "pcap"
     sample = sniff(path)
+    keys = _json_keys(sample)
+    if {"ttl", "answer", "responder"} <= keys:
+        return "probes_jsonl"
+    if {"rtt_ms", "ts_us"} <= keys and "ttl" not in keys and "brokers" not in keys:
+        return "handshakes_jsonl"
     scores = {
         "rdkafka_log": rdkafka_log.looks_like(sample),
         "strace": strace.looks_like(sample),

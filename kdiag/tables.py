@@ -9,6 +9,8 @@ Tables (schemas in each parser's docstring):
                   at the syscall row. This is what places a request's
                   Sent/Received lines among its broker thread's syscalls.
   stats           librdkafka statistics JSON      (parsers.stats)
+  probes          TCP path probes, per TTL and round (parsers.tcp_probe)
+  handshakes      timed TCP connect()s to the brokers (parsers.tcp_probe)
 """
 from __future__ import annotations
 
@@ -36,7 +38,22 @@ def _parser(kind: str):
     raise ValueError(kind)
 
 
-_TABLE_OF = {"rdkafka_log": "rdkafka_events", "strace": "syscalls", "stats": "stats"}
+_TABLE_OF = {"rdkafka_log": "rdkafka_events", "strace": "syscalls", "stats": "stats",
+             "pcap": "probes", "probes_jsonl": "probes", "handshakes_jsonl": "handshakes"}
+# Whole-file formats: small by nature (probe packets), read at once.
+_WHOLE = ("pcap", "probes_jsonl", "handshakes_jsonl")
+MAX_WHOLE_BYTES = 256 << 20
+
+
+def _parse_whole(kind: str, path: Path):
+    from parsers import tcp_probe
+
+    if kind == "pcap":
+        return tcp_probe.parse_pcap(path.read_bytes())
+    lines = path.read_text(errors="replace").splitlines()
+    if kind == "probes_jsonl":
+        return tcp_probe.parse_probes_jsonl(lines)
+    return tcp_probe.parse_handshakes(lines)
 
 
 @dataclass
@@ -94,6 +111,7 @@ def parse_paths(paths: list[Path], out_dir: Path, base: Path | None = None) -> P
     sink = _Sink(Path(out_dir))
     day_offsets: list[int] = []
     tod = False
+    found = []
     for path in paths:
         path = Path(path)
         shown = _shown(path, base)
@@ -112,15 +130,34 @@ def parse_paths(paths: list[Path], out_dir: Path, base: Path | None = None) -> P
             entry["error"] = what
             out.notes.append(f"{shown}: {what}; skipped whole")
             continue
-        parser = _parser(kind)
-        cut = 0
-        for chunk in iter_line_chunks(path):
-            cut += chunk.cut_lines
-            _emit(sink, kind, parser.feed(chunk.lines, chunk.first_line_no), day_offsets)
-        _emit(sink, kind, parser.finish(), day_offsets)
-        tod |= getattr(parser, "clock", None) == "time_of_day"
-        counts = parser.counts.to_dict()
-        counts["long_lines_cut"] = cut
+        if kind in _WHOLE and entry["bytes"] > MAX_WHOLE_BYTES:
+            entry["error"] = f"larger than {MAX_WHOLE_BYTES >> 20} MiB"
+            out.notes.append(f"{shown}: {kind} {entry['error']}; skipped whole")
+            continue
+        found.append((path, shown, kind, entry))
+    # The packets are the record of SYN probes; the live results file then
+    # adds only what has no packets (the connect() fallback).
+    found.sort(key=lambda f: f[2] != "pcap")
+    have_packets = False
+    for path, shown, kind, entry in found:
+        if kind in _WHOLE:
+            table, pcounts = _parse_whole(kind, path)
+            if kind == "pcap":
+                have_packets |= len(table) > 0
+            elif kind == "probes_jsonl" and have_packets:
+                table = table.filter(pc.invert(pc.fill_null(pc.equal(table["method"], "syn"), False)))
+            sink.write(_TABLE_OF[kind], table)
+            counts = pcounts.to_dict()
+        else:
+            parser = _parser(kind)
+            cut = 0
+            for chunk in iter_line_chunks(path):
+                cut += chunk.cut_lines
+                _emit(sink, kind, parser.feed(chunk.lines, chunk.first_line_no), day_offsets)
+            _emit(sink, kind, parser.finish(), day_offsets)
+            tod |= getattr(parser, "clock", None) == "time_of_day"
+            counts = parser.counts.to_dict()
+            counts["long_lines_cut"] = cut
         entry["counts"] = counts
         if counts["skipped_total"]:
             out.notes.append(

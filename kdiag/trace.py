@@ -46,6 +46,8 @@ class TraceOptions:
     size: int = 2048
     out: Path | None = None
     timeout_s: float = 300.0
+    scenario: str | None = None     # a network lab scenario instead of the loopback lab
+    path_probe: bool = True
     argv: list[str] = field(default_factory=list)
 
 
@@ -101,7 +103,7 @@ def run(opts: TraceOptions, log=lambda msg: None) -> TraceResult:
 def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
     staging = work / "bundle"
     raw = staging / "raw"
-    for d in ("rdkafka_log", "strace", "stats", "probe"):
+    for d in ("rdkafka_log", "strace", "stats", "probe", "tcp_probe"):
         (raw / d).mkdir(parents=True)
     spark_holder: dict = {}
     warm = threading.Thread(target=_warm_spark, args=(spark_holder,), daemon=True)
@@ -109,9 +111,18 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
 
     with contextlib.ExitStack() as stack:
         lab_info = None
+        prefix: list[str] = []   # runs the producer and the probes in the lab's client namespace
         user = dict(opts.props)
         if opts.brokers:
             base = {"bootstrap.servers": opts.brokers}
+        elif opts.scenario:
+            from kdiag import netlab
+
+            log(f"starting the network lab, scenario {opts.scenario}: client, delay line, router, "
+                f"Tansu behind TLS, each in its own network namespace")
+            nl = stack.enter_context(netlab.running(opts.scenario, topics=(opts.topic,)))
+            lab_info, prefix = nl.to_dict(), nl.exec_prefix("client")
+            base = nl.client_config()
         else:
             from kdiag import lab
 
@@ -141,8 +152,11 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
             f"(socket.nagle.disable={config.get('socket.nagle.disable', 'librdkafka default')})")
         started = int(time.time() * 1e6)
         env = {**os.environ, probe_mod.CONFIG_ENV: json.dumps(config)}
-        partial, probe_rc = _run_probe(full_cmd, paths["log"], opts.timeout_s, log, env)
+        partial, probe_rc = _run_probe(prefix + full_cmd, paths["log"], opts.timeout_s, log, env)
         ended = int(time.time() * 1e6)
+        st_path = None
+        if opts.path_probe and not partial and paths["summary"].exists():
+            st_path = _probe_path(json.loads(paths["summary"].read_text()), config, raw / "tcp_probe", prefix, log)
         for st in (st_strace, st_log):
             st.started_us, st.ended_us = started, ended
             if st.state != "skipped":
@@ -170,9 +184,10 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
 
     import confluent_kafka
 
-    meta = {"librdkafka_version": confluent_kafka.libversion()[0]}
+    meta = {"librdkafka_version": confluent_kafka.libversion()[0], "tcp_retrans": probe_mod.retransmits(probe)}
     scrubbed = redact.scrub_tree(raw, redact.secret_values(config))
     raw_inputs = [p for k, p in paths.items() if k in ("log", "strace", "stats") and p.exists()]
+    raw_inputs += sorted(p for p in (raw / "tcp_probe").glob("*") if p.is_file())
     findings, parsed = analyse(raw_inputs, staging / "tables", meta, spark=spark_holder["spark"], base=staging)
     findings["probe"] = probe
     findings["partial"] = partial
@@ -199,12 +214,56 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
         },
         "host": bundle.host_facts(),
         "lab": lab_info,
-        "collectors": [st_log.to_dict(), st_strace.to_dict()],
+        "collectors": [st.to_dict() for st in (st_log, st_strace, st_path) if st is not None],
         "parse": parsed.files,
         "tables": {name: {"rows": n, "schema_version": 1} for name, n in parsed.rows.items()},
     }
     bundle.write(staging, out_path, manifest)
     return TraceResult(findings, out_path, probe, partial, probe_error)
+
+
+def probe_targets(summary: dict, config: dict) -> list[tuple[str, int, str | None]]:
+    """Every broker in the cluster metadata; the bootstrap list only when
+    the metadata could not be had."""
+    found = [(b["host"], int(b["port"]), f"{b['host']}:{b['port']}/{b['id']}")
+             for b in summary.get("brokers") or [] if "host" in b]
+    if found:
+        return found
+    out = []
+    for hp in config.get("bootstrap.servers", "").split(","):
+        host, _, port = hp.strip().rpartition(":")
+        if host and port.isdigit():
+            out.append((host.strip("[]"), int(port), None))
+    return out
+
+
+def _probe_path(summary: dict, config: dict, out_dir: Path, prefix: list[str], log):
+    """The TCP path probe, run where the producer ran (its namespace)."""
+    targets = probe_targets(summary, config)
+    if not targets:
+        return None
+    log(f"probing the path to {len(targets)} broker(s): " + ", ".join(f"{h}:{p}" for h, p, _ in targets))
+    spec = json.dumps([list(t) for t in targets])
+    cmd = prefix + [sys.executable, "-m", "collectors.tcp_probe", "--out", str(out_dir), "--targets", spec]
+    res = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
+    try:
+        status = json.loads(res.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        status = {"name": "tcp_probe", "state": "failed",
+                  "reason": (res.stderr.strip().splitlines() or ["no output"])[-1]}
+    if status.get("state") not in ("ok",):
+        log(f"path probe: {status.get('state')}: {status.get('reason')}")
+    return _Status(status)
+
+
+class _Status:
+    """A collector status that came back from a child process as JSON."""
+
+    def __init__(self, d: dict) -> None:
+        self.d = d
+
+    def to_dict(self) -> dict:
+        return self.d
 
 
 def _run_probe(cmd: list[str], log_path: Path, timeout_s: float, log, env: dict) -> tuple[bool, int | None]:

@@ -1,5 +1,5 @@
 """The analysis rules on small hand-made frames."""
-from kdiag.analysis import classify, requests
+from kdiag.analysis import _resolve_slow, classify, requests, verdict_of
 
 REQ = "client string, broker string, corr_id int, n_writes int, wait_ms double, total_ms double, nodelay boolean"
 
@@ -19,8 +19,8 @@ def test_cause_rules(spark):
         ("c", "b", 6, None, None, 50.0, None),  # no syscall evidence
         ("c", "b", 7, None, None, 2.0, None),
     ]
-    assert causes(spark, rows, 0.1) == ["nagle_delayed_ack", "nagle_in_path", "broker_slow", "healthy",
-                                        "broker_slow", "unexplained_slow", "healthy"]
+    assert causes(spark, rows, 0.1) == ["nagle_delayed_ack", "nagle_in_path", "slow_wait", "healthy",
+                                        "slow_wait", "unexplained_slow", "healthy"]
 
 
 def test_path_rtt_explains_the_wait(spark):
@@ -44,3 +44,25 @@ def test_pairing_by_client_broker_and_corr_id(spark):
        "ts_us long, line_no long, rtt_ms double")
     got = sorted((r.broker, r.send_line, r.recv_line) for r in requests(spark, ev).collect())
     assert got == [("b1", 1, 4), ("b1", 5, 6), ("b2", 2, 3)]
+
+
+def resolved(spark, waits, retrans):
+    rows = [("c", "b", i, 1, w, w + 0.5, True) for i, w in enumerate(waits)]
+    df = classify(spark.createDataFrame(rows, REQ), 1.0)
+    return sorted({r.cause for r in _resolve_slow(df, retrans).collect()} - {"healthy"})
+
+
+def test_slow_tail_is_loss_slow_body_is_the_broker(spark):
+    fast, stall = [1.5] * 18, [210.0, 230.0]
+    assert resolved(spark, fast + stall, None) == ["packet_loss"]   # shape alone
+    assert resolved(spark, fast + stall, 7) == ["packet_loss"]      # and retransmits seen
+    assert resolved(spark, fast + stall, 0) == ["broker_slow"]      # known: no retransmit
+    assert resolved(spark, [80.0] * 20, None) == ["broker_slow"]    # the whole body is slow
+
+
+def test_verdict_of():
+    loss = {"cause": "packet_loss", "share": 0.05, "time_share": 0.6}
+    assert verdict_of([{"cause": "nagle_delayed_ack", "share": 0.9}]) == "nagle_delayed_ack"
+    assert verdict_of([loss]) == "packet_loss"
+    assert verdict_of([{**loss, "time_share": 0.1}]) == "healthy"
+    assert verdict_of([]) == "healthy"
