@@ -38,7 +38,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import psutil
 
@@ -322,16 +322,17 @@ def _version_line(cmd: list[str], pattern: str) -> str:
     raise LabError(f"{' '.join(cmd)} printed no version line")
 
 
-def _make_cert(openssl: str, state_dir: Path) -> tuple[Path, Path]:
+def _make_cert(openssl: str, state_dir: Path, ips: Sequence[str] = ("127.0.0.1",)) -> tuple[Path, Path]:
     cert, key = state_dir / CERT_FILE, state_dir / KEY_FILE
-    # EC keeps generation to a few milliseconds; the SAN carries both names a
+    san = ",".join([*(f"IP:{ip}" for ip in ips), "DNS:localhost"])
+    # EC keeps generation to a few milliseconds; the SAN carries every name a
     # client might verify against (librdkafka checks the host by default).
     cmd = [
         openssl, "req", "-x509", "-nodes",
         "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
         "-keyout", str(key), "-out", str(cert),
         "-days", "365", "-subj", "/CN=localhost",
-        "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+        "-addext", f"subjectAltName={san}",
     ]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
@@ -358,7 +359,9 @@ def _free_ports(n: int) -> list[int]:
             s.close()
 
 
-def _stunnel_conf(state_dir: Path, tls_port: int, broker_port: int, cert: Path, key: Path) -> Path:
+def _stunnel_conf(
+    state_dir: Path, tls_port: int, broker_port: int, cert: Path, key: Path, accept_host: str = "127.0.0.1"
+) -> Path:
     conf = state_dir / STUNNEL_CONF
     conf.write_text(
         "\n".join(
@@ -369,7 +372,7 @@ def _stunnel_conf(state_dir: Path, tls_port: int, broker_port: int, cert: Path, 
                 "debug = 5",
                 "",
                 "[kafka]",
-                f"accept = 127.0.0.1:{tls_port}",
+                f"accept = {accept_host}:{tls_port}",
                 f"connect = 127.0.0.1:{broker_port}",
                 f"cert = {cert}",
                 f"key = {key}",
@@ -635,6 +638,25 @@ def running(state_dir: Path | None = None, topics: Sequence[str] = DEFAULT_TOPIC
     if not private and status(d) is not None:
         raise LabError(f"a lab is already running in {d}; stop it first or use another state dir")
 
+    with sigterm_exits() as hold_sigterm:
+        try:
+            yield up(d, detach=False, topics=topics)
+        finally:
+            hold_sigterm()
+            down(d)
+            if private:
+                shutil.rmtree(d, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def sigterm_exits() -> Iterator[Callable[[], None]]:
+    """Inside the block, SIGTERM raises SystemExit(143), so the caller's
+    finally clauses run (main thread only; elsewhere this does nothing).
+
+    Calling the function it yields holds any further SIGTERM back until the
+    block ends: a second signal must not cut a teardown short. At the end
+    the old handler comes back and a held signal is delivered again.
+    """
     in_main = threading.current_thread() is threading.main_thread()
     old_handler = signal.getsignal(signal.SIGTERM) if in_main else None
     trap = in_main and old_handler is not signal.SIG_IGN and old_handler is not None
@@ -646,21 +668,16 @@ def running(state_dir: Path | None = None, topics: Sequence[str] = DEFAULT_TOPIC
     def defer_sigterm(signum, frame):
         pending.append(signum)
 
+    def hold() -> None:
+        if trap:
+            signal.signal(signal.SIGTERM, defer_sigterm)
+
     if trap:
         signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        yield up(d, detach=False, topics=topics)
+        yield hold
     finally:
         if trap:
-            # A second SIGTERM must not cut the teardown short; it is
-            # delivered again once the old handler is back.
-            signal.signal(signal.SIGTERM, defer_sigterm)
-        try:
-            down(d)
-            if private:
-                shutil.rmtree(d, ignore_errors=True)
-        finally:
-            if trap:
-                signal.signal(signal.SIGTERM, old_handler)
-                if pending:
-                    os.kill(os.getpid(), signal.SIGTERM)
+            signal.signal(signal.SIGTERM, old_handler)
+            if pending:
+                os.kill(os.getpid(), signal.SIGTERM)
