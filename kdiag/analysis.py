@@ -30,10 +30,12 @@ from pathlib import Path
 # Linux's TCP_DELACK_MIN: the shortest a receiver delays an ACK (HZ/25).
 DELAYED_ACK_MS = 40.0
 # A stall counts as the delayed-ACK timer when the wait beyond the path RTT
-# is at least this and no more than the delayed-ACK maximum (TCP_DELACK_MAX,
-# 200 ms) plus slack.
+# is in this range. Request/response traffic keeps Linux's ACK delay near
+# TCP_ATO_MIN (40 ms; 40-48 ms measured here). The upper bound stays below
+# TCP_RTO_MIN (200 ms): a stall that long is a retransmission timeout, which
+# the packet-loss lab shows at 205-250 ms.
 NAGLE_EXCESS_MIN_MS = 30.0
-NAGLE_EXCESS_MAX_MS = 250.0
+NAGLE_EXCESS_MAX_MS = 150.0
 # A request slower than this is worth explaining at all.
 SLOW_MS = 10.0
 # A cause names the verdict when it explains at least this share of requests.
@@ -180,7 +182,7 @@ def connections(sc) -> list[dict]:
     from pyspark.sql import functions as F
 
     rows = sc.filter(
-        F.col("syscall").isin("connect", "setsockopt", "close", "socket")
+        F.col("syscall").isin("connect", "setsockopt", "getsockopt", "close", "socket")
         | (F.col("wait") & F.col("args").contains("POLLOUT"))
     ).select("line_no", "pid", "ts_us", "dur_us", "syscall", "fd", "fd_info", "args", "ret").orderBy("ts_us", "line_no").collect()
     conns: list[dict] = []
@@ -203,18 +205,49 @@ def connections(sc) -> list[dict]:
                 "nodelay_line": nd[1] if nd else None,
                 "handshake_ms": None,
             })
+        elif name == "getsockopt" and fd is not None and "SO_ERROR" in args:
+            # librdkafka asks SO_ERROR once the connecting socket is writable:
+            # the handshake ended with the last POLLOUT wait before it. (Its
+            # first wait may have woken for the wake-up pipe instead.)
+            c = _open_conn(conns, row.pid, fd, row.ts_us)
+            if c is not None and c["handshake_ms"] is None:
+                _set_handshake(c, c.pop("_last_wait", None), row.ts_us)
         elif row.dur_us is not None:
-            # The first POLLOUT wait after a non-blocking connect() is the
-            # TCP handshake: a path RTT from strace alone.
             for c in reversed(conns):
                 if c["pid"] == row.pid and c["handshake_ms"] is None and row.ts_us >= c["connect_us"] \
                         and row.ts_us - c["connect_us"] < 10_000_000 and f"fd={c['fd']}" in args:
-                    c["handshake_ms"] = round((row.ts_us + row.dur_us - c["connect_us"]) / 1000.0, 3)
-                    # A poll that returned at once started after the handshake
-                    # had finished: the figure is then only an upper bound.
-                    c["handshake_upper_bound"] = row.dur_us * 2 < (row.ts_us - c["connect_us"])
+                    c["_last_wait"] = (row.ts_us, row.dur_us)
+                    c.setdefault("_first_wait", (row.ts_us, row.dur_us))
                     break
+    for c in conns:
+        # A client that never asks SO_ERROR: its first POLLOUT wait is the
+        # best there is.
+        first = c.pop("_first_wait", None)
+        c.pop("_last_wait", None)
+        if c["handshake_ms"] is None and first is not None:
+            _set_handshake(c, first, None)
     return conns
+
+
+def _open_conn(conns: list[dict], pid, fd: int, ts_us: int) -> dict | None:
+    for c in reversed(conns):
+        if c["pid"] == pid and c["fd"] == fd and c["connect_us"] <= ts_us:
+            return c
+    return None
+
+
+def _set_handshake(c: dict, wait: tuple[int, int] | None, confirmed_us: int | None) -> None:
+    """From connect() to the end of the wait that saw the socket writable. A
+    wait that returned at once began after the handshake was over: the
+    figure is then only an upper bound."""
+    if wait is not None:
+        ts, dur = wait
+        end = ts + dur
+        c["handshake_upper_bound"] = dur * 2 < (end - c["connect_us"])
+    else:
+        end = confirmed_us
+        c["handshake_upper_bound"] = True
+    c["handshake_ms"] = round((end - c["connect_us"]) / 1000.0, 3)
 
 
 def analyze(spark, tables_dir: Path, meta: dict | None = None) -> dict:
@@ -256,7 +289,22 @@ def analyze(spark, tables_dir: Path, meta: dict | None = None) -> dict:
                         "into socket and wait, and Nagle cannot be told from a slow broker")
 
     produce = reqs.filter(F.col("request") == "Produce")
-    return judge(spark, produce, reqs, conns, stats, version, source, unknowns, meta)
+    result = judge(spark, produce, reqs, conns, stats, version, source, unknowns, meta)
+    result["paths"] = path_rows(tables_dir)
+    return result
+
+
+def path_rows(tables_dir: Path) -> list[dict]:
+    """The traceroute-style table per broker; probes are a few hundred rows,
+    read on the driver."""
+    import pyarrow.parquet as pq
+
+    from parsers.tcp_probe import path_table
+
+    path = Path(tables_dir) / "probes.parquet"
+    if not path.exists():
+        return []
+    return path_table(pq.read_table(path)).to_pylist()
 
 
 def attach_connections(spark, produce, conns: list[dict]):
@@ -494,7 +542,7 @@ def _finding(cause: str, agg, ex: dict, share: float, n: int, path_rtt, rtt_boun
     elif cause == "packet_loss":
         ev.append(f"{agg.k} of {n} Produce requests stalled: median wait {wait50:.1f} ms, worst "
                   f"{agg.wait_max:.1f} ms, while the median request took {summary['latency_p50_ms']} ms "
-                  f"over a {path_rtt if path_rtt is not None else '?'} ms path")
+                  f"over a {_r(path_rtt, 2) if path_rtt is not None else '?'} ms path")
         retrans = meta.get("tcp_retrans")
         if retrans:
             ev.append(f"TCP retransmitted {retrans} segments during the run "

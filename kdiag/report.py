@@ -34,6 +34,14 @@ def render(findings: dict, *, bundle: str | None = None, probe: dict | None = No
     if s.get("path_rtt_ms") is not None:
         le = "<= " if s.get("path_rtt_upper_bound") else ""
         out.append(f"  PATH RTT(ms) {le}{_fmt(s['path_rtt_ms'])} ({s.get('path_rtt_source')})")
+    if findings.get("paths"):
+        import pyarrow as pa
+
+        from parsers.tcp_probe import PATH_SCHEMA, format_path_table
+
+        out.append("  PATH (TCP SYN probes to each broker's port, like traceroute -T)")
+        table = format_path_table(pa.Table.from_pylist(findings["paths"], schema=PATH_SCHEMA))
+        out.extend("    " + ln for ln in table.splitlines())
     out.append("")
     fs = findings.get("findings", [])
     out.append(f"VERDICT: {findings.get('verdict') or 'none: no completed Produce request to judge'}")
