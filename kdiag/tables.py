@@ -45,11 +45,11 @@ _WHOLE = ("pcap", "probes_jsonl", "handshakes_jsonl")
 MAX_WHOLE_BYTES = 256 << 20
 
 
-def _parse_whole(kind: str, path: Path):
+def _parse_whole(kind: str, path: Path, brokers: dict):
     from parsers import tcp_probe
 
     if kind == "pcap":
-        return tcp_probe.parse_pcap(path.read_bytes())
+        return tcp_probe.parse_pcap(path.read_bytes(), brokers or None)
     lines = path.read_text(errors="replace").splitlines()
     if kind == "probes_jsonl":
         return tcp_probe.parse_probes_jsonl(lines)
@@ -136,12 +136,18 @@ def parse_paths(paths: list[Path], out_dir: Path, base: Path | None = None) -> P
             continue
         found.append((path, shown, kind, entry))
     # The packets are the record of SYN probes; the live results file then
-    # adds only what has no packets (the connect() fallback).
-    found.sort(key=lambda f: f[2] != "pcap")
+    # adds only what has no packets (the connect() fallback). A pcap cannot
+    # name brokers: the handshakes, read first, do.
+    found.sort(key=lambda f: {"handshakes_jsonl": 0, "pcap": 1}.get(f[2], 2))
     have_packets = False
+    brokers: dict[tuple[str, int], str] = {}
     for path, shown, kind, entry in found:
         if kind in _WHOLE:
-            table, pcounts = _parse_whole(kind, path)
+            table, pcounts = _parse_whole(kind, path, brokers)
+            if kind == "handshakes_jsonl":
+                for r in table.select(["target_host", "target_port", "broker"]).to_pylist():
+                    if r["broker"]:
+                        brokers[(r["target_host"], r["target_port"])] = r["broker"]
             if kind == "pcap":
                 have_packets |= len(table) > 0
             elif kind == "probes_jsonl" and have_packets:

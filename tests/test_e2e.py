@@ -68,7 +68,8 @@ def test_bundle_layout_and_checksums(nagle_on):
             "tables/syscalls.parquet", "tables/rdkafka_events.parquet"} <= set(names)
     assert man["versions"]["librdkafka"] and man["versions"]["strace"] and man["versions"]["tansu"]
     assert man["host"]["kernel"] and man["host"]["python"]
-    assert {c["name"]: c["state"] for c in man["collectors"]} == {"rdkafka_log": "ok", "strace": "ok"}
+    assert {c["name"]: c["state"] for c in man["collectors"]} == {"rdkafka_log": "ok", "strace": "ok",
+                                                                  "tcp_probe": "ok"}
     assert man["producer_config"]["sasl.password"] == "[REDACTED]"
 
 
