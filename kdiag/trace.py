@@ -105,9 +105,7 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
     raw = staging / "raw"
     for d in ("rdkafka_log", "strace", "stats", "probe", "tcp_probe"):
         (raw / d).mkdir(parents=True)
-    spark_holder: dict = {}
-    warm = threading.Thread(target=_warm_spark, args=(spark_holder,), daemon=True)
-    warm.start()
+    spark_holder, warm = start_spark()
 
     with contextlib.ExitStack() as stack:
         lab_info = None
@@ -177,34 +175,15 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
         probe_error += "; librdkafka's last lines:\n" + _tail(paths["log"])
         log(probe_error)
 
-    warm.join()
-    if "error" in spark_holder:
-        raise KdiagError(f"Spark did not start: {spark_holder['error']}")
-    from kdiag.pipeline import analyse
-
     import confluent_kafka
 
     meta = {"librdkafka_version": confluent_kafka.libversion()[0], "tcp_retrans": probe_mod.retransmits(probe)}
-    scrubbed = redact.scrub_tree(raw, redact.secret_values(config))
     raw_inputs = [p for k, p in paths.items() if k in ("log", "strace", "stats") and p.exists()]
     raw_inputs += sorted(p for p in (raw / "tcp_probe").glob("*") if p.is_file())
-    findings, parsed = analyse(raw_inputs, staging / "tables", meta, spark=spark_holder["spark"], base=staging)
-    findings["probe"] = probe
-    findings["partial"] = partial
-    findings["probe_error"] = probe_error
-
-    from kdiag.report import render
-
-    out_path = (opts.out or _default_bundle_path()).resolve()
-    (staging / "findings.json").write_text(json.dumps(findings, indent=2, default=str) + "\n")
-    (staging / "report.txt").write_text(render(findings, probe=probe))
     manifest = {
-        "kdiag_version": __version__,
-        "created_us": ended,
         "argv": redact.argv(opts.argv),
         "mode": "lab" if lab_info else "brokers",
         "partial": partial,
-        "redaction": {"secret_values": len(redact.secret_values(config)), "replacements": scrubbed},
         "producer_config": redact.config(config),
         "versions": {
             "librdkafka": confluent_kafka.libversion()[0],
@@ -212,14 +191,48 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
             "strace": st_strace.version,
             **({"tansu": lab_info["tansu_version"], "tls_terminator": lab_info["terminator_version"]} if lab_info else {}),
         },
-        "host": bundle.host_facts(),
         "lab": lab_info,
         "collectors": [st.to_dict() for st in (st_log, st_strace, st_path) if st is not None],
+    }
+    findings, out_path = finish(staging, raw_inputs, meta, spark_holder, warm, opts.out,
+                                redact.secret_values(config), manifest,
+                                {"probe": probe, "partial": partial, "probe_error": probe_error})
+    return TraceResult(findings, out_path, probe, partial, probe_error)
+
+
+def finish(staging: Path, raw_inputs: list[Path], meta: dict, spark_holder: dict, warm: threading.Thread,
+           out: Path | None, secrets: list[str], manifest: dict, extra: dict) -> tuple[dict, Path]:
+    """Scrub, parse, analyse, report, bundle: the end of every trace."""
+    scrubbed = redact.scrub_tree(staging / "raw", secrets)
+    warm.join()
+    if "error" in spark_holder:
+        raise KdiagError(f"Spark did not start: {spark_holder['error']}")
+    from kdiag.pipeline import analyse
+    from kdiag.report import render
+
+    findings, parsed = analyse(raw_inputs, staging / "tables", meta, spark=spark_holder["spark"], base=staging)
+    findings.update(extra)
+    out_path = (out or _default_bundle_path()).resolve()
+    (staging / "findings.json").write_text(json.dumps(findings, indent=2, default=str) + "\n")
+    (staging / "report.txt").write_text(render(findings, probe=extra.get("probe")))
+    manifest = {
+        "kdiag_version": __version__,
+        "created_us": int(time.time() * 1e6),
+        **manifest,
+        "redaction": {"secret_values": len(secrets), "replacements": scrubbed},
+        "host": bundle.host_facts(),
         "parse": parsed.files,
         "tables": {name: {"rows": n, "schema_version": 1} for name, n in parsed.rows.items()},
     }
     bundle.write(staging, out_path, manifest)
-    return TraceResult(findings, out_path, probe, partial, probe_error)
+    return findings, out_path
+
+
+def start_spark() -> tuple[dict, threading.Thread]:
+    holder: dict = {}
+    warm = threading.Thread(target=_warm_spark, args=(holder,), daemon=True)
+    warm.start()
+    return holder, warm
 
 
 def probe_targets(summary: dict, config: dict) -> list[tuple[str, int, str | None]]:
