@@ -38,6 +38,10 @@ examples:
   kdiag trace -b broker1:9092 -F client.properties --topic latency-probe -o ticket-4711.tar.gz
   kdiag trace --json
       the findings as one JSON object (key "verdict": the main cause)
+  kdiag trace --pid 4242 --duration 20
+      attach to a running producer for 20 s; it keeps running afterwards
+  kdiag trace -- python3 my_producer.py --rate 50
+      run a producer under kdiag until it exits
   kdiag trace --scenario network-latency
       the lab as client -> 15 ms delay line -> router -> broker in network
       namespaces; the findings name network_latency and show the path
@@ -82,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--messages", type=int, default=100, help="messages to produce (default %(default)s)")
     t.add_argument("--size", type=int, default=2048, help="value size in bytes (default %(default)s)")
     t.add_argument("--timeout", type=float, default=300.0, help="stop the probe after this many seconds")
+    t.add_argument("-p", "--pid", type=int, help="attach to this running producer (it keeps running)")
+    t.add_argument("--duration", type=float, metavar="S",
+                   help="trace --pid or -- CMD for S seconds (default: 30 for --pid, until CMD exits)")
     t.add_argument("--scenario", metavar="NAME",
                    help="run the lab as a multi-hop network in namespaces: network-latency, packet-loss, clean")
     t.add_argument("--no-path-probe", action="store_true", help="skip the TCP path probe of the brokers")
@@ -125,9 +132,11 @@ def _emit(env: Environment, findings: dict, as_json: bool, bundle: str | None = 
     return ExitStatus.NO_DATA if findings.get("no_data") else ExitStatus.OK
 
 
-def cmd_trace(args, env: Environment, argv: list[str]) -> ExitStatus:
+def cmd_trace(args, env: Environment, argv: list[str], command: list[str]) -> ExitStatus:
     from kdiag import trace
 
+    if args.pid is not None or command:
+        return cmd_trace_target(args, env, argv, command)
     if args.messages < 1 or args.size < 0:
         raise UsageError("--messages must be >= 1 and --size >= 0")
     opts = trace.TraceOptions(brokers=args.brokers, props=_props(args), topic=args.topic,
@@ -143,6 +152,22 @@ def cmd_trace(args, env: Environment, argv: list[str]) -> ExitStatus:
     if res.error:
         env.say(f"error: {res.error.splitlines()[0]}")
         return ExitStatus.ERROR
+    return ExitStatus.INTERRUPTED if res.partial and status == ExitStatus.OK else status
+
+
+def cmd_trace_target(args, env: Environment, argv: list[str], command: list[str]) -> ExitStatus:
+    from kdiag import attach
+
+    if args.pid is not None and command:
+        raise UsageError("give --pid PID or -- CMD ARGS, not both")
+    if args.brokers or args.props or args.prop_file or args.scenario:
+        raise UsageError("-b/-X/-F/--scenario set up kdiag's probe producer; they do not go with --pid or -- CMD")
+    opts = attach.TargetOptions(pid=args.pid, command=command, duration_s=args.duration, out=args.output,
+                                argv=["kdiag", *argv])
+    res = attach.run(opts, log=env.say)
+    status = _emit(env, res.findings, args.json, str(res.bundle))
+    if args.json:
+        env.say(f"bundle: {res.bundle}")
     return ExitStatus.INTERRUPTED if res.partial and status == ExitStatus.OK else status
 
 
@@ -219,6 +244,12 @@ def cmd_lab(args, env: Environment) -> ExitStatus:
 def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
     env = env or Environment()
     argv = list(sys.argv[1:] if argv is None else argv)
+    # "kdiag trace [options] -- CMD ARGS": what follows "--" is the producer's
+    # own command line, never kdiag's options.
+    command: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, command = argv[:cut], argv[cut + 1:]
     ap = _parser()
     try:
         args = ap.parse_args(argv)
@@ -228,8 +259,10 @@ def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
         ap.print_help(env.stdout)
         return ExitStatus.USAGE
     try:
+        if command and args.command != "trace":
+            raise UsageError("'-- CMD' goes with kdiag trace only")
         if args.command == "trace":
-            return cmd_trace(args, env, argv)
+            return cmd_trace(args, env, argv, command)
         if args.command == "replay":
             return cmd_replay(args, env)
         if args.command == "parse":

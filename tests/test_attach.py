@@ -1,0 +1,130 @@
+"""Tracing producers kdiag did not start: attach, wrap, and never harm."""
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import ROOT, need
+from kdiag.cli import Environment, main
+
+pytestmark = pytest.mark.e2e
+PRODUCER = ROOT / "tests" / "producers" / "sync_producer.py"
+
+
+def progress(path: Path) -> int:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def wait_for(pred, timeout_s=20.0):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture(scope="module")
+def the_lab():
+    need("strace", root=True)
+    need("stunnel4")
+    from kdiag import lab
+
+    with lab.running() as L:
+        yield L
+
+
+@pytest.fixture
+def producer(the_lab, tmp_path):
+    prog = tmp_path / "progress"
+    proc = subprocess.Popen([sys.executable, str(PRODUCER), the_lab.bootstrap, str(the_lab.ca_path), "false",
+                             "120", str(prog)], stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    assert wait_for(lambda: progress(prog) > 3), "producer did not start producing"
+    yield proc, prog
+    if proc.poll() is None:   # ours: the test started it
+        proc.terminate()
+        proc.wait(10)
+
+
+def not_traced(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status").read_text()
+    tracer = int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("TracerPid:")))
+    return tracer == 0
+
+
+def test_attach_names_the_cause_and_detaches(producer, spark, tmp_path):
+    proc, prog = producer
+    out, err = io.StringIO(), io.StringIO()
+    rc = main(["trace", "--json", "--pid", str(proc.pid), "--duration", "3", "-o", str(tmp_path / "a.tar.gz")],
+              Environment(stdout=out, stderr=err))
+    assert rc == 0, err.getvalue()
+    f = json.loads(out.getvalue())
+    assert f["verdict"] == "nagle_delayed_ack"
+    assert f["target"]["pid"] == proc.pid and f["target"]["running_at_detach"] is True
+    # detached, and still producing
+    assert proc.poll() is None and not_traced(proc.pid)
+    before = progress(prog)
+    assert wait_for(lambda: progress(prog) >= before + 10, 10), "producer stopped after kdiag detached"
+
+
+def test_kill_9_of_kdiag_leaves_the_producer_running(producer, tmp_path):
+    proc, prog = producer
+    kd = subprocess.Popen([sys.executable, "-m", "kdiag", "trace", "--pid", str(proc.pid), "--duration", "60",
+                           "-o", str(tmp_path / "k.tar.gz")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          cwd=ROOT)
+    assert wait_for(lambda: not not_traced(proc.pid), 20), "kdiag never attached"
+    stracers = [c for c in psutil.Process(kd.pid).children(recursive=True) if c.name() == "strace"]
+    os.kill(kd.pid, signal.SIGKILL)
+    kd.wait()
+    # the kernel tells strace its parent died; strace detaches
+    assert wait_for(lambda: not_traced(proc.pid), 15), "still traced after kdiag was killed"
+    assert all(not s.is_running() or s.status() == psutil.STATUS_ZOMBIE for s in stracers)
+    assert proc.poll() is None
+    before = progress(prog)
+    assert wait_for(lambda: progress(prog) >= before + 10, 10), "producer stopped after kdiag was killed"
+
+
+def test_wrap_runs_the_command_to_its_end(the_lab, spark, tmp_path):
+    prog = tmp_path / "progress"
+    out, err = io.StringIO(), io.StringIO()
+    rc = main(["trace", "--json", "-o", str(tmp_path / "w.tar.gz"), "--",
+               sys.executable, str(PRODUCER), the_lab.bootstrap, str(the_lab.ca_path), "false", "2", str(prog)],
+              Environment(stdout=out, stderr=err))
+    assert rc == 0, err.getvalue()
+    f = json.loads(out.getvalue())
+    assert f["verdict"] == "nagle_delayed_ack" and progress(prog) > 10
+
+
+def test_wrapped_command_keeps_working_after_the_window(the_lab, spark, tmp_path):
+    """Detaching after --duration must not break the command, though strace
+    started it under a seccomp filter."""
+    prog = tmp_path / "progress"
+    out = io.StringIO()
+    rc = main(["trace", "--json", "--duration", "2", "-o", str(tmp_path / "d.tar.gz"), "--",
+               sys.executable, str(PRODUCER), the_lab.bootstrap, str(the_lab.ca_path), "false", "60", str(prog)],
+              Environment(stdout=out, stderr=io.StringIO()))
+    assert rc == 0
+    pid = json.loads(out.getvalue())["target"]["pid"]
+    try:
+        assert not_traced(pid)
+        before = progress(prog)
+        assert wait_for(lambda: progress(prog) >= before + 10, 10), "wrapped producer stopped after detach"
+    finally:
+        os.kill(pid, signal.SIGTERM)   # started by this test, through kdiag
+
+
+def test_usage():
+    env = Environment(stdout=io.StringIO(), stderr=io.StringIO())
+    assert main(["trace", "--pid", "999999999"], env) == 2
+    assert main(["trace", "--pid", "1", "-b", "x:1"], env) == 2
+    assert main(["trace", "--pid", "1", "--", "true"], env) == 2
