@@ -114,8 +114,9 @@ def requests(spark, events):
     return j.withColumn("_k", F.row_number().over(w)).filter("_k = 1").drop("_k")
 
 
-def split_requests(spark, reqs, syscalls, bucket_us: int = BUCKET_US):
-    """Attach each request's send burst and the syscalls of its window."""
+def prepare_syscalls(syscalls):
+    """Flags socket writes, socket reads and waits, and numbers the bursts
+    of socket writes per thread (cached: every later step reads it)."""
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
@@ -131,15 +132,29 @@ def split_requests(spark, reqs, syscalls, bucket_us: int = BUCKET_US):
     # new one. The writes of a request share the burst just before its Sent line.
     w = Window.partitionBy("pid").orderBy("ts_us", "line_no").rowsBetween(Window.unboundedPreceding, 0)
     sc = sc.withColumn("burst", F.sum(F.when(F.col("sock_write"), 0).otherwise(1)).over(w))
-    sc = sc.cache()
-    bursts = sc.filter("sock_write").groupBy("pid", "burst").agg(
+    return sc.cache()
+
+
+def _bursts(sc):
+    from pyspark.sql import functions as F
+
+    return sc.filter("sock_write").groupBy("pid", "burst").agg(
         F.count("*").alias("n_writes"),
         F.min("ts_us").alias("send_start_us"),
         F.sum("ret").alias("written_bytes"),
         F.sort_array(F.collect_list(F.struct("ts_us", "ret"))).alias("_w"),
         F.first("fd").alias("fd"),
         F.first("fd_info").alias("fd_info"),
+        F.max(F.col("ts_us") + F.coalesce(F.col("dur_us"), F.lit(0))).alias("send_end_us"),
+        F.min("line_no").alias("first_line"),
     ).withColumn("write_sizes", F.col("_w.ret")).drop("_w")
+
+
+def split_requests(spark, reqs, sc, bucket_us: int = BUCKET_US):
+    """Attach each request's send burst and the syscalls of its window."""
+    from pyspark.sql import functions as F
+
+    bursts = _bursts(sc).drop("send_end_us", "first_line")
     send_rows = sc.select(F.col("line_no").alias("send_line"), F.col("burst").alias("_sb"))
     r = reqs.join(send_rows, "send_line", "left")
     b = bursts.withColumnRenamed("burst", "_b").withColumnRenamed("pid", "_bpid")
@@ -167,7 +182,44 @@ def split_requests(spark, reqs, syscalls, bucket_us: int = BUCKET_US):
           .withColumn("read_ms", ms("recv_us", "first_read_us"))
           .withColumn("total_ms", ms("recv_us", "start_us"))
           .withColumn("poll_ms", F.col("poll_us") / 1000.0))
-    return r, sc
+    return r
+
+
+def exchanges(sc):
+    """Requests inferred from syscalls alone, for producers that log no
+    Sent/Received lines: a burst of socket writes on a thread, then the
+    first socket read on that fd is its response (a synchronous producer has
+    one request in flight). No correlation ids: pipelined requests would
+    pair with the wrong response, which the findings say."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    b = _bursts(sc).select("pid", "fd", "fd_info", "n_writes", "write_sizes", "written_bytes",
+                           F.col("send_start_us"), F.col("send_end_us").alias("ts_us"),
+                           F.col("first_line").alias("send_line"), F.lit(None).cast("long").alias("read_us"),
+                           F.lit(None).cast("long").alias("read_line"))
+    reads = sc.filter("sock_read").select(
+        "pid", "fd", F.lit(None).cast("string").alias("fd_info"), F.lit(None).cast("long").alias("n_writes"),
+        F.lit(None).cast("array<long>").alias("write_sizes"), F.lit(None).cast("long").alias("written_bytes"),
+        F.lit(None).cast("long").alias("send_start_us"), "ts_us", F.lit(None).cast("long").alias("send_line"),
+        F.col("ts_us").alias("read_us"), F.col("line_no").alias("read_line"))
+    w = Window.partitionBy("pid", "fd").orderBy("ts_us").rowsBetween(1, Window.unboundedFollowing)
+    ev = b.unionByName(reads)
+    ev = (ev.withColumn("resp_us", F.first("read_us", ignorenulls=True).over(w))
+            .withColumn("recv_line", F.first("read_line", ignorenulls=True).over(w)))
+    ms = lambda a, c: (F.col(a) - F.col(c)) / 1000.0  # noqa: E731
+    return (ev.filter(F.col("n_writes").isNotNull() & F.col("resp_us").isNotNull())
+              .select(F.lit(None).cast("string").alias("client"),
+                      F.coalesce(F.regexp_extract("fd_info", r"->([^\]]+)", 1), F.col("fd").cast("string")).alias("broker"),
+                      F.lit(None).cast("int").alias("corr_id"), F.lit("exchange").alias("request"),
+                      F.col("written_bytes").alias("req_bytes"), F.col("ts_us").alias("send_us"),
+                      F.col("resp_us").alias("recv_us"), F.lit(None).cast("double").alias("rtt_ms"),
+                      "pid", "fd", "n_writes", "write_sizes", "send_line", "recv_line", "send_start_us")
+              .withColumn("send_ms", ms("send_us", "send_start_us"))
+              .withColumn("wait_ms", ms("recv_us", "send_us"))
+              .withColumn("read_ms", F.lit(0.0))
+              .withColumn("poll_ms", F.lit(None).cast("double"))
+              .withColumn("total_ms", ms("recv_us", "send_start_us")))
 
 
 _PEER = re.compile(r'sin6?_port=htons\((\d+)\).*?(?:inet_addr\("([^"]+)"\)|inet_pton\(AF_INET6, "([^"]+)")')
@@ -270,14 +322,31 @@ def analyze(spark, tables_dir: Path, meta: dict | None = None) -> dict:
     events, source = None, None
     if lw is not None and lw.filter(F.col("event") == "send").limit(1).count():
         events, source = lw, "strace"
-    elif log is not None:
+    elif log is not None and log.filter(F.col("event") == "send").limit(1).count():
         events, source = log, "log"
-    if events is None:
-        return _result(meta, version, "healthy", [], {"requests": 0}, ["no librdkafka Sent/Received lines in the inputs: nothing to analyse"], no_data=True)
+    elif syscalls is not None and syscalls.limit(1).count():
+        source = "syscalls"
+    if source is None:
+        return _result(meta, version, "healthy", [], {"requests": 0},
+                       ["no librdkafka Sent/Received lines and no syscalls in the inputs: nothing to analyse"],
+                       no_data=True)
+
+    if source == "syscalls":
+        sc = prepare_syscalls(syscalls)
+        reqs = exchanges(sc)
+        conns = connections(sc)
+        unknowns.append("the producer logged no librdkafka Sent/Received lines: requests were inferred from "
+                        "its syscalls (a burst of socket writes, then the first read of the response); "
+                        "no correlation ids, and pipelined requests would pair with the wrong response")
+        result = judge(spark, reqs, reqs, conns, stats, version, source, unknowns, meta)
+        result["confidence"] = "medium: requests inferred from syscalls"
+        result["paths"] = path_rows(tables_dir)
+        return result
 
     reqs = requests(spark, events)
     if source == "strace" and syscalls is not None:
-        reqs, sc = split_requests(spark, reqs, syscalls)
+        sc = prepare_syscalls(syscalls)
+        reqs = split_requests(spark, reqs, sc)
         conns = connections(sc)
     else:
         conns = []
@@ -290,6 +359,8 @@ def analyze(spark, tables_dir: Path, meta: dict | None = None) -> dict:
 
     produce = reqs.filter(F.col("request") == "Produce")
     result = judge(spark, produce, reqs, conns, stats, version, source, unknowns, meta)
+    result["confidence"] = "high: requests from librdkafka's own lines" if source == "strace" else \
+        "low: librdkafka's log without syscalls"
     result["paths"] = path_rows(tables_dir)
     return result
 

@@ -80,3 +80,18 @@ def test_foreign_and_empty_files(spark, tmp_path):
 def test_missing_path_is_a_usage_error(tmp_path):
     rc, f, err = replay(tmp_path / "nope")
     assert rc == 2 and "no such file" in err
+
+
+@pytest.mark.parametrize("capture,verdict", [("nagle_on", "nagle_delayed_ack"), ("nagle_off", "healthy")])
+def test_producer_without_debug_log(spark, tmp_path, capture, verdict):
+    """A producer that logs nothing: requests are inferred from its syscalls,
+    and the findings say so."""
+    lines = (CAPTURES / capture / "strace.txt").read_text().splitlines()
+    quiet = tmp_path / "quiet.txt"
+    quiet.write_text("\n".join(ln for ln in lines if "write(2<" not in ln) + "\n")
+    rc, f, _ = replay(quiet, spark=spark)
+    assert rc == 0 and f["verdict"] == verdict
+    assert f["confidence"].startswith("medium") and f["summary"]["source"] == "syscalls"
+    assert any("inferred from its syscalls" in u for u in f["unknowns"])
+    # 30 produce requests, plus the TLS handshake and metadata exchanges
+    assert 30 <= f["summary"]["requests"] <= 45
