@@ -324,7 +324,9 @@ def analyze(spark, tables_dir: Path, meta: dict | None = None) -> dict:
         events, source = lw, "strace"
     elif log is not None and log.filter(F.col("event") == "send").limit(1).count():
         events, source = log, "log"
-    elif syscalls is not None and syscalls.limit(1).count():
+    elif syscalls is not None and syscalls.limit(1).count() and not _any_rows(log) and not _any_rows(lw):
+        # Only a producer that logs nothing has its requests inferred: a
+        # librdkafka log without one Sent line means nothing was sent.
         source = "syscalls"
     if source is None:
         return _result(meta, version, "healthy", [], {"requests": 0},
@@ -363,6 +365,10 @@ def analyze(spark, tables_dir: Path, meta: dict | None = None) -> dict:
         "low: librdkafka's log without syscalls"
     result["paths"] = path_rows(tables_dir)
     return result
+
+
+def _any_rows(df) -> bool:
+    return df is not None and df.limit(1).count() > 0
 
 
 def path_rows(tables_dir: Path) -> list[dict]:
