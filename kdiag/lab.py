@@ -14,6 +14,20 @@ segments wait for the ACK of the first, and the peer delays that ACK by up to
 ~40 ms. With acks=all and linger.ms=0 that shows up as a ~40 ms round trip
 per produce, which disappears with socket.nagle.disable=true.
 
+Two variants reproduce other causes of producer latency, for end-to-end
+tests of the diagnosis:
+- "nagle-proxy": socat terminates TLS instead of stunnel4 and forwards to
+  Tansu without TCP_NODELAY (no `,nodelay`). socat writes each decrypted TLS
+  record to Tansu on its own, so Nagle holds the later parts of a request
+  until Tansu's delayed ACK: ~40 ms per request although the client socket
+  has TCP_NODELAY (the `nagle_in_path` cause). A plain TCP socat in front of
+  stunnel4 does not do this reliably: it forwards whatever one read() returns,
+  often a whole request, and stalls only some of them.
+- "slow-broker": stunnel4 -> kdiag.slowproxy -> Tansu. The proxy delays
+  every byte Tansu sends by a fixed time: a fast path with a late broker
+  (the `broker_slow` cause).
+Tansu advertises the client-facing port in every variant.
+
 `up()` starts a lab whose state (ports, pids, process start times, versions)
 lives in `state_dir/state.json`, with logs beside it; `status()` and
 `down()` find it again from there, from any process. `running()` is a
@@ -33,6 +47,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -42,13 +57,17 @@ from typing import Any, Callable, Iterator, Sequence
 
 import psutil
 
+import kdiag
 from kdiag.errors import KdiagError
+from kdiag.slowproxy import PROCESS_NAME as SLOWPROXY
 
 STATE_FILE = "state.json"
 LOCK_FILE = ".lock"
 TANSU_LOG = "tansu.log"
 STUNNEL_LOG = "stunnel.log"
 STUNNEL_CONF = "stunnel.conf"
+SOCAT_LOG = "socat.log"
+SLOWPROXY_LOG = "slowproxy.log"
 CERT_FILE = "cert.pem"
 KEY_FILE = "key.pem"
 
@@ -57,6 +76,14 @@ READY_TIMEOUT = 10.0
 STOP_GRACE = 3.0
 DEFAULT_TOPICS = ("kdiag-probe",)
 STATE_FORMAT = 1
+DEFAULT_RESPONSE_DELAY_MS = 50.0
+
+# variant -> (TLS terminator, extra process between it and Tansu or None)
+VARIANTS: dict[str, tuple[str, str | None]] = {
+    "tls": (TERMINATOR, None),
+    "nagle-proxy": ("socat", None),
+    "slow-broker": (TERMINATOR, SLOWPROXY),
+}
 
 # Tansu reads these from the environment as defaults for its options; one
 # left over in the caller's shell would quietly change the lab.
@@ -89,6 +116,12 @@ class Lab:
     terminator: str
     tansu_version: str
     terminator_version: str
+    variant: str = "tls"
+    proxy: str | None = None
+    proxy_pid: int | None = None
+    proxy_port: int | None = None
+    proxy_version: str | None = None
+    response_delay_ms: float | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -113,6 +146,12 @@ class Lab:
             "tansu_version": self.tansu_version,
             "terminator_version": self.terminator_version,
             "bootstrap": self.bootstrap,
+            "variant": self.variant,
+            "proxy": self.proxy,
+            "proxy_pid": self.proxy_pid,
+            "proxy_port": self.proxy_port,
+            "proxy_version": self.proxy_version,
+            "response_delay_ms": self.response_delay_ms,
         }
 
     @classmethod
@@ -127,6 +166,13 @@ class Lab:
             terminator=str(d["terminator"]),
             tansu_version=str(d["tansu_version"]),
             terminator_version=str(d["terminator_version"]),
+            # Absent from state files written before the variants existed.
+            variant=str(d.get("variant") or "tls"),
+            proxy=None if d.get("proxy") is None else str(d["proxy"]),
+            proxy_pid=None if d.get("proxy_pid") is None else int(d["proxy_pid"]),
+            proxy_port=None if d.get("proxy_port") is None else int(d["proxy_port"]),
+            proxy_version=None if d.get("proxy_version") is None else str(d["proxy_version"]),
+            response_delay_ms=None if d.get("response_delay_ms") is None else float(d["response_delay_ms"]),
         )
 
 
@@ -182,6 +228,22 @@ def _verified(ident: dict[str, Any] | None, expected_name: str) -> psutil.Proces
         return p
     except (psutil.Error, KeyError, TypeError, ValueError):
         return None
+
+
+def _forks(p: psutil.Process) -> list[psutil.Process]:
+    """The copies of p it forked for its connections (socat's fork option);
+    socat does not pass a SIGTERM on to them."""
+    try:
+        name = p.name()
+        children = p.children(recursive=True)
+    except psutil.Error:
+        return []
+    forks = []
+    for c in children:
+        with contextlib.suppress(psutil.Error):
+            if c.name() == name:
+                forks.append(c)
+    return forks
 
 
 def _reap(pid: int) -> None:
@@ -257,24 +319,37 @@ def _remove_state(state_dir: Path) -> None:
         (state_dir / STATE_FILE).unlink()
 
 
-def _state_procs(state: dict) -> tuple[psutil.Process | None, psutil.Process | None]:
+def _expected_names(variant: str) -> dict[str, str]:
+    """Process name by role, in the order down() stops them."""
+    terminator, proxy = VARIANTS.get(variant, VARIANTS["tls"])
+    names = {"terminator": terminator}
+    if proxy is not None:
+        names["proxy"] = proxy
+    names["tansu"] = "tansu"
+    return names
+
+
+def _state_procs(state: dict) -> dict[str, psutil.Process | None]:
     procs = state.get("processes") or {}
-    tansu = _verified(procs.get("tansu"), "tansu")
-    term = _verified(procs.get("terminator"), TERMINATOR)
-    return tansu, term
+    lab = state.get("lab")
+    variant = lab.get("variant") if isinstance(lab, dict) else None
+    return {
+        role: _verified(procs.get(role), name)
+        for role, name in _expected_names(str(variant or "tls")).items()
+    }
 
 
 def _status_locked(state_dir: Path) -> Lab | None:
     state = _read_state(state_dir)
     if state is None:
         return None
-    tansu, term = _state_procs(state)
-    if tansu is not None and term is not None:
+    found = _state_procs(state).values()
+    if all(p is not None for p in found):
         try:
             return Lab.from_dict(state["lab"])
         except (KeyError, TypeError, ValueError):
             pass
-    if tansu is None and term is None:
+    if all(p is None for p in found):
         _remove_state(state_dir)
     # Half a lab stays recorded so that down() can still stop the survivor.
     return None
@@ -284,9 +359,12 @@ def _down_locked(state_dir: Path) -> bool:
     state = _read_state(state_dir)
     if state is None:
         return False
-    # The terminator goes first: once it has closed its connections to Tansu,
-    # Tansu's own SIGTERM no longer hangs.
-    procs = [p for p in reversed(_state_procs(state)) if p is not None]
+    # The terminator goes first, then the proxy: once they have closed their
+    # connections to Tansu, Tansu's own SIGTERM no longer hangs.
+    procs: list[psutil.Process] = []
+    for p in _state_procs(state).values():
+        if p is not None:
+            procs += [p, *_forks(p)]
     _stop(procs)
     _remove_state(state_dir)
     return bool(procs)
@@ -407,8 +485,10 @@ def _prctl_pdeathsig(parent: int):
     return preexec
 
 
-def _spawn(cmd: list[str], log: Path, detach: bool, env: dict[str, str] | None = None) -> subprocess.Popen:
-    kwargs: dict[str, Any] = {}
+def _spawn(
+    cmd: list[str], log: Path, detach: bool, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.Popen:
+    kwargs: dict[str, Any] = {"cwd": cwd}
     if detach:
         kwargs["start_new_session"] = True
     else:
@@ -461,30 +541,38 @@ def _accepts_tls(port: int, ca: Path) -> bool:
         return False
 
 
-def _wait_ready(
-    tansu: subprocess.Popen, term: subprocess.Popen, lab: Lab, deadline: float
-) -> None:
-    procs = (("tansu", tansu, lab.state_dir / TANSU_LOG), (TERMINATOR, term, lab.state_dir / STUNNEL_LOG))
-    tansu_up = tls_up = False
+def _wait_ready(procs: dict[str, tuple[subprocess.Popen, Path]], lab: Lab, deadline: float) -> None:
+    """Wait until Tansu, the proxy (if any) and the TLS terminator all serve.
+
+    procs maps each role ("tansu", "proxy", "terminator") to its process and
+    log."""
+    tansu_up = proxy_up = tls_up = False
     while True:
-        for name, proc, log in procs:
+        for role, (proc, log) in procs.items():
             if proc.poll() is not None:
+                name = {"tansu": "tansu", "proxy": lab.proxy, "terminator": lab.terminator}.get(role, role)
                 raise LabError(f"{name} exited with code {proc.returncode}: {_log_tail(log)}")
         tansu_up = tansu_up or _accepts_tcp(lab.broker_port)
+        proxy_up = lab.proxy_port is None or (tansu_up and (proxy_up or _accepts_tcp(lab.proxy_port)))
         # A full handshake, not just a connect: proves the certificate loads
-        # and that stunnel reaches Tansu.
-        tls_up = tansu_up and (tls_up or _accepts_tls(lab.tls_port, lab.ca_path))
-        if tansu_up and tls_up:
+        # and that the terminator reaches Tansu.
+        tls_up = tansu_up and proxy_up and (tls_up or _accepts_tls(lab.tls_port, lab.ca_path))
+        if tls_up:
             return
         if time.monotonic() > deadline:
             if not tansu_up:
                 raise LabError(
                     f"tansu did not accept on 127.0.0.1:{lab.broker_port} within {READY_TIMEOUT:g}s: "
-                    f"{_log_tail(lab.state_dir / TANSU_LOG)}"
+                    f"{_log_tail(procs['tansu'][1])}"
+                )
+            if not proxy_up:
+                raise LabError(
+                    f"{lab.proxy} did not accept on 127.0.0.1:{lab.proxy_port} within {READY_TIMEOUT:g}s: "
+                    f"{_log_tail(procs['proxy'][1])}"
                 )
             raise LabError(
-                f"{TERMINATOR} did not complete a TLS handshake on 127.0.0.1:{lab.tls_port} "
-                f"within {READY_TIMEOUT:g}s: {_log_tail(lab.state_dir / STUNNEL_LOG)}"
+                f"{lab.terminator} did not complete a TLS handshake on 127.0.0.1:{lab.tls_port} "
+                f"within {READY_TIMEOUT:g}s: {_log_tail(procs['terminator'][1])}"
             )
         time.sleep(0.01)
 
@@ -523,60 +611,163 @@ def _ensure_topics(lab: Lab, topics: Sequence[str], deadline: float) -> None:
         raise LabError(f"topics not visible after creation: {', '.join(absent)}")
 
 
-def _up_locked(state_dir: Path, detach: bool, topics: Sequence[str]) -> Lab:
+def _check_variant(variant: str, response_delay_ms: float | None) -> float | None:
+    """The response delay the variant runs with; LabError for a request that
+    makes no sense."""
+    if variant not in VARIANTS:
+        raise LabError(f"unknown lab variant {variant!r}; known: {', '.join(VARIANTS)}")
+    if variant != "slow-broker":
+        if response_delay_ms is not None:
+            raise LabError(f"response_delay_ms applies to the slow-broker variant, not {variant!r}")
+        return None
+    delay = DEFAULT_RESPONSE_DELAY_MS if response_delay_ms is None else float(response_delay_ms)
+    if not 0 <= delay < 3_600_000:
+        raise LabError(f"response_delay_ms out of range: {response_delay_ms!r}")
+    return delay
+
+
+# Characters socat gives a meaning inside an address (separators, quoting).
+_SOCAT_SPECIAL = set(",:!'\"\\ \t\n")
+
+
+def _socat_cmd(socat: str, tls_port: int, broker_port: int, cert: Path, key: Path) -> list[str]:
+    for path in (cert, key):
+        if _SOCAT_SPECIAL & set(str(path)):
+            raise LabError(f"socat cannot take the path {str(path)!r}: use a state dir without ,:! quotes or spaces")
+    return [
+        socat, "-d", "-d",
+        f"OPENSSL-LISTEN:{tls_port},bind=127.0.0.1,reuseaddr,fork,cert={cert},key={key},verify=0",
+        # No ",nodelay": this hop's Nagle is the fault the variant exists for.
+        f"TCP:127.0.0.1:{broker_port}",
+    ]
+
+
+def _slowproxy_cmd(proxy_port: int, broker_port: int, delay_ms: float) -> list[str]:
+    python = sys.executable or _tool("python3", "apt-get install python3")
+    return [
+        python, "-m", "kdiag.slowproxy",
+        "--listen", f"127.0.0.1:{proxy_port}",
+        "--connect", f"127.0.0.1:{broker_port}",
+        "--response-delay-ms", f"{delay_ms:g}",
+    ]
+
+
+def _kdiag_env() -> dict[str, str]:
+    """The environment for a `python -m kdiag...` child: this kdiag first on
+    its path, installed or not."""
+    env = dict(os.environ)
+    root = str(Path(kdiag.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    return env
+
+
+def _up_locked(
+    state_dir: Path,
+    detach: bool,
+    topics: Sequence[str],
+    variant: str = "tls",
+    response_delay_ms: float | None = None,
+) -> Lab:
     started = time.monotonic()
     deadline = started + READY_TIMEOUT
     running_lab = _status_locked(state_dir)
     if running_lab is not None:
+        if (running_lab.variant, running_lab.response_delay_ms) != (variant, response_delay_ms):
+            delay = running_lab.response_delay_ms
+            what = running_lab.variant + (f" ({delay:g} ms)" if delay is not None else "")
+            raise LabError(f"a {what} lab is already running in {state_dir}; stop it first or use another state dir")
         _ensure_topics(running_lab, topics, deadline)
         return running_lab
     # A lab with one process dead is useless; stop what is left of it.
     _down_locked(state_dir)
 
+    terminator, proxy = VARIANTS[variant]
     tansu = str(tansu_path())
-    stunnel = _tool(TERMINATOR, "apt-get install stunnel4")
     openssl = _tool("openssl", "apt-get install openssl")
     tansu_version = _version_line([tansu, "--version"], r"\d+\.\d+")
-    terminator_version = _version_line([stunnel, "-version"], r"^stunnel \d")
+    if terminator == "socat":
+        term_tool = _tool("socat", "apt-get install socat")
+        # The first line of `socat -V` is the authors; the version is on the next.
+        terminator_version = _version_line([term_tool, "-V"], r"^socat version \d")
+        term_log = SOCAT_LOG
+    else:
+        term_tool = _tool(TERMINATOR, "apt-get install stunnel4")
+        terminator_version = _version_line([term_tool, "-version"], r"^stunnel \d")
+        term_log = STUNNEL_LOG
+    proxy_version = f"{SLOWPROXY} {kdiag.__version__}" if proxy is not None else None
     cert, key = _make_cert(openssl, state_dir)
-    broker_port, tls_port = _free_ports(2)
-    conf = _stunnel_conf(state_dir, tls_port, broker_port, cert, key)
-    for log in (TANSU_LOG, STUNNEL_LOG):
-        (state_dir / log).write_bytes(b"")
+    ports = _free_ports(3 if proxy is not None else 2)
+    broker_port, tls_port = ports[:2]
+    proxy_port = ports[2] if proxy is not None else None
+    # The terminator forwards to the proxy when there is one, else to Tansu.
+    term_target = proxy_port if proxy_port is not None else broker_port
+    if terminator == "socat":
+        term_cmd = _socat_cmd(term_tool, tls_port, term_target, cert, key)
+    else:
+        term_cmd = [term_tool, str(_stunnel_conf(state_dir, tls_port, term_target, cert, key))]
+    logs = {"tansu": state_dir / TANSU_LOG, "terminator": state_dir / term_log}
+    if proxy is not None:
+        logs["proxy"] = state_dir / SLOWPROXY_LOG
+    for log in logs.values():
+        log.write_bytes(b"")
 
     env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
     spawned: list[subprocess.Popen] = []
     try:
-        tansu_proc = _spawn(
+        started_procs: dict[str, subprocess.Popen] = {}
+        started_procs["tansu"] = _spawn(
             [
                 tansu, "broker",
                 "--listener-url", f"tcp://127.0.0.1:{broker_port}",
                 "--advertised-listener-url", f"tcp://127.0.0.1:{tls_port}",
                 "--storage-engine", "memory://tansu/",
             ],
-            state_dir / TANSU_LOG,
+            logs["tansu"],
             detach,
             env,
         )
-        spawned.append(tansu_proc)
-        term_proc = _spawn([stunnel, str(conf)], state_dir / STUNNEL_LOG, detach)
-        spawned.append(term_proc)
+        spawned.append(started_procs["tansu"])
+        if proxy is not None:
+            # Its working directory is the state dir so that `-m` cannot pick
+            # up another kdiag from the caller's.
+            started_procs["proxy"] = _spawn(
+                _slowproxy_cmd(proxy_port, broker_port, response_delay_ms),
+                logs["proxy"],
+                detach,
+                _kdiag_env(),
+                cwd=state_dir,
+            )
+            spawned.append(started_procs["proxy"])
+        started_procs["terminator"] = _spawn(term_cmd, logs["terminator"], detach)
+        spawned.append(started_procs["terminator"])
         try:
-            tansu_id, term_id = _identity(tansu_proc.pid), _identity(term_proc.pid)
+            idents: dict[str, dict[str, Any]] | None = {
+                role: _identity(proc.pid) for role, proc in started_procs.items()
+            }
         except psutil.Error:
-            tansu_id = term_id = None
+            idents = None
+        if idents is not None and "proxy" in idents:
+            # The proxy renames itself as it starts; record the name it will
+            # have when down() looks for it.
+            idents["proxy"]["name"] = proxy
         lab = Lab(
             state_dir=state_dir.resolve(),
             broker_port=broker_port,
             tls_port=tls_port,
             ca_path=cert.resolve(),
-            tansu_pid=tansu_proc.pid,
-            terminator_pid=term_proc.pid,
-            terminator=TERMINATOR,
+            tansu_pid=started_procs["tansu"].pid,
+            terminator_pid=started_procs["terminator"].pid,
+            terminator=terminator,
             tansu_version=tansu_version,
             terminator_version=terminator_version,
+            variant=variant,
+            proxy=proxy,
+            proxy_pid=started_procs["proxy"].pid if proxy is not None else None,
+            proxy_port=proxy_port,
+            proxy_version=proxy_version,
+            response_delay_ms=response_delay_ms,
         )
-        if tansu_id is not None:
+        if idents is not None:
             # Written before the wait so an interrupted up() leaves something
             # down() can act on.
             _write_state(
@@ -584,20 +775,21 @@ def _up_locked(state_dir: Path, detach: bool, topics: Sequence[str]) -> Lab:
                 {
                     "format": STATE_FORMAT,
                     "lab": lab.to_dict(),
-                    "terminator": TERMINATOR,
-                    "processes": {"tansu": tansu_id, "terminator": term_id},
+                    "terminator": terminator,
+                    "processes": idents,
                     "detached": detach,
                     "started_at": time.time(),
                 },
             )
-        _wait_ready(tansu_proc, term_proc, lab, deadline)
+        _wait_ready({role: (proc, logs[role]) for role, proc in started_procs.items()}, lab, deadline)
         _ensure_topics(lab, topics, deadline)
     except BaseException:
         survivors = []
         for p in reversed(spawned):
             with contextlib.suppress(psutil.Error):
                 if p.poll() is None:
-                    survivors.append(psutil.Process(p.pid))
+                    proc = psutil.Process(p.pid)
+                    survivors += [proc, *_forks(proc)]
         _stop(survivors)
         for p in spawned:
             _reap(p.pid)
@@ -611,6 +803,8 @@ def up(
     *,
     detach: bool = True,
     topics: Sequence[str] = DEFAULT_TOPICS,
+    variant: str = "tls",
+    response_delay_ms: float | None = None,
 ) -> Lab:
     """Start a lab in state_dir, or return the one already running there.
 
@@ -618,21 +812,36 @@ def up(
     caller. detach=False ties them to the calling thread: they get SIGTERM
     when it exits (PR_SET_PDEATHSIG follows the forking thread, not the
     process), so call it from a thread that lives as long as the lab.
+
+    variant is "tls" (Tansu behind stunnel4), "nagle-proxy" (Tansu behind
+    socat without TCP_NODELAY) or "slow-broker" (Tansu behind
+    kdiag.slowproxy behind stunnel4; its responses are response_delay_ms
+    late, default 50). A lab of another variant already running in
+    state_dir is refused.
     """
+    delay = _check_variant(variant, response_delay_ms)
     d = Path(state_dir) if state_dir is not None else default_state_dir()
     with _locked(d):
-        return _up_locked(d, detach, topics)
+        return _up_locked(d, detach, topics, variant, delay)
 
 
 @contextlib.contextmanager
-def running(state_dir: Path | None = None, topics: Sequence[str] = DEFAULT_TOPICS) -> Iterator[Lab]:
+def running(
+    state_dir: Path | None = None,
+    topics: Sequence[str] = DEFAULT_TOPICS,
+    *,
+    variant: str = "tls",
+    response_delay_ms: float | None = None,
+) -> Iterator[Lab]:
     """A private lab for one run, stopped on exit, on KeyboardInterrupt, on
     SIGTERM (main thread only), and by the kernel if the caller is killed.
 
     Without state_dir it lives in a fresh temporary directory that is removed
     afterwards. A state_dir that already holds a running lab is refused, so
-    that leaving the block never stops a lab someone else started.
+    that leaving the block never stops a lab someone else started. variant
+    and response_delay_ms are as for up().
     """
+    _check_variant(variant, response_delay_ms)
     private = state_dir is None
     d = Path(tempfile.mkdtemp(prefix="kdiag-lab-")) if private else Path(state_dir)
     if not private and status(d) is not None:
@@ -640,7 +849,7 @@ def running(state_dir: Path | None = None, topics: Sequence[str] = DEFAULT_TOPIC
 
     with sigterm_exits() as hold_sigterm:
         try:
-            yield up(d, detach=False, topics=topics)
+            yield up(d, detach=False, topics=topics, variant=variant, response_delay_ms=response_delay_ms)
         finally:
             hold_sigterm()
             down(d)

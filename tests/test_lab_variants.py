@@ -1,0 +1,226 @@
+"""The lab variants that reproduce causes other than the client's own Nagle,
+driven by a real producer with socket.nagle.disable=true:
+
+- nagle-proxy: socat terminates TLS and forwards to Tansu without
+  TCP_NODELAY; every request stalls ~40 ms although the client socket has
+  TCP_NODELAY. The default lab (stunnel4, TCP_NODELAY on both sides) is the
+  fast contrast.
+- slow-broker: a proxy in front of Tansu holds every response back; the
+  path stays fast.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import time
+
+import psutil
+import pytest
+
+from conftest import need
+from kdiag import lab as kl
+
+pytestmark = pytest.mark.e2e
+
+MESSAGES = 20
+VALUE = b"x" * 2048
+
+
+@pytest.fixture
+def tools() -> None:
+    for tool in ("openssl", "stunnel4"):
+        need(tool)
+    try:
+        kl.tansu_path()
+    except kl.LabError as e:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must not skip: {e}")
+        pytest.skip(str(e))
+
+
+@pytest.fixture
+def state_dir(tmp_path, tools):
+    d = tmp_path / "lab"
+    yield d
+    kl.down(d)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _wait_gone(pids, timeout: float = 5.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [p for p in pids if _alive(p)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def _lab_pids(lab: kl.Lab) -> list[int]:
+    """The lab's processes with whatever they forked for connections."""
+    pids = [lab.tansu_pid, lab.terminator_pid]
+    if lab.proxy_pid is not None:
+        pids.append(lab.proxy_pid)
+    for pid in list(pids):
+        try:
+            pids += [c.pid for c in psutil.Process(pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            pass
+    return pids
+
+
+def _nodelay_to(port: int) -> list[int]:
+    """TCP_NODELAY of each of this process's connections to the port."""
+    me = psutil.Process()
+    conns = me.net_connections(kind="tcp") if hasattr(me, "net_connections") else me.connections(kind="tcp")
+    flags = []
+    for c in conns:
+        if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED and c.fd >= 0:
+            with socket.socket(fileno=os.dup(c.fd)) as s:
+                flags.append(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+    return flags
+
+
+def _produce(lab: kl.Lab, n: int = MESSAGES) -> tuple[list[float], list[int]]:
+    """Milliseconds from produce() to the end of flush() for n messages sent
+    one at a time, and TCP_NODELAY of the producer's sockets to the lab."""
+    from confluent_kafka import Producer
+
+    p = Producer(
+        {
+            **lab.client_config(),
+            "socket.nagle.disable": "true",
+            "acks": "all",
+            "linger.ms": 0,
+        }
+    )
+    # The first round pays for the TLS handshakes and metadata.
+    p.produce("kdiag-probe", VALUE)
+    assert p.flush(10) == 0
+    latencies = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        p.produce("kdiag-probe", VALUE)
+        assert p.flush(10) == 0
+        latencies.append((time.perf_counter() - t0) * 1000)
+    nodelay = _nodelay_to(lab.tls_port)
+    del p
+    return latencies, nodelay
+
+
+def _summary(name: str, latencies: list[float]) -> str:
+    total = sum(latencies) / 1000
+    return (
+        f"{name}: {len(latencies) / total:.1f} msg/s, latency ms min {min(latencies):.2f} "
+        f"p50 {statistics.median(latencies):.2f} max {max(latencies):.2f}"
+    )
+
+
+def _handshake_ms(port: int, rounds: int = 5) -> list[float]:
+    out = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def test_nagle_proxy_stalls_every_request_where_stunnel_does_not(tmp_path, tools, capsys):
+    need("socat")
+    with kl.running(tmp_path / "tls") as lab:
+        fast, fast_nodelay = _produce(lab)
+    with kl.running(tmp_path / "nagle", variant="nagle-proxy") as lab:
+        assert (lab.variant, lab.terminator, lab.proxy) == ("nagle-proxy", "socat", None)
+        assert lab.terminator_version.startswith("socat version ")
+        slow, slow_nodelay = _produce(lab)
+        socat_log = (tmp_path / "nagle" / kl.SOCAT_LOG).read_text()
+    with capsys.disabled():
+        print(f"\n{_summary('tls (stunnel4)', fast)}\n{_summary('nagle-proxy (socat)', slow)}")
+
+    # The client is not the one holding data back.
+    assert slow_nodelay and all(slow_nodelay), slow_nodelay
+    assert fast_nodelay and all(fast_nodelay), fast_nodelay
+    assert "accepting connection" in socat_log
+    # A connection may begin in quick-ACK mode, so allow two that escape.
+    assert sorted(slow)[2] >= 35.0, slow
+    assert statistics.median(fast) < 10.0, fast
+    assert statistics.median(slow) >= 5 * statistics.median(fast)
+
+
+def test_slow_broker_answers_late_on_a_fast_path(state_dir, capsys):
+    with kl.running(state_dir, variant="slow-broker") as lab:
+        assert lab.response_delay_ms == kl.DEFAULT_RESPONSE_DELAY_MS == 50
+        assert (lab.variant, lab.terminator, lab.proxy) == ("slow-broker", "stunnel4", "kdiag-slowproxy")
+        assert psutil.Process(lab.proxy_pid).name() == "kdiag-slowproxy"
+        assert lab.proxy_version.startswith("kdiag-slowproxy ")
+        d = lab.to_dict()
+        assert (d["variant"], d["proxy_pid"], d["proxy_port"]) == ("slow-broker", lab.proxy_pid, lab.proxy_port)
+        assert kl.status(state_dir) == lab
+        latencies, nodelay = _produce(lab)
+        handshakes = _handshake_ms(lab.tls_port)
+    with capsys.disabled():
+        print(f"\n{_summary('slow-broker (50 ms)', latencies)}; "
+              f"handshake ms {', '.join(f'{h:.3f}' for h in handshakes)}")
+
+    assert nodelay and all(nodelay), nodelay
+    assert min(latencies) >= lab.response_delay_ms, latencies
+    assert statistics.median(handshakes) < 5.0, handshakes
+
+
+@pytest.mark.parametrize("variant", ["nagle-proxy", "slow-broker"])
+def test_teardown_leaves_no_process(state_dir, variant):
+    from confluent_kafka import Producer
+
+    if variant == "nagle-proxy":
+        need("socat")
+
+    with kl.running(state_dir, variant=variant) as lab:
+        # A connected client, so that socat has forked and the proxy holds
+        # sessions when the lab goes down.
+        p = Producer({**lab.client_config(), "socket.nagle.disable": "true"})
+        p.produce("kdiag-probe", VALUE)
+        assert p.flush(10) == 0
+        pids = _lab_pids(lab)
+        assert all(_alive(pid) for pid in pids)
+        if variant == "nagle-proxy":
+            assert len(pids) > 2, "socat forked no connection handler"
+        leaving = time.monotonic()
+    try:
+        # Within the grace period: every process went on SIGTERM, none
+        # (Tansu held open by a leftover connection) needed SIGKILL.
+        assert time.monotonic() - leaving < kl.STOP_GRACE
+        assert _wait_gone(pids, 2.0) == []
+        assert not (state_dir / "state.json").exists()
+    finally:
+        del p
+
+
+def test_detached_variant_round_trip(state_dir):
+    lab = kl.up(state_dir, variant="slow-broker", response_delay_ms=20)
+    assert lab.response_delay_ms == 20
+    assert kl.status(state_dir) == lab
+    assert kl.up(state_dir, variant="slow-broker", response_delay_ms=20) == lab
+    with pytest.raises(kl.LabError, match="already running"):
+        kl.up(state_dir)
+    with pytest.raises(kl.LabError, match="already running"):
+        kl.up(state_dir, variant="slow-broker")
+    assert kl.down(state_dir) is True
+    assert _wait_gone([lab.tansu_pid, lab.terminator_pid, lab.proxy_pid], 2.0) == []
+    assert kl.status(state_dir) is None
+
+
+def test_bad_variant_requests_are_refused(tmp_path):
+    with pytest.raises(kl.LabError, match="unknown lab variant"):
+        kl.up(tmp_path / "x", variant="nope")
+    with pytest.raises(kl.LabError, match="slow-broker"):
+        kl.up(tmp_path / "x", variant="tls", response_delay_ms=10)
+    with pytest.raises(kl.LabError, match="unknown lab variant"):
+        with kl.running(tmp_path / "y", variant="nope"):
+            pass
+    assert not (tmp_path / "x" / "state.json").exists()
