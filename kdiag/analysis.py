@@ -401,7 +401,7 @@ def attach_connections(spark, produce, conns: list[dict]):
     return produce.join(F.broadcast(cdf), cond, "left").drop("c_fd", "until_us")
 
 
-def classify(produce, path_rtt: float | None):
+def classify(produce, path_rtt: float | None, nagle_possible: bool = True):
     """The cause of each request. Several writes, then a wait beyond the path
     RTT about the delayed-ACK timer: Nagle (in the path when the client
     socket has TCP_NODELAY). Otherwise a slow wait is the network when the
@@ -412,7 +412,7 @@ def classify(produce, path_rtt: float | None):
     wait = F.col("wait_ms")
     excess = wait - F.coalesce(rtt, F.lit(0.0))
     several = F.coalesce(F.col("n_writes"), F.lit(0)) >= 2
-    nagle = several & (excess >= NAGLE_EXCESS_MIN_MS) & (excess <= NAGLE_EXCESS_MAX_MS)
+    nagle = several & (excess >= NAGLE_EXCESS_MIN_MS) & (excess <= NAGLE_EXCESS_MAX_MS) & F.lit(nagle_possible)
     cause = (
         F.when(wait.isNull(), F.when(F.col("total_ms") > SLOW_MS, "unexplained_slow").otherwise("healthy"))
         .when(nagle, F.when(F.col("nodelay") == F.lit(True), "nagle_in_path").otherwise("nagle_delayed_ack"))
@@ -471,6 +471,22 @@ def verdict_of(findings: list[dict]) -> str:
     return tails[0]["cause"] if tails else "healthy"
 
 
+def q_(col, p):
+    from pyspark.sql import functions as F
+
+    return F.percentile_approx(col, p, 100000)
+
+
+def one_write_requests(reqs) -> dict:
+    """Requests of any kind that left in a single write, and how long they
+    waited for their response."""
+    from pyspark.sql import functions as F
+
+    row = reqs.filter((F.col("n_writes") == 1) & F.col("wait_ms").isNotNull()).agg(
+        F.count("*").alias("n"), q_("wait_ms", 0.5).alias("m")).first()
+    return {"n": row.n, "wait_p50_ms": _r(row.m, 3)}
+
+
 def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, source: str,
           unknowns: list[str], meta: dict) -> dict:
     """Per-request causes in Spark; only aggregates and one example request
@@ -482,7 +498,15 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
     default_nodelay = None if vt is None else vt >= NAGLE_DEFAULT_FLIPPED
     path_rtt, rtt_source, rtt_bound = path_rtt_of(spark, meta.get("tables_dir"), conns)
 
-    rq = classify(attach_connections(spark, produce, conns), path_rtt)
+    single = one_write_requests(reqs)
+    multi_wait = produce.filter(F.col("n_writes") >= 2).agg(q_("wait_ms", 0.5).alias("m")).first().m
+    # Nagle holds back only what follows an unacknowledged segment: a request
+    # that left in one write has nothing held. When those wait as long as the
+    # split ones, the wait is not Nagle's.
+    nagle_possible = not (single["n"] and multi_wait is not None and single["wait_p50_ms"] is not None
+                          and single["wait_p50_ms"] >= max(SLOW_MS, 0.5 * multi_wait))
+    meta = {**meta, "one_write": single, "nagle_possible": nagle_possible}
+    rq = classify(attach_connections(spark, produce, conns), path_rtt, nagle_possible)
     rq = _resolve_slow(rq, meta.get("tcp_retrans")).cache()
     q = lambda col, p: F.percentile_approx(col, p, 100000)  # noqa: E731
     s = rq.agg(
@@ -596,6 +620,10 @@ def _finding(cause: str, agg, ex: dict, share: float, n: int, path_rtt, rtt_boun
             ev.append(f"the path itself is fast: {le}{path_rtt:.3f} ms ({summary['path_rtt_source']}); "
                       f"a SYN probe carries no data, so it can never show a Nagle stall: a healthy path "
                       f"beside a 40 ms wait is itself the sign of a held send")
+        one = meta.get("one_write") or {}
+        if one.get("n"):
+            ev.append(f"requests that left in one write were answered in {one['wait_p50_ms']} ms (median of "
+                      f"{one['n']}): only the split requests stall, which is Nagle's signature")
         if cause == "nagle_delayed_ack":
             if ex.get("connect_us") is not None:
                 ev.append(f"TCP_NODELAY was not set on fd {ex['fd']}: no setsockopt(TCP_NODELAY) "
@@ -636,8 +664,12 @@ def _finding(cause: str, agg, ex: dict, share: float, n: int, path_rtt, rtt_boun
                   f"({summary['path_rtt_source']})")
         f["fix_text"] = "the path is slow: move the producer closer to the brokers, or raise linger/batching for throughput"
     elif cause == "broker_slow":
-        ev.append(f"the request left whole, then waited {wait50:.1f} ms (median) for the response "
-                  f"while the TCP handshake took {path_rtt if path_rtt is not None else 'an unknown time'} ms")
+        ev.append(f"requests waited {wait50:.1f} ms (median) for their response while the path round trip "
+                  f"is {_r(path_rtt, 3) if path_rtt is not None else 'unknown'} ms")
+        one = meta.get("one_write") or {}
+        if one.get("n") and not meta.get("nagle_possible", True):
+            ev.append(f"requests that left in one write waited as long ({one['wait_p50_ms']} ms, median of "
+                      f"{one['n']}): Nagle holds nothing back from those, so the wait is the broker's")
         f["fix_text"] = "look at the broker: request handling, disk, replication (acks=all waits for the ISR)"
     else:
         ev.append(f"median {agg.total:.1f} ms without syscall evidence to explain it")
