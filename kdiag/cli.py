@@ -90,7 +90,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--duration", type=float, metavar="S",
                    help="trace --pid or -- CMD for S seconds (default: 30 for --pid, until CMD exits)")
     t.add_argument("--scenario", metavar="NAME",
-                   help="run the lab as a multi-hop network in namespaces: network-latency, packet-loss, clean")
+                   help="a lab scenario instead of the default: network-latency, packet-loss, clean (a "
+                        "multi-hop network in namespaces), nagle-proxy (a TLS terminator with Nagle), "
+                        "slow-broker (responses delayed 50 ms)")
     t.add_argument("--no-path-probe", action="store_true", help="skip the TCP path probe of the brokers")
     t.add_argument("-o", "--output", type=Path, help="bundle path (default ./kdiag-YYYYmmdd-HHMMSS.tar.gz)")
     t.add_argument("--json", action="store_true", help="print the findings as one JSON object")

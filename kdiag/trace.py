@@ -35,6 +35,9 @@ PROBE_DEFAULTS = {"acks": "all", "linger.ms": "0", "message.timeout.ms": "10000"
 # librdkafka >= 2.10 disables Nagle by default; the lab reproduces the
 # producers that still have it on, so it sets the old default explicitly.
 LAB_DEFAULTS = {"socket.nagle.disable": "false"}
+# Scenarios run on the loopback lab, by its variant; the others are network
+# lab scenarios. The producer keeps librdkafka's defaults in both.
+LAB_VARIANTS = {"nagle-proxy": "nagle-proxy", "slow-broker": "slow-broker"}
 
 
 @dataclass
@@ -113,6 +116,14 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
         user = dict(opts.props)
         if opts.brokers:
             base = {"bootstrap.servers": opts.brokers}
+        elif opts.scenario in LAB_VARIANTS:
+            from kdiag import lab
+
+            variant = LAB_VARIANTS[opts.scenario]
+            log(f"starting the lab, scenario {opts.scenario}: Tansu behind {variant}")
+            the_lab = stack.enter_context(lab.running(topics=(opts.topic,), variant=variant))
+            lab_info = the_lab.to_dict()
+            base = the_lab.client_config()
         elif opts.scenario:
             from kdiag import netlab
 

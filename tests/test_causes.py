@@ -1,0 +1,40 @@
+"""The cause matrix on real parts: each lab scenario gives its cause."""
+import io
+import json
+
+import pytest
+
+from conftest import need
+from kdiag.cli import Environment, main
+
+pytestmark = pytest.mark.e2e
+
+
+def trace(tmp_path, scenario, messages=30):
+    need("strace", root=True)
+    need("stunnel4")
+    need("socat")
+    out, err = io.StringIO(), io.StringIO()
+    rc = main(["trace", "--json", "--scenario", scenario, "--messages", str(messages),
+               "-o", str(tmp_path / f"{scenario}.tar.gz")], Environment(stdout=out, stderr=err))
+    assert rc == 0, err.getvalue()
+    return json.loads(out.getvalue())
+
+
+def test_nagle_in_path(tmp_path, spark):
+    """The client has TCP_NODELAY; socat, the TLS terminator, runs Nagle
+    towards the broker."""
+    f = trace(tmp_path, "nagle-proxy")
+    assert f["verdict"] == "nagle_in_path", json.dumps(f["findings"], indent=1)
+    ev = " ".join(f["findings"][0]["evidence"])
+    assert "the client socket has TCP_NODELAY" in ev and "only the split requests stall" in ev
+    assert 38 < f["summary"]["rtt_p50_ms"] < 60
+
+
+def test_broker_slow(tmp_path, spark):
+    """Responses delayed 50 ms behind a fast path: requests sent in one
+    write wait as long, so it is not Nagle."""
+    f = trace(tmp_path, "slow-broker")
+    assert f["verdict"] == "broker_slow", json.dumps(f["findings"], indent=1)
+    assert any("waited as long" in e for e in f["findings"][0]["evidence"])
+    assert f["summary"]["path_rtt_ms"] < 5 and f["summary"]["rtt_p50_ms"] >= 50
