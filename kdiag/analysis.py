@@ -337,6 +337,7 @@ def analyze(spark, tables_dir: Path, meta: dict | None = None) -> dict:
         sc = prepare_syscalls(syscalls)
         reqs = exchanges(sc)
         conns = connections(sc)
+        conns += sampled_connections(tables_dir, conns)
         unknowns.append("the producer logged no librdkafka Sent/Received lines: requests were inferred from "
                         "its syscalls (a burst of socket writes, then the first read of the response); "
                         "no correlation ids, and pipelined requests would pair with the wrong response")
@@ -350,6 +351,7 @@ def analyze(spark, tables_dir: Path, meta: dict | None = None) -> dict:
         sc = prepare_syscalls(syscalls)
         reqs = split_requests(spark, reqs, sc)
         conns = connections(sc)
+        conns += sampled_connections(tables_dir, conns)
     else:
         conns = []
         for c in ("send_ms", "wait_ms", "read_ms", "poll_ms", "n_writes", "fd", "first_read_us",
@@ -365,6 +367,29 @@ def analyze(spark, tables_dir: Path, meta: dict | None = None) -> dict:
         "low: librdkafka's log without syscalls"
     result["paths"] = path_rows(tables_dir)
     return result
+
+
+def sampled_connections(tables_dir: Path, conns: list[dict]) -> list[dict]:
+    """TCP_NODELAY as the socket really had it (pidfd_getfd + getsockopt),
+    for sockets whose connect() the capture did not see. They stand for the
+    socket from before the capture began until its first connect() seen."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    path = Path(tables_dir) / "sockets.parquet"
+    if not path.exists():
+        return []
+    t = pq.read_table(path, columns=["ts_us", "fd", "remote", "nodelay"])
+    t = t.filter(pc.is_valid(t["nodelay"]))
+    seen = {c["fd"] for c in conns}
+    out: dict[int, dict] = {}
+    for r in t.to_pylist():
+        if r["fd"] in seen or r["fd"] in out:
+            continue
+        out[r["fd"]] = {"fd": r["fd"], "pid": None, "connect_us": 0, "connect_line": None, "peer": r["remote"],
+                        "nodelay": bool(r["nodelay"]), "nodelay_line": None, "handshake_ms": None,
+                        "sampled": True}
+    return list(out.values())
 
 
 def _any_rows(df) -> bool:
@@ -625,7 +650,10 @@ def _finding(cause: str, agg, ex: dict, share: float, n: int, path_rtt, rtt_boun
             ev.append(f"requests that left in one write were answered in {one['wait_p50_ms']} ms (median of "
                       f"{one['n']}): only the split requests stall, which is Nagle's signature")
         if cause == "nagle_delayed_ack":
-            if ex.get("connect_us") is not None:
+            if ex.get("connect_us") is not None and ex.get("connect_line") is None:
+                ev.append(f"TCP_NODELAY was off on fd {ex['fd']} to {ex['peer']}, as sampled live from the "
+                          f"socket (getsockopt through pidfd_getfd)")
+            elif ex.get("connect_us") is not None:
                 ev.append(f"TCP_NODELAY was not set on fd {ex['fd']}: no setsockopt(TCP_NODELAY) "
                           f"before its connect() to {ex['peer']} (strace line {ex['connect_line']})")
             elif default_nodelay is False:
@@ -641,7 +669,8 @@ def _finding(cause: str, agg, ex: dict, share: float, n: int, path_rtt, rtt_boun
                              "it sets TCP_NODELAY so the last TLS record of a request is not held "
                              "until the broker's delayed ACK")
         else:
-            ev.append(f"the client socket has TCP_NODELAY (strace line {ex.get('nodelay_line') or '?'}): "
+            where = f"strace line {ex['nodelay_line']}" if ex.get("nodelay_line") else "sampled live from the socket"
+            ev.append(f"the client socket has TCP_NODELAY ({where}): "
                       "the stall is in a proxy or TLS terminator on the path")
             f["fix_text"] = "disable Nagle on the proxy/TLS terminator's sockets (e.g. socat ...,nodelay)"
     elif cause == "packet_loss":

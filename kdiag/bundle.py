@@ -24,7 +24,7 @@ MANIFEST = "manifest.json"
 FORMAT = 1
 # raw/<source>/ directories whose files the analysis reads; raw/probe/ holds
 # the probe's own summary, read as metadata.
-ANALYSED_SOURCES = ("rdkafka_log", "strace", "stats", "tcp_probe")
+ANALYSED_SOURCES = ("rdkafka_log", "strace", "stats", "tcp_probe", "sockets")
 
 
 def sha256(path: Path) -> str:

@@ -96,7 +96,7 @@ def _json_keys(sample: list[str]) -> set[str]:
 
 def detect(path: Path) -> str | None:
     """Which parser reads this file, judged by content, never by name."""
-    from parsers import rdkafka_log, stats, strace
+    from parsers import rdkafka_log, sockets, stats, strace
 
     with open(path, "rb") as f:
         if f.read(4) in PCAP_MAGICS:
@@ -111,6 +111,7 @@ def detect(path: Path) -> str | None:
         "rdkafka_log": rdkafka_log.looks_like(sample),
         "strace": strace.looks_like(sample),
         "stats": stats.looks_like(sample),
+        "sockets": sockets.looks_like(sample),
     }
     kind, score = max(scores.items(), key=lambda kv: kv[1])
     return kind if score >= 0.2 else None

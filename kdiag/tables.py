@@ -11,6 +11,8 @@ Tables (schemas in each parser's docstring):
   stats           librdkafka statistics JSON      (parsers.stats)
   probes          TCP path probes, per TTL and round (parsers.tcp_probe)
   handshakes      timed TCP connect()s to the brokers (parsers.tcp_probe)
+  sockets,        live samples of the producer's sockets (TCP_NODELAY,
+  threads, host   TCP_INFO), threads and host (parsers.sockets)
 """
 from __future__ import annotations
 
@@ -35,10 +37,13 @@ def _parser(kind: str):
     if kind == "stats":
         from parsers.stats import StatsParser
         return StatsParser()
+    if kind == "sockets":
+        from parsers.sockets import SocketsParser
+        return SocketsParser()
     raise ValueError(kind)
 
 
-_TABLE_OF = {"rdkafka_log": "rdkafka_events", "strace": "syscalls", "stats": "stats",
+_TABLE_OF = {"rdkafka_log": "rdkafka_events", "strace": "syscalls", "stats": "stats", "sockets": "sockets",
              "pcap": "probes", "probes_jsonl": "probes", "handshakes_jsonl": "handshakes"}
 # Whole-file formats: small by nature (probe packets), read at once.
 _WHOLE = ("pcap", "probes_jsonl", "handshakes_jsonl")
@@ -176,7 +181,11 @@ def parse_paths(paths: list[Path], out_dir: Path, base: Path | None = None) -> P
     return out
 
 
-def _emit(sink: _Sink, kind: str, table: pa.Table, day_offsets: list[int]) -> None:
+def _emit(sink: _Sink, kind: str, table, day_offsets: list[int]) -> None:
+    if isinstance(table, dict):   # one source, several tables (sockets, threads, host)
+        for name, part in table.items():
+            sink.write(name, part)
+        return
     sink.write(_TABLE_OF[kind], table)
     if kind == "strace" and len(table):
         lw = log_writes(table)

@@ -71,6 +71,9 @@ def test_attach_names_the_cause_and_detaches(producer, spark, tmp_path):
     f = json.loads(out.getvalue())
     assert f["verdict"] == "nagle_delayed_ack"
     assert f["target"]["pid"] == proc.pid and f["target"]["running_at_detach"] is True
+    # attached after connect(): strace cannot know TCP_NODELAY, the sampler read it off the socket
+    assert any("as sampled live from the socket" in e for e in f["findings"][0]["evidence"])
+    assert not any("TCP_NODELAY unknown" in u for u in f["unknowns"])
     # detached, and still producing
     assert proc.poll() is None and not_traced(proc.pid)
     before = progress(prog)
