@@ -62,6 +62,7 @@ FIXES = {
     "network_latency": {},
     "broker_slow": {},
     "packet_loss": {},
+    "client_queueing": {"linger.ms": "0"},
     "healthy": {},
 }
 
@@ -496,6 +497,35 @@ def verdict_of(findings: list[dict]) -> str:
     return tails[0]["cause"] if tails else "healthy"
 
 
+# librdkafka raised linger.ms (queue.buffering.max.ms) from 0.5 to 5 ms in v1.5.0.
+LINGER_DEFAULT_5MS_FROM = (1, 5, 0)
+
+
+def _client_queueing(client_ms: float | None, summary: dict, version: str | None, vt) -> dict | None:
+    """Time a message waits in librdkafka's queue before its request is sent
+    (statistics int_latency): a cause when it outweighs the request itself."""
+    req_ms = summary.get("latency_p50_ms") or 0.0
+    if client_ms is None or client_ms < SLOW_MS or client_ms < req_ms:
+        return None
+    share = client_ms / (client_ms + req_ms)
+    default = None if vt is None else ("5 ms" if vt >= LINGER_DEFAULT_5MS_FROM else "0.5 ms")
+    return {
+        "cause": "client_queueing",
+        "share": round(share, 3),
+        "time_share": round(share, 3),
+        "requests": summary.get("requests"),
+        "evidence": [
+            f"messages waited {client_ms:.1f} ms (median) in librdkafka's queue before their request was sent "
+            f"(statistics int_latency), while a request took {req_ms} ms",
+            "batching (linger.ms, batch.num.messages, batch.size) or the in-flight limit holds them in the client",
+        ],
+        "fix": {"linger.ms": "0"},
+        "fix_text": ("lower linger.ms (queue.buffering.max.ms) for latency; "
+                     + (f"librdkafka {version} defaults it to {default}" if default else
+                        "librdkafka defaults it to 5 ms since v1.5.0")),
+    }
+
+
 def q_(col, p):
     from pyspark.sql import functions as F
 
@@ -606,6 +636,9 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
                      summary, meta)
         f["time_share"] = round(time_share, 3)
         findings.append(f)
+    queueing = _client_queueing(client_ms, summary, version, vt)
+    if queueing is not None:
+        findings.append(queueing)
     findings.sort(key=lambda f: (-f["share"], f["cause"]))
     verdict = verdict_of(findings)
     if verdict == "healthy":

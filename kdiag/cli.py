@@ -85,6 +85,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--topic", default="kdiag-probe", help="topic the probe writes to (default %(default)s)")
     t.add_argument("--messages", type=int, default=100, help="messages to produce (default %(default)s)")
     t.add_argument("--size", type=int, default=2048, help="value size in bytes (default %(default)s)")
+    t.add_argument("--rate", type=float, metavar="N",
+                   help="produce asynchronously at N messages a second (default: one at a time, waiting for each)")
     t.add_argument("--timeout", type=float, default=300.0, help="stop the probe after this many seconds")
     t.add_argument("-p", "--pid", type=int, help="attach to this running producer (it keeps running)")
     t.add_argument("--duration", type=float, metavar="S",
@@ -143,7 +145,7 @@ def cmd_trace(args, env: Environment, argv: list[str], command: list[str]) -> Ex
         raise UsageError("--messages must be >= 1 and --size >= 0")
     opts = trace.TraceOptions(brokers=args.brokers, props=_props(args), topic=args.topic,
                               messages=args.messages, size=args.size, out=args.output,
-                              timeout_s=args.timeout, scenario=args.scenario,
+                              timeout_s=args.timeout, scenario=args.scenario, rate=args.rate,
                               path_probe=not args.no_path_probe, argv=["kdiag", *argv])
     if args.scenario and args.brokers:
         raise UsageError("--scenario runs its own lab; it does not go with -b")

@@ -26,7 +26,9 @@ GIVE_UP_AFTER = 3
 
 
 def run(config: dict, topic: str, messages: int, size: int, stats_path: str | None,
-        results_path: str | None) -> dict:
+        results_path: str | None, rate: float | None = None) -> dict:
+    """Synchronous by default; with ``rate``, asynchronous at that many
+    messages a second, as a producer that leaves batching to librdkafka."""
     from confluent_kafka import Producer
 
     stats_out = open(stats_path, "a", buffering=1) if stats_path else None
@@ -41,17 +43,37 @@ def run(config: dict, topic: str, messages: int, size: int, stats_path: str | No
     first_error = None
     latencies_us: list[int] = []
     start = time.time()
+    pending: list[tuple[int, int, dict]] = []
+
+    def send(i: int) -> dict:
+        outcome: dict = {}
+
+        def on_delivery(err, msg, outcome=outcome):
+            outcome["err"] = None if err is None else str(err)
+            outcome["done_us"] = int(time.time() * 1e6)
+
+        pending.append((i, int(time.time() * 1e6), outcome))
+        producer.produce(topic, value, on_delivery=on_delivery)
+        return outcome
+
     try:
-        for i in range(messages):
-            outcome: dict = {}
-
-            def on_delivery(err, msg, outcome=outcome):
-                outcome["err"] = None if err is None else str(err)
-                outcome["done_us"] = int(time.time() * 1e6)
-
-            t0 = int(time.time() * 1e6)
-            producer.produce(topic, value, on_delivery=on_delivery)
+        if rate:
+            next_t = time.time()
+            for i in range(messages):
+                send(i)
+                next_t += 1.0 / rate
+                while (left := next_t - time.time()) > 0:
+                    producer.poll(left)
             producer.flush(FLUSH_TIMEOUT_S)
+        for i in range(messages):
+            if rate:
+                if i >= len(pending):
+                    break
+                _, t0, outcome = pending[i]
+            else:
+                outcome = send(i)
+                t0 = pending[-1][1]
+                producer.flush(FLUSH_TIMEOUT_S)
             done = outcome.get("done_us")
             ok = done is not None and outcome.get("err") is None
             delivered += ok
@@ -65,7 +87,7 @@ def run(config: dict, topic: str, messages: int, size: int, stats_path: str | No
                 results.write(json.dumps({"seq": i, "produce_us": t0, "delivered_us": done,
                                           "error": outcome.get("err", "no delivery report")}) + "\n")
             # Nothing ever delivered: the next message would only fail the same way.
-            if consecutive >= GIVE_UP_AFTER or (failed and not delivered):
+            if not rate and (consecutive >= GIVE_UP_AFTER or (failed and not delivered)):
                 break
     finally:
         producer.flush(5)
@@ -87,6 +109,7 @@ def run(config: dict, topic: str, messages: int, size: int, stats_path: str | No
         "msgs_per_s": round(delivered / elapsed, 2) if elapsed > 0 else None,
         "p50_delivery_ms": p50,
         "size_bytes": size,
+        "rate": rate,
         "brokers": metadata,
         # Counters of this network namespace (all its sockets): retransmits
         # during the run are evidence of loss on the path.
@@ -132,12 +155,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topic", required=True)
     ap.add_argument("--messages", type=int, default=100)
     ap.add_argument("--size", type=int, default=2048)
+    ap.add_argument("--rate", type=float, help="asynchronous, this many messages a second")
     ap.add_argument("--stats", help="append statistics JSON lines here")
     ap.add_argument("--results", help="write one JSON line per message here")
     ap.add_argument("--summary", help="write the run's summary JSON here")
     a = ap.parse_args(argv)
     config = json.loads(os.environ.get(a.config_env) or "{}")
-    summary = run(config, a.topic, a.messages, a.size, a.stats, a.results)
+    summary = run(config, a.topic, a.messages, a.size, a.stats, a.results, a.rate)
     if a.summary:
         with open(a.summary, "w") as f:
             json.dump(summary, f)

@@ -24,7 +24,9 @@ def render(findings: dict, *, bundle: str | None = None, probe: dict | None = No
         out.append(f"  PROBE FAILED {findings['probe_error'].splitlines()[0]}")
     if probe:
         out.append(f"  PROBE       {probe.get('delivered')}/{probe.get('messages')} delivered, "
-                   f"{_fmt(probe.get('msgs_per_s'))} msg/s, {probe.get('size_bytes')} B values, one at a time")
+                   f"{_fmt(probe.get('msgs_per_s'))} msg/s, {probe.get('size_bytes')} B values, "
+                   + (f"asynchronous at {probe['rate']:g}/s" if probe.get("rate") else "one at a time")
+                   + (f", delivery p50 {_fmt(probe.get('p50_delivery_ms'))} ms" if probe.get("p50_delivery_ms") else ""))
     out.append(f"  LATENCY(ms) p50 {_fmt(s.get('latency_p50_ms'))}  p99 {_fmt(s.get('latency_p99_ms'))}"
                f"   librdkafka rtt p50 {_fmt(s.get('rtt_p50_ms'))}  p99 {_fmt(s.get('rtt_p99_ms'))}")
     sp = s.get("split_ms", {})

@@ -50,6 +50,7 @@ class TraceOptions:
     out: Path | None = None
     timeout_s: float = 300.0
     scenario: str | None = None     # a network lab scenario instead of the loopback lab
+    rate: float | None = None       # asynchronous probe at this many messages a second
     path_probe: bool = True
     argv: list[str] = field(default_factory=list)
 
@@ -151,7 +152,7 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
         cmd = [sys.executable, "-m", "kdiag.probe", "--topic", opts.topic,
                "--messages", str(opts.messages), "--size", str(opts.size),
                "--stats", str(paths["stats"]), "--results", str(paths["results"]),
-               "--summary", str(paths["summary"])]
+               "--summary", str(paths["summary"])] + (["--rate", str(opts.rate)] if opts.rate else [])
         full_cmd, st_strace = c_strace.wrap(cmd, str(paths["strace"]))
         if st_strace.state == "skipped":
             paths["strace"].parent.rmdir()

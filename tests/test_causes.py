@@ -38,3 +38,21 @@ def test_broker_slow(tmp_path, spark):
     assert f["verdict"] == "broker_slow", json.dumps(f["findings"], indent=1)
     assert any("waited as long" in e for e in f["findings"][0]["evidence"])
     assert f["summary"]["path_rtt_ms"] < 5 and f["summary"]["rtt_p50_ms"] >= 50
+
+
+def test_client_queueing(tmp_path, spark):
+    """An asynchronous producer at a low rate with a long linger.ms: fast
+    requests, slow messages."""
+    need("strace", root=True)
+    need("stunnel4")
+    out, err = io.StringIO(), io.StringIO()
+    rc = main(["trace", "--json", "--rate", "20", "--messages", "40", "-X", "linger.ms=200",
+               "-X", "socket.nagle.disable=true", "-o", str(tmp_path / "cq.tar.gz")],
+              Environment(stdout=out, stderr=err))
+    assert rc == 0, err.getvalue()
+    f = json.loads(out.getvalue())
+    assert f["verdict"] == "client_queueing", json.dumps(f["findings"], indent=1)
+    assert f["findings"][0]["fix"] == {"linger.ms": "0"}
+    assert f["summary"]["split_ms"]["client_queue"] > 50 > f["summary"]["latency_p50_ms"]
+    # batched: fewer requests than messages
+    assert f["summary"]["requests"] < 40 and f["probe"]["delivered"] == 40
