@@ -1,7 +1,9 @@
 import os
 import shutil
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,3 +31,21 @@ def spark():
     from kdiag.spark import session
 
     return session("kdiag-tests")
+
+
+def alive(pid: int) -> bool:
+    """Running, as opposed to gone or a zombie waiting for its parent."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_gone(pids, timeout: float = 5.0) -> list[int]:
+    """The pids still alive after waiting up to ``timeout`` for them to go."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [p for p in pids if alive(p)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)

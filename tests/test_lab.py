@@ -18,6 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from conftest import alive, wait_gone
+
 from kdiag import lab as kl
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,21 +56,6 @@ def state_dir(tmp_path, tools):
     kl.down(d)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _wait_gone(pids, timeout: float = 5.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while True:
-        left = [p for p in pids if _alive(p)]
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.05)
-
 
 def _child_env() -> dict[str, str]:
     env = dict(os.environ)
@@ -102,7 +89,7 @@ def test_up_status_down_round_trip(state_dir):
     assert kl.status(state_dir) == lab
 
     assert kl.down(state_dir) is True
-    assert _wait_gone([lab.tansu_pid, lab.terminator_pid], 1.0) == []
+    assert wait_gone([lab.tansu_pid, lab.terminator_pid], 1.0) == []
     assert not (state_dir / "state.json").exists()
     assert kl.status(state_dir) is None
     assert kl.down(state_dir) is False
@@ -143,9 +130,9 @@ def test_running_cleans_up_when_the_body_raises(state_dir):
     with pytest.raises(RuntimeError, match="boom"):
         with kl.running(state_dir) as lab:
             pids = [lab.tansu_pid, lab.terminator_pid]
-            assert all(_alive(p) for p in pids)
+            assert all(alive(p) for p in pids)
             raise RuntimeError("boom")
-    assert _wait_gone(pids, 1.0) == []
+    assert wait_gone(pids, 1.0) == []
     assert not (state_dir / "state.json").exists()
 
 
@@ -154,7 +141,7 @@ def test_running_without_state_dir_removes_its_directory(tools):
         d = lab.state_dir
         assert (d / "state.json").is_file()
     assert not d.exists()
-    assert _wait_gone([lab.tansu_pid, lab.terminator_pid], 1.0) == []
+    assert wait_gone([lab.tansu_pid, lab.terminator_pid], 1.0) == []
 
 
 def test_running_refuses_a_dir_with_a_running_lab(state_dir):
@@ -200,10 +187,10 @@ def _start_child(state_dir: Path) -> tuple[subprocess.Popen, list[int]]:
 def test_sigkilled_caller_leaves_no_lab_behind(state_dir):
     child, pids = _start_child(state_dir)
     try:
-        assert all(_alive(p) for p in pids)
+        assert all(alive(p) for p in pids)
         child.kill()
         child.wait(5)
-        assert _wait_gone(pids, 5.0) == []
+        assert wait_gone(pids, 5.0) == []
     finally:
         if child.poll() is None:
             child.kill()
@@ -219,7 +206,7 @@ def test_sigterm_tears_the_lab_down_in_order(state_dir):
         out, _ = child.communicate(timeout=10)
         assert child.returncode == 128 + signal.SIGTERM
         assert "body left" in out
-        assert _wait_gone(pids, 1.0) == []
+        assert wait_gone(pids, 1.0) == []
         # The state file goes only through down(), not through the kernel's
         # parent-death signal.
         assert not (state_dir / "state.json").exists()

@@ -18,7 +18,7 @@ import time
 import psutil
 import pytest
 
-from conftest import need
+from conftest import alive, wait_gone, need
 from kdiag import lab as kl
 
 pytestmark = pytest.mark.e2e
@@ -45,21 +45,6 @@ def state_dir(tmp_path, tools):
     yield d
     kl.down(d)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _wait_gone(pids, timeout: float = 5.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while True:
-        left = [p for p in pids if _alive(p)]
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.05)
 
 
 def _lab_pids(lab: kl.Lab) -> list[int]:
@@ -187,7 +172,7 @@ def test_teardown_leaves_no_process(state_dir, variant):
         p.produce("kdiag-probe", VALUE)
         assert p.flush(10) == 0
         pids = _lab_pids(lab)
-        assert all(_alive(pid) for pid in pids)
+        assert all(alive(pid) for pid in pids)
         if variant == "nagle-proxy":
             assert len(pids) > 2, "socat forked no connection handler"
         leaving = time.monotonic()
@@ -195,7 +180,7 @@ def test_teardown_leaves_no_process(state_dir, variant):
         # Within the grace period: every process went on SIGTERM, none
         # (Tansu held open by a leftover connection) needed SIGKILL.
         assert time.monotonic() - leaving < kl.STOP_GRACE
-        assert _wait_gone(pids, 2.0) == []
+        assert wait_gone(pids, 2.0) == []
         assert not (state_dir / "state.json").exists()
     finally:
         del p
@@ -211,7 +196,7 @@ def test_detached_variant_round_trip(state_dir):
     with pytest.raises(kl.LabError, match="already running"):
         kl.up(state_dir, variant="slow-broker")
     assert kl.down(state_dir) is True
-    assert _wait_gone([lab.tansu_pid, lab.terminator_pid, lab.proxy_pid], 2.0) == []
+    assert wait_gone([lab.tansu_pid, lab.terminator_pid, lab.proxy_pid], 2.0) == []
     assert kl.status(state_dir) is None
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import need
+from conftest import alive, wait_gone, need
 from kdiag import lab as kl
 from kdiag import netlab
 
@@ -108,24 +108,9 @@ def _produce(lab: netlab.NetLab, n: int) -> dict:
     return json.loads(_in_ns(lab, _PRODUCER, json.dumps(lab.client_config()), str(n)))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _wait_gone(pids, timeout: float = 5.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while True:
-        left = [p for p in pids if _alive(p)]
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.05)
-
 
 def _assert_gone(lab: netlab.NetLab) -> None:
-    assert _wait_gone(lab.pids.values(), 2.0) == []
+    assert wait_gone(lab.pids.values(), 2.0) == []
     left = set(netlab.list_netns())
     assert not left & set(lab.namespaces.values())
     assert not lab.state_dir.exists()
@@ -214,7 +199,7 @@ def test_two_labs_coexist_and_both_go_away(tools):
 def test_teardown_when_the_body_raises(tools):
     with pytest.raises(RuntimeError, match="boom"):
         with netlab.running("clean", topics=()) as lab:
-            assert all(_alive(p) for p in lab.pids.values())
+            assert all(alive(p) for p in lab.pids.values())
             raise RuntimeError("boom")
     _assert_gone(lab)
 
@@ -256,7 +241,7 @@ def test_sigterm_tears_down_and_exits(tools):
         out, _ = child.communicate(timeout=20)
         assert child.returncode == 128 + signal.SIGTERM
         assert "body left" in out
-        assert _wait_gone(info["pids"].values(), 1.0) == []
+        assert wait_gone(info["pids"].values(), 1.0) == []
         assert not set(netlab.list_netns()) & set(info["namespaces"].values())
         assert not Path(info["state_dir"]).exists()
     finally:
@@ -271,7 +256,7 @@ def test_sigkilled_owner_is_swept_at_the_next_start(tools):
         child.kill()
         child.wait(5)
         # The kernel's parent-death signal stops the processes...
-        assert _wait_gone(info["pids"].values(), 5.0) == []
+        assert wait_gone(info["pids"].values(), 5.0) == []
         # ...but namespaces stay until a sweep finds their owner dead.
         assert set(info["namespaces"].values()) <= set(netlab.list_netns())
         with netlab.running("clean", topics=()) as lab:
