@@ -393,6 +393,25 @@ def sampled_connections(tables_dir: Path, conns: list[dict]) -> list[dict]:
     return list(out.values())
 
 
+def socket_held(tables_dir, fd) -> dict | None:
+    """What the sampled socket showed: bytes not yet sent while a segment
+    waits for its ACK is Nagle caught in the act (``ss``: notsent, unacked)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    path = Path(tables_dir) / "sockets.parquet" if tables_dir else None
+    if path is None or fd is None or not path.exists():
+        return None
+    t = pq.read_table(path, columns=["fd", "notsent_bytes", "unacked", "ato_ms"])
+    t = t.filter(pc.fill_null(pc.equal(t["fd"], fd), False))
+    if not len(t):
+        return None
+    held = t.filter(pc.fill_null(pc.and_(pc.greater(t["notsent_bytes"], 0), pc.greater(t["unacked"], 0)), False))
+    return {"samples": len(t), "held": len(held),
+            "notsent_bytes": _pctl(held["notsent_bytes"].to_pylist(), 0.5) if len(held) else None,
+            "ato_ms": _pctl(t["ato_ms"].to_pylist(), 0.5)}
+
+
 def _any_rows(df) -> bool:
     return df is not None and df.limit(1).count() > 0
 
@@ -678,6 +697,15 @@ def _finding(cause: str, agg, ex: dict, share: float, n: int, path_rtt, rtt_boun
             ev.append(f"the path itself is fast: {le}{path_rtt:.3f} ms ({summary['path_rtt_source']}); "
                       f"a SYN probe carries no data, so it can never show a Nagle stall: a healthy path "
                       f"beside a 40 ms wait is itself the sign of a held send")
+        held = socket_held(meta.get("tables_dir"), ex.get("fd"))
+        if held:
+            if held["held"]:
+                ev.append(f"the client socket, sampled {held['samples']} times, held {held['notsent_bytes']} bytes "
+                          f"unsent behind an unacknowledged segment in {held['held']} samples (ato "
+                          f"{held['ato_ms']} ms): Nagle waiting for the ACK, seen on the socket itself")
+            else:
+                ev.append(f"the client socket, sampled {held['samples']} times, never held bytes unsent: "
+                          f"the wait is after the client's send")
         one = meta.get("one_write") or {}
         if one.get("n"):
             ev.append(f"requests that left in one write were answered in {one['wait_p50_ms']} ms (median of "

@@ -107,7 +107,7 @@ def run(opts: TraceOptions, log=lambda msg: None) -> TraceResult:
 def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
     staging = work / "bundle"
     raw = staging / "raw"
-    for d in ("rdkafka_log", "strace", "stats", "probe", "tcp_probe"):
+    for d in ("rdkafka_log", "strace", "stats", "probe", "tcp_probe", "sockets"):
         (raw / d).mkdir(parents=True)
     spark_holder, warm = start_spark()
 
@@ -162,7 +162,13 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
             f"(socket.nagle.disable={config.get('socket.nagle.disable', 'librdkafka default')})")
         started = int(time.time() * 1e6)
         env = {**os.environ, probe_mod.CONFIG_ENV: json.dumps(config)}
-        partial, probe_rc = _run_probe(prefix + full_cmd, paths["log"], opts.timeout_s, log, env)
+        from kdiag.attach import _start_sampler, _stop_sampler
+
+        sampler: list = []
+        partial, probe_rc = _run_probe(
+            prefix + full_cmd, paths["log"], opts.timeout_s, log, env,
+            on_start=lambda pid: sampler.append(_start_sampler(pid, raw / "sockets" / "samples.jsonl", None)))
+        st_sockets = _Status(_stop_sampler(sampler[0])) if sampler and sampler[0] is not None else None
         ended = int(time.time() * 1e6)
         st_path = None
         if opts.path_probe and not partial and paths["summary"].exists():
@@ -191,7 +197,7 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
 
     meta = {"librdkafka_version": confluent_kafka.libversion()[0], "tcp_retrans": probe_mod.retransmits(probe)}
     raw_inputs = [p for k, p in paths.items() if k in ("log", "strace", "stats") and p.exists()]
-    raw_inputs += sorted(p for p in (raw / "tcp_probe").glob("*") if p.is_file())
+    raw_inputs += sorted(p for d in ("tcp_probe", "sockets") for p in (raw / d).glob("*") if p.is_file())
     manifest = {
         "argv": redact.argv(opts.argv),
         "mode": "lab" if lab_info else "brokers",
@@ -204,7 +210,7 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
             **({"tansu": lab_info["tansu_version"], "tls_terminator": lab_info["terminator_version"]} if lab_info else {}),
         },
         "lab": lab_info,
-        "collectors": [st.to_dict() for st in (st_log, st_strace, st_path) if st is not None],
+        "collectors": [st.to_dict() for st in (st_log, st_strace, st_path, st_sockets) if st is not None],
     }
     findings, out_path = finish(staging, raw_inputs, meta, spark_holder, warm, opts.out,
                                 redact.secret_values(config), manifest,
@@ -291,13 +297,36 @@ class _Status:
         return self.d
 
 
-def _run_probe(cmd: list[str], log_path: Path, timeout_s: float, log, env: dict) -> tuple[bool, int | None]:
-    """Run the probe with its stderr (librdkafka's log) streaming to disk.
-    Returns (partial, exit code)."""
+def _probe_pid(proc: subprocess.Popen, timeout_s: float = 10.0) -> int | None:
+    """The probe's own pid, below strace and ``ip netns exec``."""
+    import psutil
+
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end and proc.poll() is None:
+        try:
+            for p in psutil.Process(proc.pid).children(recursive=True):
+                cmd = p.cmdline()
+                # strace's and ip's own command lines name the probe too: match
+                # only the process that runs it ("python -m kdiag.probe").
+                if cmd[1:3] == ["-m", "kdiag.probe"]:
+                    return p.pid
+        except psutil.Error:
+            pass
+        time.sleep(0.02)
+    return None
+
+
+def _run_probe(cmd: list[str], log_path: Path, timeout_s: float, log, env: dict,
+               on_start=lambda pid: None) -> tuple[bool, int | None]:
+    """Run the probe with its stderr (librdkafka's log) streaming to disk;
+    ``on_start`` gets the probe's pid. Returns (partial, exit code)."""
     partial = False
     with open(log_path, "wb") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env=env)
+        pid = _probe_pid(proc)
+        if pid is not None:
+            on_start(pid)
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:

@@ -28,6 +28,7 @@ def test_nagle_in_path(tmp_path, spark):
     assert f["verdict"] == "nagle_in_path", json.dumps(f["findings"], indent=1)
     ev = " ".join(f["findings"][0]["evidence"])
     assert "the client socket has TCP_NODELAY" in ev and "only the split requests stall" in ev
+    assert "never held bytes unsent" in ev
     assert 38 < f["summary"]["rtt_p50_ms"] < 60
 
 

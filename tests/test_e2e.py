@@ -54,6 +54,8 @@ def test_nagle_on_is_nagle_delayed_ack(nagle_on):
     assert top["share"] >= 0.9 and top["fix"] == {"socket.nagle.disable": "true"}
     assert f["probe"]["delivered"] == 30 and f["probe"]["msgs_per_s"] < 30
     assert 38 < f["summary"]["rtt_p50_ms"] < 60
+    # seen on the socket itself by the sampler: bytes held behind an unacked segment
+    assert any("held" in e and "unsent behind an unacknowledged segment" in e for e in top["evidence"])
 
 
 def test_bundle_layout_and_checksums(nagle_on):
@@ -69,7 +71,9 @@ def test_bundle_layout_and_checksums(nagle_on):
     assert man["versions"]["librdkafka"] and man["versions"]["strace"] and man["versions"]["tansu"]
     assert man["host"]["kernel"] and man["host"]["python"]
     assert {c["name"]: c["state"] for c in man["collectors"]} == {"rdkafka_log": "ok", "strace": "ok",
-                                                                  "tcp_probe": "ok"}
+                                                                  "tcp_probe": "ok", "sockets": "ok"}
+    sockets = next(c for c in man["collectors"] if c["name"] == "sockets")
+    assert sockets["samples"] > 0 and sockets["cpu_ms_per_sample"] is not None
     assert man["producer_config"]["sasl.password"] == "[REDACTED]"
 
 
