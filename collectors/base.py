@@ -46,3 +46,23 @@ def unmet(requirements: tuple[Requirement, ...]) -> str | None:
         if why:
             return why
     return None
+
+
+def status_from_output(name: str, stdout: str, fallback_reason: str) -> dict:
+    """A collector run as a child prints its status as JSON on its last
+    stdout line; without one it failed, for ``fallback_reason``."""
+    import json
+
+    try:
+        return json.loads(stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"name": name, "state": "failed", "reason": fallback_reason}
+
+
+def dies_with_parent() -> None:
+    """preexec_fn: the kernel sends SIGTERM when the parent dies, even by
+    SIGKILL, so a collector never outlives kdiag."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG

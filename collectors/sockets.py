@@ -76,7 +76,7 @@ from pathlib import Path
 
 import psutil
 
-from collectors.base import CollectorStatus, Requirement, unmet
+from collectors.base import CollectorStatus, Requirement, dies_with_parent, status_from_output, unmet
 
 NAME = "sockets"
 # Not a hard need: without it the sockets are still listed, without
@@ -657,3 +657,28 @@ def check() -> str | None:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def spawn(pid: int, out, duration_s: float | None = None):
+    """The sampler as a child process of the caller, dying with it."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "collectors.sockets", "--pid", str(pid), "--out", str(out)]
+    if duration_s:
+        cmd += ["--duration", str(duration_s)]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                            preexec_fn=dies_with_parent, start_new_session=True, text=True)
+
+
+def collect(proc) -> dict:
+    """Stop a spawned sampler (if still running) and return its status."""
+    import subprocess
+
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    return status_from_output(NAME, out, f"exit {proc.returncode}, no status")

@@ -21,7 +21,6 @@ The traced producer is never harmed:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -33,11 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collectors import strace as c_strace
-from collectors.base import CollectorStatus
+from collectors import sockets
+from collectors.base import CollectorStatus, dies_with_parent
 from kdiag import redact
 from kdiag.errors import UsageError
 
-PR_SET_PDEATHSIG = 1
 # Without a window, an attach traces this long.
 DEFAULT_ATTACH_S = 30.0
 POLL_S = 0.1
@@ -54,11 +53,6 @@ class TargetOptions:
     duration_s: float | None = None
     out: Path | None = None
     argv: list[str] = field(default_factory=list)
-
-
-def _dies_with_parent() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 def _alive(pid: int) -> bool:
@@ -83,37 +77,6 @@ def _detach(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
         # strace is ours; a SIGKILLed tracer also releases its tracees.
         proc.kill()
         proc.wait()
-
-
-def _start_sampler(pid: int, out: Path, duration_s: float | None) -> subprocess.Popen | None:
-    """The socket/thread sampler, when this kdiag has one."""
-    import importlib.util
-
-    if importlib.util.find_spec("collectors.sockets") is None:
-        return None
-    cmd = [sys.executable, "-m", "collectors.sockets", "--pid", str(pid), "--out", str(out)]
-    if duration_s:
-        cmd += ["--duration", str(duration_s)]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                            preexec_fn=_dies_with_parent, start_new_session=True, text=True)
-
-
-def _stop_sampler(proc: subprocess.Popen | None) -> dict | None:
-    import json
-
-    if proc is None:
-        return None
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        out, _ = proc.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-    try:
-        return json.loads(out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {"name": "sockets", "state": "failed", "reason": f"exit {proc.returncode}, no status"}
 
 
 def run(opts: TargetOptions, log=lambda msg: None):
@@ -161,12 +124,12 @@ def run(opts: TargetOptions, log=lambda msg: None):
         st.files = [str(strace_out)]
         started = int(time.time() * 1e6)
         tracer = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, preexec_fn=_dies_with_parent, start_new_session=True)
+                                  stderr=subprocess.DEVNULL, preexec_fn=dies_with_parent, start_new_session=True)
         if wrapped is not None:
             if not _wait_traced(target):
                 _detach(tracer)
             os.kill(target, signal.SIGCONT)
-        sampler = _start_sampler(target, raw / "sockets" / "samples.jsonl", window) if target else None
+        sampler = sockets.spawn(target, raw / "sockets" / "samples.jsonl", window) if target else None
         interrupted = False
         try:
             deadline = None if window is None else time.monotonic() + window
@@ -179,7 +142,7 @@ def run(opts: TargetOptions, log=lambda msg: None):
             log("interrupted: detaching; the producer keeps running")
         finally:
             _detach(tracer)
-            sampler_status = _stop_sampler(sampler)
+            sampler_status = sockets.collect(sampler) if sampler is not None else None
         st.started_us, st.ended_us = started, int(time.time() * 1e6)
         st.state = "partial" if interrupted else "ok"
         st.bytes = strace_out.stat().st_size if strace_out.exists() else 0

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from collectors import rdkafka_log as c_log
 from collectors import strace as c_strace
+from collectors.base import status_from_output
 from kdiag import __version__, bundle, redact
 from kdiag import probe as probe_mod
 from kdiag.errors import KdiagError, UsageError
@@ -162,17 +163,17 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
             f"(socket.nagle.disable={config.get('socket.nagle.disable', 'librdkafka default')})")
         started = int(time.time() * 1e6)
         env = {**os.environ, probe_mod.CONFIG_ENV: json.dumps(config)}
-        from kdiag.attach import _start_sampler, _stop_sampler
+        from collectors import sockets
 
         sampler: list = []
         partial, probe_rc = _run_probe(
             prefix + full_cmd, paths["log"], opts.timeout_s, log, env,
-            on_start=lambda pid: sampler.append(_start_sampler(pid, raw / "sockets" / "samples.jsonl", None)))
-        st_sockets = _Status(_stop_sampler(sampler[0])) if sampler and sampler[0] is not None else None
+            on_start=lambda pid: sampler.append(sockets.spawn(pid, raw / "sockets" / "samples.jsonl")))
+        sockets_status = sockets.collect(sampler[0]) if sampler else None
         ended = int(time.time() * 1e6)
-        st_path = None
+        path_status = None
         if opts.path_probe and not partial and paths["summary"].exists():
-            st_path = _probe_path(json.loads(paths["summary"].read_text()), config, raw / "tcp_probe", prefix, log)
+            path_status = _probe_path(json.loads(paths["summary"].read_text()), config, raw / "tcp_probe", prefix, log)
         for st in (st_strace, st_log):
             st.started_us, st.ended_us = started, ended
             if st.state != "skipped":
@@ -210,7 +211,9 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
             **({"tansu": lab_info["tansu_version"], "tls_terminator": lab_info["terminator_version"]} if lab_info else {}),
         },
         "lab": lab_info,
-        "collectors": [st.to_dict() for st in (st_log, st_strace, st_path, st_sockets) if st is not None],
+        # Child collectors report their status as dicts already.
+        "collectors": [st_log.to_dict(), st_strace.to_dict()]
+                      + [d for d in (path_status, sockets_status) if d is not None],
     }
     findings, out_path = finish(staging, raw_inputs, meta, spark_holder, warm, opts.out,
                                 redact.secret_values(config), manifest,
@@ -277,24 +280,10 @@ def _probe_path(summary: dict, config: dict, out_dir: Path, prefix: list[str], l
     spec = json.dumps([list(t) for t in targets])
     cmd = prefix + [sys.executable, "-m", "collectors.tcp_probe", "--out", str(out_dir), "--targets", spec]
     res = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
-    try:
-        status = json.loads(res.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        status = {"name": "tcp_probe", "state": "failed",
-                  "reason": (res.stderr.strip().splitlines() or ["no output"])[-1]}
+    status = status_from_output("tcp_probe", res.stdout, (res.stderr.strip().splitlines() or ["no output"])[-1])
     if status.get("state") not in ("ok",):
         log(f"path probe: {status.get('state')}: {status.get('reason')}")
-    return _Status(status)
-
-
-class _Status:
-    """A collector status that came back from a child process as JSON."""
-
-    def __init__(self, d: dict) -> None:
-        self.d = d
-
-    def to_dict(self) -> dict:
-        return self.d
+    return status
 
 
 def _probe_pid(proc: subprocess.Popen, timeout_s: float = 10.0) -> int | None:
