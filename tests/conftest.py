@@ -63,3 +63,21 @@ def wait_gone(pids, timeout: float = 5.0) -> list[int]:
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.05)
+
+
+@pytest.fixture
+def tools() -> None:
+    """The loopback lab's tools (a test module may ask for more)."""
+    for tool in ("stunnel4", "openssl"):
+        need(tool)
+    need_tansu()
+
+
+@pytest.fixture
+def state_dir(tmp_path, tools):
+    """A lab state directory, its lab stopped after the test."""
+    from kdiag import lab
+
+    d = tmp_path / "lab"
+    yield d
+    lab.down(d)

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import alive, need, need_tansu, wait_gone
+from conftest import alive, wait_gone
 
 from kdiag import lab as kl
 
@@ -27,18 +27,6 @@ REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def tools() -> None:
-    for tool in ("stunnel4", "openssl"):
-        need(tool)
-    need_tansu()
-
-
-@pytest.fixture
-def state_dir(tmp_path, tools):
-    d = tmp_path / "lab"
-    yield d
-    kl.down(d)
 
 
 

@@ -18,7 +18,7 @@ import time
 import psutil
 import pytest
 
-from conftest import alive, need, need_tansu, wait_gone
+from conftest import alive, need, wait_gone
 from kdiag import lab as kl
 
 pytestmark = pytest.mark.e2e
@@ -27,18 +27,6 @@ MESSAGES = 20
 VALUE = b"x" * 2048
 
 
-@pytest.fixture
-def tools() -> None:
-    for tool in ("openssl", "stunnel4"):
-        need(tool)
-    need_tansu()
-
-
-@pytest.fixture
-def state_dir(tmp_path, tools):
-    d = tmp_path / "lab"
-    yield d
-    kl.down(d)
 
 
 
