@@ -3,7 +3,9 @@
 Input: one JSON object per line, as ``stats_cb`` delivers it every
 ``statistics.interval.ms`` (see librdkafka's STATISTICS.md). Each object
 becomes one row per broker. Windowed figures are librdkafka's, in
-microseconds, converted to milliseconds here (``_ms`` columns).
+microseconds, converted to milliseconds here (``_ms`` columns); the
+``throttle`` window alone is in milliseconds already (librdkafka adds the
+response's ThrottleTimeMs to it as is).
 
 Statistics are a line a second at most, so a per-line ``json.loads`` is
 cheap here; the high-volume parsers are vectorised.
@@ -12,7 +14,7 @@ cheap here; the high-volume parsers are vectorised.
 column              type      meaning (null when absent)
 ==================  ========  ==============================================
 line_no             int64     1-based line number
-ts_us               int64     ``time`` (epoch seconds) in microseconds
+ts_us               int64     ``time`` (epoch seconds, whole) in microseconds
 client              string    ``name`` (rdkafka#producer-1)
 broker              string    broker handle name (ssl://h:p/id)
 nodeid              int32     broker node id (-1 bootstrap)
@@ -62,9 +64,9 @@ def _num(v):
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def _ms(win, key):
+def _ms(win, key, per_ms=1000.0):
     v = _num(win.get(key)) if isinstance(win, dict) else None
-    return None if v is None else v / 1000.0
+    return None if v is None else v / per_ms
 
 
 def _int(v, lo=-(2**63), hi=2**63 - 1):
@@ -112,8 +114,8 @@ class StatsParser:
                 for w in _WINDOWS:
                     for p in _PCTS:
                         rows[f"{w}_{p}_ms"].append(_ms(b.get(w), p))
-                rows["throttle_avg_ms"].append(_ms(b.get("throttle"), "avg"))
-                rows["throttle_max_ms"].append(_ms(b.get("throttle"), "max"))
+                rows["throttle_avg_ms"].append(_ms(b.get("throttle"), "avg", 1.0))
+                rows["throttle_max_ms"].append(_ms(b.get("throttle"), "max", 1.0))
                 for c in _COUNTERS:
                     rows[c].append(_int(b.get(c)))
         return pa.table(rows, schema=SCHEMA)
