@@ -27,8 +27,12 @@ Every ``interval_ms`` one sample is written as JSON lines, all with the same
 ``{"kind": "host", ...}``   one per sample, written last: ``cpu_pct`` (busy
     percent per core since the previous sample; null in the first),
     ``ncpu``, ``load1/5/15``,
-    ``collector_cpu_ms`` (this sampler's CPU time so far) and
-    ``sample_cpu_ms`` (what this sample cost).
+    ``collector_cpu_ms`` (this sampler's CPU time so far),
+    ``sample_cpu_ms`` (what this sample cost) and ``cgroup`` (the CPU limit
+    of the target's own cgroup and how often it bit: ``path``,
+    ``quota_us``/``period_us`` (quota null when unlimited), ``nr_periods``,
+    ``nr_throttled``, ``throttled_us``; counters from the cgroup's
+    ``cpu.stat``, v1 or v2; null when the cgroup cannot be read).
 
 How a socket is read: ``pidfd_open(pid)`` once, then per socket and sample
 ``pidfd_getfd(pidfd, fd)`` duplicates the producer's descriptor into this
@@ -276,6 +280,7 @@ class Sampler:
         # baseline taken here would cover a few ms, below the 10 ms tick.
         self.prev_cpu = None
         self.seq = 0
+        self.cgroup_mounts = _cgroup_mounts()
 
     def close(self) -> None:
         if self.pidfd is not None:
@@ -488,12 +493,94 @@ class Sampler:
         self.prev_cpu = cur
         l1, l5, l15 = os.getloadavg()
         return {"kind": "host", **base, "ncpu": len(cur), "cpu_pct": pct,
-                "load1": l1, "load5": l5, "load15": l15}
+                "load1": l1, "load5": l5, "load15": l15,
+                # Looked up every sample: a process can move (kdiag's own
+                # probe joins its limited cgroup only after it started).
+                "cgroup": cgroup_cpu(cpu_cgroup_dir(self.pid, self.cgroup_mounts))}
 
     def sample(self) -> list[dict]:
         base = {"ts_us": time.time_ns() // 1000, "pid": self.pid, "sample": self.seq}
         self.seq += 1
         return [*self._sockets(base), *self._threads(base), self._host(base)]
+
+
+def _cgroup_mounts() -> tuple[str | None, str | None]:
+    """Mount points of the v1 cgroup hierarchy holding the cpu controller and
+    of the v2 hierarchy, from /proc/self/mountinfo."""
+    v1 = v2 = None
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None, None
+    for line in text.splitlines():
+        # "36 25 0:31 / /sys/fs/cgroup/cpu rw,relatime shared:9 - cgroup cgroup rw,cpu"
+        pre, sep, post = line.partition(" - ")
+        if not sep:
+            continue
+        fields, after = pre.split(), post.split()
+        if len(fields) < 5 or len(after) < 3:
+            continue
+        if after[0] == "cgroup" and "cpu" in after[2].split(",") and v1 is None:
+            v1 = fields[4]
+        elif after[0] == "cgroup2" and v2 is None:
+            v2 = fields[4]
+    return v1, v2
+
+
+def cpu_cgroup_dir(pid: int, mounts: tuple[str | None, str | None] | None = None) -> tuple[str, int] | None:
+    """(directory, cgroup version) of the cgroup that limits ``pid``'s CPU:
+    the v1 hierarchy with the cpu controller when there is one, else v2."""
+    try:
+        lines = _read(f"/proc/{pid}/cgroup").splitlines()
+    except OSError:
+        return None
+    v1_mount, v2_mount = mounts or _cgroup_mounts()
+    v2_path = None
+    for line in lines:
+        # "4:cpu,cpuacct:/kubepods/pod1/c2" (v1) or "0::/user.slice" (v2)
+        hier, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hier == "0" and not controllers:
+            v2_path = path
+        elif "cpu" in controllers.split(",") and v1_mount:
+            return os.path.join(v1_mount, path.lstrip("/")), 1
+    if v2_path is not None and v2_mount:
+        return os.path.join(v2_mount, v2_path.lstrip("/")), 2
+    return None
+
+
+def cgroup_cpu(where: tuple[str, int] | None) -> dict | None:
+    """The cgroup's CPU limit and throttling counters (cumulative)."""
+    if where is None:
+        return None
+    d, version = where
+    out: dict = {"path": d, "version": version, "quota_us": None, "period_us": None,
+                 "nr_periods": None, "nr_throttled": None, "throttled_us": None}
+    try:
+        if version == 1:
+            quota = int(_read(f"{d}/cpu.cfs_quota_us"))
+            out["quota_us"] = quota if quota > 0 else None
+            out["period_us"] = int(_read(f"{d}/cpu.cfs_period_us"))
+        else:
+            # cpu.max: "max 100000" or "50000 100000"
+            q, _, per = _read(f"{d}/cpu.max").partition(" ")
+            out["quota_us"] = int(q) if q.isdigit() else None
+            out["period_us"] = int(per) if per.strip().isdigit() else None
+    except (OSError, ValueError):
+        pass
+    try:
+        stat = dict(line.split(None, 1) for line in _read(f"{d}/cpu.stat").splitlines() if " " in line)
+    except (OSError, ValueError):
+        return out
+    num = lambda k: int(stat[k]) if k in stat and stat[k].strip().isdigit() else None  # noqa: E731
+    out["nr_periods"], out["nr_throttled"] = num("nr_periods"), num("nr_throttled")
+    if version == 1:
+        ns = num("throttled_time")
+        out["throttled_us"] = None if ns is None else ns // 1000
+    else:
+        out["throttled_us"] = num("throttled_usec")
+    return out
 
 
 def _total(t) -> float:

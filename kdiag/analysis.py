@@ -46,6 +46,14 @@ CONTRIBUTING_SHARE = 0.1
 # requests take this share of all the time spent.
 TAIL_TIME_SHARE = 0.25
 BUCKET_US = 50_000
+# A slow request is the client's CPU when its thread waited for a core (run-
+# queue wait, schedstat) for at least this share of its wait.
+CPU_STARVED_SHARE = 0.5
+# A slow request is the broker's quota when the broker reported a throttle
+# time of at least this share of the request's wait around its response.
+THROTTLE_SHARE = 0.5
+# Thread samples are ~100 ms apart: interval-to-request joins use 1 s buckets.
+SAMPLE_BUCKET_US = 1_000_000
 
 WRITE_CALLS = ["write", "writev", "sendmsg", "sendto", "send", "pwrite64"]
 READ_CALLS = ["read", "readv", "recvmsg", "recvfrom", "recv"]
@@ -63,6 +71,8 @@ FIXES = {
     "broker_slow": {},
     "packet_loss": {},
     "client_queueing": {"linger.ms": "0"},
+    "client_cpu": {},
+    "throttled": {},
     "healthy": {},
 }
 
@@ -412,6 +422,52 @@ def socket_held(tables_dir, fd) -> dict | None:
             "ato_ms": _pctl(t["ato_ms"].to_pylist(), 0.5)}
 
 
+def cpu_starvation(tables_dir, tid) -> dict | None:
+    """Run-level CPU facts from the thread and host samples (a few hundred
+    rows a minute, read on the driver): the request thread's and the whole
+    process's run-queue wait, and the cgroup's CFS throttling."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    if not tables_dir:
+        return None
+    path = Path(tables_dir) / "threads.parquet"
+    if not path.exists():
+        return None
+    t = pq.read_table(path, columns=["ts_us", "tid", "name", "runq_wait_ms", "nonvoluntary_ctxt"])
+    if not len(t):
+        return None
+    first, last = pc.min(t["ts_us"]).as_py(), pc.max(t["ts_us"]).as_py()
+    out: dict = {"wall_ms": (last - first) / 1000.0, "thread": None}
+    per: dict[int, list[dict]] = {}
+    for r in t.to_pylist():
+        per.setdefault(r["tid"], []).append(r)
+
+    def delta(rows, col):
+        vals = [r[col] for r in sorted(rows, key=lambda r: r["ts_us"]) if r[col] is not None]
+        return vals[-1] - vals[0] if len(vals) >= 2 else None
+
+    out["process_runq_ms"] = sum(d for rows in per.values() if (d := delta(rows, "runq_wait_ms")) is not None)
+    if tid is not None and tid in per:
+        rows = per[tid]
+        out["thread"] = {"tid": tid, "name": rows[-1]["name"], "runq_ms": delta(rows, "runq_wait_ms"),
+                         "nonvoluntary": delta(rows, "nonvoluntary_ctxt")}
+    host = Path(tables_dir) / "host.parquet"
+    if host.exists():
+        h = pq.read_table(host)
+        if "cpu_nr_periods" in h.column_names:
+            h = h.filter(pc.is_valid(h["cpu_nr_periods"])).sort_by("ts_us").to_pylist()
+            if len(h) >= 2:
+                a, b = h[0], h[-1]
+                out["cgroup"] = {
+                    "quota_cores": b["cpu_quota_cores"], "period_ms": b["cpu_period_ms"],
+                    "periods": b["cpu_nr_periods"] - a["cpu_nr_periods"],
+                    "throttled": b["cpu_nr_throttled"] - a["cpu_nr_throttled"],
+                    "throttled_ms": (b["cpu_throttled_ms"] or 0.0) - (a["cpu_throttled_ms"] or 0.0),
+                }
+    return out
+
+
 def _any_rows(df) -> bool:
     return df is not None and df.limit(1).count() > 0
 
@@ -446,8 +502,77 @@ def attach_connections(spark, produce, conns: list[dict]):
     return produce.join(F.broadcast(cdf), cond, "left").drop("c_fd", "until_us")
 
 
+def runq_of(spark, tables_dir, produce):
+    """Each request gets ``runq_ms``: how long its thread was runnable but
+    waiting for a core while the request was out, from the sampler's
+    schedstat counters (null without thread samples).
+
+    The kernel credits a run-queue wait when it ends (sched_info_arrive), so
+    a thread stalled while its response waited has the stall counted in the
+    sample interval holding the request's end, not in the ones it spanned.
+    Samples are ~100 ms apart: each interval that overlaps the request adds
+    its run-queue wait, capped at the request's duration. That is an upper
+    bound on the request's own run-queue wait."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    threads = _read(spark, Path(tables_dir), "threads") if tables_dir else None
+    if threads is None or "pid" not in produce.columns:
+        return produce.withColumn("runq_ms", F.lit(None).cast("double"))
+    w = Window.partitionBy("pid", "tid").orderBy("ts_us")
+    iv = (threads.filter(F.col("runq_wait_ms").isNotNull())
+          .select(F.col("tid").cast("long").alias("tid"), F.col("ts_us").alias("iv_end"),
+                  F.lag("ts_us").over(w).alias("iv_start"),
+                  (F.col("runq_wait_ms") - F.lag("runq_wait_ms").over(w)).alias("iv_runq_ms"))
+          .filter(F.col("iv_start").isNotNull() & (F.col("iv_runq_ms") > 0)))
+    iv = iv.withColumn("bucket", F.explode(F.sequence(F.floor(F.col("iv_start") / SAMPLE_BUCKET_US),
+                                                     F.floor(F.col("iv_end") / SAMPLE_BUCKET_US))))
+    start = F.coalesce(F.col("send_start_us"), F.col("send_us")) if "send_start_us" in produce.columns \
+        else F.col("send_us")
+    keys = ["pid", "send_us", "recv_us"]
+    rb = (produce.filter(F.col("pid").isNotNull()).select(*keys, start.alias("_start"))
+          .withColumn("bucket", F.explode(F.sequence(F.floor(F.col("_start") / SAMPLE_BUCKET_US),
+                                                    F.floor(F.col("recv_us") / SAMPLE_BUCKET_US)))))
+    over = (rb.join(iv, (F.col("pid").cast("long") == F.col("tid")) & (rb.bucket == iv.bucket))
+            .filter((F.col("iv_start") < F.col("recv_us")) & (F.col("iv_end") > F.col("_start")))
+            .select(*keys, "iv_start", "iv_runq_ms", ((F.col("recv_us") - F.col("_start")) / 1000.0).alias("_dur"))
+            .dropDuplicates([*keys, "iv_start"]))
+    agg = over.groupBy(*keys).agg(F.least(F.sum("iv_runq_ms"), F.max("_dur")).alias("runq_ms"))
+    return produce.join(agg, keys, "left").withColumn(
+        "runq_ms", F.when(F.col("pid").isNotNull(), F.coalesce("runq_ms", F.lit(0.0))))
+
+
+def throttle_of(stats, produce):
+    """Each request gets ``throttle_ms``: the longest throttle time its
+    broker reported in the statistics window that holds the response (null
+    without statistics). librdkafka stamps statistics with whole epoch
+    seconds, so a window runs from the previous emission to one second past
+    its own."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    if stats is None or not {"client", "broker"} <= set(produce.columns):
+        return produce.withColumn("throttle_ms", F.lit(None).cast("double"))
+    w = Window.partitionBy("client", "broker").orderBy("ts_us")
+    win = (stats.filter(F.col("ts_us").isNotNull())
+           .select(F.col("client").alias("s_client"), F.col("broker").alias("s_broker"),
+                   F.coalesce(F.lag("ts_us").over(w), F.col("ts_us") - SAMPLE_BUCKET_US).alias("w_start"),
+                   (F.col("ts_us") + SAMPLE_BUCKET_US).alias("w_end"), "throttle_max_ms")
+           .filter(F.col("throttle_max_ms") > 0))
+    win = win.withColumn("bucket", F.explode(F.sequence(F.floor(F.col("w_start") / SAMPLE_BUCKET_US),
+                                                       F.floor(F.col("w_end") / SAMPLE_BUCKET_US))))
+    keys = ["client", "broker", "recv_us"]
+    rb = produce.select(*keys).distinct().withColumn("bucket", F.floor(F.col("recv_us") / SAMPLE_BUCKET_US))
+    hit = (rb.join(F.broadcast(win), (rb.client == win.s_client) & (rb.broker == win.s_broker)
+                   & (rb.bucket == win.bucket))
+           .filter((F.col("recv_us") > F.col("w_start")) & (F.col("recv_us") <= F.col("w_end")))
+           .groupBy(*keys).agg(F.max("throttle_max_ms").alias("throttle_ms")))
+    return produce.join(hit, keys, "left")
+
+
 def classify(produce, path_rtt: float | None, nagle_possible: bool = True):
-    """The cause of each request. Several writes, then a wait beyond the path
+    """The cause of each request. A slow wait spent mostly runnable without a
+    core: the client's CPU. Several writes, then a wait beyond the path
     RTT about the delayed-ACK timer: Nagle (in the path when the client
     socket has TCP_NODELAY). Otherwise a slow wait is the network when the
     path RTT explains half of it, else the broker."""
@@ -458,8 +583,20 @@ def classify(produce, path_rtt: float | None, nagle_possible: bool = True):
     excess = wait - F.coalesce(rtt, F.lit(0.0))
     several = F.coalesce(F.col("n_writes"), F.lit(0)) >= 2
     nagle = several & (excess >= NAGLE_EXCESS_MIN_MS) & (excess <= NAGLE_EXCESS_MAX_MS) & F.lit(nagle_possible)
+    # Against the whole request: a thread can lose its core while writing or
+    # after reading the response, not only while it waits.
+    starved = F.coalesce(F.col("runq_ms") >= CPU_STARVED_SHARE * F.col("total_ms"), F.lit(False)) \
+        if "runq_ms" in produce.columns else F.lit(False)
+    # A broker that reports throttle times about as long as the wait: under
+    # KIP-219 it answers at once, then reads nothing more from the client.
+    throttled = F.coalesce(F.col("throttle_ms") >= THROTTLE_SHARE * F.coalesce(wait, F.col("total_ms")), F.lit(False)) \
+        if "throttle_ms" in produce.columns else F.lit(False)
     cause = (
-        F.when(wait.isNull(), F.when(F.col("total_ms") > SLOW_MS, "unexplained_slow").otherwise("healthy"))
+        F.when((F.coalesce(wait, F.col("total_ms")) > SLOW_MS) & throttled, "throttled")
+        .when(wait.isNull(), F.when(F.col("total_ms") > SLOW_MS, "unexplained_slow").otherwise("healthy"))
+        # Checked first: a thread that waits for a core sees every other
+        # stall (a held send, a slow response) only late as well.
+        .when((F.col("total_ms") > SLOW_MS) & starved, "client_cpu")
         .when(nagle, F.when(F.col("nodelay") == F.lit(True), "nagle_in_path").otherwise("nagle_delayed_ack"))
         .when(wait > SLOW_MS, F.when(rtt.isNotNull() & (rtt >= wait * 0.5), "network_latency").otherwise("slow_wait"))
         .otherwise("healthy")
@@ -507,12 +644,18 @@ def _resolve_slow(rq, retrans: int | None):
                                          F.lit("packet_loss" if tail else "broker_slow")).otherwise(F.col("cause")))
 
 
+# Causes that stall a few requests for long: loss (TCP's timers) and a CPU
+# limit (the rest of a CFS period).
+TAIL_CAUSES = ("packet_loss", "client_cpu")
+
+
 def verdict_of(findings: list[dict]) -> str:
     """The cause of most requests; else a tail cause that takes a large share
     of the time; else healthy."""
     if findings and findings[0]["share"] >= DOMINANT_SHARE:
         return findings[0]["cause"]
-    tails = [f for f in findings if f["cause"] == "packet_loss" and f.get("time_share", 0) >= TAIL_TIME_SHARE]
+    tails = [f for f in findings if f["cause"] in TAIL_CAUSES and f.get("time_share", 0) >= TAIL_TIME_SHARE]
+    tails.sort(key=lambda f: -f["time_share"])
     return tails[0]["cause"] if tails else "healthy"
 
 
@@ -580,6 +723,7 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
     nagle_possible = not (single["n"] and multi_wait is not None and single["wait_p50_ms"] is not None
                           and single["wait_p50_ms"] >= max(SLOW_MS, 0.5 * multi_wait))
     meta = {**meta, "one_write": single, "nagle_possible": nagle_possible}
+    produce = throttle_of(stats, runq_of(spark, meta.get("tables_dir"), produce))
     rq = classify(attach_connections(spark, produce, conns), path_rtt, nagle_possible)
     rq = _resolve_slow(rq, meta.get("tcp_retrans")).cache()
     q = lambda col, p: F.percentile_approx(col, p, 100000)  # noqa: E731
@@ -633,12 +777,15 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
     per = {r.cause: r for r in rq.groupBy("cause").agg(
         F.count("*").alias("k"), q("wait_ms", [0.5, 0.99]).alias("wait"),
         q("n_writes", 0.5).alias("writes"), q("total_ms", 0.5).alias("total"),
-        F.max("wait_ms").alias("wait_max"), F.sum("total_ms").alias("time")).collect()}
+        F.max("wait_ms").alias("wait_max"), F.sum("total_ms").alias("time"),
+        q("runq_ms", 0.5).alias("runq"), q("throttle_ms", 0.5).alias("throttle"),
+        F.max("throttle_ms").alias("throttle_max")).collect()}
     all_time = sum((a.time or 0.0) for a in per.values()) or 1.0
     # The example is the cause's median request by wait.
     w = Window.partitionBy("cause").orderBy("wait_ms", "send_us")
     ex_cols = ["cause", "broker", "corr_id", "n_writes", "write_sizes", "wait_ms", "rtt_ms", "send_line",
-               "recv_line", "fd", "connect_us", "connect_line", "peer", "nodelay", "nodelay_line"]
+               "recv_line", "fd", "connect_us", "connect_line", "peer", "nodelay", "nodelay_line", "pid",
+               "runq_ms"]
     examples = {r.cause: r.asDict() for r in rq.withColumn("_i", F.row_number().over(w))
                 .withColumn("_n", F.count("*").over(Window.partitionBy("cause")))
                 .filter(F.col("_i") == F.floor(F.col("_n") / 2) + 1).select(*ex_cols).collect()}
@@ -749,6 +896,41 @@ def _finding(cause: str, agg, ex: dict, share: float, n: int, path_rtt, rtt_boun
                   "10 ms) or a retransmission timeout (at least 200 ms on Linux)")
         f["fix_text"] = ("find the lossy link: drops and errors on each hop (ip -s link, ethtool -S), "
                          "congestion or a policer on the path")
+    elif cause == "client_cpu":
+        ev.append(f"{agg.k} of {n} Produce requests stalled: median {agg.total:.1f} ms from first write to "
+                  f"response, while the median request took {summary['latency_p50_ms']} ms")
+        ev.append(f"their thread was runnable but waiting for a core for up to {agg.runq:.1f} ms of that "
+                  f"(median; run-queue wait from /proc/PID/task/TID/schedstat, sampled ~every 100 ms): the "
+                  f"response was there, the producer could not run to read it")
+        cpu = cpu_starvation(meta.get("tables_dir"), ex.get("pid"))
+        if cpu:
+            th = cpu.get("thread")
+            if th and th.get("runq_ms") is not None:
+                ev.append(f"thread {th['name']} ({th['tid']}) waited {th['runq_ms']:.0f} ms for a core in "
+                          f"{cpu['wall_ms']:.0f} ms of samples, with {th['nonvoluntary']} involuntary context "
+                          f"switches; the whole process waited {cpu['process_runq_ms']:.0f} ms")
+            cg = cpu.get("cgroup")
+            if cg and cg["periods"]:
+                limit = (f"limited to {cg['quota_cores']:.2f} cores per {cg['period_ms']:g} ms period"
+                         if cg["quota_cores"] else "with no CPU limit of its own")
+                ev.append(f"the producer's cgroup is {limit} and was throttled in {cg['throttled']} of "
+                          f"{cg['periods']} periods, {cg['throttled_ms']:.0f} ms in all (cpu.stat)")
+        ev.append(f"the path ({_r(path_rtt, 3) if path_rtt is not None else '?'} ms) and the broker answer fast; "
+                  f"the time is lost in the client")
+        f["fix_text"] = ("give the producer CPU: raise or remove its CPU limit (Kubernetes limits.cpu, cgroup "
+                         "cpu.max / cpu.cfs_quota_us), or move busy neighbours off its cores; no librdkafka "
+                         "property fixes a starved thread")
+    elif cause == "throttled":
+        ev.append(f"{agg.k} of {n} Produce requests waited {wait50 if wait50 is not None else agg.total:.1f} ms "
+                  f"(median) for their response, while the broker ({ex.get('broker')}) reported throttle times "
+                  f"of {agg.throttle:.0f} ms (median), up to {agg.throttle_max:.0f} ms (librdkafka statistics, "
+                  f"throttle window)")
+        ev.append("a broker over a client's quota answers at once with ThrottleTimeMs set, then reads nothing "
+                  "more from that connection for as long (KIP-219, Kafka >= 2.0); the next request waits out the "
+                  "throttle on the broker's side, on a fast path")
+        f["fix_text"] = ("the broker is enforcing a quota for this client.id or user: raise it "
+                         "(kafka-configs --alter --entity-type clients --add-config producer_byte_rate=...), or "
+                         "send fewer bytes (compression.type=lz4 or zstd) and fewer requests (a larger linger.ms)")
     elif cause == "network_latency":
         ev.append(f"median wait {wait50:.1f} ms; the path round trip alone is {path_rtt:.1f} ms "
                   f"({summary['path_rtt_source']})")

@@ -94,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--scenario", metavar="NAME",
                    help="a lab scenario instead of the default: network-latency, packet-loss, clean (a "
                         "multi-hop network in namespaces), nagle-proxy (a TLS terminator with Nagle), "
-                        "slow-broker (responses delayed 50 ms)")
+                        "slow-broker (responses delayed 50 ms), client-cpu (the probe under a 5%% CPU limit)")
     t.add_argument("--no-path-probe", action="store_true", help="skip the TCP path probe of the brokers")
     t.add_argument("-o", "--output", type=Path, help="bundle path (default ./kdiag-YYYYmmdd-HHMMSS.tar.gz)")
     t.add_argument("--json", action="store_true", help="print the findings as one JSON object")

@@ -159,7 +159,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stats", help="append statistics JSON lines here")
     ap.add_argument("--results", help="write one JSON line per message here")
     ap.add_argument("--summary", help="write the run's summary JSON here")
+    ap.add_argument("--cgroup", help="join this cgroup first (the client-cpu scenario's CPU limit)")
     a = ap.parse_args(argv)
+    if a.cgroup:
+        from kdiag.cpulimit import join
+
+        # Before the producer exists, so that librdkafka's threads start inside.
+        join(a.cgroup)
     config = json.loads(os.environ.get(a.config_env) or "{}")
     summary = run(config, a.topic, a.messages, a.size, a.stats, a.results, a.rate)
     if a.summary:

@@ -38,7 +38,11 @@ PROBE_DEFAULTS = {"acks": "all", "linger.ms": "0", "message.timeout.ms": "10000"
 LAB_DEFAULTS = {"socket.nagle.disable": "false"}
 # Scenarios run on the loopback lab, by its variant; the others are network
 # lab scenarios. The producer keeps librdkafka's defaults in both.
-LAB_VARIANTS = {"nagle-proxy": "nagle-proxy", "slow-broker": "slow-broker"}
+LAB_VARIANTS = {"nagle-proxy": "nagle-proxy", "slow-broker": "slow-broker", "client-cpu": "tls"}
+# client-cpu: the probe and a busy neighbour (the application's own work) in
+# a cgroup allowed this share of one core per 100 ms period, a Kubernetes-
+# style CPU limit below what the two use.
+CLIENT_CPU_CORES = 0.2
 
 
 @dataclass
@@ -114,6 +118,7 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
 
     with contextlib.ExitStack() as stack:
         lab_info = None
+        cgroup = None
         prefix: list[str] = []   # runs the producer and the probes in the lab's client namespace
         user = dict(opts.props)
         if opts.brokers:
@@ -126,6 +131,14 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
             the_lab = stack.enter_context(lab.running(topics=(opts.topic,), variant=variant))
             lab_info = the_lab.to_dict()
             base = the_lab.client_config()
+            if opts.scenario == "client-cpu":
+                from kdiag import cpulimit
+
+                cgroup = stack.enter_context(cpulimit.limited(CLIENT_CPU_CORES))
+                stack.enter_context(cpulimit.busy(cgroup))
+                log(f"the probe and a busy neighbour run in {cgroup}, limited to {CLIENT_CPU_CORES:g} of a "
+                    f"core per {cpulimit.DEFAULT_PERIOD_US // 1000} ms")
+                lab_info = {**lab_info, "cpu_limit_cores": CLIENT_CPU_CORES, "cgroup": str(cgroup)}
         elif opts.scenario:
             from kdiag import netlab
 
@@ -154,6 +167,8 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
                "--messages", str(opts.messages), "--size", str(opts.size),
                "--stats", str(paths["stats"]), "--results", str(paths["results"]),
                "--summary", str(paths["summary"])] + (["--rate", str(opts.rate)] if opts.rate else [])
+        if cgroup is not None:
+            cmd += ["--cgroup", str(cgroup)]
         full_cmd, st_strace = c_strace.wrap(cmd, str(paths["strace"]))
         if st_strace.state == "skipped":
             paths["strace"].parent.rmdir()

@@ -148,6 +148,14 @@ load15
 collector_cpu_ms   float64         the sampler's own CPU time up to this
                                    sample
 sample_cpu_ms      float64         CPU time this sample cost the sampler
+cpu_quota_cores    float64         the CPU limit of the target's cgroup, in
+                                   cores (quota / period); null when
+                                   unlimited or unknown
+cpu_period_ms      float64         the cgroup's CFS period
+cpu_nr_periods     int64           CFS periods with the cgroup runnable, so far
+cpu_nr_throttled   int64           of those, periods the cgroup was throttled
+cpu_throttled_ms   float64         time its runnable tasks were held back by
+                                   the limit, so far (summed over cores)
 =================  ==============  ============================================
 """
 from __future__ import annotations
@@ -274,6 +282,11 @@ HOST_SCHEMA = pa.schema([
     ("load15", _F64),
     ("collector_cpu_ms", _F64),
     ("sample_cpu_ms", _F64),
+    ("cpu_quota_cores", _F64),
+    ("cpu_period_ms", _F64),
+    ("cpu_nr_periods", _I64),
+    ("cpu_nr_throttled", _I64),
+    ("cpu_throttled_ms", _F64),
 ])
 
 SCHEMAS = {"sockets": SOCKETS_SCHEMA, "threads": THREADS_SCHEMA, "host": HOST_SCHEMA}
@@ -410,6 +423,20 @@ def _host_row(obj, no):
         "load15": _float(obj.get("load15")),
         "collector_cpu_ms": _float(obj.get("collector_cpu_ms")),
         "sample_cpu_ms": _float(obj.get("sample_cpu_ms")),
+        **_cgroup_cols(obj.get("cgroup")),
+    }
+
+
+def _cgroup_cols(cg) -> dict:
+    cg = cg if isinstance(cg, dict) else {}
+    quota, period = _int(cg.get("quota_us"), _I64_RANGE), _int(cg.get("period_us"), _I64_RANGE)
+    throttled = _int(cg.get("throttled_us"), _I64_RANGE)
+    return {
+        "cpu_quota_cores": quota / period if quota and period and quota > 0 and period > 0 else None,
+        "cpu_period_ms": period / 1000.0 if period else None,
+        "cpu_nr_periods": _int(cg.get("nr_periods"), _I64_RANGE),
+        "cpu_nr_throttled": _int(cg.get("nr_throttled"), _I64_RANGE),
+        "cpu_throttled_ms": throttled / 1000.0 if throttled is not None else None,
     }
 
 

@@ -66,3 +66,43 @@ def test_verdict_of():
     assert verdict_of([loss]) == "packet_loss"
     assert verdict_of([{**loss, "time_share": 0.1}]) == "healthy"
     assert verdict_of([]) == "healthy"
+
+
+def test_client_cpu_rule(spark):
+    schema = REQ + ", runq_ms double"
+    rows = [
+        ("c", "b", 1, 3, 80.0, 80.5, False, 75.0),   # waited for a core most of the time
+        ("c", "b", 2, 3, 43.0, 43.5, False, 35.0),   # looks like Nagle, but the thread was starved
+        ("c", "b", 3, 1, 80.0, 80.5, False, 10.0),   # a little CPU wait does not explain 80 ms
+        ("c", "b", 4, 1, 5.0, 5.5, False, 5.0),      # fast: nothing to explain
+        ("c", "b", 6, 3, 0.5, 70.5, False, 69.0),    # lost its core while sending, not while waiting
+        ("c", "b", 5, 1, 80.0, 80.5, False, None),   # no thread samples
+    ]
+    df = spark.createDataFrame(rows, schema)
+    got = [r.cause for r in classify(df, 0.1).orderBy("corr_id").collect()]
+    assert got == ["client_cpu", "client_cpu", "slow_wait", "healthy", "slow_wait", "client_cpu"]
+
+
+def test_runq_of_credits_the_wait_where_it_ends(spark, tmp_path):
+    """schedstat adds a run-queue wait when the wait ends: a request that
+    stalled 70 ms for a core shows it in the sample after its end."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kdiag.analysis import runq_of
+
+    ms = 1000
+    # thread 7 sampled every 100 ms; 70 ms of run-queue wait credited at t=300 ms
+    pq.write_table(pa.table({
+        "ts_us": [0, 100 * ms, 200 * ms, 300 * ms, 400 * ms],
+        "pid": [1] * 5, "tid": [7] * 5, "runq_wait_ms": [0.0, 0.0, 1.0, 71.0, 71.0],
+    }), tmp_path / "threads.parquet")
+    reqs = spark.createDataFrame([
+        (7, 150 * ms, 150 * ms, 230 * ms),   # overlaps [100, 200] and [200, 300]: 1 + 70 ms
+        (7, 310 * ms, 310 * ms, 390 * ms),   # after it: nothing
+        (8, 150 * ms, 150 * ms, 230 * ms),   # another thread
+        (None, 150 * ms, 150 * ms, 230 * ms),
+    ], "pid int, send_start_us long, send_us long, recv_us long")
+    got = sorted((r.pid or 0, r.send_us, r.runq_ms) for r in runq_of(spark, tmp_path, reqs).collect())
+    assert got == [(0, 150 * ms, None), (7, 150 * ms, 71.0),
+                   (7, 310 * ms, 0.0), (8, 150 * ms, 0.0)]

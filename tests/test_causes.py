@@ -57,3 +57,24 @@ def test_client_queueing(tmp_path, spark):
     assert f["summary"]["split_ms"]["client_queue"] > 50 > f["summary"]["latency_p50_ms"]
     # batched: fewer requests than messages
     assert f["summary"]["requests"] < 40 and f["probe"]["delivered"] == 40
+
+
+def test_client_cpu(tmp_path, spark):
+    """The probe and a busy neighbour share a cgroup allowed 0.2 of a core
+    per 100 ms: a few requests stall for the rest of a period while the
+    broker thread waits for a core, and those take much of the time."""
+    from kdiag import cpulimit
+
+    try:
+        with cpulimit.limited(0.5):
+            pass
+    except cpulimit.CpuLimitError as e:
+        pytest.skip(f"client-cpu needs a CPU-limited cgroup: {e}")
+    f = trace(tmp_path, "client-cpu", messages=100)
+    assert f["verdict"] == "client_cpu", json.dumps(f["findings"], indent=1)
+    cpu = next(x for x in f["findings"] if x["cause"] == "client_cpu")
+    ev = " ".join(cpu["evidence"])
+    assert "waiting for a core" in ev and "throttled in" in ev
+    assert cpu["time_share"] >= 0.25 and cpu["fix"] == {}
+    # a fast body and a tail the size of a CFS period
+    assert f["summary"]["latency_p50_ms"] < 10 and f["summary"]["latency_p99_ms"] > 30
