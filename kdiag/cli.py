@@ -6,8 +6,11 @@ it in-process; the console script calls it with the real ones.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -159,6 +162,25 @@ def cmd_trace(args, env: Environment, argv: list[str], command: list[str]) -> Ex
     return ExitStatus.INTERRUPTED if res.partial and status == ExitStatus.OK else status
 
 
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    """SIGTERM ends a trace as Ctrl-C does: detach, keep what was captured,
+    write the bundle marked partial. Main thread only (tests may call main()
+    from elsewhere, where signals cannot be handled)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigterm(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def cmd_trace_target(args, env: Environment, argv: list[str], command: list[str]) -> ExitStatus:
     from kdiag import attach
 
@@ -168,7 +190,8 @@ def cmd_trace_target(args, env: Environment, argv: list[str], command: list[str]
         raise UsageError("-b/-X/-F/--scenario set up kdiag's probe producer; they do not go with --pid or -- CMD")
     opts = attach.TargetOptions(pid=args.pid, command=command, duration_s=args.duration, out=args.output,
                                 argv=["kdiag", *argv])
-    res = attach.run(opts, log=env.say)
+    with _sigterm_interrupts():
+        res = attach.run(opts, log=env.say)
     status = _emit(env, res.findings, args.json, str(res.bundle))
     if args.json:
         env.say(f"bundle: {res.bundle}")

@@ -97,6 +97,31 @@ def test_kill_9_of_kdiag_leaves_the_producer_running(producer, tmp_path):
     assert wait_for(lambda: progress(prog) >= before + 10, 10), "producer stopped after kdiag was killed"
 
 
+def test_sigterm_detaches_and_keeps_a_partial_bundle(producer, tmp_path):
+    """SIGTERM (a service manager stopping kdiag) ends the window as Ctrl-C
+    does: detach, analyse what was captured, bundle marked partial."""
+    proc, prog = producer
+    out = tmp_path / "t.tar.gz"
+    kd = subprocess.Popen([sys.executable, "-m", "kdiag", "trace", "--json", "--pid", str(proc.pid),
+                           "--duration", "60", "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          cwd=ROOT)
+    assert wait_for(lambda: not not_traced(proc.pid), 20), "kdiag never attached"
+    time.sleep(2)    # a capture worth analysing
+    kd.send_signal(signal.SIGTERM)
+    stdout, _ = kd.communicate(timeout=120)
+    assert kd.returncode == 130
+    assert not_traced(proc.pid) and proc.poll() is None
+    f = json.loads(stdout)
+    assert f["partial"] is True and f["verdict"] == "nagle_delayed_ack"
+    import tarfile
+
+    with tarfile.open(out) as tar:
+        manifest = json.load(tar.extractfile("manifest.json"))
+    assert manifest["partial"] is True
+    before = progress(prog)
+    assert wait_for(lambda: progress(prog) >= before + 10, 10), "producer stopped after kdiag's SIGTERM"
+
+
 def test_wrap_runs_the_command_to_its_end(the_lab, spark, tmp_path):
     prog = tmp_path / "progress"
     out, err = io.StringIO(), io.StringIO()
