@@ -69,6 +69,11 @@ examples:
   kdiag lab up        start Tansu behind stunnel4 on free loopback ports
   kdiag lab status    print the running lab (ports, pids, CA file) as JSON
   kdiag lab down      stop it
+  kdiag lab matrix    trace every lab scenario once (about 4 min); one row a
+                      cause: expected, found, P50(ms), P99(ms); exit 1 if any
+                      scenario gave another cause
+  kdiag lab matrix client-cpu throttled -o /tmp/matrix
+                      only those, bundles kept in /tmp/matrix
 """
 
 
@@ -113,7 +118,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", type=Path, required=True, help="directory for <table>.parquet")
 
     lab = sub.add_parser("lab", help="start/stop the local lab broker", epilog=LAB_EXAMPLES, formatter_class=fmt)
-    lab.add_argument("action", choices=["up", "down", "status"])
+    lab.add_argument("action", choices=["up", "down", "status", "matrix"])
+    lab.add_argument("cases", nargs="*", metavar="CASE", help="matrix: only these cases (default: all)")
+    lab.add_argument("--messages", type=int, help="matrix: messages per case (default: each case's own)")
+    lab.add_argument("-o", "--output", type=Path, help="matrix: directory for the bundles (default: a temporary one)")
+    lab.add_argument("--json", action="store_true", help="matrix: the rows as one JSON object")
     return ap
 
 
@@ -254,6 +263,10 @@ def cmd_parse(args, env: Environment) -> ExitStatus:
 def cmd_lab(args, env: Environment) -> ExitStatus:
     from kdiag import lab
 
+    if args.action == "matrix":
+        return cmd_matrix(args, env)
+    if args.cases or args.messages or args.output or args.json:
+        raise UsageError("CASE, --messages, -o and --json go with kdiag lab matrix only")
     if args.action == "up":
         the_lab = lab.up()
         env.stdout.write(json.dumps(the_lab.to_dict(), indent=2) + "\n")
@@ -266,6 +279,29 @@ def cmd_lab(args, env: Environment) -> ExitStatus:
             return ExitStatus.NO_DATA
         env.stdout.write(json.dumps(the_lab.to_dict(), indent=2) + "\n")
     return ExitStatus.OK
+
+
+def cmd_matrix(args, env: Environment) -> ExitStatus:
+    import tempfile
+
+    from kdiag import matrix
+
+    cases = matrix.select(args.cases)
+    if args.messages is not None and args.messages < 1:
+        raise UsageError("--messages must be >= 1")
+    with contextlib.ExitStack() as stack:
+        out = args.output or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kdiag-matrix-")))
+        out.mkdir(parents=True, exist_ok=True)
+        rows = []
+        with _sigterm_interrupts():
+            for case in cases:
+                env.say(f"case {case.name}: expecting {case.expected}")
+                rows.append(matrix.run_case(case, out, args.messages, env.say))
+    if args.json:
+        env.stdout.write(json.dumps({"rows": [r.to_dict() for r in rows]}) + "\n")
+    else:
+        env.stdout.write(matrix.table(rows))
+    return ExitStatus.OK if all(r.ok for r in rows) else ExitStatus.ERROR
 
 
 def main(argv: list[str] | None = None, env: Environment | None = None) -> int:

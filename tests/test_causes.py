@@ -78,3 +78,23 @@ def test_client_cpu(tmp_path, spark):
     assert cpu["time_share"] >= 0.25 and cpu["fix"] == {}
     # a fast body and a tail the size of a CFS period
     assert f["summary"]["latency_p50_ms"] < 10 and f["summary"]["latency_p99_ms"] > 30
+
+
+def test_matrix_command_one_case(tmp_path, spark):
+    """`kdiag lab matrix CASE` runs the case through a full trace and
+    reports it in the table, with the bundle kept."""
+    need("strace", root=True)
+    need("stunnel4")
+    out, err = io.StringIO(), io.StringIO()
+    rc = main(["lab", "matrix", "nagle-off", "--messages", "20", "-o", str(tmp_path), "--json"],
+              Environment(stdout=out, stderr=err))
+    assert rc == 0, err.getvalue()
+    (row,) = json.loads(out.getvalue())["rows"]
+    assert row["case"] == "nagle-off" and row["expected"] == row["found"] == "healthy" and row["ok"]
+    assert row["latency_p50_ms"] < 10 and (tmp_path / "nagle-off.tar.gz").exists()
+
+
+def test_matrix_usage():
+    env = Environment(stdout=io.StringIO(), stderr=io.StringIO())
+    assert main(["lab", "matrix", "no-such-case"], env) == 2
+    assert main(["lab", "status", "nagle-off"], env) == 2
