@@ -1,5 +1,13 @@
 """Redaction of secrets from what kdiag writes. Kept apart from collection:
-collectors capture verbatim, and this runs on what goes into a bundle."""
+collectors capture verbatim, and this runs on what goes into a bundle.
+
+Two passes over every raw file before it is parsed or bundled:
+- by value: the secrets kdiag itself was given (``-X sasl.password=...``),
+  wherever they appear, in the forms strace and JSON escape them to;
+- by pattern: secrets kdiag was never told about, in a producer it only
+  attached to (a properties file it read, a JAAS line it logged, a private
+  key strace saw go by). The patterns are in ``PATTERNS``; each counts its
+  replacements for the manifest.""" 
 from __future__ import annotations
 
 import re
@@ -95,3 +103,179 @@ def scrub_tree(root, values: list[str]) -> int:
         return 0
     forms = [f for v in values for f in _forms(v)]
     return sum(scrub_file(p, forms) for p in sorted(Path(root).rglob("*")) if p.is_file())
+
+
+# A secret-looking key: Kafka/librdkafka property names and the usual
+# spellings elsewhere (client_secret, apiKey, X-Auth-Token). Found by its
+# keyword, never by the key's free prefix: a pattern starting with that
+# backtracks over every start position of a megabyte-long word (quadratic).
+_KEYWORD = re.compile(rb"(?i)password|passwd|secret|token|credential|jaas\.config|api[_.\-]?key|private[_.\-]?key")
+# After the key: the rest of its name (possessive: no backtracking into
+# it), then '=', ':' or a JSON '": "' (with
+# strace's \" escapes), then the value, quoted or not.
+_QUOTED = re.compile(rb"""[\w.\-]{0,64}+(?:\\?["'])?\s*[=:]\s*(\\?["'])(.*?)(?=\1|$)""")
+# Numbers and JSON literals are left: statistics counters named like keys
+# must stay valid JSON, and they are not secrets.
+_UNQUOTED = re.compile(rb"""[\w.\-]{0,64}+(?:\\?["'])?\s*[=:]\s*(?![\\"'\[])"""
+                       rb"""(?!(?:-?\d+(?:\.\d+)?|true|false|null)(?![^\s"'\\,;&}]))([^\s"'\\,;&}]+)""")
+PATTERNS: dict[str, re.Pattern[bytes]] = {
+    # -----BEGIN RSA PRIVATE KEY----- ... to its END line, or to the end of a
+    # string strace cut short (-s 256), where \n is two characters.
+    "pem_private_key": re.compile(
+        rb'(-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----)(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY-----|[^"\n]*)'),
+    # A PEM body line written on its own (a key file read or echoed line by
+    # line): a whole line, or a whole strace string, of 40+ base64
+    # characters. Nothing kdiag analyses looks like that.
+    "base64_blob": re.compile(rb'(?m)(^|(?<=[(,] )")[A-Za-z0-9+/]{40,}={0,2}(?=(?:\\n)?"|\r?$)'),
+    "jwt": re.compile(rb"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"),
+    "bearer": re.compile(rb"(?i)(\b(?:bearer|basic)\s+)([A-Za-z0-9._~+/=\-]{8,})"),
+}
+_PEM_BEGIN = re.compile(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
+_PEM_END = re.compile(rb"-----END [A-Z0-9 ]*PRIVATE KEY-----")
+_R = REDACTED.encode()
+
+
+def _key_values(line: bytes, counts: dict[str, int]) -> bytes:
+    """``key=value``, ``key: value``, ``"key": "value"`` and JAAS
+    ``password="..."`` with a secret-looking key lose the value."""
+    out, last, pos = [], 0, 0
+    while (m := _KEYWORD.search(line, pos)) is not None:
+        q = _QUOTED.match(line, m.end())
+        if q is not None and q.group(2):
+            kind, vs, ve = "quoted_value", q.start(2), q.end(2)
+        elif q is None and (u := _UNQUOTED.match(line, m.end())) is not None:
+            kind, vs, ve = "key_value", u.start(1), u.end(1)
+        else:
+            pos = m.end()
+            continue
+        if line[vs:ve] != _R:
+            out += [line[last:vs], _R]
+            last = ve
+            counts[kind] = counts.get(kind, 0) + 1
+        pos = max(ve, m.end())
+    return b"".join(out) + line[last:] if out else line
+
+
+def scrub_line(line: bytes, counts: dict[str, int]) -> bytes:
+    """One line with every pattern's secret replaced."""
+    def sub(name, repl, text):
+        text, n = PATTERNS[name].subn(repl, text)
+        if n:
+            counts[name] = counts.get(name, 0) + n
+        return text
+
+    line = sub("pem_private_key", lambda m: m.group(1) + _R, line)
+    line = _key_values(line, counts)
+    line = sub("jwt", _R, line)
+    line = sub("base64_blob", lambda m: m.group(1) + _R, line)
+    line = sub("bearer", lambda m: m.group(1) + _R, line)
+    return line
+
+
+# Every line that can hold a secret holds one of these (searched in the
+# lowercased block: a case-insensitive alternation is several times
+# slower); the rest of a capture, nearly all of it, is copied without a
+# look at each line. "private key", not "private": strace prints
+# MAP_PRIVATE on every mmap().
+_TRIGGERS = (
+    re.compile(rb"passw|secret|token|credential|jaas|api[_.\-]?key|private[ _.\-]?key|eyj|bearer|basic"),
+    re.compile(rb'["\n][a-z0-9+/]{40}'),
+)
+_FIRST_LINE_B64 = re.compile(rb"[a-z0-9+/]{40}")
+BLOCK = 8 << 20
+# A line longer than this is scrubbed in pieces of this size; a secret cut
+# by a piece's end can then survive.
+MAX_LINE = 64 << 20
+
+
+def _scrub_block(buf: bytes, counts: dict[str, int], in_pem: bool) -> tuple[bytes, bool, bool]:
+    """(scrubbed block, whether anything changed, whether it ends inside a
+    PEM block). ``buf`` ends at a line end, or is the file's last piece."""
+    low = buf.lower()
+    found = {buf.rfind(b"\n", 0, m.start()) + 1 for rx in _TRIGGERS for m in rx.finditer(low)}
+    if _FIRST_LINE_B64.match(low):
+        found.add(0)
+    starts = sorted(found)
+    parts: list[bytes] = []
+    pos, n, i, changed = 0, len(buf), 0, False
+    while True:
+        if in_pem:
+            end = _PEM_END.search(buf, pos)
+            if end is None:
+                return b"".join(parts), True, True
+            # Dropped up to the END marker; its line is scrubbed from there.
+            pos, in_pem, changed = end.start(), False, True
+            ls = pos
+        else:
+            while i < len(starts) and starts[i] < pos:
+                i += 1
+            if i == len(starts):
+                parts.append(buf[pos:])
+                break
+            ls = starts[i]
+        le = buf.find(b"\n", ls)
+        le = n if le < 0 else le + 1
+        parts.append(buf[pos:ls])
+        line = buf[ls:le]
+        out = scrub_line(line, counts)
+        changed |= out != line
+        parts.append(out)
+        b = _PEM_BEGIN.search(out)
+        if b is not None and not _PEM_END.search(out, b.end()) and out.rstrip(b"\r\n").endswith(_R):
+            in_pem = True
+        pos = le
+        if pos >= n and not in_pem:
+            break
+    return b"".join(parts), changed, in_pem
+
+
+def scrub_patterns_file(path, counts: dict[str, int]) -> int:
+    """Every line of the file that may hold a secret through ``scrub_line``,
+    streaming in blocks; a PEM block written with real newlines is dropped
+    from its BEGIN line to its END line. Returns the replacements made in
+    this file."""
+    import os
+
+    before = sum(counts.values())
+    tmp = f"{path}.scrub"
+    changed = in_pem = False
+    with open(path, "rb") as src, open(tmp, "wb") as dst:
+        rest = b""
+        while True:
+            data = src.read(BLOCK)
+            buf = rest + data
+            if data:
+                cut = buf.rfind(b"\n") + 1
+                if cut == 0:
+                    if len(buf) < MAX_LINE:
+                        rest = buf
+                        continue
+                    cut = len(buf)
+                buf, rest = buf[:cut], buf[cut:]
+            out, c, in_pem = _scrub_block(buf, counts, in_pem)
+            changed |= c
+            dst.write(out)
+            if not data:
+                break
+    if changed:
+        os.replace(tmp, path)
+    else:
+        os.unlink(tmp)
+    return sum(counts.values()) - before
+
+
+# Binary captures: a SYN probe carries no payload, and a pattern matched by
+# chance inside packet bytes would corrupt the file.
+_BINARY_SUFFIXES = (".pcap", ".pcapng", ".parquet")
+
+
+def scrub_tree_patterns(root) -> dict[str, int]:
+    """``scrub_patterns_file`` on every text file under ``root``; the
+    replacement counts by pattern."""
+    from pathlib import Path
+
+    counts: dict[str, int] = {}
+    for p in sorted(Path(root).rglob("*")):
+        if p.is_file() and not p.name.endswith(_BINARY_SUFFIXES):
+            scrub_patterns_file(p, counts)
+    return counts

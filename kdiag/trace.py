@@ -240,6 +240,7 @@ def finish(staging: Path, raw_inputs: list[Path], meta: dict, spark_holder: dict
            out: Path | None, secrets: list[str], manifest: dict, extra: dict) -> tuple[dict, Path]:
     """Scrub, parse, analyse, report, bundle: the end of every trace."""
     scrubbed = redact.scrub_tree(staging / "raw", secrets)
+    by_pattern = redact.scrub_tree_patterns(staging / "raw")
     warm.join()
     if "error" in spark_holder:
         raise KdiagError(f"Spark did not start: {spark_holder['error']}")
@@ -255,7 +256,7 @@ def finish(staging: Path, raw_inputs: list[Path], meta: dict, spark_holder: dict
         "kdiag_version": __version__,
         "created_us": int(time.time() * 1e6),
         **manifest,
-        "redaction": {"secret_values": len(secrets), "replacements": scrubbed},
+        "redaction": {"secret_values": len(secrets), "replacements": scrubbed, "by_pattern": by_pattern},
         "host": bundle.host_facts(),
         "parse": parsed.files,
         "tables": {name: {"rows": n, "schema_version": 1} for name, n in parsed.rows.items()},

@@ -133,6 +133,60 @@ def test_wrap_runs_the_command_to_its_end(the_lab, spark, tmp_path):
     assert f["verdict"] == "nagle_delayed_ack" and progress(prog) > 10
 
 
+# One of each kind of secret a producer's host holds, with values planted to
+# be searched for in the bundle's bytes.
+PLANTED = {
+    "sasl.password": "Pl4nted-sasl-pw",
+    "ssl.key.password": "Pl4nted-key-pw",
+    "ssl.keystore.password": "Pl4nted-keystore-pw",
+    "ssl.truststore.password": "Pl4nted-truststore-pw",
+    "sasl.oauthbearer.client.secret": "Pl4nted-oidc-secret",
+}
+JAAS_PW = "Pl4nted jaas pw"
+JWT = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJQbDRudGVkLWp3dCJ9.Pl4ntedSignatureXyz"
+PEM_BODY = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjPl4ntedPemBodyAoIBAQC7"
+
+
+def test_secrets_of_a_wrapped_producer_stay_out_of_the_bundle(the_lab, spark, tmp_path):
+    """kdiag never saw this producer's config: its secrets go by in strace's
+    read()/write() strings and in its stderr, and the patterns catch them."""
+    import gzip
+    import tarfile
+
+    secrets_file = tmp_path / "client.properties"
+    secrets_file.write_text(
+        "".join(f"{k}={v}\n" for k, v in PLANTED.items())
+        + "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+          f'username="alice" password="{JAAS_PW}";\n'
+        + f"Authorization: Bearer {JWT}\n"
+        + f"-----BEGIN PRIVATE KEY-----\n{PEM_BODY}\n{PEM_BODY}\n-----END PRIVATE KEY-----\n")
+    prog = tmp_path / "progress"
+    bundle = tmp_path / "s.tar.gz"
+    script = (f"while read -r line; do echo \"$line\" >&2; done < {secrets_file}; exec {sys.executable} {PRODUCER} "
+              f"{the_lab.bootstrap} {the_lab.ca_path} false 2 {prog}")
+    out, err = io.StringIO(), io.StringIO()
+    rc = main(["trace", "--json", "-o", str(bundle), "--", "sh", "-c", script], Environment(stdout=out, stderr=err))
+    assert rc == 0, err.getvalue()
+    man = None
+    blobs = [bundle.read_bytes(), gzip.decompress(bundle.read_bytes())]
+    with tarfile.open(bundle) as tar:
+        for m in tar.getmembers():
+            if m.isfile():
+                data = tar.extractfile(m).read()
+                blobs.append(data)
+                if m.name == "manifest.json":
+                    man = json.loads(data)
+    values = [*PLANTED.values(), JAAS_PW, JWT, PEM_BODY, "Pl4nted"]
+    for v in values:
+        assert not any(v.encode() in b for b in blobs), f"{v!r} is in the bundle"
+    # the secrets were there to be found: in the stderr log and in strace's strings
+    by = man["redaction"]["by_pattern"]
+    assert by.get("key_value", 0) + by.get("quoted_value", 0) >= 2 * len(PLANTED), by
+    assert by.get("pem_private_key") and by.get("jwt")
+    # and the analysis still read the producer's lines
+    assert json.loads(out.getvalue())["verdict"] == "nagle_delayed_ack"
+
+
 def test_wrapped_command_keeps_working_after_the_window(the_lab, spark, tmp_path):
     """Detaching after --duration must not break the command, though strace
     started it under a seccomp filter."""
