@@ -722,7 +722,7 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
     # split ones, the wait is not Nagle's.
     nagle_possible = not (single["n"] and multi_wait is not None and single["wait_p50_ms"] is not None
                           and single["wait_p50_ms"] >= max(SLOW_MS, 0.5 * multi_wait))
-    meta = {**meta, "one_write": single, "nagle_possible": nagle_possible}
+    meta = {**meta, "one_write": single, "nagle_possible": nagle_possible, "has_stats": stats is not None}
     produce = throttle_of(stats, runq_of(spark, meta.get("tables_dir"), produce))
     rq = classify(attach_connections(spark, produce, conns), path_rtt, nagle_possible)
     rq = _resolve_slow(rq, meta.get("tcp_retrans")).cache()
@@ -942,6 +942,9 @@ def _finding(cause: str, agg, ex: dict, share: float, n: int, path_rtt, rtt_boun
         if one.get("n") and not meta.get("nagle_possible", True):
             ev.append(f"requests that left in one write waited as long ({one['wait_p50_ms']} ms, median of "
                       f"{one['n']}): Nagle holds nothing back from those, so the wait is the broker's")
+        if not meta.get("has_stats"):
+            ev.append("no librdkafka statistics in the capture: a broker throttling this client (quotas) looks "
+                      "the same without them; set statistics.interval.ms to see its throttle times")
         f["fix_text"] = "look at the broker: request handling, disk, replication (acks=all waits for the ISR)"
     else:
         ev.append(f"median {agg.total:.1f} ms without syscall evidence to explain it")
