@@ -26,6 +26,11 @@ tests of the diagnosis:
 - "slow-broker": stunnel4 -> kdiag.slowproxy -> Tansu. The proxy delays
   every byte Tansu sends by a fixed time: a fast path with a late broker
   (the `broker_slow` cause).
+- "throttled": stunnel4 -> kdiag.slowproxy in quota mode -> Tansu. Tansu
+  has no quotas, so the proxy enforces a produce byte-rate quota as a Kafka
+  2.0+ broker does: ThrottleTimeMs in the Produce response, then nothing
+  read from that connection for as long. At the default 20 KiB/s a
+  producer sending 2 KB messages one at a time is throttled ~100 ms each.
 Tansu advertises the client-facing port in every variant.
 
 `up()` starts a lab whose state (ports, pids, process start times, versions)
@@ -77,12 +82,14 @@ STOP_GRACE = 3.0
 DEFAULT_TOPICS = ("kdiag-probe",)
 STATE_FORMAT = 1
 DEFAULT_RESPONSE_DELAY_MS = 50.0
+DEFAULT_QUOTA_BYTES_PER_S = 20480.0
 
 # variant -> (TLS terminator, extra process between it and Tansu or None)
 VARIANTS: dict[str, tuple[str, str | None]] = {
     "tls": (TERMINATOR, None),
     "nagle-proxy": ("socat", None),
     "slow-broker": (TERMINATOR, SLOWPROXY),
+    "throttled": (TERMINATOR, SLOWPROXY),
 }
 
 # Tansu reads these from the environment as defaults for its options; one
@@ -122,6 +129,7 @@ class Lab:
     proxy_port: int | None = None
     proxy_version: str | None = None
     response_delay_ms: float | None = None
+    quota_bytes_per_s: float | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -152,6 +160,7 @@ class Lab:
             "proxy_port": self.proxy_port,
             "proxy_version": self.proxy_version,
             "response_delay_ms": self.response_delay_ms,
+            "quota_bytes_per_s": self.quota_bytes_per_s,
         }
 
     @classmethod
@@ -173,6 +182,7 @@ class Lab:
             proxy_port=None if d.get("proxy_port") is None else int(d["proxy_port"]),
             proxy_version=None if d.get("proxy_version") is None else str(d["proxy_version"]),
             response_delay_ms=None if d.get("response_delay_ms") is None else float(d["response_delay_ms"]),
+            quota_bytes_per_s=None if d.get("quota_bytes_per_s") is None else float(d["quota_bytes_per_s"]),
         )
 
 
@@ -611,19 +621,29 @@ def _ensure_topics(lab: Lab, topics: Sequence[str], deadline: float) -> None:
         raise LabError(f"topics not visible after creation: {', '.join(absent)}")
 
 
-def _check_variant(variant: str, response_delay_ms: float | None) -> float | None:
-    """The response delay the variant runs with; LabError for a request that
-    makes no sense."""
+def _check_variant(
+    variant: str, response_delay_ms: float | None, quota_bytes_per_s: float | None = None
+) -> tuple[float | None, float | None]:
+    """The response delay and the produce quota the variant runs with;
+    LabError for a request that makes no sense."""
     if variant not in VARIANTS:
         raise LabError(f"unknown lab variant {variant!r}; known: {', '.join(VARIANTS)}")
+    delay = quota = None
     if variant != "slow-broker":
         if response_delay_ms is not None:
             raise LabError(f"response_delay_ms applies to the slow-broker variant, not {variant!r}")
-        return None
-    delay = DEFAULT_RESPONSE_DELAY_MS if response_delay_ms is None else float(response_delay_ms)
-    if not 0 <= delay < 3_600_000:
-        raise LabError(f"response_delay_ms out of range: {response_delay_ms!r}")
-    return delay
+    else:
+        delay = DEFAULT_RESPONSE_DELAY_MS if response_delay_ms is None else float(response_delay_ms)
+        if not 0 <= delay < 3_600_000:
+            raise LabError(f"response_delay_ms out of range: {response_delay_ms!r}")
+    if variant != "throttled":
+        if quota_bytes_per_s is not None:
+            raise LabError(f"quota_bytes_per_s applies to the throttled variant, not {variant!r}")
+    else:
+        quota = DEFAULT_QUOTA_BYTES_PER_S if quota_bytes_per_s is None else float(quota_bytes_per_s)
+        if not 0 < quota <= 1e12:
+            raise LabError(f"quota_bytes_per_s out of range: {quota_bytes_per_s!r}")
+    return delay, quota
 
 
 # Characters socat gives a meaning inside an address (separators, quoting).
@@ -642,14 +662,20 @@ def _socat_cmd(socat: str, tls_port: int, broker_port: int, cert: Path, key: Pat
     ]
 
 
-def _slowproxy_cmd(proxy_port: int, broker_port: int, delay_ms: float) -> list[str]:
+def _slowproxy_cmd(
+    proxy_port: int, broker_port: int, delay_ms: float | None, quota_bytes_per_s: float | None = None
+) -> list[str]:
     python = sys.executable or _tool("python3", "apt-get install python3")
-    return [
+    cmd = [
         python, "-m", "kdiag.slowproxy",
         "--listen", f"127.0.0.1:{proxy_port}",
         "--connect", f"127.0.0.1:{broker_port}",
-        "--response-delay-ms", f"{delay_ms:g}",
+        "--response-delay-ms", f"{delay_ms or 0:g}",
     ]
+    if quota_bytes_per_s is not None:
+        # repr: a float's shortest exact text, where :g would round.
+        cmd += ["--quota-bytes-per-s", repr(float(quota_bytes_per_s))]
+    return cmd
 
 
 def _kdiag_env() -> dict[str, str]:
@@ -667,14 +693,17 @@ def _up_locked(
     topics: Sequence[str],
     variant: str = "tls",
     response_delay_ms: float | None = None,
+    quota_bytes_per_s: float | None = None,
 ) -> Lab:
     started = time.monotonic()
     deadline = started + READY_TIMEOUT
     running_lab = _status_locked(state_dir)
     if running_lab is not None:
-        if (running_lab.variant, running_lab.response_delay_ms) != (variant, response_delay_ms):
-            delay = running_lab.response_delay_ms
+        wanted = (variant, response_delay_ms, quota_bytes_per_s)
+        if (running_lab.variant, running_lab.response_delay_ms, running_lab.quota_bytes_per_s) != wanted:
+            delay, quota = running_lab.response_delay_ms, running_lab.quota_bytes_per_s
             what = running_lab.variant + (f" ({delay:g} ms)" if delay is not None else "")
+            what += f" ({quota:g} bytes/s)" if quota is not None else ""
             raise LabError(f"a {what} lab is already running in {state_dir}; stop it first or use another state dir")
         _ensure_topics(running_lab, topics, deadline)
         return running_lab
@@ -731,7 +760,7 @@ def _up_locked(
             # Its working directory is the state dir so that `-m` cannot pick
             # up another kdiag from the caller's.
             started_procs["proxy"] = _spawn(
-                _slowproxy_cmd(proxy_port, broker_port, response_delay_ms),
+                _slowproxy_cmd(proxy_port, broker_port, response_delay_ms, quota_bytes_per_s),
                 logs["proxy"],
                 detach,
                 _kdiag_env(),
@@ -766,6 +795,7 @@ def _up_locked(
             proxy_port=proxy_port,
             proxy_version=proxy_version,
             response_delay_ms=response_delay_ms,
+            quota_bytes_per_s=quota_bytes_per_s,
         )
         if idents is not None:
             # Written before the wait so an interrupted up() leaves something
@@ -805,6 +835,7 @@ def up(
     topics: Sequence[str] = DEFAULT_TOPICS,
     variant: str = "tls",
     response_delay_ms: float | None = None,
+    quota_bytes_per_s: float | None = None,
 ) -> Lab:
     """Start a lab in state_dir, or return the one already running there.
 
@@ -814,15 +845,17 @@ def up(
     process), so call it from a thread that lives as long as the lab.
 
     variant is "tls" (Tansu behind stunnel4), "nagle-proxy" (Tansu behind
-    socat without TCP_NODELAY) or "slow-broker" (Tansu behind
+    socat without TCP_NODELAY), "slow-broker" (Tansu behind
     kdiag.slowproxy behind stunnel4; its responses are response_delay_ms
-    late, default 50). A lab of another variant already running in
-    state_dir is refused.
+    late, default 50) or "throttled" (the same chain, the proxy enforcing a
+    produce quota of quota_bytes_per_s, default 20480, as a Kafka broker
+    throttles). A lab of another variant, or with other parameters, already
+    running in state_dir is refused.
     """
-    delay = _check_variant(variant, response_delay_ms)
+    delay, quota = _check_variant(variant, response_delay_ms, quota_bytes_per_s)
     d = Path(state_dir) if state_dir is not None else default_state_dir()
     with _locked(d):
-        return _up_locked(d, detach, topics, variant, delay)
+        return _up_locked(d, detach, topics, variant, delay, quota)
 
 
 @contextlib.contextmanager
@@ -832,16 +865,17 @@ def running(
     *,
     variant: str = "tls",
     response_delay_ms: float | None = None,
+    quota_bytes_per_s: float | None = None,
 ) -> Iterator[Lab]:
     """A private lab for one run, stopped on exit, on KeyboardInterrupt, on
     SIGTERM (main thread only), and by the kernel if the caller is killed.
 
     Without state_dir it lives in a fresh temporary directory that is removed
     afterwards. A state_dir that already holds a running lab is refused, so
-    that leaving the block never stops a lab someone else started. variant
-    and response_delay_ms are as for up().
+    that leaving the block never stops a lab someone else started. variant,
+    response_delay_ms and quota_bytes_per_s are as for up().
     """
-    _check_variant(variant, response_delay_ms)
+    _check_variant(variant, response_delay_ms, quota_bytes_per_s)
     private = state_dir is None
     d = Path(tempfile.mkdtemp(prefix="kdiag-lab-")) if private else Path(state_dir)
     if not private and status(d) is not None:
@@ -849,7 +883,14 @@ def running(
 
     with sigterm_exits() as hold_sigterm:
         try:
-            yield up(d, detach=False, topics=topics, variant=variant, response_delay_ms=response_delay_ms)
+            yield up(
+                d,
+                detach=False,
+                topics=topics,
+                variant=variant,
+                response_delay_ms=response_delay_ms,
+                quota_bytes_per_s=quota_bytes_per_s,
+            )
         finally:
             hold_sigterm()
             down(d)

@@ -1,13 +1,25 @@
-"""A TCP proxy that holds back every byte the server sends.
+"""A TCP proxy that holds back every byte the server sends, or throttles
+Kafka producers as a broker's produce quota would.
 
     python -m kdiag.slowproxy --listen HOST:PORT --connect HOST:PORT
-        [--response-delay-ms D]
+        [--response-delay-ms D] [--quota-bytes-per-s Q]
 
 Each accepted connection gets its own connection to --connect. Bytes from
 the client go on to the server at once; bytes from the server reach the
 client D ms (default 50) after the proxy read them, in the order they came.
 Placed in front of a broker it makes a slow broker on a fast path: a TCP
 handshake with the proxy takes microseconds, but every response is late.
+
+With --quota-bytes-per-s the proxy reads Kafka frames both ways and enforces
+a produce byte-rate quota of Q bytes/s, as Apache Kafka 2.0 and later do
+(KIP-219): the Produce response goes out at once with ThrottleTimeMs set,
+then the proxy reads nothing more from that connection for that long (the
+broker "mutes the channel"). As at a broker, nothing more is read either
+while a Produce request waits for its response. Other requests and
+responses pass untouched; D defaults to 0 in this mode. One quota covers
+every connection, as a broker's covers all of one client id's (and
+librdkafka clients share the client id "rdkafka" unless told otherwise).
+A connection that breaks the framing is closed; the others go on.
 
 Both of its sockets have TCP_NODELAY, so the proxy adds no Nagle delay of
 its own. On SIGTERM or SIGINT it drops its connections and exits 0.
@@ -18,9 +30,13 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import functools
+import math
 import signal
 import socket
+import struct
 import sys
+from typing import AsyncIterator, Callable
 
 from kdiag import __version__
 
@@ -30,6 +46,20 @@ CHUNK = 65536
 # reading, so a fast server cannot fill its memory.
 MAX_PENDING = 256
 PR_SET_NAME = 15
+DEFAULT_RESPONSE_DELAY_MS = 50.0
+# What to do once a frame has been written to the client, if anything.
+_Then = Callable[[], None] | None
+
+# Kafka's own cap on a request (socket.request.max.bytes, 100 MiB). A larger
+# size field means the stream is not Kafka framing, and reading on would let
+# one connection take that much memory.
+MAX_FRAME = 100 * 1024 * 1024
+# Requests waiting for their response on one connection.
+MAX_INFLIGHT = 100_000
+PRODUCE = 0
+# A full bucket lets this much of a second's quota through at once.
+QUOTA_BURST_S = 0.1
+INT32_MAX = 2**31 - 1
 
 
 def _addr(text: str) -> tuple[str, int]:
@@ -47,6 +77,16 @@ def _delay(text: str) -> float:
     if not 0 <= ms < 3_600_000:
         raise argparse.ArgumentTypeError(f"delay out of range: {text!r}")
     return ms
+
+
+def _rate(text: str) -> float:
+    try:
+        rate = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < rate <= 1e12:
+        raise argparse.ArgumentTypeError(f"quota out of range: {text!r}")
+    return rate
 
 
 def _set_process_name() -> None:
@@ -87,20 +127,39 @@ async def _forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -
             writer.write_eof()
 
 
-async def _forward_late(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float) -> None:
+async def _forward_late(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    delay: float,
+    session: _Session | None = None,
+) -> None:
+    """Server to client, delay seconds late; with a session, frame by frame
+    through its quota."""
     loop = asyncio.get_running_loop()
-    # (due time, bytes); None marks the server's end of stream. Read times
-    # only grow, so taking chunks in queue order keeps both order and delay.
-    pending: asyncio.Queue[tuple[float, bytes | None]] = asyncio.Queue(MAX_PENDING)
+    # (due time, bytes, what to do once they are written); None marks the
+    # server's end of stream. Read times only grow, so taking chunks in queue
+    # order keeps both order and delay.
+    pending: asyncio.Queue[tuple[float, bytes | memoryview | None, _Then]] = asyncio.Queue(MAX_PENDING)
 
     async def read() -> None:
-        while data := await reader.read(CHUNK):
-            await pending.put((loop.time() + delay, data))
-        await pending.put((loop.time() + delay, None))
+        if session is None:
+            while data := await reader.read(CHUNK):
+                await pending.put((loop.time() + delay, data, None))
+        else:
+            async for head, message, then in session.responses(reader):
+                due = loop.time() + delay
+                # In chunks, so that MAX_PENDING still bounds what waits; the
+                # size field goes with the first, not in a segment of its own.
+                first = CHUNK - len(head)
+                view = memoryview(message)
+                await pending.put((due, head + view[:first], then if len(view) <= first else None))
+                for i in range(first, len(view), CHUNK):
+                    await pending.put((due, view[i : i + CHUNK], then if i + CHUNK >= len(view) else None))
+        await pending.put((loop.time() + delay, None, None))
 
     async def write() -> None:
         while True:
-            due, data = await pending.get()
+            due, data, then = await pending.get()
             wait = due - loop.time()
             if wait > 0:
                 await asyncio.sleep(wait)
@@ -111,14 +170,280 @@ async def _forward_late(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
                 return
             writer.write(data)
             await writer.drain()
+            if then is not None:
+                then()
 
     await _together(read(), write())
 
 
+# --- Kafka framing and the produce quota ------------------------------------
+#
+# Every Kafka message is an int32 size, then that many bytes. A request
+# starts with api_key int16, api_version int16, correlation_id int32; a
+# response starts with the correlation_id of its request. All big-endian.
+
+
+class FrameError(ValueError):
+    """The stream breaks Kafka framing; its connection is closed."""
+
+
+def throttle_offset(message: bytes, version: int) -> int | None:
+    """Where ThrottleTimeMs starts in a ProduceResponse (the bytes after its
+    size field), or None where the message does not have the layout expected.
+
+    ProduceResponse.json: `{ "name": "ThrottleTimeMs", "type": "int32",
+    "versions": "1+" }` is the last top-level field, so in v1-v8 it is the
+    last 4 bytes. v9+ are flexible versions (KIP-482): the top-level tagged
+    fields follow it, a single 0x00 when there are none. With NodeEndpoints
+    there (v10+, tag 0, KIP-951) the message ends in the last endpoint's
+    Port, Rack and tagged fields, also 0x00; the 4 bytes before that are
+    not all 0 then, which is why with_throttle insists on a 0.
+    """
+    if 1 <= version <= 8:
+        # correlation_id, an empty responses array, ThrottleTimeMs
+        return len(message) - 4 if len(message) >= 12 else None
+    if version >= 9:
+        # correlation_id, header tags, empty compact array, ThrottleTimeMs, tags
+        if len(message) < 11 or message[-1] != 0:
+            return None
+        return len(message) - 5
+    return None
+
+
+def with_throttle(message: bytes, version: int, throttle_ms: int) -> bytes | None:
+    """The ProduceResponse with ThrottleTimeMs set, or None when its layout
+    is not the one expected or the broker already set a throttle there."""
+    at = throttle_offset(message, version)
+    if at is None or message[at : at + 4] != bytes(4):
+        return None
+    return message[:at] + min(throttle_ms, INT32_MAX).to_bytes(4, "big") + message[at + 4 :]
+
+
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise ValueError("varint too long")
+
+
+def produce_acks(message: bytes, version: int) -> int | None:
+    """The acks field of a ProduceRequest, or None if it does not parse.
+
+    Request header v1 (v2 for flexible versions, Produce v9+): api_key,
+    api_version, correlation_id, client_id as an int16-length nullable
+    string (never compact), then in v2 the header's tagged fields. The body
+    starts with TransactionalId (v3+; a compact nullable string, length + 1,
+    in v9+) and then Acks int16.
+    """
+    try:
+        (n,) = struct.unpack_from(">h", message, 8)
+        pos = 10 + max(n, 0)
+        if version >= 9:
+            tags, pos = _uvarint(message, pos)
+            for _ in range(tags):
+                _, pos = _uvarint(message, pos)
+                size, pos = _uvarint(message, pos)
+                pos += size
+        if 3 <= version <= 8:
+            (n,) = struct.unpack_from(">h", message, pos)
+            pos += 2 + max(n, 0)
+        elif version >= 9:
+            n, pos = _uvarint(message, pos)
+            pos += max(n - 1, 0)
+        (acks,) = struct.unpack_from(">h", message, pos)
+    except (struct.error, IndexError, ValueError):
+        return None
+    return acks
+
+
+class Quota:
+    """A produce byte-rate quota: bytes_per_s, with a burst of QUOTA_BURST_S
+    seconds' worth from a standing start.
+
+    Kafka measures the rate over a window of samples (quota.window.num
+    samples of quota.window.size.seconds) and throttles for as long as it
+    takes that rate to fall back to the quota. A token bucket refilled at the
+    quota is simpler and reaches the same steady state: each request over
+    the quota is throttled for its bytes / quota.
+    """
+
+    def __init__(self, bytes_per_s: float, now: float) -> None:
+        self.rate = bytes_per_s
+        self.capacity = bytes_per_s * QUOTA_BURST_S
+        self.tokens = self.capacity
+        self.stamp = now
+        self.requests = 0
+        self.throttled = 0
+        self.unchanged: dict[str, int] = {}
+
+    def charge(self, size: int, now: float) -> int:
+        """Throttle time in ms for a produce request of size bytes at now (s):
+        the time for the bucket to refill to zero."""
+        self.tokens = min(self.capacity, self.tokens + max(0.0, now - self.stamp) * self.rate)
+        self.stamp = max(self.stamp, now)
+        self.tokens -= size
+        self.requests += 1
+        if self.tokens >= 0:
+            return 0
+        self.throttled += 1
+        return min(INT32_MAX, math.ceil(-self.tokens / self.rate * 1000))
+
+    def unchanged_response(self, why: str) -> None:
+        self.unchanged[why] = self.unchanged.get(why, 0) + 1
+
+    def report(self) -> list[str]:
+        lines = [f"slowproxy: {self.requests} Produce requests, {self.throttled} throttled"]
+        for why, n in self.unchanged.items():
+            lines.append(f"slowproxy: {n} Produce responses left unchanged: {why}")
+        return lines
+
+
+async def _frame(reader: asyncio.StreamReader, smallest: int, what: str) -> tuple[bytes, bytes] | None:
+    """The next frame's size field and message; None at the end of the
+    stream (a frame cut short included)."""
+    try:
+        head = await reader.readexactly(4)
+        size = int.from_bytes(head, "big", signed=True)
+        if not smallest <= size <= MAX_FRAME:
+            raise FrameError(f"{what} of {size} bytes: not Kafka framing")
+        return head, await reader.readexactly(size)
+    except asyncio.IncompleteReadError:
+        return None
+
+
+class _Session:
+    """One client connection under the quota.
+
+    Like a Kafka broker, the session reads nothing more from the client
+    while a Produce request waits for its response, nor for the throttle
+    time after a throttled one (the broker's muted channel). Without the
+    first, a producer with several requests in flight would have them all
+    read before the first throttle took effect.
+    """
+
+    def __init__(self, quota: Quota, c_writer: asyncio.StreamWriter) -> None:
+        self.quota = quota
+        # correlation_id -> (api_key, api_version, size) of the requests
+        # still waiting for their response.
+        self.inflight: dict[int, tuple[int, int, int]] = {}
+        self.transport = c_writer.transport
+        self.readable = asyncio.Event()
+        self.readable.set()
+        self.producing = False
+        self.muted_until = 0.0
+        self.timer: asyncio.TimerHandle | None = None
+        self.paused = False
+
+    def _hold(self) -> None:
+        self.readable.clear()
+        # With reading paused the client's bytes wait in the socket, as at a
+        # muted broker. When the stream reader has paused it (its buffer is
+        # full) the resume is the reader's to make.
+        if not self.paused and self.transport.is_reading():
+            self.transport.pause_reading()
+            self.paused = True
+
+    def _release(self) -> None:
+        if self.producing or self.timer is not None:
+            return
+        if self.paused:
+            self.paused = False
+            if not self.transport.is_closing():
+                self.transport.resume_reading()
+        self.readable.set()
+
+    def mute(self, throttle_ms: int) -> None:
+        """Read nothing more from the client for throttle_ms."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + throttle_ms / 1000
+        if until <= self.muted_until:
+            return
+        self.muted_until = until
+        self._hold()
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer = loop.call_at(until, self._unmute)
+
+    def _unmute(self) -> None:
+        self.timer = None
+        self._release()
+
+    def _produced(self, throttle_ms: int) -> None:
+        """The Produce response is with the client."""
+        self.producing = False
+        if throttle_ms > 0:
+            self.mute(throttle_ms)
+        self._release()
+
+    def close(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    async def requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
+        while (frame := await _frame(reader, 8, "request")) is not None:
+            head, message = frame
+            # While held, not even a request already read goes on.
+            await self.readable.wait()
+            api_key, version, corr = struct.unpack_from(">hhi", message)
+            acks = produce_acks(message, version) if api_key == PRODUCE else None
+            if api_key == PRODUCE and acks is None:
+                raise FrameError(f"Produce request v{version} of {len(message)} bytes has no acks field")
+            if acks != 0:
+                if len(self.inflight) >= MAX_INFLIGHT:
+                    raise FrameError(f"{MAX_INFLIGHT} requests without a response")
+                self.inflight[corr] = (api_key, version, len(message))
+            if api_key == PRODUCE and acks != 0:
+                self.producing = True
+                self._hold()
+            writer.write(head + message)
+            await writer.drain()
+            if acks == 0:
+                # No response will carry the throttle, but the broker mutes
+                # the channel all the same.
+                self.mute(self.quota.charge(len(message), loop.time()))
+        with contextlib.suppress(OSError):
+            if writer.can_write_eof():
+                writer.write_eof()
+
+    async def responses(self, reader: asyncio.StreamReader) -> AsyncIterator[tuple[bytes, bytes, _Then]]:
+        """The server's frames as (size field, message, what to do once the
+        client has them)."""
+        loop = asyncio.get_running_loop()
+        while (frame := await _frame(reader, 4, "response")) is not None:
+            head, message = frame
+            (corr,) = struct.unpack_from(">i", message)
+            request = self.inflight.pop(corr, None)
+            if request is None or request[0] != PRODUCE:
+                yield head, message, None
+                continue
+            _, version, size = request
+            # Kafka records the bytes as the response is ready, then sends it
+            # with the throttle and mutes the channel once it is sent.
+            throttle_ms = self.quota.charge(size, loop.time())
+            if throttle_offset(message, version) is None:
+                self.quota.unchanged_response("unexpected layout" if version >= 1 else "v0 has no ThrottleTimeMs")
+            elif throttle_ms > 0:
+                marked = with_throttle(message, version, throttle_ms)
+                if marked is None:
+                    self.quota.unchanged_response("ThrottleTimeMs not 0 (set by the broker, or tagged fields follow)")
+                else:
+                    message = marked
+            yield head, message, functools.partial(self._produced, throttle_ms)
+
+
 class Proxy:
-    def __init__(self, upstream: tuple[str, int], delay_ms: float) -> None:
+    def __init__(self, upstream: tuple[str, int], delay_ms: float, quota: Quota | None = None) -> None:
         self.upstream = upstream
         self.delay = delay_ms / 1000.0
+        self.quota = quota
         self.sessions: set[asyncio.Task] = set()
         self.closing = False
 
@@ -126,16 +451,25 @@ class Proxy:
         task = asyncio.current_task()
         self.sessions.add(task)
         s_writer = None
+        session = None
+        peer = c_writer.get_extra_info("peername")
         try:
             _nodelay(c_writer)
             try:
                 s_reader, s_writer = await asyncio.open_connection(*self.upstream)
             except OSError as e:
-                peer = c_writer.get_extra_info("peername")
                 print(f"slowproxy: {peer} -> {self.upstream[0]}:{self.upstream[1]}: {e}", file=sys.stderr, flush=True)
                 return
             _nodelay(s_writer)
-            await _together(_forward(c_reader, s_writer), _forward_late(s_reader, c_writer, self.delay))
+            if self.quota is None:
+                await _together(_forward(c_reader, s_writer), _forward_late(s_reader, c_writer, self.delay))
+            else:
+                session = _Session(self.quota, c_writer)
+                await _together(
+                    session.requests(c_reader, s_writer), _forward_late(s_reader, c_writer, self.delay, session)
+                )
+        except FrameError as e:
+            print(f"slowproxy: {peer}: {e}; connection closed", file=sys.stderr, flush=True)
         except OSError:
             pass
         except asyncio.CancelledError:
@@ -144,44 +478,66 @@ class Proxy:
             if not self.closing:
                 raise
         finally:
+            if session is not None:
+                session.close()
             for w in (c_writer, s_writer):
                 if w is not None:
                     w.close()
             self.sessions.discard(task)
 
 
-async def serve(listen: tuple[str, int], upstream: tuple[str, int], delay_ms: float) -> None:
+async def serve(
+    listen: tuple[str, int], upstream: tuple[str, int], delay_ms: float, quota_bytes_per_s: float | None = None
+) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    proxy = Proxy(upstream, delay_ms)
+    quota = Quota(quota_bytes_per_s, loop.time()) if quota_bytes_per_s is not None else None
+    proxy = Proxy(upstream, delay_ms, quota)
     server = await asyncio.start_server(proxy.handle, *listen, reuse_address=True)
+    throttling = ""
+    if quota is not None:
+        throttling = (
+            f", produce quota {quota.rate:g} bytes/s (burst {quota.capacity:g} bytes), "
+            "throttled as Kafka >= 2.0 does (ThrottleTimeMs, then a muted channel)"
+        )
     print(
         f"slowproxy: listening on {listen[0]}:{listen[1]}, forwarding to {upstream[0]}:{upstream[1]}, "
-        f"responses {delay_ms:g} ms late",
+        f"responses {delay_ms:g} ms late{throttling}",
         file=sys.stderr,
         flush=True,
     )
-    async with server:
-        await stop.wait()
-        server.close()
-        proxy.closing = True
-        for task in list(proxy.sessions):
-            task.cancel()
-        await asyncio.gather(*proxy.sessions, return_exceptions=True)
+    try:
+        async with server:
+            await stop.wait()
+            server.close()
+            proxy.closing = True
+            for task in list(proxy.sessions):
+                task.cancel()
+            await asyncio.gather(*proxy.sessions, return_exceptions=True)
+    finally:
+        if quota is not None:
+            print("\n".join(quota.report()), file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kdiag.slowproxy", description=__doc__.split("\n\n")[0])
     ap.add_argument("--listen", type=_addr, required=True, metavar="HOST:PORT")
     ap.add_argument("--connect", type=_addr, required=True, metavar="HOST:PORT")
-    ap.add_argument("--response-delay-ms", type=_delay, default=50.0, metavar="D")
+    ap.add_argument(
+        "--response-delay-ms", type=_delay, metavar="D",
+        help=f"default {DEFAULT_RESPONSE_DELAY_MS:g}, or 0 with --quota-bytes-per-s",
+    )
+    ap.add_argument("--quota-bytes-per-s", type=_rate, metavar="Q", help="throttle Produce requests to Q bytes/s")
     ap.add_argument("--version", action="version", version=f"{PROCESS_NAME} {__version__}")
     args = ap.parse_args(argv)
+    delay = args.response_delay_ms
+    if delay is None:
+        delay = 0.0 if args.quota_bytes_per_s is not None else DEFAULT_RESPONSE_DELAY_MS
     _set_process_name()
     try:
-        asyncio.run(serve(args.listen, args.connect, args.response_delay_ms))
+        asyncio.run(serve(args.listen, args.connect, delay, args.quota_bytes_per_s))
     except OSError as e:
         print(f"slowproxy: {e}", file=sys.stderr, flush=True)
         return 1

@@ -7,10 +7,15 @@ driven by a real producer with socket.nagle.disable=true:
   fast contrast.
 - slow-broker: a proxy in front of Tansu holds every response back; the
   path stays fast.
+- throttled: the proxy enforces a produce quota as a Kafka broker does
+  (ThrottleTimeMs, then a muted connection); librdkafka reports the
+  throttle and every produce waits it out.
 """
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
 import statistics
 import time
@@ -55,7 +60,7 @@ def _nodelay_to(port: int) -> list[int]:
     return flags
 
 
-def _produce(lab: kl.Lab, n: int = MESSAGES) -> tuple[list[float], list[int]]:
+def _produce(lab: kl.Lab, n: int = MESSAGES, extra: dict | None = None) -> tuple[list[float], list[int]]:
     """Milliseconds from produce() to the end of flush() for n messages sent
     one at a time, and TCP_NODELAY of the producer's sockets to the lab."""
     from confluent_kafka import Producer
@@ -66,6 +71,7 @@ def _produce(lab: kl.Lab, n: int = MESSAGES) -> tuple[list[float], list[int]]:
             "socket.nagle.disable": "true",
             "acks": "all",
             "linger.ms": 0,
+            **(extra or {}),
         }
     )
     # The first round pays for the TLS handshakes and metadata.
@@ -141,7 +147,107 @@ def test_slow_broker_answers_late_on_a_fast_path(state_dir, capsys):
     assert statistics.median(handshakes) < 5.0, handshakes
 
 
-@pytest.mark.parametrize("variant", ["nagle-proxy", "slow-broker"])
+THROTTLED_MESSAGES = 30
+
+
+def _produce_watched(lab: kl.Lab) -> dict:
+    """_produce with librdkafka's throttle events (ms) and statistics."""
+    events: list[float] = []
+    stats: list[dict] = []
+    config = {
+        "statistics.interval.ms": 500,
+        # ThrottleEvent.throttle_time is in seconds.
+        "throttle_cb": lambda e: events.append(e.throttle_time * 1000),
+        "stats_cb": lambda s: stats.append(json.loads(s)),
+    }
+    latencies, nodelay = _produce(lab, THROTTLED_MESSAGES, config)
+    windows = [b["throttle"] for st in stats for b in st["brokers"].values() if b["throttle"]["cnt"] > 0]
+    # The bootstrap connection (nodeid -1) carries no Produce requests.
+    rtts = [b["rtt"] for st in stats for b in st["brokers"].values() if b["nodeid"] >= 0 and b["rtt"]["cnt"] > 0]
+    return {"latencies": latencies, "nodelay": nodelay, "events": events, "windows": windows, "rtts": rtts}
+
+
+def test_throttled_broker_throttles_a_producer_over_its_quota(tmp_path, tools, capsys):
+    with kl.running(tmp_path / "tls") as lab:
+        fast = _produce_watched(lab)
+    with kl.running(tmp_path / "throttled", variant="throttled") as lab:
+        assert lab.quota_bytes_per_s == kl.DEFAULT_QUOTA_BYTES_PER_S == 20480
+        assert lab.response_delay_ms is None
+        assert (lab.variant, lab.terminator, lab.proxy) == ("throttled", "stunnel4", "kdiag-slowproxy")
+        assert lab.to_dict()["quota_bytes_per_s"] == 20480
+        slow = _produce_watched(lab)
+    log = (tmp_path / "throttled" / kl.SLOWPROXY_LOG).read_text()
+    # A 2048-byte value makes a Produce request of ~2170 bytes (headers,
+    # topic, record batch): ~105 ms of quota, less what refills during the
+    # round trip.
+    expected = (len(VALUE) + 100) / lab.quota_bytes_per_s * 1000
+    throttles = [t for t in slow["events"] if t > 0]
+    window_p50 = statistics.median(w["p50"] for w in slow["windows"])
+    rtt_p50 = statistics.median(r["p50"] for r in slow["rtts"])
+    with capsys.disabled():
+        print(
+            f"\n{_summary('tls (stunnel4)', fast['latencies'])}\n"
+            f"{_summary('throttled (20480 B/s)', slow['latencies'])}; throttle_cb ms "
+            f"min {min(throttles):.0f} p50 {statistics.median(throttles):.0f} max {max(throttles):.0f} "
+            f"({len(throttles)} events); stats throttle p50 {window_p50} (ms), rtt p50 {rtt_p50} (us)"
+        )
+
+    assert "responses 0 ms late, produce quota 20480 bytes/s" in log
+    # The proxy's report as it stopped: every timed request throttled, and
+    # every response's ThrottleTimeMs found where expected.
+    m = re.search(r"slowproxy: (\d+) Produce requests, (\d+) throttled", log)
+    assert m and int(m[1]) == THROTTLED_MESSAGES + 1 and int(m[2]) >= THROTTLED_MESSAGES, log
+    assert "left unchanged" not in log, log
+
+    # The producer hears of each throttle. Events of 0 mark the end of one
+    # (a Metadata response after a throttled Produce).
+    assert len(throttles) >= THROTTLED_MESSAGES, slow["events"]
+    assert 0.8 * expected <= statistics.median(throttles) <= 1.2 * expected, throttles
+    # ...and waits it out: the muted connection holds its next request.
+    assert slow["nodelay"] and all(slow["nodelay"]), slow["nodelay"]
+    assert statistics.median(slow["latencies"]) >= 50.0, slow["latencies"]
+    assert statistics.median(slow["latencies"]) >= 0.9 * statistics.median(throttles)
+    # Statistics: the throttle window is in milliseconds, the same figures
+    # as throttle_cb; rtt is in microseconds and, measured from the send,
+    # includes the time the request sat unread.
+    assert slow["windows"], "no throttle in librdkafka's statistics"
+    assert abs(window_p50 - statistics.median(throttles)) <= 5, slow["windows"]
+    assert max(w["max"] for w in slow["windows"]) <= 1.2 * expected
+    assert rtt_p50 >= 1000 * 0.9 * statistics.median(throttles), slow["rtts"]
+
+    # The same producer without the quota: no throttle, fast.
+    assert fast["events"] == [] and fast["windows"] == [], (fast["events"], fast["windows"])
+    assert statistics.median(fast["latencies"]) < 10.0, fast["latencies"]
+
+
+def test_throttled_broker_holds_a_pipelining_producer_to_its_quota(state_dir):
+    from confluent_kafka import Producer
+
+    quota = 200_000.0
+    with kl.running(state_dir, variant="throttled", quota_bytes_per_s=quota) as lab:
+        assert lab.quota_bytes_per_s == quota
+        p = Producer({**lab.client_config(), "linger.ms": 5, "batch.size": 16384})
+        # Metadata and connections first, so that they are not timed.
+        p.produce("kdiag-probe", b"")
+        assert p.flush(10) == 0
+        n = 200
+        t0 = time.perf_counter()
+        for _ in range(n):
+            p.produce("kdiag-probe", VALUE)
+            p.poll(0)
+        assert p.flush(15) == 0
+        elapsed = time.perf_counter() - t0
+        del p
+    # Many requests in flight, yet no faster than the quota: like a broker,
+    # the proxy reads the next one only once the last is answered and its
+    # throttle is over. The burst and the last batch's throttle (after its
+    # response) are free.
+    payload = n * len(VALUE)
+    assert elapsed >= (payload - quota * 0.1 - 16384) / quota * 0.9, elapsed
+    assert elapsed < 2 * payload / quota, elapsed
+
+
+@pytest.mark.parametrize("variant", ["nagle-proxy", "slow-broker", "throttled"])
 def test_teardown_leaves_no_process(state_dir, variant):
     from confluent_kafka import Producer
 
@@ -183,11 +289,40 @@ def test_detached_variant_round_trip(state_dir):
     assert kl.status(state_dir) is None
 
 
+def test_detached_throttled_round_trip(state_dir):
+    lab = kl.up(state_dir, variant="throttled", quota_bytes_per_s=1e6)
+    assert (lab.quota_bytes_per_s, lab.response_delay_ms) == (1e6, None)
+    assert kl.status(state_dir) == lab
+    assert kl.up(state_dir, variant="throttled", quota_bytes_per_s=1e6) == lab
+    with pytest.raises(kl.LabError, match=r"throttled \(1e\+06 bytes/s\) lab is already running"):
+        kl.up(state_dir, variant="throttled")
+    with pytest.raises(kl.LabError, match="already running"):
+        kl.up(state_dir, variant="slow-broker")
+    cmdline = psutil.Process(lab.proxy_pid).cmdline()
+    assert cmdline[-4:] == ["--response-delay-ms", "0", "--quota-bytes-per-s", "1000000.0"]
+    # A state file from before the quota existed reads as no quota.
+    d = lab.to_dict()
+    del d["quota_bytes_per_s"]
+    assert kl.Lab.from_dict(d).quota_bytes_per_s is None
+    assert kl.down(state_dir) is True
+    assert wait_gone([lab.tansu_pid, lab.terminator_pid, lab.proxy_pid], 2.0) == []
+
+
 def test_bad_variant_requests_are_refused(tmp_path):
     with pytest.raises(kl.LabError, match="unknown lab variant"):
         kl.up(tmp_path / "x", variant="nope")
     with pytest.raises(kl.LabError, match="slow-broker"):
         kl.up(tmp_path / "x", variant="tls", response_delay_ms=10)
+    with pytest.raises(kl.LabError, match="slow-broker"):
+        kl.up(tmp_path / "x", variant="throttled", response_delay_ms=10)
+    with pytest.raises(kl.LabError, match="throttled"):
+        kl.up(tmp_path / "x", variant="slow-broker", quota_bytes_per_s=1000)
+    for bad in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(kl.LabError, match="quota_bytes_per_s out of range"):
+            kl.up(tmp_path / "x", variant="throttled", quota_bytes_per_s=bad)
+    with pytest.raises(kl.LabError, match="throttled"):
+        with kl.running(tmp_path / "y", quota_bytes_per_s=1000):
+            pass
     with pytest.raises(kl.LabError, match="unknown lab variant"):
         with kl.running(tmp_path / "y", variant="nope"):
             pass
