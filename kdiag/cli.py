@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import shutil
 import signal
 import sys
 import threading
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import TextIO
 
 from kdiag import __version__
-from kdiag.errors import KdiagError, UsageError
+from kdiag.errors import InputError, KdiagError, UsageError
 from kdiag.status import ExitStatus
 
 
@@ -57,6 +58,19 @@ examples:
       raw captures made with other tools: a librdkafka debug log (stderr
       format) and strace -f -tt/-ttt -T [-yy] output, recognised by content
   kdiag replay stats.jsonl rdkafka.log
+  kdiag replay --no-verify ticket-4711.tar.gz
+      a bundle that fails kdiag bundle verify, analysed anyway; a warning
+      names the files that do not match its manifest
+"""
+BUNDLE_EXAMPLES = """\
+examples:
+  kdiag bundle verify kdiag-20261122-101500.tar.gz
+      every file against the manifest's size and SHA-256, none missing or
+      unlisted, known format and table schema versions, no unsafe members;
+      prints "PATH: ok (N files, M tables)" or "PATH: TAMPERED" and the problems
+  kdiag bundle verify ticket-4711/ kdiag-*.tar.gz --json
+      an unpacked bundle too; one JSON object, key "bundles"; exit 1 if any
+      bundle has a problem
 """
 PARSE_EXAMPLES = """\
 examples:
@@ -102,7 +116,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--scenario", metavar="NAME",
                    help="a lab scenario instead of the default: network-latency, packet-loss, clean (a "
                         "multi-hop network in namespaces), nagle-proxy (a TLS terminator with Nagle), "
-                        "slow-broker (responses delayed 50 ms), client-cpu (the probe under a 5%% CPU limit)")
+                        "slow-broker (responses delayed 50 ms), throttled (a produce quota enforced as Kafka does), "
+                        "client-cpu (the probe under a CPU limit)")
     t.add_argument("--no-path-probe", action="store_true", help="skip the TCP path probe of the brokers")
     t.add_argument("-o", "--output", type=Path, help="bundle path (default ./kdiag-YYYYmmdd-HHMMSS.tar.gz)")
     t.add_argument("--json", action="store_true", help="print the findings as one JSON object")
@@ -111,6 +126,14 @@ def _parser() -> argparse.ArgumentParser:
                        epilog=REPLAY_EXAMPLES, formatter_class=fmt)
     r.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     r.add_argument("--json", action="store_true", help="print the findings as one JSON object")
+    r.add_argument("--no-verify", action="store_true",
+                   help="analyse a bundle that fails verification (a warning names the files)")
+
+    b = sub.add_parser("bundle", help="check bundles against their manifests",
+                       epilog=BUNDLE_EXAMPLES, formatter_class=fmt)
+    b.add_argument("action", choices=["verify"], help="verify: check each bundle against its manifest")
+    b.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="a .tar.gz bundle or an unpacked one")
+    b.add_argument("--json", action="store_true", help="the results as one JSON object")
 
     p = sub.add_parser("parse", help="turn raw captures into Arrow tables (Parquet)",
                        epilog=PARSE_EXAMPLES, formatter_class=fmt)
@@ -217,29 +240,58 @@ def cmd_replay(args, env: Environment) -> ExitStatus:
     for p in paths:
         if not p.exists():
             raise UsageError(f"{p}: no such file or directory")
+    # Any tar archive is taken for a bundle: none is a raw capture, and one
+    # whose manifest is missing or not first is what verification reports.
+    bundles = [p for p in paths if bundle.is_bundle(p) or bundle.is_archive(p)]
+    failed = [v for v in map(bundle.verify, bundles) if not v.ok]
+    if failed and not args.no_verify:
+        raise InputError("\n".join(
+            f"{v.path}: failed verification, not replaying it (--no-verify replays it anyway):\n"
+            + "\n".join(f"  {pr}" for pr in v.problems) for v in failed))
+    for v in failed:
+        env.say(f"warning: {v.path} failed verification, replaying it anyway: "
+                + "; ".join(map(str, v.problems)))
     meta: dict = {}
     raw: list[Path] = []
     probe = None
-    for p in paths:
-        if bundle.is_bundle(p):
-            from kdiag.probe import retransmits
+    with contextlib.ExitStack() as cleanup:
+        for p in paths:
+            if p in bundles:
+                from kdiag.probe import retransmits
 
-            d = bundle.unpack(p)
-            man = bundle.manifest(d)
-            meta.setdefault("librdkafka_version", man.get("versions", {}).get("librdkafka"))
-            raw += [f for f in bundle.raw_files(d) if f.parent.name in bundle.ANALYSED_SOURCES]
-            summary = d / "raw" / "probe" / "summary.json"
-            if summary.exists():
-                probe = json.loads(summary.read_text())
-                meta["tcp_retrans"] = retransmits(probe)
-        elif p.is_dir():
-            raw += sorted(f for f in p.rglob("*") if f.is_file())
-        else:
-            raw.append(p)
-    with tempfile.TemporaryDirectory(prefix="kdiag-replay-") as tmp:
+                d = bundle.unpack(p)
+                if d != p:
+                    cleanup.callback(shutil.rmtree, d, ignore_errors=True)
+                man = bundle.manifest(d)
+                meta.setdefault("librdkafka_version", man.get("versions", {}).get("librdkafka"))
+                raw += [f for f in bundle.raw_files(d) if f.parent.name in bundle.ANALYSED_SOURCES]
+                summary = d / "raw" / "probe" / "summary.json"
+                if summary.exists():
+                    probe = json.loads(summary.read_text())
+                    meta["tcp_retrans"] = retransmits(probe)
+            elif p.is_dir():
+                raw += sorted(f for f in p.rglob("*") if f.is_file())
+            else:
+                raw.append(p)
+        tmp = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="kdiag-replay-"))
         findings, _ = analyse(raw, Path(tmp) / "tables", meta)
     findings["probe"] = probe
     return _emit(env, findings, args.json)
+
+
+def cmd_bundle(args, env: Environment) -> ExitStatus:
+    from kdiag import bundle
+
+    for p in args.paths:
+        if not p.exists():
+            raise UsageError(f"{p}: no such file or directory")
+    results = [bundle.verify(p) for p in args.paths]
+    if args.json:
+        env.stdout.write(json.dumps({"bundles": [r.to_dict() for r in results]}) + "\n")
+    else:
+        for r in results:
+            env.stdout.write(r.headline() + "\n" + "".join(f"  {pr}\n" for pr in r.problems))
+    return ExitStatus.OK if all(r.ok for r in results) else ExitStatus.ERROR
 
 
 def cmd_parse(args, env: Environment) -> ExitStatus:
@@ -330,6 +382,8 @@ def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
             return cmd_replay(args, env)
         if args.command == "parse":
             return cmd_parse(args, env)
+        if args.command == "bundle":
+            return cmd_bundle(args, env)
         return cmd_lab(args, env)
     except UsageError as e:
         env.say(f"error: {e}")
