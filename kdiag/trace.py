@@ -38,7 +38,8 @@ PROBE_DEFAULTS = {"acks": "all", "linger.ms": "0", "message.timeout.ms": "10000"
 LAB_DEFAULTS = {"socket.nagle.disable": "false"}
 # Scenarios run on the loopback lab, by its variant; the others are network
 # lab scenarios. The producer keeps librdkafka's defaults in both.
-LAB_VARIANTS = {"nagle-proxy": "nagle-proxy", "slow-broker": "slow-broker", "client-cpu": "tls"}
+LAB_VARIANTS = {"nagle-proxy": "nagle-proxy", "slow-broker": "slow-broker", "throttled": "throttled",
+                "client-cpu": "tls"}
 # client-cpu: the probe and a busy neighbour (the application's own work) in
 # a cgroup allowed this share of one core per 100 ms period, a Kubernetes-
 # style CPU limit below what the two use.

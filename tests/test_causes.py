@@ -98,3 +98,13 @@ def test_matrix_usage():
     env = Environment(stdout=io.StringIO(), stderr=io.StringIO())
     assert main(["lab", "matrix", "no-such-case"], env) == 2
     assert main(["lab", "status", "nagle-off"], env) == 2
+
+
+def test_throttled(tmp_path, spark):
+    """A proxy enforces a 20 KB/s produce quota as a Kafka broker does
+    (KIP-219: answer with ThrottleTimeMs, then mute the connection)."""
+    f = trace(tmp_path, "throttled")
+    assert f["verdict"] == "throttled", json.dumps(f["findings"], indent=1)
+    ev = " ".join(f["findings"][0]["evidence"])
+    assert "reported throttle times" in ev
+    assert 80 < f["summary"]["rtt_p50_ms"] < 150 and f["summary"]["path_rtt_ms"] < 5

@@ -18,3 +18,14 @@ def test_bad_statistics_lines():
     assert c.lines == 5 and c.parsed == 1 and c.skipped == {"empty": 1, "not_json": 1, "not_statistics": 2}
     row = t.to_pylist()[0]
     assert row["rtt_p50_ms"] is None and row["nodeid"] is None
+
+
+def test_throttle_window_is_in_milliseconds():
+    """librdkafka keeps rtt in microseconds but adds ThrottleTimeMs to the
+    throttle window as is: the real throttled capture reads ~104 ms."""
+    lines = (CAPTURES / "throttled" / "stats.jsonl").read_text().splitlines()
+    t, _ = parse_lines(lines)
+    rows = [r for r in t.to_pylist() if r["throttle_max_ms"]]
+    assert len(rows) >= 3 and 90 < sorted(r["throttle_max_ms"] for r in rows)[len(rows) // 2] < 120
+    rtts = sorted(r["rtt_p50_ms"] for r in rows if r["rtt_p50_ms"])
+    assert 90 < rtts[len(rtts) // 2] < 130

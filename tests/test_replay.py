@@ -95,3 +95,19 @@ def test_producer_without_debug_log(spark, tmp_path, capture, verdict):
     assert any("inferred from its syscalls" in u for u in f["unknowns"])
     # 30 produce requests, plus the TLS handshake and metadata exchanges
     assert 30 <= f["summary"]["requests"] <= 45
+
+
+def test_throttled_capture(spark):
+    """A real run behind the lab's throttling proxy: the statistics' throttle
+    window tells the quota from a slow broker, and from Nagle (a 100 ms wait
+    after a split TLS request fits the Nagle window)."""
+    d = CAPTURES / "throttled"
+    rc, f, _ = replay(d / "rdkafka.log", d / "strace.txt", d / "stats.jsonl", spark=spark)
+    assert rc == 0 and f["verdict"] == "throttled", json.dumps(f["findings"], indent=1)
+    t = f["findings"][0]
+    assert t["requests"] >= 25 and "reported throttle times of 10" in t["evidence"][0]
+    assert 95 < f["summary"]["rtt_p50_ms"] < 130
+    # without the statistics nothing tells a quota from a slow broker, and the findings say so
+    rc, f, _ = replay(d / "rdkafka.log", d / "strace.txt", spark=spark)
+    assert rc == 0 and f["verdict"] == "broker_slow", json.dumps(f["findings"], indent=1)
+    assert any("no librdkafka statistics" in e for e in f["findings"][0]["evidence"])
