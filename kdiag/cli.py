@@ -105,7 +105,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="librdkafka property for the probe producer (repeatable)")
     t.add_argument("-F", dest="prop_file", metavar="FILE", help="librdkafka properties file (key=value)")
     t.add_argument("--topic", default="kdiag-probe", help="topic the probe writes to (default %(default)s)")
-    t.add_argument("--messages", type=int, default=100, help="messages to produce (default %(default)s)")
+    t.add_argument("--messages", type=int,
+                   help="messages to produce (default 100; 600 for --scenario client-cpu)")
     t.add_argument("--size", type=int, default=2048, help="value size in bytes (default %(default)s)")
     t.add_argument("--rate", type=float, metavar="N",
                    help="produce asynchronously at N messages a second (default: one at a time, waiting for each)")
@@ -176,6 +177,8 @@ def cmd_trace(args, env: Environment, argv: list[str], command: list[str]) -> Ex
 
     if args.pid is not None or command:
         return cmd_trace_target(args, env, argv, command)
+    if args.messages is None:
+        args.messages = trace.SCENARIO_MESSAGES.get(args.scenario, trace.DEFAULT_MESSAGES)
     if args.messages < 1 or args.size < 0:
         raise UsageError("--messages must be >= 1 and --size >= 0")
     opts = trace.TraceOptions(brokers=args.brokers, props=_props(args), topic=args.topic,

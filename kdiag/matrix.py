@@ -33,7 +33,7 @@ CASES: tuple[Case, ...] = (
     Case("throttled", "throttled", "proxy enforces a produce quota (KIP-219)", scenario="throttled", messages=30),
     Case("client-queueing", "client_queueing", "--rate 20, linger.ms=200",
          props={"linger.ms": "200", "socket.nagle.disable": "true"}, rate=20, messages=40),
-    Case("client-cpu", "client_cpu", "cgroup 0.2 core + busy neighbour", scenario="client-cpu"),
+    Case("client-cpu", "client_cpu", "cgroup 0.2 core + busy neighbour", scenario="client-cpu", messages=600),
     Case("network-latency", "network_latency", "15 ms each way, namespaces", scenario="network-latency",
          messages=50),
     Case("packet-loss", "packet_loss", "4 % loss each way, namespaces", scenario="packet-loss"),

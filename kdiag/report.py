@@ -48,7 +48,10 @@ def render(findings: dict, *, bundle: str | None = None, probe: dict | None = No
     fs = findings.get("findings", [])
     out.append(f"VERDICT: {findings.get('verdict') or 'none: no completed Produce request to judge'}")
     for f in fs:
-        out.append(f"  {f['cause']}: {f.get('requests', 0)} requests ({f.get('share', 0) * 100:.0f}%)")
+        share, ts = f.get("share", 0), f.get("time_share")
+        # A tail cause is named for its share of the time, not of the requests.
+        of_time = f", {ts * 100:.0f}% of the time" if ts is not None and abs(ts - share) >= 0.05 else ""
+        out.append(f"  {f['cause']}: {f.get('requests', 0)} requests ({share * 100:.0f}%{of_time})")
         for e in f.get("evidence", []):
             out.append(f"    - {e}")
         if f.get("fix"):

@@ -44,6 +44,10 @@ LAB_VARIANTS = {"nagle-proxy": "nagle-proxy", "slow-broker": "slow-broker", "thr
 # a cgroup allowed this share of one core per 100 ms period, a Kubernetes-
 # style CPU limit below what the two use.
 CLIENT_CPU_CORES = 0.2
+DEFAULT_MESSAGES = 100
+# A request stalls only when the quota runs out while it is in flight, about
+# one period in ten here; 100 messages take 5 periods, 600 take 30.
+SCENARIO_MESSAGES = {"client-cpu": 600}
 
 
 @dataclass

@@ -70,7 +70,7 @@ def test_client_cpu(tmp_path, spark):
             pass
     except cpulimit.CpuLimitError as e:
         pytest.skip(f"client-cpu needs a CPU-limited cgroup: {e}")
-    f = trace(tmp_path, "client-cpu", messages=100)
+    f = trace(tmp_path, "client-cpu", messages=600)
     assert f["verdict"] == "client_cpu", json.dumps(f["findings"], indent=1)
     cpu = next(x for x in f["findings"] if x["cause"] == "client_cpu")
     ev = " ".join(cpu["evidence"])
