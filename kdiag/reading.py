@@ -32,18 +32,29 @@ class Chunk:
 def iter_line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Chunk]:
     line_no = 1
     carry = b""
+    skipping = False  # the rest of an endless line already handed over
     with open(path, "rb") as f:
         while True:
             block = f.read(chunk_bytes)
             if not block:
                 break
+            if skipping:
+                nl = block.find(b"\n")
+                if nl < 0:
+                    continue
+                block, skipping = block[nl + 1:], False
             block = carry + block
             cut = block.rfind(b"\n")
             if cut < 0:
                 if len(block) <= MAX_LINE_BYTES:
                     carry = block
                     continue
-                cut = len(block) - 1  # an endless line: hand over what we have
+                # An endless line: hand over its start as one cut line and
+                # drop the rest, so that the next line keeps its number.
+                yield Chunk(line_no, _to_chunk(block, line_no).lines, 1)
+                line_no += 1
+                carry, skipping = b"", True
+                continue
             carry, block = block[cut + 1:], block[:cut]
             chunk = _to_chunk(block, line_no)
             line_no += len(chunk.lines)
@@ -88,7 +99,7 @@ def _json_keys(sample: list[str]) -> set[str]:
         if line:
             try:
                 obj = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 return set()
             return set(obj) if isinstance(obj, dict) else set()
     return set()

@@ -6,6 +6,7 @@ always gives the same tables, on a producer host or on a laptop.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 # A handful of the lines that did not parse are kept verbatim so a report can
@@ -54,3 +55,19 @@ class ParseCounts:
                 {"line_no": n, "reason": r, "text": t} for n, r, t in self.examples
             ],
         }
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def scrub(value):
+    """value with each lone surrogate replaced by U+FFFD in every string,
+    however nested. JSON may spell them ("\\ud800") and json.loads keeps
+    them, but Arrow strings must be UTF-8."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [scrub(v) for v in value]
+    if isinstance(value, dict):
+        return {k: scrub(v) for k, v in value.items()}
+    return value

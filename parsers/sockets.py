@@ -165,7 +165,7 @@ import math
 
 import pyarrow as pa
 
-from parsers.base import ParseCounts
+from parsers.base import ParseCounts, scrub
 
 KINDS = ("socket", "thread", "host")
 
@@ -316,7 +316,10 @@ def _float(v, div=None):
     v = _num(v)
     if v is None:
         return None
-    return float(v) / div if div else float(v)
+    try:
+        return float(v) / div if div else float(v)
+    except OverflowError:  # an integer past float range
+        return None
 
 
 def _str(v):
@@ -331,7 +334,7 @@ def _port_of(addr):
     if not isinstance(addr, str):
         return None
     head, sep, tail = addr.rpartition(":")
-    if not sep or not head or not tail.isdigit():
+    if not sep or not head or not tail.isdecimal() or len(tail) > 10:
         return None
     p = int(tail)
     return p if p <= 65535 else None
@@ -470,7 +473,7 @@ class SocketsParser:
                 self._skip(no, "not_json", text)
                 continue
             kind = obj.get("kind") if isinstance(obj, dict) else None
-            if kind not in _ROW_OF_KIND:
+            if not isinstance(kind, str) or kind not in _ROW_OF_KIND:
                 self._skip(no, "not_sample", text)
                 continue
             row = _ROW_OF_KIND[kind](obj, no)
@@ -479,7 +482,10 @@ class SocketsParser:
                 continue
             self.counts.parsed += 1
             rows[_TABLE_OF_KIND[kind]].append(row)
-        return {name: pa.Table.from_pylist(r, schema=SCHEMAS[name]) for name, r in rows.items()}
+        try:
+            return {name: pa.Table.from_pylist(r, schema=SCHEMAS[name]) for name, r in rows.items()}
+        except UnicodeEncodeError:
+            return {name: pa.Table.from_pylist(scrub(r), schema=SCHEMAS[name]) for name, r in rows.items()}
 
     def finish(self) -> dict[str, pa.Table]:
         return {name: s.empty_table() for name, s in SCHEMAS.items()}

@@ -38,7 +38,7 @@ import json
 
 import pyarrow as pa
 
-from parsers.base import ParseCounts
+from parsers.base import ParseCounts, scrub
 
 _WINDOWS = ("rtt", "int_latency", "outbuf_latency")
 _PCTS = ("avg", "p50", "p99")
@@ -66,7 +66,10 @@ def _num(v):
 
 def _ms(win, key, per_ms=1000.0):
     v = _num(win.get(key)) if isinstance(win, dict) else None
-    return None if v is None else v / per_ms
+    try:
+        return None if v is None else v / per_ms
+    except OverflowError:  # an integer past float range
+        return None
 
 
 def _int(v, lo=-(2**63), hi=2**63 - 1):
@@ -91,7 +94,7 @@ class StatsParser:
                 continue
             try:
                 obj = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 self.counts.skip("not_json")
                 self.counts.example(no, "not_json", text)
                 continue
@@ -106,7 +109,7 @@ class StatsParser:
                 if not isinstance(b, dict):
                     continue
                 rows["line_no"].append(no)
-                rows["ts_us"].append(None if t is None else int(t * 1_000_000))
+                rows["ts_us"].append(None if t is None else _int(t * 1_000_000))
                 rows["client"].append(str(obj.get("name")) if obj.get("name") is not None else None)
                 rows["broker"].append(str(name))
                 rows["nodeid"].append(_int(b.get("nodeid"), -(2**31), 2**31 - 1))
@@ -118,7 +121,10 @@ class StatsParser:
                 rows["throttle_max_ms"].append(_ms(b.get("throttle"), "max", 1.0))
                 for c in _COUNTERS:
                     rows[c].append(_int(b.get(c)))
-        return pa.table(rows, schema=SCHEMA)
+        try:
+            return pa.table(rows, schema=SCHEMA)
+        except UnicodeEncodeError:
+            return pa.table(scrub(rows), schema=SCHEMA)
 
     def finish(self) -> pa.Table:
         return SCHEMA.empty_table()
@@ -139,7 +145,7 @@ def looks_like(sample: list[str]) -> float:
         if s.lstrip().startswith("{") and '"brokers"' in s:
             try:
                 obj = json.loads(s)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
             hits += isinstance(obj, dict) and isinstance(obj.get("brokers"), dict)
     return hits / len(lines)

@@ -478,9 +478,9 @@ _SIMPLE_ESCAPES = {
 
 def _unescape_one(m: re.Match) -> bytes:
     e = m.group(1)
-    if e[:1] == b"x":
+    if e[:1] == b"x" and len(e) > 1:  # a bare "\\x" is an unknown escape
         return bytes([int(e[1:], 16)])
-    if e[:1].isdigit():
+    if b"0" <= e[:1] <= b"7":
         return bytes([int(e, 8) & 0xFF])
     return _SIMPLE_ESCAPES.get(e, b"\\" + e)
 

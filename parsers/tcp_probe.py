@@ -48,7 +48,7 @@ broker        string   librdkafka's broker name; null when not known (a pcap
 ttl           int16    IP time to live the probe was sent with (1 = first hop)
 round         int16    1-based round: the n-th probe sent at this TTL
 sent_us       int64    when the probe left, epoch microseconds; null when the
-                       live record lacks it
+                       live record lacks it or the capture's is out of range
 responder     string   source address of the answer; null when no answer
 answer        string   ``time_exceeded`` (ICMP type 11 from a router),
                        ``open`` (SYN-ACK from the target), ``closed`` (RST
@@ -106,7 +106,7 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
-from parsers.base import ParseCounts
+from parsers.base import ParseCounts, scrub
 
 PROBES_SCHEMA = pa.schema(
     [
@@ -319,9 +319,9 @@ def _pcapng_tsresol(opts: bytes, endian: str) -> tuple[int, int]:
         val = opts[i + 4:i + 4 + ln]
         if code == 0:
             break
-        if code == 9 and ln >= 1:
+        if code == 9 and len(val) >= 1:
             resol = (2, val[0] & 0x7F) if val[0] & 0x80 else (10, val[0])
-        elif code == 14 and ln >= 8:
+        elif code == 14 and len(val) >= 8:
             offset = struct.unpack_from(endian + "q", val)[0]
         i += 4 + ln + (-ln % 4)
     return resol, offset
@@ -471,7 +471,8 @@ def parse_pcap(data: bytes, brokers: dict[tuple[str, int], str] | None = None
         cols["broker"].append(brokers.get((dst, dport)))
         cols["ttl"].append(row["ttl"])
         cols["round"].append(row["round"])
-        cols["sent_us"].append(row["ts"] // 1000)
+        sent_us = row["ts"] // 1000
+        cols["sent_us"].append(sent_us if -(2**63) <= sent_us < 2**63 else None)
         cols["responder"].append(row["responder"])
         cols["answer"].append(row["answer"])
         cols["rtt_ms"].append(None if row["answer_ts"] is None else (row["answer_ts"] - row["ts"]) / 1e6)
@@ -490,7 +491,11 @@ def _int(v, lo: int, hi: int):
 def _ms(v):
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
-    return float(v) if math.isfinite(v) and v >= 0 else None
+    try:
+        v = float(v)
+    except OverflowError:  # an integer past float range
+        return None
+    return v if math.isfinite(v) and v >= 0 else None
 
 
 def _str(v):
@@ -508,7 +513,7 @@ def _json_rows(lines, counts: ParseCounts, kind: str):
             continue
         try:
             obj = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             counts.skip("not_json")
             counts.example(no, "not_json", text)
             continue
@@ -519,13 +524,20 @@ def _json_rows(lines, counts: ParseCounts, kind: str):
         yield no, text, obj
 
 
+def _table(cols: dict, schema: pa.Schema) -> pa.Table:
+    try:
+        return pa.table(cols, schema=schema)
+    except UnicodeEncodeError:
+        return pa.table(scrub(cols), schema=schema)
+
+
 def _target_of(obj: dict) -> tuple[str | None, int | None]:
     host, port = _str(obj.get("target_host")), _int(obj.get("target_port"), 0, 65535)
     if (host is None or port is None) and isinstance(obj.get("target"), str):
         # "host:port", "[v6]:port"
         h, _, p = obj["target"].rpartition(":")
         host = host or (h.strip("[]") or None)
-        port = port if port is not None else (int(p) if p.isdigit() and int(p) <= 65535 else None)
+        port = port if port is not None else (int(p) if p.isdecimal() and len(p) <= 10 and int(p) <= 65535 else None)
     return host, port
 
 
@@ -555,7 +567,7 @@ def parse_probes_jsonl(lines: Iterable[str]) -> tuple[pa.Table, ParseCounts]:
         cols["answer"].append(answer)
         cols["rtt_ms"].append(_ms(obj.get("rtt_ms")) if answer != "none" else None)
         cols["method"].append(method)
-    return pa.table(cols, schema=PROBES_SCHEMA), counts
+    return _table(cols, PROBES_SCHEMA), counts
 
 
 def parse_handshakes(lines: Iterable[str]) -> tuple[pa.Table, ParseCounts]:
@@ -578,7 +590,7 @@ def parse_handshakes(lines: Iterable[str]) -> tuple[pa.Table, ParseCounts]:
         cols["ts_us"].append(_int(obj.get("ts_us"), 0, 2**63 - 1))
         cols["rtt_ms"].append(None if error else _ms(obj.get("rtt_ms")))
         cols["error"].append(error)
-    return pa.table(cols, schema=HANDSHAKES_SCHEMA), counts
+    return _table(cols, HANDSHAKES_SCHEMA), counts
 
 
 # ---------------------------------------------------------------- path table
