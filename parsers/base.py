@@ -6,6 +6,7 @@ always gives the same tables, on a producer host or on a laptop.
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 
@@ -32,6 +33,12 @@ class ParseCounts:
         if len(self.examples) < EXAMPLES_KEPT:
             self.examples.append((line_no, reason, text[:300]))
 
+    def reject(self, line_no: int, reason: str, text: str) -> None:
+        """A line skipped for a reason worth showing: counted and kept as an
+        example."""
+        self.skip(reason)
+        self.example(line_no, reason, text)
+
     @property
     def skipped_total(self) -> int:
         return sum(self.skipped.values())
@@ -55,6 +62,27 @@ class ParseCounts:
                 {"line_no": n, "reason": r, "text": t} for n, r, t in self.examples
             ],
         }
+
+
+def json_lines(lines, counts: ParseCounts, first_line_no: int = 1):
+    """(line number, stripped text, decoded value) for each line of a JSON
+    lines input (a list or an Arrow array of strings). Every line is counted;
+    blank and undecodable ones are skipped here as ``empty`` and
+    ``not_json``. Deep nesting (``[[[[...``) fails to decode, not to parse."""
+    if hasattr(lines, "to_pylist"):
+        lines = lines.to_pylist()
+    for no, line in enumerate(lines, first_line_no):
+        counts.lines += 1
+        text = line.strip() if isinstance(line, str) else ""
+        if not text:
+            counts.skip("empty")
+            continue
+        try:
+            obj = json.loads(text)
+        except (ValueError, RecursionError):
+            counts.reject(no, "not_json", text)
+            continue
+        yield no, text, obj
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

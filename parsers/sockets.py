@@ -165,7 +165,7 @@ import math
 
 import pyarrow as pa
 
-from parsers.base import ParseCounts, scrub
+from parsers.base import ParseCounts, json_lines, scrub
 
 KINDS = ("socket", "thread", "host")
 
@@ -452,33 +452,16 @@ class SocketsParser:
     def __init__(self) -> None:
         self.counts = ParseCounts(self.source)
 
-    def _skip(self, no: int, reason: str, text: str) -> None:
-        self.counts.skip(reason)
-        self.counts.example(no, reason, text)
-
     def feed(self, lines, first_line_no: int = 1) -> dict[str, pa.Table]:
-        if isinstance(lines, (pa.Array, pa.ChunkedArray)):
-            lines = lines.to_pylist()
         rows: dict[str, list[dict]] = {name: [] for name in SCHEMAS}
-        for i, line in enumerate(lines):
-            no = first_line_no + i
-            self.counts.lines += 1
-            text = (line if isinstance(line, str) else "").strip()
-            if not text:
-                self.counts.skip("empty")
-                continue
-            try:
-                obj = json.loads(text)
-            except (ValueError, RecursionError):
-                self._skip(no, "not_json", text)
-                continue
+        for no, text, obj in json_lines(lines, self.counts, first_line_no):
             kind = obj.get("kind") if isinstance(obj, dict) else None
             if not isinstance(kind, str) or kind not in _ROW_OF_KIND:
-                self._skip(no, "not_sample", text)
+                self.counts.reject(no, "not_sample", text)
                 continue
             row = _ROW_OF_KIND[kind](obj, no)
             if row is None:
-                self._skip(no, f"bad_{kind}", text)
+                self.counts.reject(no, f"bad_{kind}", text)
                 continue
             self.counts.parsed += 1
             rows[_TABLE_OF_KIND[kind]].append(row)

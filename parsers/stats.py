@@ -38,7 +38,7 @@ import json
 
 import pyarrow as pa
 
-from parsers.base import ParseCounts, scrub
+from parsers.base import ParseCounts, json_lines, scrub
 
 _WINDOWS = ("rtt", "int_latency", "outbuf_latency")
 _PCTS = ("avg", "p50", "p99")
@@ -85,23 +85,10 @@ class StatsParser:
 
     def feed(self, lines: pa.Array, first_line_no: int = 1) -> pa.Table:
         rows: dict[str, list] = {f.name: [] for f in SCHEMA}
-        for i, line in enumerate(lines.to_pylist()):
-            no = first_line_no + i
-            self.counts.lines += 1
-            text = (line or "").strip()
-            if not text:
-                self.counts.skip("empty")
-                continue
-            try:
-                obj = json.loads(text)
-            except (ValueError, RecursionError):
-                self.counts.skip("not_json")
-                self.counts.example(no, "not_json", text)
-                continue
+        for no, text, obj in json_lines(lines, self.counts, first_line_no):
             brokers = obj.get("brokers") if isinstance(obj, dict) else None
             if not isinstance(brokers, dict):
-                self.counts.skip("not_statistics")
-                self.counts.example(no, "not_statistics", text)
+                self.counts.reject(no, "not_statistics", text)
                 continue
             self.counts.parsed += 1
             t = _num(obj.get("time"))

@@ -96,7 +96,6 @@ sent           int16    rounds sent
 """
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import struct
@@ -106,7 +105,7 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
-from parsers.base import ParseCounts, scrub
+from parsers.base import ParseCounts, json_lines, scrub
 
 PROBES_SCHEMA = pa.schema(
     [
@@ -503,23 +502,9 @@ def _str(v):
 
 
 def _json_rows(lines, counts: ParseCounts, kind: str):
-    if isinstance(lines, (pa.Array, pa.ChunkedArray)):
-        lines = lines.to_pylist()
-    for no, line in enumerate(lines, 1):
-        counts.lines += 1
-        text = (line or "").strip()
-        if not text:
-            counts.skip("empty")
-            continue
-        try:
-            obj = json.loads(text)
-        except (ValueError, RecursionError):
-            counts.skip("not_json")
-            counts.example(no, "not_json", text)
-            continue
+    for no, text, obj in json_lines(lines, counts):
         if not isinstance(obj, dict):
-            counts.skip(kind)
-            counts.example(no, kind, text)
+            counts.reject(no, kind, text)
             continue
         yield no, text, obj
 
