@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib
 import json
 import math
 import random
@@ -380,6 +381,8 @@ def _feeds(parser_cls, lines: list[str], first: int, rng: random.Random):
 
 class LineTarget:
     name = ""
+    module = ""          # the parser's module: parse_lines, its parser class, its schema
+    parser_class = ""
     seed_files: tuple[str, ...] = ()
     tokens: Sequence[bytes] = ()
     seps: Sequence[bytes] = (b" ",)
@@ -391,6 +394,16 @@ class LineTarget:
 
     def make_input(self, n: int) -> bytes:
         return mutated_block(self.mutator, n)
+
+    def parser(self):
+        # Imported when a target runs, so that the harness starts without them.
+        return importlib.import_module(self.module)
+
+    def parse_lines(self, lines, first):
+        return self.parser().parse_lines(lines, first)
+
+    def parser_cls(self):
+        return getattr(self.parser(), self.parser_class)
 
     def variant(self, rng: random.Random) -> dict:
         """How an input is fed: first line number; parse_lines() on an Arrow
@@ -416,21 +429,13 @@ class LineTarget:
 
 class RdkafkaTarget(LineTarget):
     name = "rdkafka_log"
+    module, parser_class = "parsers.rdkafka_log", "RdkafkaLogParser"
     seed_files = ("rdkafka.log",)
     tokens = RDKAFKA_TOKENS
     seps = (b"|", b" ", b", ", b": ")
 
-    def parse_lines(self, lines, first):
-        from parsers.rdkafka_log import parse_lines
-        return parse_lines(lines, first)
-
-    def parser_cls(self):
-        from parsers.rdkafka_log import RdkafkaLogParser
-        return RdkafkaLogParser
-
     def check_tables(self, tables, c, first, n, ordered):
-        from parsers.rdkafka_log import SCHEMA
-        if any(not t.schema.equals(SCHEMA) for t in tables):
+        if any(not t.schema.equals(self.parser().SCHEMA) for t in tables):
             raise Failure("schema differs")
         rows = sum(t.num_rows for t in tables)
         if rows != c.parsed:
@@ -440,6 +445,7 @@ class RdkafkaTarget(LineTarget):
 
 class StraceTarget(LineTarget):
     name = "strace"
+    module, parser_class = "parsers.strace", "StraceParser"
     seed_files = ("strace_o_ttt.txt", "strace_o_tt.txt", "strace_stderr_tt.txt", "strace_relative.txt",
                   "strace_seconds.txt", "strace_threads.txt")
     tokens = STRACE_TOKENS
@@ -456,17 +462,8 @@ class StraceTarget(LineTarget):
         self.mutator.seeds = self.all_seeds if self.rng.random() < 0.2 else self.rng.choice(self.by_file)
         return mutated_block(self.mutator, n)
 
-    def parse_lines(self, lines, first):
-        from parsers.strace import parse_lines
-        return parse_lines(lines, first)
-
-    def parser_cls(self):
-        from parsers.strace import StraceParser
-        return StraceParser
-
     def check_tables(self, tables, c, first, n, ordered):
-        from parsers.strace import SCHEMA
-        if any(not t.schema.equals(SCHEMA) for t in tables):
+        if any(not t.schema.equals(self.parser().SCHEMA) for t in tables):
             raise Failure("schema differs")
         rows = sum(t.num_rows for t in tables)
         # A resumed call joins its unfinished line: two parsed lines, one row.
@@ -477,22 +474,14 @@ class StraceTarget(LineTarget):
 
 class StatsTarget(LineTarget):
     name = "stats"
+    module, parser_class = "parsers.stats", "StatsParser"
     seed_files = ("stats.jsonl",)
     tokens = _JSON_TOKENS
     seps = (b",", b":", b", ")
     is_json = True
 
-    def parse_lines(self, lines, first):
-        from parsers.stats import parse_lines
-        return parse_lines(lines, first)
-
-    def parser_cls(self):
-        from parsers.stats import StatsParser
-        return StatsParser
-
     def check_tables(self, tables, c, first, n, ordered):
-        from parsers.stats import SCHEMA
-        if any(not t.schema.equals(SCHEMA) for t in tables):
+        if any(not t.schema.equals(self.parser().SCHEMA) for t in tables):
             raise Failure("schema differs")
         nos = [x for t in tables for x in t["line_no"].to_pylist()]
         if len(set(nos)) > c.parsed:
@@ -502,27 +491,20 @@ class StatsTarget(LineTarget):
 
 class SocketsTarget(LineTarget):
     name = "sockets"
+    module, parser_class = "parsers.sockets", "SocketsParser"
     seed_files = ("sockets.jsonl",)
     tokens = _JSON_TOKENS
     seps = (b",", b":", b", ")
     is_json = True
 
-    def parse_lines(self, lines, first):
-        from parsers.sockets import parse_lines
-        return parse_lines(lines, first)
-
-    def parser_cls(self):
-        from parsers.sockets import SocketsParser
-        return SocketsParser
-
     def check_tables(self, tables, c, first, n, ordered):
-        from parsers.sockets import SCHEMAS
+        schemas = self.parser().SCHEMAS
         rows, nos = 0, []
         for got in tables:
-            if set(got) != set(SCHEMAS):
+            if set(got) != set(schemas):
                 raise Failure(f"tables {sorted(got)}")
             for name, t in got.items():
-                if not t.schema.equals(SCHEMAS[name]):
+                if not t.schema.equals(schemas[name]):
                     raise Failure(f"{name} schema differs")
                 rows += t.num_rows
                 nos += t["line_no"].to_pylist()
@@ -532,6 +514,8 @@ class SocketsTarget(LineTarget):
 
 
 class _ProbeJsonTarget(LineTarget):
+    module = "parsers.tcp_probe"
+    parse_fn = schema_name = ""
     is_json = True
     seps = (b",", b":", b", ")
     tokens = _JSON_TOKENS
@@ -542,9 +526,9 @@ class _ProbeJsonTarget(LineTarget):
     def run(self, data, variant=None):
         lines = decode_block(data)
         arg = lines if (variant or {}).get("list", True) else pa.array(lines, pa.string())
-        t, c = self.parse(arg)
+        t, c = getattr(self.parser(), self.parse_fn)(arg)
         _check_counts(c, len(lines))
-        if not t.schema.equals(self.schema()):
+        if not t.schema.equals(getattr(self.parser(), self.schema_name)):
             raise Failure("schema differs")
         if t.num_rows != c.parsed:
             raise Failure(f"{t.num_rows} rows for {c.parsed} parsed lines")
@@ -553,28 +537,14 @@ class _ProbeJsonTarget(LineTarget):
 
 class ProbesJsonTarget(_ProbeJsonTarget):
     name = "probes_jsonl"
+    parse_fn, schema_name = "parse_probes_jsonl", "PROBES_SCHEMA"
     seed_files = ("probes.jsonl", "handshakes.jsonl")
-
-    def parse(self, lines):
-        from parsers.tcp_probe import parse_probes_jsonl
-        return parse_probes_jsonl(lines)
-
-    def schema(self):
-        from parsers.tcp_probe import PROBES_SCHEMA
-        return PROBES_SCHEMA
 
 
 class HandshakesJsonTarget(_ProbeJsonTarget):
     name = "handshakes_jsonl"
+    parse_fn, schema_name = "parse_handshakes", "HANDSHAKES_SCHEMA"
     seed_files = ("handshakes.jsonl", "probes.jsonl")
-
-    def parse(self, lines):
-        from parsers.tcp_probe import parse_handshakes
-        return parse_handshakes(lines)
-
-    def schema(self):
-        from parsers.tcp_probe import HANDSHAKES_SCHEMA
-        return HANDSHAKES_SCHEMA
 
 
 # ------------------------------------------------------------------ pcaps
