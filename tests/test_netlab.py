@@ -5,6 +5,7 @@ without them the tests skip on a workstation and fail under CI.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -216,7 +217,10 @@ with netlab.running("clean", topics=()) as lab:
 """
 
 
-def _start_child() -> tuple[subprocess.Popen, dict]:
+@contextlib.contextmanager
+def _lab_child():
+    """A child process that runs a network lab: (child, what it started).
+    Killed at the end if the test left it running."""
     child = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(_CHILD)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_child_env(), cwd=REPO,
@@ -225,12 +229,16 @@ def _start_child() -> tuple[subprocess.Popen, dict]:
     if not line:
         child.wait(5)
         pytest.fail(f"child did not start a network lab: {child.stderr.read()[-2000:]}")
-    return child, json.loads(line)
+    try:
+        yield child, json.loads(line)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(5)
 
 
 def test_sigterm_tears_down_and_exits(tools):
-    child, info = _start_child()
-    try:
+    with _lab_child() as (child, info):
         child.terminate()
         out, _ = child.communicate(timeout=20)
         assert child.returncode == 128 + signal.SIGTERM
@@ -238,29 +246,22 @@ def test_sigterm_tears_down_and_exits(tools):
         assert wait_gone(info["pids"].values(), 1.0) == []
         assert not set(netlab.list_netns()) & set(info["namespaces"].values())
         assert not Path(info["state_dir"]).exists()
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait(5)
 
 
 def test_sigkilled_owner_is_swept_at_the_next_start(tools):
-    child, info = _start_child()
     try:
-        child.kill()
-        child.wait(5)
-        # The kernel's parent-death signal stops the processes...
-        assert wait_gone(info["pids"].values(), 5.0) == []
-        # ...but namespaces stay until a sweep finds their owner dead.
-        assert set(info["namespaces"].values()) <= set(netlab.list_netns())
-        with netlab.running("clean", topics=()) as lab:
-            assert lab.prefix != info["prefix"]
-            assert not set(netlab.list_netns()) & set(info["namespaces"].values())
-            assert not Path(info["state_dir"]).exists()
-    finally:
-        if child.poll() is None:
+        with _lab_child() as (child, info):
             child.kill()
             child.wait(5)
+            # The kernel's parent-death signal stops the processes...
+            assert wait_gone(info["pids"].values(), 5.0) == []
+            # ...but namespaces stay until a sweep finds their owner dead.
+            assert set(info["namespaces"].values()) <= set(netlab.list_netns())
+            with netlab.running("clean", topics=()) as lab:
+                assert lab.prefix != info["prefix"]
+                assert not set(netlab.list_netns()) & set(info["namespaces"].values())
+                assert not Path(info["state_dir"]).exists()
+    finally:
         netlab.sweep_stale()
 
 
