@@ -280,7 +280,7 @@ class Sampler:
         # baseline taken here would cover a few ms, below the 10 ms tick.
         self.prev_cpu = None
         self.seq = 0
-        self.cgroup_mounts = _cgroup_mounts()
+        self.cgroup_mounts = cgroup_mounts()
 
     def close(self) -> None:
         if self.pidfd is not None:
@@ -504,7 +504,7 @@ class Sampler:
         return [*self._sockets(base), *self._threads(base), self._host(base)]
 
 
-def _cgroup_mounts() -> tuple[str | None, str | None]:
+def cgroup_mounts() -> tuple[str | None, str | None]:
     """Mount points of the v1 cgroup hierarchy holding the cpu controller and
     of the v2 hierarchy, from /proc/self/mountinfo."""
     v1 = v2 = None
@@ -535,7 +535,7 @@ def cpu_cgroup_dir(pid: int, mounts: tuple[str | None, str | None] | None = None
         lines = _read(f"/proc/{pid}/cgroup").splitlines()
     except OSError:
         return None
-    v1_mount, v2_mount = mounts or _cgroup_mounts()
+    v1_mount, v2_mount = mounts or cgroup_mounts()
     v2_path = None
     for line in lines:
         # "4:cpu,cpuacct:/kubepods/pod1/c2" (v1) or "0::/user.slice" (v2)

@@ -163,6 +163,15 @@ def _bursts(sc):
     ).withColumn("write_sizes", F.col("_w.ret")).drop("_w")
 
 
+def _buckets(start: str, end: str, bucket_us: int):
+    """One row per time bucket the span [start, end] touches: the join key
+    of a range join by buckets (join on the bucket, then filter), never a
+    cross product."""
+    from pyspark.sql import functions as F
+
+    return F.explode(F.sequence(F.floor(F.col(start) / bucket_us), F.floor(F.col(end) / bucket_us)))
+
+
 def split_requests(spark, reqs, sc, bucket_us: int = BUCKET_US):
     """Attach each request's send burst and the syscalls of its window."""
     from pyspark.sql import functions as F
@@ -177,8 +186,7 @@ def split_requests(spark, reqs, sc, bucket_us: int = BUCKET_US):
     # Range join by buckets: a request spans few buckets, each syscall sits in one.
     r = r.withColumn("rid", F.monotonically_increasing_id())
     rb = r.select("rid", "pid", "start_us", "send_us", "recv_us",
-                  F.explode(F.sequence(F.floor(F.col("start_us") / bucket_us),
-                                       F.floor(F.col("recv_us") / bucket_us))).alias("bucket"))
+                  _buckets("start_us", "recv_us", bucket_us).alias("bucket"))
     ev = sc.filter(F.col("wait") | F.col("sock_read")).withColumn("bucket", F.floor(F.col("ts_us") / bucket_us))
     inside = rb.join(ev, ["pid", "bucket"]).filter(
         (F.col("ts_us") >= F.col("send_us")) & (F.col("ts_us") <= F.col("recv_us")))
@@ -527,14 +535,12 @@ def runq_of(spark, tables_dir, produce):
                   F.lag("ts_us").over(w).alias("iv_start"),
                   (F.col("runq_wait_ms") - F.lag("runq_wait_ms").over(w)).alias("iv_runq_ms"))
           .filter(F.col("iv_start").isNotNull() & (F.col("iv_runq_ms") > 0)))
-    iv = iv.withColumn("bucket", F.explode(F.sequence(F.floor(F.col("iv_start") / SAMPLE_BUCKET_US),
-                                                     F.floor(F.col("iv_end") / SAMPLE_BUCKET_US))))
+    iv = iv.withColumn("bucket", _buckets("iv_start", "iv_end", SAMPLE_BUCKET_US))
     start = F.coalesce(F.col("send_start_us"), F.col("send_us")) if "send_start_us" in produce.columns \
         else F.col("send_us")
     keys = ["pid", "send_us", "recv_us"]
     rb = (produce.filter(F.col("pid").isNotNull()).select(*keys, start.alias("_start"))
-          .withColumn("bucket", F.explode(F.sequence(F.floor(F.col("_start") / SAMPLE_BUCKET_US),
-                                                    F.floor(F.col("recv_us") / SAMPLE_BUCKET_US)))))
+          .withColumn("bucket", _buckets("_start", "recv_us", SAMPLE_BUCKET_US)))
     over = (rb.join(iv, (F.col("pid").cast("long") == F.col("tid")) & (rb.bucket == iv.bucket))
             .filter((F.col("iv_start") < F.col("recv_us")) & (F.col("iv_end") > F.col("_start")))
             .select(*keys, "iv_start", "iv_runq_ms", ((F.col("recv_us") - F.col("_start")) / 1000.0).alias("_dur"))
@@ -561,8 +567,7 @@ def throttle_of(stats, produce):
                    F.coalesce(F.lag("ts_us").over(w), F.col("ts_us") - SAMPLE_BUCKET_US).alias("w_start"),
                    (F.col("ts_us") + SAMPLE_BUCKET_US).alias("w_end"), "throttle_max_ms")
            .filter(F.col("throttle_max_ms") > 0))
-    win = win.withColumn("bucket", F.explode(F.sequence(F.floor(F.col("w_start") / SAMPLE_BUCKET_US),
-                                                       F.floor(F.col("w_end") / SAMPLE_BUCKET_US))))
+    win = win.withColumn("bucket", _buckets("w_start", "w_end", SAMPLE_BUCKET_US))
     keys = ["client", "broker", "recv_us"]
     rb = produce.select(*keys).distinct().withColumn("bucket", F.floor(F.col("recv_us") / SAMPLE_BUCKET_US))
     hit = (rb.join(F.broadcast(win), (rb.client == win.s_client) & (rb.broker == win.s_broker)

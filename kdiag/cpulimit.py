@@ -32,9 +32,9 @@ class CpuLimitError(KdiagError):
 
 
 def _mounts() -> tuple[Path | None, Path | None]:
-    from collectors.sockets import _cgroup_mounts
+    from collectors.sockets import cgroup_mounts
 
-    v1, v2 = _cgroup_mounts()
+    v1, v2 = cgroup_mounts()
     return (Path(v1) if v1 else None), (Path(v2) if v2 else None)
 
 
