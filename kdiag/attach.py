@@ -25,7 +25,6 @@ import os
 import signal
 import subprocess
 import sys
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from pathlib import Path
 from collectors import strace as c_strace
 from collectors import sockets
 from collectors.base import CollectorStatus, dies_with_parent
-from kdiag import redact
+from kdiag import guard, redact
 from kdiag.errors import UsageError
 
 # Without a window, an attach traces this long.
@@ -53,6 +52,7 @@ class TargetOptions:
     duration_s: float | None = None
     out: Path | None = None
     argv: list[str] = field(default_factory=list)
+    max_capture_mb: float | None = guard.DEFAULT_CAP_MB
 
 
 def _alive(pid: int) -> bool:
@@ -80,93 +80,129 @@ def _detach(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
 
 
 def run(opts: TargetOptions, log=lambda msg: None):
-    from kdiag.trace import TraceResult, finish, start_spark
+    from kdiag.trace import _default_bundle_path, staged
 
     if opts.pid is not None and not _alive(opts.pid):
         raise UsageError(f"--pid {opts.pid}: no such process")
     if opts.pid is None and not opts.command:
         raise UsageError("nothing to trace: give --pid PID or -- CMD ARGS")
-    reason = c_strace.check()
-    if reason:
-        raise UsageError(f"cannot trace another process here: {reason}")
+    out = (opts.out or _default_bundle_path()).resolve()
+    with staged(out, opts.argv, log) as staging:
+        return _run(opts, staging, out, log)
 
-    work = Path(tempfile.mkdtemp(prefix="kdiag-trace-"))
-    try:
-        staging = work / "bundle"
-        raw = staging / "raw"
-        for d in ("rdkafka_log", "strace", "sockets"):
-            (raw / d).mkdir(parents=True)
-        spark_holder, warm = start_spark()
-        strace_out = raw / "strace" / "strace.txt"
-        st = CollectorStatus(c_strace.NAME, version=c_strace.version())
-        stderr_log = None
-        # --seccomp-bpf does not apply to -p, and strace would say so on stderr.
-        flags = [f for f in c_strace.FLAGS if f != "--seccomp-bpf"]
-        wrapped = None
-        if opts.pid is not None:
-            mode, target = "attach", opts.pid
-            window = opts.duration_s or DEFAULT_ATTACH_S
-            log(f"attaching to pid {opts.pid} for {window:g}s; it keeps running when kdiag detaches")
-        else:
-            mode = "wrap"
-            window = opts.duration_s
-            stderr_log = raw / "rdkafka_log" / "stderr.log"
-            with open(stderr_log, "wb") as err:
-                wrapped = subprocess.Popen([sys.executable, "-c", _SHIM, *opts.command], stdin=subprocess.DEVNULL,
-                                           stderr=err)
-            target = wrapped.pid
-            if not _wait_state(target, "T"):
-                raise UsageError(f"{opts.command[0]}: did not start")
-            log(f"running {opts.command[0]} (pid {target}) under strace"
-                + (f" for {window:g}s" if window else " until it exits"))
-        cmd = ["strace", *flags, "-o", str(strace_out), "-p", str(target)]
-        st.command = redact.argv(cmd)
-        st.files = [str(strace_out)]
-        started = int(time.time() * 1e6)
-        tracer = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, preexec_fn=dies_with_parent, start_new_session=True)
+
+def _run(opts: TargetOptions, staging: Path, out: Path, log):
+    from kdiag.trace import TraceResult, _cap_bytes, collector_gaps, finish, start_spark
+
+    raw = staging / "raw"
+    for d in ("rdkafka_log", "strace", "sockets"):
+        (raw / d).mkdir(parents=True)
+    spark_holder, warm = start_spark()
+    strace_out = raw / "strace" / "strace.txt"
+    st = CollectorStatus(c_strace.NAME, version=c_strace.version())
+    # Without strace (not installed, not root) the sampler still reads the
+    # producer's sockets: TCP_NODELAY alone names a Nagle stall.
+    missing = c_strace.check()
+    if missing:
+        st.state, st.reason = "skipped", missing
+        log(f"strace skipped: {missing}; sampling the producer's sockets only")
+    stderr_log = None
+    # --seccomp-bpf does not apply to -p, and strace would say so on stderr.
+    flags = [f for f in c_strace.FLAGS if f != "--seccomp-bpf"]
+    wrapped = None
+    if opts.pid is not None:
+        mode, target = "attach", opts.pid
+        window = opts.duration_s or DEFAULT_ATTACH_S
+        log(f"attaching to pid {opts.pid} for {window:g}s; it keeps running when kdiag detaches")
+    else:
+        mode = "wrap"
+        window = opts.duration_s
+        stderr_log = raw / "rdkafka_log" / "stderr.log"
+        with open(stderr_log, "wb") as err:
+            wrapped = subprocess.Popen([sys.executable, "-c", _SHIM, *opts.command], stdin=subprocess.DEVNULL,
+                                       stderr=err)
+        target = wrapped.pid
+        if not _wait_state(target, "T"):
+            raise UsageError(f"{opts.command[0]}: did not start")
+        log(f"running {opts.command[0]} (pid {target})" + ("" if missing else " under strace")
+            + (f" for {window:g}s" if window else " until it exits"))
+    cmd = ["strace", *flags, "-o", str(strace_out), "-p", str(target)]
+    started = int(time.time() * 1e6)
+    tracer = None
+    with tempfile.TemporaryFile() as tracer_err:
+        if not missing:
+            st.command = redact.argv(cmd)
+            st.files = [str(strace_out)]
+            tracer = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=tracer_err,
+                                      preexec_fn=dies_with_parent, start_new_session=True)
         if wrapped is not None:
-            if not _wait_traced(target):
+            if tracer is not None and not _wait_traced(target, tracer):
                 _detach(tracer)
             os.kill(target, signal.SIGCONT)
         sampler = sockets.spawn(target, raw / "sockets" / "samples.jsonl", window) if target else None
-        interrupted = False
-        try:
-            deadline = None if window is None else time.monotonic() + window
-            while tracer.poll() is None and (target is None or _alive(target)):
-                if deadline is not None and time.monotonic() >= deadline:
-                    break
-                time.sleep(POLL_S)
-        except KeyboardInterrupt:
-            interrupted = True
-            log("interrupted: detaching; the producer keeps running")
-        finally:
-            _detach(tracer)
-            sampler_status = sockets.collect(sampler) if sampler is not None else None
-        st.started_us, st.ended_us = started, int(time.time() * 1e6)
+        interrupted = None
+        with guard.CaptureGuard(raw, _cap_bytes(opts.max_capture_mb), lambda why: None) as g:
+            try:
+                deadline = None if window is None else time.monotonic() + window
+                while _alive(target) and not g.tripped:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        break
+                    if tracer is not None and tracer.poll() is not None and st.state == "pending":
+                        # strace gave up (ptrace refused, the process gone): the
+                        # sampler goes on for the window.
+                        st.state, st.reason = "failed", _tracer_failure(tracer, tracer_err)
+                        log(f"strace stopped: {st.reason}")
+                    time.sleep(POLL_S)
+            except KeyboardInterrupt:
+                interrupted = "interrupted (Ctrl-C or SIGTERM)"
+                log("interrupted: detaching; the producer keeps running")
+            finally:
+                if tracer is not None:
+                    _detach(tracer)
+                sampler_status = sockets.collect(sampler) if sampler is not None else None
+        if g.tripped:
+            interrupted = g.reason
+            log(f"stopped: {g.reason}; the producer keeps running")
+        if tracer is not None and st.state == "pending" and tracer.returncode not in (0, -signal.SIGINT):
+            why = _tracer_failure(tracer, tracer_err)
+            if "ptrace" in why or "Operation not permitted" in why:
+                st.state, st.reason = "failed", why
+    st.started_us, st.ended_us = started, int(time.time() * 1e6)
+    if st.state == "pending":
         st.state = "partial" if interrupted else "ok"
-        st.bytes = strace_out.stat().st_size if strace_out.exists() else 0
-        if wrapped is not None and wrapped.poll() is not None:
-            wrapped.wait()
-        producer_alive = target is not None and _alive(target)
-        log(f"detached; pid {target} is " + ("still running" if producer_alive else "no longer running"))
+    st.bytes = strace_out.stat().st_size if strace_out.exists() else 0
+    if wrapped is not None and wrapped.poll() is not None:
+        wrapped.wait()
+    producer_alive = target is not None and _alive(target)
+    log(f"detached; pid {target} is " + ("still running" if producer_alive else "no longer running"))
 
-        raw_inputs = [p for p in (strace_out, stderr_log) if p is not None and p.exists()]
-        raw_inputs += sorted(p for p in (raw / "sockets").glob("*") if p.is_file())
-        manifest = {
-            "argv": redact.argv(opts.argv),
-            "mode": mode,
-            "target": {"pid": target, "command": redact.argv(opts.command) if opts.command else None,
-                       "running_at_detach": producer_alive},
-            "partial": interrupted,
-            "versions": {"strace": st.version},
-            "collectors": [c for c in (st.to_dict(), sampler_status) if c is not None],
-        }
-        findings, out_path = finish(staging, raw_inputs, {}, spark_holder, warm, opts.out, [], manifest,
-                                    {"partial": interrupted, "target": manifest["target"]})
-        return TraceResult(findings, out_path, None, interrupted, None)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    raw_inputs = [p for p in (strace_out, stderr_log) if p is not None and p.exists()]
+    raw_inputs += sorted(p for p in (raw / "sockets").glob("*") if p.is_file())
+    reasons = ([interrupted] if interrupted else []) + collector_gaps([st])
+    if sampler_status and sampler_status.get("state") in ("skipped", "failed"):
+        reasons.append(f"sockets {sampler_status['state']}: {sampler_status.get('reason')}")
+    manifest = {
+        "argv": redact.argv(opts.argv),
+        "mode": mode,
+        "target": {"pid": target, "command": redact.argv(opts.command) if opts.command else None,
+                   "running_at_detach": producer_alive},
+        "partial": bool(reasons),
+        "partial_reasons": reasons,
+        "versions": {"strace": st.version},
+        "collectors": [c for c in (st.to_dict(), sampler_status) if c is not None],
+    }
+    findings, out_path = finish(staging, raw_inputs, {}, spark_holder, warm, out, [], manifest,
+                                {"partial": bool(reasons), "target": manifest["target"]}, log)
+    return TraceResult(findings, out_path, None, bool(reasons), None, interrupted=interrupted is not None)
+
+
+def _tracer_failure(tracer: subprocess.Popen, err) -> str:
+    """strace's own last words: ``strace: attach: ptrace(PTRACE_SEIZE, 123):
+    Operation not permitted``."""
+    err.seek(0)
+    lines = [ln.strip() for ln in err.read().decode(errors="replace").splitlines() if ln.strip()]
+    words = next((ln for ln in reversed(lines) if "ptrace" in ln or "not permitted" in ln), None)
+    return words or (lines[-1] if lines else f"strace exited with status {tracer.returncode}")
 
 
 def _status_field(pid: int, name: str) -> str | None:
@@ -189,9 +225,9 @@ def _wait_state(pid: int, state: str, timeout_s: float = 10.0) -> bool:
     return False
 
 
-def _wait_traced(pid: int, timeout_s: float = 10.0) -> bool:
+def _wait_traced(pid: int, tracer: subprocess.Popen, timeout_s: float = 10.0) -> bool:
     end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
+    while time.monotonic() < end and tracer.poll() is None:
         if _status_field(pid, "TracerPid") not in (None, "0"):
             return True
         time.sleep(0.005)

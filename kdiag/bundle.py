@@ -56,21 +56,51 @@ def host_facts() -> dict:
     }
 
 
-def write(staging: Path, out_path: Path, manifest: dict) -> Path:
+def start(staging: Path, manifest: dict) -> None:
+    """An unsealed bundle: a manifest saying so, before anything is captured.
+    What a killed kdiag leaves behind is then recognisably a bundle, and says
+    it is partial."""
+    manifest = {**manifest, "bundle_format": FORMAT, "sealed": False, "partial": True,
+                "partial_reasons": ["kdiag stopped before it sealed this bundle (killed, or the machine went down)"]}
+    (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+
+
+def seal_dir(staging: Path, manifest: dict) -> list[Path]:
+    """Write the final manifest (sizes and SHA-256 of every file) into the
+    directory; it is then a bundle as an archive's unpacked copy is."""
     files = sorted(p for p in staging.rglob("*") if p.is_file() and p.name != MANIFEST)
     manifest = dict(manifest)
     manifest["bundle_format"] = FORMAT
+    manifest["sealed"] = True
     manifest["files"] = {
         str(p.relative_to(staging)): {"bytes": p.stat().st_size, "sha256": sha256(p)} for p in files
     }
-    (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+    tmp = staging / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+    os.replace(tmp, staging / MANIFEST)
+    return files
+
+
+def is_sealed_dir(path: Path) -> bool:
+    try:
+        return json.loads((Path(path) / MANIFEST).read_text()).get("sealed", True) is True
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def write(staging: Path, out_path: Path, manifest: dict) -> Path:
+    files = seal_dir(staging, manifest)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_name(out_path.name + ".part")
-    with tarfile.open(tmp, "w:gz") as tar:
-        tar.add(staging / MANIFEST, arcname=MANIFEST)
-        for p in files:
-            tar.add(p, arcname=str(p.relative_to(staging)))
-    os.replace(tmp, out_path)
+    try:
+        with tarfile.open(tmp, "w:gz") as tar:
+            tar.add(staging / MANIFEST, arcname=MANIFEST)
+            for p in files:
+                tar.add(p, arcname=str(p.relative_to(staging)))
+        os.replace(tmp, out_path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return out_path
 
 
@@ -174,6 +204,9 @@ class Verification:
     tables: int = 0                     # tables the manifest lists
     bundle_format: int | None = None
     not_a_bundle: bool = False
+    # Written by a kdiag that was stopped before it listed and checksummed
+    # the files: nothing to check them against, nothing to refuse either.
+    unsealed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -183,6 +216,8 @@ class Verification:
     def state(self) -> str:
         if self.not_a_bundle:
             return "not a bundle"
+        if self.unsealed:
+            return "UNSEALED"
         return "ok" if self.ok else "TAMPERED"
 
     def headline(self) -> str:
@@ -191,7 +226,8 @@ class Verification:
         return f"{self.path}: {self.state}"
 
     def to_dict(self) -> dict:
-        return {"path": str(self.path), "state": self.state, "ok": self.ok, "bundle_format": self.bundle_format,
+        return {"path": str(self.path), "state": self.state, "ok": self.ok, "unsealed": self.unsealed,
+                "bundle_format": self.bundle_format,
                 "files": self.files, "tables": self.tables,
                 "problems": [{"path": p.path, "problem": p.what} for p in self.problems]}
 
@@ -355,6 +391,12 @@ def _check_manifest(res: Verification, manifest_bytes: bytes | None, found: dict
                           f"({', '.join(map(str, FORMATS))})")
         return
 
+    if man.get("sealed") is False and "files" not in man:
+        res.unsealed = True
+        res.add(None, "unsealed: kdiag stopped before it listed and checksummed the files (killed, or the "
+                      f"machine went down); replay reads it as it is, `kdiag bundle seal {res.path}` makes "
+                      "it a bundle")
+        return
     listed = man.get("files")
     if not isinstance(listed, dict):
         res.add(MANIFEST, 'no "files" object listing the bundle\'s files')

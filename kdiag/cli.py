@@ -71,6 +71,9 @@ examples:
   kdiag bundle verify ticket-4711/ kdiag-*.tar.gz --json
       an unpacked bundle too; one JSON object, key "bundles"; exit 1 if any
       bundle has a problem
+  kdiag bundle seal kdiag-20261122-101500.tar.gz.partial
+      the directory a killed kdiag trace left: redacts it, parses, analyses
+      and writes kdiag-20261122-101500.tar.gz, marked partial
 """
 PARSE_EXAMPLES = """\
 examples:
@@ -120,7 +123,12 @@ def _parser() -> argparse.ArgumentParser:
                         "slow-broker (responses delayed 50 ms), throttled (a produce quota enforced as Kafka does), "
                         "client-cpu (the probe under a CPU limit)")
     t.add_argument("--no-path-probe", action="store_true", help="skip the TCP path probe of the brokers")
-    t.add_argument("-o", "--output", type=Path, help="bundle path (default ./kdiag-YYYYmmdd-HHMMSS.tar.gz)")
+    t.add_argument("-o", "--output", type=Path, help="bundle path (default ./kdiag-YYYYmmdd-HHMMSS.tar.gz); "
+                   "the capture is written beside it, in OUTPUT.partial/, until the bundle is sealed")
+    t.add_argument("--max-capture-mb", type=float, default=1024, metavar="MB",
+                   help="stop capturing (keeping what was captured, bundle marked partial) once the raw "
+                        "captures reach MB megabytes (default %(default)g; 0: no cap). Capture also stops "
+                        "when the output disk is nearly full (under 5%% free, at most 64 MiB)")
     t.add_argument("--json", action="store_true", help="print the findings as one JSON object")
 
     r = sub.add_parser("replay", help="analyse a bundle or raw captures offline",
@@ -132,7 +140,9 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bundle", help="check bundles against their manifests",
                        epilog=BUNDLE_EXAMPLES, formatter_class=fmt)
-    b.add_argument("action", choices=["verify"], help="verify: check each bundle against its manifest")
+    b.add_argument("action", choices=["verify", "seal"],
+                   help="verify: check each bundle against its manifest; seal: make the directory a killed "
+                        "kdiag trace left (OUTPUT.partial/) into the bundle it would have written")
     b.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="a .tar.gz bundle or an unpacked one")
     b.add_argument("--json", action="store_true", help="the results as one JSON object")
 
@@ -184,17 +194,23 @@ def cmd_trace(args, env: Environment, argv: list[str], command: list[str]) -> Ex
     opts = trace.TraceOptions(brokers=args.brokers, props=_props(args), topic=args.topic,
                               messages=args.messages, size=args.size, out=args.output,
                               timeout_s=args.timeout, scenario=args.scenario, rate=args.rate,
-                              path_probe=not args.no_path_probe, argv=["kdiag", *argv])
+                              path_probe=not args.no_path_probe, argv=["kdiag", *argv],
+                              max_capture_mb=args.max_capture_mb)
     if args.scenario and args.brokers:
         raise UsageError("--scenario runs its own lab; it does not go with -b")
-    res = trace.run(opts, log=env.say)
-    status = _emit(env, res.findings, args.json, str(res.bundle))
-    if args.json:
+    with _sigterm_interrupts():
+        res = trace.run(opts, log=env.say)
+    return _trace_status(env, res, args.json)
+
+
+def _trace_status(env: Environment, res, as_json: bool) -> ExitStatus:
+    status = _emit(env, res.findings, as_json, str(res.bundle))
+    if as_json:
         env.say(f"bundle: {res.bundle}")
     if res.error:
         env.say(f"error: {res.error.splitlines()[0]}")
         return ExitStatus.ERROR
-    return ExitStatus.INTERRUPTED if res.partial and status == ExitStatus.OK else status
+    return ExitStatus.INTERRUPTED if res.interrupted and status == ExitStatus.OK else status
 
 
 @contextlib.contextmanager
@@ -224,13 +240,10 @@ def cmd_trace_target(args, env: Environment, argv: list[str], command: list[str]
     if args.brokers or args.props or args.prop_file or args.scenario:
         raise UsageError("-b/-X/-F/--scenario set up kdiag's probe producer; they do not go with --pid or -- CMD")
     opts = attach.TargetOptions(pid=args.pid, command=command, duration_s=args.duration, out=args.output,
-                                argv=["kdiag", *argv])
+                                argv=["kdiag", *argv], max_capture_mb=args.max_capture_mb)
     with _sigterm_interrupts():
         res = attach.run(opts, log=env.say)
-    status = _emit(env, res.findings, args.json, str(res.bundle))
-    if args.json:
-        env.say(f"bundle: {res.bundle}")
-    return ExitStatus.INTERRUPTED if res.partial and status == ExitStatus.OK else status
+    return _trace_status(env, res, args.json)
 
 
 def cmd_replay(args, env: Environment) -> ExitStatus:
@@ -246,7 +259,12 @@ def cmd_replay(args, env: Environment) -> ExitStatus:
     # Any tar archive is taken for a bundle: none is a raw capture, and one
     # whose manifest is missing or not first is what verification reports.
     bundles = [p for p in paths if bundle.is_bundle(p) or bundle.is_archive(p)]
-    failed = [v for v in map(bundle.verify, bundles) if not v.ok]
+    checked = list(map(bundle.verify, bundles))
+    for v in checked:
+        if v.unsealed:
+            env.say(f"warning: {v.path} is unsealed (kdiag was stopped before it finished); its captures are "
+                    "read as they are, unchecked")
+    failed = [v for v in checked if not v.ok and not v.unsealed]
     if failed and not args.no_verify:
         raise InputError("\n".join(
             f"{v.path}: failed verification, not replaying it (--no-verify replays it anyway):\n"
@@ -288,6 +306,13 @@ def cmd_bundle(args, env: Environment) -> ExitStatus:
     for p in args.paths:
         if not p.exists():
             raise UsageError(f"{p}: no such file or directory")
+    if args.action == "seal":
+        from kdiag.trace import seal
+
+        for p in args.paths:
+            out = seal(p, log=env.say)
+            env.stdout.write(f"{out}\n")
+        return ExitStatus.OK
     results = [bundle.verify(p) for p in args.paths]
     if args.json:
         env.stdout.write(json.dumps({"bundles": [r.to_dict() for r in results]}) + "\n")

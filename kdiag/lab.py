@@ -909,7 +909,9 @@ def sigterm_exits() -> Iterator[Callable[[], None]]:
     """
     in_main = threading.current_thread() is threading.main_thread()
     old_handler = signal.getsignal(signal.SIGTERM) if in_main else None
-    trap = in_main and old_handler is not signal.SIG_IGN and old_handler is not None
+    # A handler someone else installed (kdiag trace's: SIGTERM ends the
+    # capture as Ctrl-C does) stays theirs.
+    trap = in_main and old_handler is signal.SIG_DFL
     pending: list[int] = []
 
     def on_sigterm(signum, frame):

@@ -8,6 +8,7 @@ still analysed and bundled, marked partial.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ from pathlib import Path
 from collectors import rdkafka_log as c_log
 from collectors import strace as c_strace
 from collectors.base import status_from_output
-from kdiag import __version__, bundle, redact
+from kdiag import __version__, bundle, guard, redact
 from kdiag import probe as probe_mod
 from kdiag.errors import KdiagError, UsageError
 
@@ -63,6 +64,7 @@ class TraceOptions:
     rate: float | None = None       # asynchronous probe at this many messages a second
     path_probe: bool = True
     argv: list[str] = field(default_factory=list)
+    max_capture_mb: float | None = guard.DEFAULT_CAP_MB
 
 
 @dataclass
@@ -72,6 +74,8 @@ class TraceResult:
     probe: dict | None
     partial: bool
     error: str | None = None
+    # Stopped before its end: Ctrl-C, SIGTERM, the size cap or a full disk.
+    interrupted: bool = False
 
 
 def read_properties(path: Path) -> dict[str, str]:
@@ -107,15 +111,47 @@ def _warm_spark(holder: dict) -> None:
 
 
 def run(opts: TraceOptions, log=lambda msg: None) -> TraceResult:
-    work = Path(tempfile.mkdtemp(prefix="kdiag-trace-"))
+    out = (opts.out or _default_bundle_path()).resolve()
+    with staged(out, opts.argv, log) as staging:
+        return _run(opts, staging, out, log)
+
+
+def staging_path(out: Path) -> Path:
+    return out.with_name(out.name + ".partial")
+
+
+@contextlib.contextmanager
+def staged(out: Path, argv: list[str], log):
+    """The capture is written beside the bundle it becomes, as OUT.partial/:
+    the disk it fills is the one the guard watches, and a kdiag killed before
+    it sealed the bundle leaves an unsealed bundle there that ``kdiag replay``
+    and ``kdiag bundle seal`` read. Removed once the bundle is written, and on
+    failure when nothing was captured."""
+    staging = staging_path(out)
     try:
-        return _run(opts, work, log)
+        staging.mkdir(parents=True)
+    except FileExistsError:
+        raise UsageError(f"{staging} exists: an earlier kdiag run stopped before sealing it. "
+                         f"kdiag bundle seal {staging} makes it a bundle; or remove it") from None
+    except OSError as e:
+        raise UsageError(f"cannot write beside {out}: {e.strerror or e}") from None
+    bundle.start(staging, {"kdiag_version": __version__, "created_us": int(time.time() * 1e6),
+                           "argv": redact.argv(argv)})
+    keep = False
+    try:
+        yield staging
+    except BaseException:
+        keep = guard.tree_bytes(staging / "raw") > 0
+        if keep:
+            log(f"the captures so far are kept in {staging} (kdiag bundle seal {staging} makes a bundle of them)")
+        raise
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        # A sealed directory is the bundle itself: the archive did not fit.
+        if not keep and not bundle.is_sealed_dir(staging):
+            shutil.rmtree(staging, ignore_errors=True)
 
 
-def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
-    staging = work / "bundle"
+def _run(opts: TraceOptions, staging: Path, out: Path, log) -> TraceResult:
     raw = staging / "raw"
     for d in ("rdkafka_log", "strace", "stats", "probe", "tcp_probe", "sockets"):
         (raw / d).mkdir(parents=True)
@@ -160,6 +196,13 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
             lab_info = the_lab.to_dict()
             base = {**the_lab.client_config(), **LAB_DEFAULTS}
         config = c_log.producer_config({**PROBE_DEFAULTS, **base, **user})
+        # What a kdiag killed mid-run leaves must still say what ran.
+        import confluent_kafka
+
+        bundle.start(staging, {"kdiag_version": __version__, "created_us": int(time.time() * 1e6),
+                               "argv": redact.argv(opts.argv), "mode": "lab" if lab_info else "brokers",
+                               "producer_config": redact.config(config),
+                               "versions": {"librdkafka": confluent_kafka.libversion()[0]}})
 
         paths = {
             "log": raw / "rdkafka_log" / "rdkafka.log",
@@ -186,11 +229,14 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
         from collectors import sockets
 
         sampler: list = []
-        partial, probe_rc = _run_probe(
-            prefix + full_cmd, paths["log"], opts.timeout_s, log, env,
-            on_start=lambda pid: sampler.append(sockets.spawn(pid, raw / "sockets" / "samples.jsonl")))
+        with guard.CaptureGuard(raw, _cap_bytes(opts.max_capture_mb), lambda why: log(f"stopping: {why}")) as g:
+            stopped, probe_rc = _run_probe(
+                prefix + full_cmd, paths["log"], opts.timeout_s, log, env,
+                on_start=lambda pid: sampler.append(sockets.spawn(pid, raw / "sockets" / "samples.jsonl")),
+                guard=g)
         sockets_status = sockets.collect(sampler[0]) if sampler else None
         ended = int(time.time() * 1e6)
+        partial = stopped is not None
         path_status = None
         if opts.path_probe and not partial and paths["summary"].exists():
             path_status = _probe_path(json.loads(paths["summary"].read_text()), config, raw / "tcp_probe", prefix, log)
@@ -209,10 +255,15 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
         probe_error = f"the probe producer exited with status {probe_rc} and no summary"
     elif probe is not None and probe["delivered"] == 0:
         probe_error = f"no message was delivered: {probe.get('first_error')}"
+    elif probe is not None and probe["failed"]:
+        probe_error = (f"{probe['failed']} of {probe['delivered'] + probe['failed']} messages were not delivered"
+                       + (" and the probe gave up" if probe.get("gave_up") else "") + f": {probe.get('first_error')}")
+    reasons = [stopped] if stopped else []
     if probe_error:
-        partial = True
+        reasons.append(probe_error)
         probe_error += "; librdkafka's last lines:\n" + _tail(paths["log"])
         log(probe_error)
+    reasons += collector_gaps([st_strace, st_log])
 
     import confluent_kafka
 
@@ -222,7 +273,8 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
     manifest = {
         "argv": redact.argv(opts.argv),
         "mode": "lab" if lab_info else "brokers",
-        "partial": partial,
+        "partial": bool(reasons),
+        "partial_reasons": reasons,
         "producer_config": redact.config(config),
         "versions": {
             "librdkafka": confluent_kafka.libversion()[0],
@@ -235,15 +287,29 @@ def _run(opts: TraceOptions, work: Path, log) -> TraceResult:
         "collectors": [st_log.to_dict(), st_strace.to_dict()]
                       + [d for d in (path_status, sockets_status) if d is not None],
     }
-    findings, out_path = finish(staging, raw_inputs, meta, spark_holder, warm, opts.out,
+    findings, out_path = finish(staging, raw_inputs, meta, spark_holder, warm, out,
                                 redact.secret_values(config), manifest,
-                                {"probe": probe, "partial": partial, "probe_error": probe_error})
-    return TraceResult(findings, out_path, probe, partial, probe_error)
+                                {"probe": probe, "partial": bool(reasons), "probe_error": probe_error}, log)
+    return TraceResult(findings, out_path, probe, bool(reasons), probe_error, interrupted=partial)
+
+
+def _cap_bytes(mb: float | None) -> int | None:
+    return None if mb is None or mb <= 0 else int(mb * guard.MIB)
+
+
+def collector_gaps(statuses) -> list[str]:
+    """A collector that could not run leaves the capture partial: in words."""
+    return [f"{st.name} {st.state}: {st.reason}" for st in statuses
+            if st is not None and st.state in ("skipped", "failed")]
 
 
 def finish(staging: Path, raw_inputs: list[Path], meta: dict, spark_holder: dict, warm: threading.Thread,
-           out: Path | None, secrets: list[str], manifest: dict, extra: dict) -> tuple[dict, Path]:
-    """Scrub, parse, analyse, report, bundle: the end of every trace."""
+           out: Path, secrets: list[str], manifest: dict, extra: dict, log=lambda msg: None) -> tuple[dict, Path]:
+    """Scrub, parse, analyse, report, bundle: the end of every trace.
+
+    A full disk costs the bundle its tables (replay parses the raw captures
+    again) and then its compression (the staging directory, sealed, is the
+    bundle); it never costs the captures."""
     scrubbed = redact.scrub_tree(staging / "raw", secrets)
     by_pattern = redact.scrub_tree_patterns(staging / "raw")
     warm.join()
@@ -252,22 +318,98 @@ def finish(staging: Path, raw_inputs: list[Path], meta: dict, spark_holder: dict
     from kdiag.pipeline import analyse
     from kdiag.report import render
 
-    findings, parsed = analyse(raw_inputs, staging / "tables", meta, spark=spark_holder["spark"], base=staging)
+    reasons = list(manifest.get("partial_reasons") or [])
+    with contextlib.ExitStack() as stack:
+        try:
+            findings, parsed = analyse(raw_inputs, staging / "tables", meta, spark=spark_holder["spark"],
+                                       base=staging)
+        except OSError as e:
+            if not _disk_full(e):
+                raise
+            shutil.rmtree(staging / "tables", ignore_errors=True)
+            reasons.append("the output disk filled up while writing the tables: the bundle holds the raw "
+                           "captures, which replay parses again")
+            log(reasons[-1])
+            elsewhere = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kdiag-tables-")))
+            findings, parsed = analyse(raw_inputs, elsewhere, meta, spark=spark_holder["spark"], base=staging)
+            parsed.rows, parsed.paths = {}, {}
     findings.update(extra)
-    out_path = (out or _default_bundle_path()).resolve()
-    (staging / "findings.json").write_text(json.dumps(findings, indent=2, default=str) + "\n")
-    (staging / "report.txt").write_text(render(findings, probe=extra.get("probe")))
+    if reasons:
+        findings["partial"] = True
+    findings["partial_reasons"] = reasons
+    findings["input_notes"] = [f"capture partial: {r}" for r in reasons] + list(findings.get("input_notes") or [])
     manifest = {
         "kdiag_version": __version__,
         "created_us": int(time.time() * 1e6),
         **manifest,
+        "partial": bool(manifest.get("partial") or reasons),
+        "partial_reasons": reasons,
         "redaction": {"secret_values": len(secrets), "replacements": scrubbed, "by_pattern": by_pattern},
         "host": bundle.host_facts(),
         "parse": parsed.files,
-        "tables": {name: {"rows": n, "schema_version": 1} for name, n in parsed.rows.items()},
+        "input_checks": findings.get("input_checks", []),
+        "tables": {name: {"rows": n, "schema_version": bundle.TABLE_SCHEMA_VERSION} for name, n in parsed.rows.items()},
     }
-    bundle.write(staging, out_path, manifest)
-    return findings, out_path
+    try:
+        (staging / "findings.json").write_text(json.dumps(findings, indent=2, default=str) + "\n")
+        (staging / "report.txt").write_text(render(findings, probe=extra.get("probe")))
+        bundle.write(staging, out, manifest)
+        shutil.rmtree(staging, ignore_errors=True)
+        return findings, out
+    except OSError as e:
+        if not _disk_full(e):
+            raise
+    # No room for the archive: the staging directory becomes the bundle.
+    reasons.append(f"no room on the output disk for {out.name}: the bundle is the directory {staging}")
+    log(reasons[-1])
+    findings["partial"], manifest["partial"] = True, True
+    findings["input_notes"].insert(len(reasons) - 1, f"capture partial: {reasons[-1]}")
+    try:
+        with contextlib.suppress(OSError):
+            (staging / "findings.json").write_text(json.dumps(findings, indent=2, default=str) + "\n")
+            (staging / "report.txt").write_text(render(findings, probe=extra.get("probe")))
+        bundle.seal_dir(staging, manifest)
+    except OSError as e:
+        raise KdiagError(f"the output disk is full; the captures are in {staging} ({e.strerror or e})") from e
+    return findings, staging
+
+
+def _disk_full(e: OSError) -> bool:
+    return e.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def seal(staging: Path, out: Path | None = None, log=lambda msg: None) -> Path:
+    """``kdiag bundle seal``: the OUTPUT.partial/ directory a killed kdiag
+    left becomes the bundle it would have written, marked partial. Secrets
+    are redacted by pattern only: the values kdiag was told died with it."""
+    staging = Path(staging).resolve()
+    if not (staging / bundle.MANIFEST).is_file():
+        raise UsageError(f"{staging}: not a directory kdiag trace left (no {bundle.MANIFEST})")
+    if bundle.is_sealed_dir(staging):
+        raise UsageError(f"{staging}: already sealed; kdiag replay reads it")
+    name = staging.name
+    out = (out or staging.with_name(name[:-len(".partial")] if name.endswith(".partial") else name + ".tar.gz"))
+    if out.exists():
+        raise UsageError(f"{out} exists; not overwriting it")
+    man = bundle.manifest(staging)
+    # Tables or findings half-written when kdiag died are not to be trusted.
+    shutil.rmtree(staging / "tables", ignore_errors=True)
+    for leftover in ("findings.json", "report.txt"):
+        (staging / leftover).unlink(missing_ok=True)
+    raw_inputs = [f for f in bundle.raw_files(staging) if f.parent.name in bundle.ANALYSED_SOURCES]
+    reasons = list(man.get("partial_reasons") or [])
+    reasons.append("sealed afterwards with kdiag bundle seal: secrets redacted by pattern only")
+    manifest = {k: v for k, v in man.items() if k not in ("files", "sealed", "bundle_format")}
+    manifest.update({"partial": True, "partial_reasons": reasons})
+    holder, warm = start_spark()
+    meta = {"librdkafka_version": (man.get("versions") or {}).get("librdkafka")}
+    summary = staging / "raw" / "probe" / "summary.json"
+    probe = None
+    with contextlib.suppress(OSError, ValueError):
+        probe = json.loads(summary.read_text())
+    _, out_path = finish(staging, raw_inputs, meta, holder, warm, out.resolve(), [], manifest,
+                         {"partial": True, "probe": probe}, log)
+    return out_path
 
 
 def start_spark() -> tuple[dict, threading.Thread]:
@@ -327,13 +469,18 @@ def _probe_pid(proc: subprocess.Popen, timeout_s: float = 10.0) -> int | None:
 
 
 def _run_probe(cmd: list[str], log_path: Path, timeout_s: float, log, env: dict,
-               on_start=lambda pid: None) -> tuple[bool, int | None]:
+               on_start=lambda pid: None, guard: guard.CaptureGuard | None = None) -> tuple[str | None, int | None]:
     """Run the probe with its stderr (librdkafka's log) streaming to disk;
-    ``on_start`` gets the probe's pid. Returns (partial, exit code)."""
-    partial = False
+    ``on_start`` gets the probe's pid. Returns (why it was stopped early or
+    None, exit code)."""
+    stopped = None
     with open(log_path, "wb") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env=env)
+        if guard is not None:
+            guard.on_trip = lambda why: (log(f"stopping the probe: {why}"), _interrupt(proc))
+            if guard.tripped:
+                _interrupt(proc)
         pid = _probe_pid(proc)
         if pid is not None:
             on_start(pid)
@@ -341,13 +488,21 @@ def _run_probe(cmd: list[str], log_path: Path, timeout_s: float, log, env: dict,
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             log(f"probe still running after {timeout_s:.0f}s: stopping it")
-            partial = True
+            stopped = f"the probe was stopped after --timeout {timeout_s:g}s"
             _stop(proc)
         except KeyboardInterrupt:
             log("interrupted: stopping the probe and keeping what was captured")
-            partial = True
+            stopped = "interrupted (Ctrl-C or SIGTERM)"
             _stop(proc)
-    return partial, proc.returncode
+        if guard is not None and guard.tripped:
+            _stop(proc)
+            stopped = guard.reason
+    return stopped, proc.returncode
+
+
+def _interrupt(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
 
 
 def _stop(proc: subprocess.Popen) -> None:
