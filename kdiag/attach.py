@@ -53,6 +53,7 @@ class TargetOptions:
     out: Path | None = None
     argv: list[str] = field(default_factory=list)
     max_capture_mb: float | None = guard.DEFAULT_CAP_MB
+    pseudonymise: Path | None = None
 
 
 def _alive(pid: int) -> bool:
@@ -192,7 +193,7 @@ def _run(opts: TargetOptions, staging: Path, out: Path, log):
         "collectors": [c for c in (st.to_dict(), sampler_status) if c is not None],
     }
     findings, out_path = finish(staging, raw_inputs, {}, spark_holder, warm, out, [], manifest,
-                                {"partial": bool(reasons), "target": manifest["target"]}, log)
+                                {"partial": bool(reasons), "target": manifest["target"]}, log, opts.pseudonymise)
     return TraceResult(findings, out_path, None, bool(reasons), None, interrupted=interrupted is not None)
 
 

@@ -46,6 +46,9 @@ examples:
       attach to a running producer for 20 s; it keeps running afterwards
   kdiag trace -- python3 my_producer.py --rate 50
       run a producer under kdiag until it exits
+  kdiag trace -b 10.1.2.3:9093 -X security.protocol=ssl --pseudonymise ~/kdiag-hosts.json
+      the bundle names no host: every address and hostname is a pseudonym,
+      the same one in every run that uses that map
   kdiag trace --scenario network-latency
       the lab as client -> 15 ms delay line -> router -> broker in network
       namespaces; the findings name network_latency and show the path
@@ -130,6 +133,10 @@ def _parser() -> argparse.ArgumentParser:
                         "captures reach MB megabytes (default %(default)g; 0: no cap). Capture also stops "
                         "when the output disk is nearly full (under 5%% free, at most 64 MiB)")
     t.add_argument("--json", action="store_true", help="print the findings as one JSON object")
+    t.add_argument("--pseudonymise", type=Path, metavar="MAP",
+                   help="replace every IP address and hostname in the bundle with a consistent pseudonym; "
+                        "MAP (created if absent, kept outside the bundle, mode 0600) holds the key and the "
+                        "real -> pseudonym pairs, so the same host gets the same pseudonym in every run using it")
 
     r = sub.add_parser("replay", help="analyse a bundle or raw captures offline",
                        epilog=REPLAY_EXAMPLES, formatter_class=fmt)
@@ -195,7 +202,7 @@ def cmd_trace(args, env: Environment, argv: list[str], command: list[str]) -> Ex
                               messages=args.messages, size=args.size, out=args.output,
                               timeout_s=args.timeout, scenario=args.scenario, rate=args.rate,
                               path_probe=not args.no_path_probe, argv=["kdiag", *argv],
-                              max_capture_mb=args.max_capture_mb)
+                              max_capture_mb=args.max_capture_mb, pseudonymise=args.pseudonymise)
     if args.scenario and args.brokers:
         raise UsageError("--scenario runs its own lab; it does not go with -b")
     with _sigterm_interrupts():
@@ -240,7 +247,8 @@ def cmd_trace_target(args, env: Environment, argv: list[str], command: list[str]
     if args.brokers or args.props or args.prop_file or args.scenario:
         raise UsageError("-b/-X/-F/--scenario set up kdiag's probe producer; they do not go with --pid or -- CMD")
     opts = attach.TargetOptions(pid=args.pid, command=command, duration_s=args.duration, out=args.output,
-                                argv=["kdiag", *argv], max_capture_mb=args.max_capture_mb)
+                                argv=["kdiag", *argv], max_capture_mb=args.max_capture_mb,
+                                pseudonymise=args.pseudonymise)
     with _sigterm_interrupts():
         res = attach.run(opts, log=env.say)
     return _trace_status(env, res, args.json)

@@ -65,6 +65,7 @@ class TraceOptions:
     path_probe: bool = True
     argv: list[str] = field(default_factory=list)
     max_capture_mb: float | None = guard.DEFAULT_CAP_MB
+    pseudonymise: Path | None = None    # the map file, kept outside the bundle
 
 
 @dataclass
@@ -289,7 +290,8 @@ def _run(opts: TraceOptions, staging: Path, out: Path, log) -> TraceResult:
     }
     findings, out_path = finish(staging, raw_inputs, meta, spark_holder, warm, out,
                                 redact.secret_values(config), manifest,
-                                {"probe": probe, "partial": bool(reasons), "probe_error": probe_error}, log)
+                                {"probe": probe, "partial": bool(reasons), "probe_error": probe_error}, log,
+                                opts.pseudonymise)
     return TraceResult(findings, out_path, probe, bool(reasons), probe_error, interrupted=partial)
 
 
@@ -304,7 +306,8 @@ def collector_gaps(statuses) -> list[str]:
 
 
 def finish(staging: Path, raw_inputs: list[Path], meta: dict, spark_holder: dict, warm: threading.Thread,
-           out: Path, secrets: list[str], manifest: dict, extra: dict, log=lambda msg: None) -> tuple[dict, Path]:
+           out: Path, secrets: list[str], manifest: dict, extra: dict, log=lambda msg: None,
+           pseudonymise: Path | None = None) -> tuple[dict, Path]:
     """Scrub, parse, analyse, report, bundle: the end of every trace.
 
     A full disk costs the bundle its tables (replay parses the raw captures
@@ -312,6 +315,22 @@ def finish(staging: Path, raw_inputs: list[Path], meta: dict, spark_holder: dict
     bundle); it never costs the captures."""
     scrubbed = redact.scrub_tree(staging / "raw", secrets)
     by_pattern = redact.scrub_tree_patterns(staging / "raw")
+    host = bundle.host_facts()
+    pseudo = None
+    if pseudonymise is not None:
+        # Once, on the raw captures: tables and findings come from them and
+        # so hold pseudonyms already (a second pass would map those again).
+        from kdiag.pseudonym import Pseudonyms, pseudonymise_manifest
+
+        with Pseudonyms.load_or_create(pseudonymise, outside=[staging]) as ps:
+            ps.hostname(host["hostname"])
+            ps.learn_obj(manifest)
+            ps.learn_obj(extra)
+            pseudo = {"map_id": ps.map_id, "keep_loopback": ps.keep_loopback, **ps.tree(staging / "raw")}
+            manifest = pseudonymise_manifest({**manifest, "host": host}, ps)
+            host = manifest.pop("host")
+            extra = ps.obj(extra)
+        log(f"hosts and addresses pseudonymised; the map is {pseudonymise} (keep it out of the bundle)")
     warm.join()
     if "error" in spark_holder:
         raise KdiagError(f"Spark did not start: {spark_holder['error']}")
@@ -345,7 +364,8 @@ def finish(staging: Path, raw_inputs: list[Path], meta: dict, spark_holder: dict
         "partial": bool(manifest.get("partial") or reasons),
         "partial_reasons": reasons,
         "redaction": {"secret_values": len(secrets), "replacements": scrubbed, "by_pattern": by_pattern},
-        "host": bundle.host_facts(),
+        "host": host,
+        "pseudonyms": pseudo,
         "parse": parsed.files,
         "input_checks": findings.get("input_checks", []),
         "tables": {name: {"rows": n, "schema_version": bundle.TABLE_SCHEMA_VERSION} for name, n in parsed.rows.items()},
