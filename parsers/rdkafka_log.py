@@ -1,12 +1,46 @@
 """librdkafka debug log lines -> table ``rdkafka_events``.
 
-Input is librdkafka's own stderr format, as ``rd_kafka_log_print()`` writes
-it (``"%%%i|%u.%03u|%s|%s| %s\\n"``: level, epoch seconds.milliseconds,
-facility, client name, message)::
+librdkafka hands every log line to the application as (level, facility,
+client name, message); each client library prints it its own way. All of
+these are read, recognised by content, line by line (a file may mix them):
+
+* librdkafka's own stderr format, ``rd_kafka_log_print()``
+  (``"%%%i|%u.%03u|%s|%s| %s\\n"``: level, epoch seconds.milliseconds,
+  facility, client name, message); text before the ``%`` is tolerated::
 
     %7|1795314017.477|SEND|rdkafka#producer-1| [thrd:ssl://127.0.0.1:19093/111]: ssl://127.0.0.1:19093/111: Sent ProduceRequest (v10, 2164 bytes @ 0, CorrId 20)
 
-Text before the ``%`` (a timestamp or level a wrapper added) is tolerated.
+* confluent-kafka (Python) ``logger=``: the record's message is
+  ``"%s [%s] %s"`` (facility, client name, message), under any ``logging``
+  format around it; the timestamp is taken from an ``asctime`` in the
+  prefix and the level from a ``levelname``::
+
+    2026-11-22 04:42:32,123 DEBUG kafka SEND [rdkafka#producer-1] [thrd:...]: ...
+    DEBUG:kafka:SEND [rdkafka#producer-1] [thrd:...]: ...
+
+* confluent-kafka-go ``LogEvent.String()``:
+  ``"[%v][%s][%s][%d]%s"`` (RFC 3339 time, client name, facility, level,
+  message), with any prefix (``log.Println``)::
+
+    [2026-11-22T04:42:32Z][rdkafka#producer-1][SEND][7][thrd:...]: ...
+
+* Confluent.Kafka (.NET) ``Loggers.ConsoleLogger``:
+  ``"{Level}|{yyyy-MM-dd HH:mm:ss.fff}|{Name}|{Facility}| {Message}"``::
+
+    Debug|2026-11-22 04:42:32.123|rdkafka#producer-1|SEND| [thrd:...]: ...
+
+* node-rdkafka and confluent-kafka-javascript ``event.log`` objects
+  (``{ severity, fac, message }``, the latter with ``name``) and the
+  KafkaJS-style DefaultLogger's ``{ message, fac, timestamp, name }``, as
+  ``console.log`` prints them (util.inspect: one line, or one property a
+  line when long) or as JSON lines. A record spread over lines becomes one
+  row, at its ``message`` line; its other lines are counted as skipped
+  ``record_part`` (a record cut by a chunk boundary loses the fields on the
+  other side: null).
+
+The message wording of librdkafka 0.9.2 to current is read (Sent lines
+without `` @ offset`` before 0.9.2; Retrying lines without ``prev CorrId``
+before 0.11.4; broker names with or without a ``proto://`` scheme).
 
 One row per librdkafka line, every line kept (``event`` = ``other`` when it
 is not one of the kinds below):
@@ -14,14 +48,26 @@ is not one of the kinds below):
 ==============  ========  =====================================================
 column          type      meaning (null when the line does not carry it)
 ==============  ========  =====================================================
-line_no         int64     1-based line number in the input
-ts_us           int64     librdkafka's timestamp, epoch microseconds (its
-                          resolution is 1 ms)
-level           int8      syslog level (7 = debug)
+line_no         int64     1-based line number in the input (of the
+                          ``message`` line for a multi-line record)
+ts_us           int64     the line's timestamp, epoch microseconds:
+                          librdkafka's own (1 ms resolution); KafkaJS's
+                          ``timestamp`` (epoch ms); else a Python ``asctime``
+                          or .NET local time *as printed, zone unknown*
+                          (read as if UTC; differences between lines are
+                          right, the absolute time is off by the zone; a
+                          time of day without date counts from 1970-01-01).
+                          Null when the line has no time finer than a
+                          second (Go's RFC 3339, an asctime without msecs,
+                          basicConfig's format, node-rdkafka)
+level           int8      syslog level (7 = debug); from Python only where
+                          the mapping is one to one (DEBUG 7, WARNING 4,
+                          ERROR 3)
 facility        string    SEND, RECV, STATE, CONNECT, ...
 client          string    client instance name, ``rdkafka#producer-1``
 thread          string    the ``[thrd:...]`` name (librdkafka cuts it short)
-broker          string    broker handle name, ``ssl://host:port/nodeid``
+broker          string    broker handle name, ``ssl://host:port/nodeid``,
+                          ``host:port/nodeid`` (plaintext)
 event           string    send, send_partial, recv, retry, unknown_corrid,
                           state, connect, connected, init, other
 request         string    API name without Request/Response: ``Produce``
@@ -66,33 +112,38 @@ SCHEMA = pa.schema(
 # "%" (a wrapper's own prefix without "|") is tolerated.
 _HEADER = r"^[^|]*%[0-7]\|[0-9]{1,12}\.[0-9]{3}\|[A-Za-z0-9_\-]*\|[^|]*\| "
 # rd_kafka_dbg() prefixes "[thrd:%s]: "; rd_rkb_dbg() adds the broker name
-# "%s: ": "ssl://h:p/111", "sasl_ssl://h:p/bootstrap", ":0/internal".
+# "%s: ": "ssl://h:p/111", "sasl_ssl://h:p/bootstrap", ":0/internal", and
+# for plaintext no scheme at all (rd_kafka_mk_brokername() omits it):
+# "127.0.0.1:9092/1". The stderr format puts a space before the thread; the
+# log callbacks' messages are given one to match.
 _THREAD = r"^ \[thrd:(?P<thread>[^\]]*)\]: "
 _THREAD_STRIP = r"^ (?:\[thrd:[^\]]*\]: )?"
-_BROKER_NAME = r"(?:[A-Za-z_]*://\S+/(?:-?[0-9]+|bootstrap|internal|[A-Za-z0-9_\-]+)|:[0-9]+/internal)"
+_BROKER_NAME = (r"(?:[A-Za-z_]*://\S+/(?:-?[0-9]+|bootstrap|internal|[A-Za-z0-9_\-]+)|:[0-9]+/internal"
+                r"|\S+:[0-9]+/(?:-?[0-9]+|bootstrap|internal))")
 _BROKER = r"^(?P<broker>" + _BROKER_NAME + "): "
 _BROKER_STRIP = r"^" + _BROKER_NAME + ": "
 
 # Each pattern quotes the format string in rdkafka_broker.c it matches.
 _EVENTS: list[tuple[str, str, str]] = [
-    # "Sent %sRequest (v%hd, %zu bytes @ %zu, CorrId %d)"; before v1.0 there
-    # was no " @ offset" part.
+    # "Sent %sRequest (v%hd, %zu bytes @ %zu, CorrId %d)"; before v0.9.2
+    # "Sent %sRequest (v%hd, %zd bytes, CorrId %d)".
     ("send", "Sent ",
-     r"^Sent (?P<request>[A-Za-z]+)Request \(v(?P<api_version>[0-9]{1,4}), "
-     r"(?P<size_bytes>[0-9]{1,18}) bytes(?: @ [0-9]+)?, CorrId (?P<corr_id>-?[0-9]{1,10})\)"),
+     (r"^Sent (?P<request>[A-Za-z]+)Request \(v(?P<api_version>[0-9]{1,4}), "
+      r"(?P<size_bytes>[0-9]{1,18}) bytes(?: @ [0-9]+)?, CorrId (?P<corr_id>-?[0-9]{1,10})\)")),
     # "Sent partial %sRequest (v%hd, %zd+%zd/%zu bytes, CorrId %d)"
     ("send_partial", "Sent partial ",
-     r"^Sent partial (?P<request>[A-Za-z]+)Request \(v(?P<api_version>[0-9]{1,4}), "
-     r"(?P<detail>[0-9]+\+[0-9]+)/(?P<size_bytes>[0-9]{1,18}) bytes, CorrId (?P<corr_id>-?[0-9]{1,10})\)"),
+     (r"^Sent partial (?P<request>[A-Za-z]+)Request \(v(?P<api_version>[0-9]{1,4}), "
+      r"(?P<detail>[0-9]+\+[0-9]+)/(?P<size_bytes>[0-9]{1,18}) bytes, CorrId (?P<corr_id>-?[0-9]{1,10})\)")),
     # "Received %sResponse (v%hd, %zu bytes, CorrId %d, rtt %.2fms)"
     ("recv", "Received ",
-     r"^Received (?P<request>[A-Za-z]+)Response \(v(?P<api_version>[0-9]{1,4}), "
-     r"(?P<size_bytes>[0-9]{1,18}) bytes, CorrId (?P<corr_id>-?[0-9]{1,10}), rtt (?P<rtt_ms>[0-9]{1,12}(?:\.[0-9]{1,6})?)ms\)"),
-    # "Retrying %sRequest (v%hd, %zu bytes, retry %d/%d, prev CorrId %d) in %dms"
+     (r"^Received (?P<request>[A-Za-z]+)Response \(v(?P<api_version>[0-9]{1,4}), "
+      r"(?P<size_bytes>[0-9]{1,18}) bytes, CorrId (?P<corr_id>-?[0-9]{1,10}), rtt (?P<rtt_ms>[0-9]{1,12}(?:\.[0-9]{1,6})?)ms\)")),
+    # "Retrying %sRequest (v%hd, %zu bytes, retry %d/%d, prev CorrId %d) in %dms";
+    # before v0.11.4 "Retrying %sRequest (v%hd, %zu bytes, retry %d/%d)".
     ("retry", "Retrying ",
-     r"^Retrying (?P<request>[A-Za-z]+)Request \(v(?P<api_version>[0-9]{1,4}), "
-     r"(?P<size_bytes>[0-9]{1,18}) bytes, retry (?P<detail>[0-9]+/[0-9]+), "
-     r"prev CorrId (?P<corr_id>-?[0-9]{1,10})\)"),
+     (r"^Retrying (?P<request>[A-Za-z]+)Request \(v(?P<api_version>[0-9]{1,4}), "
+      r"(?P<size_bytes>[0-9]{1,18}) bytes, retry (?P<detail>[0-9]+/[0-9]+)"
+      r"(?:, prev CorrId (?P<corr_id>-?[0-9]{1,10}))?\)")),
     # "Response for unknown CorrId %d (timed out?)"
     ("unknown_corrid", "Response for unknown CorrId",
      r"^Response for unknown CorrId (?P<corr_id>-?[0-9]{1,10})"),
@@ -110,6 +161,75 @@ _EVENTS: list[tuple[str, str, str]] = [
 ]
 
 _EVENT_FIELDS = ("request", "api_version", "size_bytes", "corr_id", "rtt_ms", "detail")
+# Groups that may not take part in a match (RE2 then gives ""): null them.
+_OPTIONAL = {"retry": ("corr_id",)}
+
+# ---- the client libraries' own log output around librdkafka's message ----
+
+# Confluent.Kafka (.NET) Loggers.ConsoleLogger:
+#   var now = DateTime.Now.ToString("yyyy-MM-dd HH:mm:ss.fff");
+#   Console.Error.WriteLine($"{logInfo.Level}|{now}|{logInfo.Name}|{logInfo.Facility}| {logInfo.Message}");
+# Level is the SyslogLevel enum's name: Emergency = 0 ... Debug = 7.
+_DOTNET_LEVELS = ["Emergency", "Alert", "Critical", "Error", "Warning", "Notice", "Info", "Debug"]
+_DOTNET = (r"^(?P<lname>" + "|".join(_DOTNET_LEVELS) + r")\|"
+           r"(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2}) (?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})\.(?P<frac>[0-9]{3})\|"
+           r"(?P<client>[^|]*)\|(?P<facility>[A-Za-z0-9_\-]*)\| ")
+# confluent-kafka-go LogEvent.String():
+#   fmt.Sprintf("[%v][%s][%s][%d]%s", logEvent.Timestamp.Format(time.RFC3339),
+#               logEvent.Name, logEvent.Tag, logEvent.Level, logEvent.Message)
+# RFC 3339 prints whole seconds: too coarse to time a request, so not kept.
+_GO = (r"^.*?\[[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?:Z|[+\-][0-9]{2}:[0-9]{2})\]"
+       r"\[(?P<client>[^\]]*)\]\[(?P<facility>[A-Za-z0-9_\-]*)\]\[(?P<level>[0-7])\]")
+# JSON.stringify() of an event.log object: node-rdkafka's
+# { severity, fac, message }, confluent-kafka-javascript's adds name; the
+# KafkaJS-style logger's { message, fac, timestamp: Date.now(), name }.
+_JSON_LINE = r'^\s*\{.*"fac"\s*:\s*"'
+_JSON_MSG = r'"message"\s*:\s*"(?P<msg>(?:[^"\\]|\\.)*)"'
+_JSON_FIELDS = [
+    ("facility", r'"fac"\s*:\s*"(?P<v>[^"\\]*)"'),
+    ("level", r'"severity"\s*:\s*(?P<v>[0-7])\b'),
+    ("client", r'"name"\s*:\s*"(?P<v>[^"\\]*)"'),
+    ("ts_ms", r'"timestamp"\s*:\s*(?P<v>[0-9]{12,14})\b'),
+]
+# console.log() of the same objects: Node's util.inspect puts the object on
+# one line ("{ severity: 7, fac: 'SEND', message: '...' }") when it fits in
+# breakLength (80), else one property a line, indented two spaces, between
+# "{" and "}" lines. Strings are quoted ', else " or ` when they hold a '.
+_KEY = r"(?:^\{ |^  |, )"
+
+
+def _js_string(group: str) -> str:
+    return rf"(?P<{group}>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`(?:[^`\\]|\\.)*`)"
+
+
+_INSPECT_MSG = _KEY + "message: " + _js_string("m")
+_INSPECT_FIELDS = [
+    ("facility", _KEY + "fac: " + _js_string("v")),
+    ("level", _KEY + r"severity: (?P<v>[0-7])(?:,| \}|$)"),
+    ("client", _KEY + "name: " + _js_string("v")),
+    ("ts_ms", _KEY + r"timestamp: (?P<v>[0-9]{12,14})(?:,| \}|$)"),
+]
+_INSPECT_PART = r"^(?:\{|\}|  (?:severity|fac|name|timestamp): .*)$"
+# confluent-kafka (Python) log_cb:
+#   PyObject_CallMethod(h->logger, "log", "issss", level_map[level],
+#                       "%s [%s] %s", fac, rd_kafka_name(rk), buf);
+# so the record's message is "SEND [rdkafka#producer-1] [thrd:...]: ...",
+# under any logging format. rd_kafka_name() is "%s#%s-%i" (client.id,
+# producer or consumer, instance number): the "#type-N" anchors it.
+_PYTHON = r"(?P<facility>[A-Za-z0-9_]+) \[(?P<client>[^\]\s]*#[a-z_]+-[0-9]+)\] "
+_PYTHON_SPLIT = r"[A-Za-z0-9_]+ \[[^\]\s]*#[a-z_]+-[0-9]+\] "
+# %(asctime)s: "2026-11-22 04:42:32,123" (local time, no zone unless the
+# datefmt adds one); with a datefmt such as "%H:%M:%S" plus ",%(msecs)03d"
+# only the time of day.
+_PY_TIME = (r"(?:(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2})[ T])?(?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})"
+            r"(?:[.,](?P<frac>[0-9]{1,6}))?(?P<tz>Z|[+\-][0-9]{2}:?[0-9]{2}| [+\-][0-9]{4})?")
+# confluent-kafka maps syslog levels 0-2 to CRITICAL and 5-6 to INFO: only
+# DEBUG, WARNING and ERROR name one syslog level.
+_PY_LEVEL = r"(?:^|[^A-Za-z])(?P<v>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?:[^A-Za-z]|$)"
+_PY_LEVELS = {"DEBUG": 7, "WARNING": 4, "WARN": 4, "ERROR": 3}
+
+_COLS = (("ts_us", pa.int64()), ("level", pa.int8()), ("facility", pa.string()),
+         ("client", pa.string()), ("msg", pa.string()))
 
 
 def _typed(vals: pa.Array, typ: pa.DataType) -> pa.Array:
@@ -125,6 +245,54 @@ def _typed(vals: pa.Array, typ: pa.DataType) -> pa.Array:
         inside = pc.and_(pc.greater_equal(wide, -limit), pc.less(wide, limit))
         wide = pc.if_else(inside, wide, pa.scalar(None, pa.int64()))
     return pc.cast(wide, typ)
+
+
+def _mask(arr) -> np.ndarray:
+    return pc.fill_null(arr, False).to_numpy(zero_copy_only=False)
+
+
+def _field(got: pa.StructArray, name: str) -> pa.Array:
+    return pc.struct_field(got, name)
+
+
+def _opt(got: pa.StructArray, name: str) -> pa.Array:
+    """An optional group: RE2 gives "" when it did not take part."""
+    v = pc.struct_field(got, name)
+    return pc.if_else(pc.equal(v, ""), pa.scalar(None, v.type), v)
+
+
+def _unquote(got: pa.StructArray, group: str) -> pa.Array:
+    """A quoted JavaScript string without its quotes."""
+    return pc.utf8_slice_codeunits(_field(got, group), 1, -1)
+
+
+def _unescape(vals: pa.Array, chars: str) -> pa.Array:
+    """Only the escapes of the quote and the backslash themselves; any other
+    escape (\\n, \\uXXXX: not in librdkafka's own messages) is kept as
+    printed."""
+    if not pc.any(pc.match_substring(vals, "\\")).as_py():
+        return vals
+    return pc.replace_substring_regex(vals, r"\\([" + chars + r"])", r"\1")
+
+
+def _local_ts(date, time, frac, tz) -> pa.Array:
+    """Epoch microseconds of a printed date and time, as if UTC unless a
+    zone is printed; null without a fraction of a second (whole seconds
+    cannot time a request). No date: the time of day from 1970-01-01."""
+    day = pc.coalesce(date, pa.scalar("1970-01-01"))
+    secs = pc.strptime(pc.binary_join_element_wise(day, time, "T"), format="%Y-%m-%dT%H:%M:%S",
+                       unit="s", error_is_null=True)
+    us = pc.multiply(pc.cast(secs, pa.int64()), 1_000_000)
+    us = pc.add(us, pc.cast(pc.utf8_rpad(frac, 6, "0"), pa.int64()))
+    if tz is not None and pc.any(pc.is_valid(tz)).as_py():
+        z = pc.utf8_trim_whitespace(pc.replace_substring(tz, ":", ""))
+        z = pc.if_else(pc.equal(z, "Z"), "+0000", z)
+        hh = pc.cast(pc.utf8_slice_codeunits(z, 1, 3), pa.int64())
+        mm = pc.cast(pc.utf8_slice_codeunits(z, 3, 5), pa.int64())
+        off = pc.multiply(pc.add(pc.multiply(hh, 3600), pc.multiply(mm, 60)), 1_000_000)
+        off = pc.if_else(pc.starts_with(z, "-"), pc.negate(off), off)
+        us = pc.subtract(us, pc.fill_null(off, 0))
+    return us
 
 
 class RdkafkaLogParser:
@@ -144,22 +312,191 @@ class RdkafkaLogParser:
             return SCHEMA.empty_table()
         line_no = pa.array(np.arange(first_line_no, first_line_no + n, dtype=np.int64))
 
-        ok = pc.fill_null(pc.match_substring_regex(lines, _HEADER), False)
-        if not pc.all(ok).as_py():
-            self._skip(lines, line_no, pc.invert(ok), "not_librdkafka")
-            lines, line_no = lines.filter(ok), line_no.filter(ok)
-        m = len(lines)
+        native = pc.fill_null(pc.match_substring_regex(lines, _HEADER), False)
+        if pc.all(native).as_py():
+            cols = self._native(lines)
+        else:
+            idx = np.flatnonzero(native.to_numpy(zero_copy_only=False))
+            pieces = [(idx, self._native(lines.take(idx)))] if len(idx) else []
+            rest = np.flatnonzero(~native.to_numpy(zero_copy_only=False))
+            first_other = len(pieces)
+            parts = self._other_formats(lines, rest, pieces)
+            for _, c in pieces[first_other:]:
+                c["msg"] = pc.utf8_replace_slice(c["msg"], 0, 0, " ")
+            found = np.concatenate([i for i, _ in pieces]) if pieces else np.zeros(0, np.int64)
+            unread = np.setdiff1d(rest, np.concatenate([found, parts]), assume_unique=True)
+            if len(parts):
+                self.counts.skip("record_part", len(parts))
+            if len(unread):
+                bad = np.zeros(n, dtype=bool)
+                bad[unread] = True
+                self._skip(lines, line_no, pa.array(bad), "not_librdkafka")
+            if not pieces:
+                return SCHEMA.empty_table()
+            order = np.argsort(found, kind="stable")
+            cols = {name: pa.concat_arrays([_as(c[name], typ) for _, c in pieces]).take(pa.array(order))
+                    for name, typ in _COLS} if len(pieces) > 1 else pieces[0][1]
+            line_no = line_no.take(pa.array(found[order]))
+        m = len(line_no)
         self.counts.parsed += m
-        if m == 0:
-            return SCHEMA.empty_table()
+        return self._events(line_no, cols, m)
 
+    @staticmethod
+    def _native(lines: pa.Array) -> dict:
         # Splitting on "|" is several times faster than one capturing regex
-        # over the whole, long line; the header check above made it safe.
+        # over the whole, long line; the header check made it safe.
         parts = pc.split_pattern(lines, "|", max_splits=4)
         lvl_f, ts_f, fac_f, client_f, msg = (pc.list_element(parts, i) for i in range(5))
         ts_ms = pc.cast(pc.replace_substring(ts_f, ".", ""), pa.int64())
-        level = pc.cast(pc.utf8_slice_codeunits(lvl_f, -1), pa.int8())
+        return {"ts_us": pc.multiply(ts_ms, 1000), "level": pc.cast(pc.utf8_slice_codeunits(lvl_f, -1), pa.int8()),
+                "facility": fac_f, "client": client_f, "msg": msg}
 
+    def _other_formats(self, lines: pa.Array, rest: np.ndarray, pieces: list) -> np.ndarray:
+        """Rows of the client libraries' formats, appended to pieces as
+        (line indices, columns); returns the indices of the lines that are
+        the other parts of multi-line records."""
+        parts = np.zeros(0, np.int64)
+        left = rest
+        for fmt in ("dotnet", "go", "json", "inspect", "python"):
+            if not len(left):
+                break
+            if fmt == "inspect":
+                left, parts = self._inspect(lines, left, pieces)
+            else:
+                left = getattr(self, "_" + fmt)(lines, left, pieces)
+        return parts
+
+    @staticmethod
+    def _match(lines: pa.Array, idx: np.ndarray, pattern: str):
+        """The header's fields, and the message after it. The patterns end
+        where the message begins: RE2 then finds submatches within the
+        short header instead of running its slow engine over the line."""
+        sub = lines.take(pa.array(idx))
+        got = pc.extract_regex(sub, pattern)
+        hit = pc.is_valid(got).to_numpy(zero_copy_only=False)
+        mask = pa.array(hit)
+        msg = pc.replace_substring_regex(sub.filter(mask), pattern, "", max_replacements=1)
+        return got.filter(mask), msg, idx[hit], idx[~hit]
+
+    def _dotnet(self, lines, idx, pieces) -> np.ndarray:
+        got, msg, hit, left = self._match(lines, idx, _DOTNET)
+        if len(hit):
+            lv = pc.index_in(_field(got, "lname"), pa.array(_DOTNET_LEVELS))
+            ts = _local_ts(_field(got, "date"), _field(got, "time"), _field(got, "frac"), None)
+            pieces.append((hit, {"ts_us": ts, "level": pc.cast(lv, pa.int8()),
+                                 "facility": _field(got, "facility"), "client": _field(got, "client"),
+                                 "msg": msg}))
+        return left
+
+    def _go(self, lines, idx, pieces) -> np.ndarray:
+        cand = _mask(pc.match_substring(lines.take(pa.array(idx)), "]["))
+        if not cand.any():
+            return idx
+        got, msg, hit, miss = self._match(lines, idx[cand], _GO)
+        left = np.sort(np.concatenate([idx[~cand], miss]))
+        if len(hit):
+            pieces.append((hit, {"ts_us": pa.nulls(len(hit), pa.int64()),
+                                 "level": pc.cast(_field(got, "level"), pa.int8()),
+                                 "facility": _field(got, "facility"), "client": _field(got, "client"),
+                                 "msg": msg}))
+        return left
+
+    def _json(self, lines, idx, pieces) -> np.ndarray:
+        cand = _mask(pc.match_substring_regex(lines.take(pa.array(idx)), _JSON_LINE))
+        if not cand.any():
+            return idx
+        # The message is cut out first: its text must not pass for a key.
+        got, others, hit, miss = self._match(lines, idx[cand], _JSON_MSG)
+        left = np.sort(np.concatenate([idx[~cand], miss]))
+        if not len(hit):
+            return left
+        vals = {name: _field(pc.extract_regex(others, pat), "v") for name, pat in _JSON_FIELDS}
+        pieces.append((hit, self._object_cols(vals, _unescape(_field(got, "msg"), '"\\\\/'))))
+        return left
+
+    @staticmethod
+    def _object_cols(vals: dict, msg: pa.Array) -> dict:
+        ts = vals["ts_ms"]
+        return {"ts_us": pc.multiply(pc.cast(ts, pa.int64()), 1000), "level": pc.cast(vals["level"], pa.int8()),
+                "facility": vals["facility"], "client": vals["client"], "msg": msg}
+
+    def _inspect(self, lines, idx, pieces) -> tuple[np.ndarray, np.ndarray]:
+        sub = lines.take(pa.array(idx))
+        msg_got = pc.extract_regex(sub, _INSPECT_MSG)
+        is_msg = pc.is_valid(msg_got).to_numpy(zero_copy_only=False)
+        if not is_msg.any():
+            return idx, np.zeros(0, np.int64)
+        # Record boundaries over the whole chunk: a multi-line record is the
+        # lines from a "{" line to the next "}" line.
+        n = len(lines)
+        pos = np.arange(n)
+        is_open = _mask(pc.equal(lines, "{"))
+        is_close = _mask(pc.equal(lines, "}"))
+        last_open = np.maximum.accumulate(np.where(is_open, pos, -1))
+        last_close = np.maximum.accumulate(np.where(is_close, pos, -1))
+        prev_close = np.concatenate([[-1], last_close[:-1]])
+        rec = np.where(last_open > prev_close, last_open, -1)
+
+        m_idx = idx[is_msg]
+        m_rec = rec[m_idx]
+        msg = _unescape(_unquote(msg_got.filter(pa.array(is_msg)), "m"), "'\"`\\\\")
+        own = pc.replace_substring_regex(sub.filter(pa.array(is_msg)), _INSPECT_MSG, "", max_replacements=1)
+        in_rec = np.isin(rec[idx], m_rec[m_rec >= 0]) & (rec[idx] >= 0) & ~is_msg
+        r_idx = idx[in_rec]
+        r_lines = sub.filter(pa.array(in_rec))
+        vals = {}
+        for name, pat in _INSPECT_FIELDS:
+            v = pc.extract_regex(own, pat)
+            v = _unquote(v, "v") if name in ("facility", "client") else _field(v, "v")
+            if len(r_idx):
+                rv = pc.extract_regex(r_lines, pat)
+                rv = _unquote(rv, "v") if name in ("facility", "client") else _field(rv, "v")
+                ok = pc.is_valid(rv).to_numpy(zero_copy_only=False)
+                # Each record's value, looked up by the record's first line
+                # (keys ascend with the line index).
+                keys, kv = rec[r_idx[ok]], rv.filter(pa.array(ok))
+                if len(keys):
+                    at = np.minimum(np.searchsorted(keys, m_rec), len(keys) - 1)
+                    found = (m_rec >= 0) & (keys[at] == m_rec)
+                    v = pc.coalesce(v, kv.take(pa.array(at, mask=~found)))
+            vals[name] = _unescape(v, "'\"`\\\\") if name in ("facility", "client") else v
+        # An object without fac is some other console.log() output.
+        keep = _mask(pc.is_valid(vals["facility"]))
+        cols = self._object_cols({k: v.filter(pa.array(keep)) for k, v in vals.items()},
+                                 msg.filter(pa.array(keep)))
+        if keep.any():
+            pieces.append((m_idx[keep], cols))
+        kept_recs = m_rec[keep]
+        part = in_rec & np.isin(rec[idx], kept_recs[kept_recs >= 0])
+        part_lines = _mask(pc.match_substring_regex(sub, _INSPECT_PART))
+        part &= part_lines
+        left = idx[~(part | np.isin(idx, m_idx[keep]))]
+        return left, idx[part]
+
+    def _python(self, lines, idx, pieces) -> np.ndarray:
+        # A split around the leftmost "FAC [name] " gives the logging
+        # prefix and the message at a third of the cost of capturing them.
+        sub = lines.take(pa.array(idx))
+        parts = pc.split_pattern_regex(sub, _PYTHON_SPLIT, max_splits=1)
+        hit_m = _mask(pc.equal(pc.list_value_length(parts), 2))
+        if not hit_m.any():
+            return idx
+        mask = pa.array(hit_m)
+        hit, left = idx[hit_m], idx[~hit_m]
+        parts = parts.filter(mask)
+        prefix, msg = pc.list_element(parts, 0), pc.list_element(parts, 1)
+        got = pc.extract_regex(sub.filter(mask), _PYTHON)
+        t = pc.extract_regex(prefix, _PY_TIME)
+        ts = _local_ts(_opt(t, "date"), _field(t, "time"), _opt(t, "frac"), _opt(t, "tz"))
+        lname = _field(pc.extract_regex(prefix, _PY_LEVEL), "v")
+        level = pc.index_in(lname, pa.array(list(_PY_LEVELS)))
+        level = pc.take(pa.array(list(_PY_LEVELS.values()), pa.int8()), level)
+        pieces.append((hit, {"ts_us": ts, "level": level, "facility": _field(got, "facility"),
+                             "client": _field(got, "client"), "msg": msg}))
+        return left
+
+    def _events(self, line_no: pa.Array, cols: dict, m: int) -> pa.Table:
+        msg = cols["msg"]
         thread = pc.struct_field(pc.extract_regex(msg, _THREAD), "thread")
         rest = pc.replace_substring_regex(msg, _THREAD_STRIP, "", max_replacements=1)
         broker = pc.struct_field(pc.extract_regex(rest, _BROKER), "broker")
@@ -175,23 +512,27 @@ class RdkafkaLogParser:
                 continue
             got = pc.extract_regex(text.take(idx), pattern)
             hit = pc.is_valid(got).to_numpy(zero_copy_only=False)
+            if name in _OPTIONAL:
+                got = pa.StructArray.from_arrays(
+                    [_opt(got, f) if f in _OPTIONAL[name] else _field(got, f) for f in got.type.names],
+                    names=got.type.names, mask=pc.invert(pc.is_valid(got)))
             codes[idx[hit]] = len(names)
             names.append(name)
             rows.append(idx[hit])
             found.append(got.filter(pa.array(hit)))
-        cols = self._event_columns(m, rows, found)
+        ev_cols = self._event_columns(m, rows, found)
         event = pc.cast(pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(names)), pa.string())
         return pa.table(
             {
                 "line_no": line_no,
-                "ts_us": pc.multiply(ts_ms, 1000),
-                "level": level,
-                "facility": fac_f,
-                "client": client_f,
+                "ts_us": cols["ts_us"],
+                "level": cols["level"],
+                "facility": cols["facility"],
+                "client": cols["client"],
                 "thread": thread,
                 "broker": broker,
                 "event": event,
-                **cols,
+                **ev_cols,
                 "text": text,
             },
             schema=SCHEMA,
@@ -232,6 +573,12 @@ class RdkafkaLogParser:
             self.counts.example(nos[i].as_py(), reason, bad[i].as_py() or "")
 
 
+def _as(arr, typ: pa.DataType) -> pa.Array:
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    return arr if arr.type == typ else pc.cast(arr, typ)
+
+
 def parse_lines(lines, first_line_no: int = 1) -> tuple[pa.Table, ParseCounts]:
     p = RdkafkaLogParser()
     arr = lines if isinstance(lines, (pa.Array, pa.ChunkedArray)) else pa.array(lines, pa.string())
@@ -240,9 +587,11 @@ def parse_lines(lines, first_line_no: int = 1) -> tuple[pa.Table, ParseCounts]:
 
 
 def looks_like(sample: list[str]) -> float:
-    """Share of non-empty sample lines in librdkafka's log format."""
+    """Share of non-empty sample lines that are librdkafka log lines in one
+    of the forms read (a multi-line record's other lines count with it)."""
     lines = [s for s in sample if s.strip()]
     if not lines:
         return 0.0
-    ok = pc.match_substring_regex(pa.array(lines, pa.string()), _HEADER)
-    return pc.sum(pc.cast(ok, pa.int64())).as_py() / len(lines)
+    p = RdkafkaLogParser()
+    p.feed(pa.array(lines, pa.string()), 1)
+    return (p.counts.parsed + p.counts.skipped.get("record_part", 0)) / len(lines)

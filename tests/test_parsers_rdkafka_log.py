@@ -1,9 +1,9 @@
 import pyarrow as pa
 import pyarrow.compute as pc
+from conftest import CAPTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import CAPTURES
 from parsers.rdkafka_log import RdkafkaLogParser, looks_like, parse_lines
 
 SEND = ("%7|1795314017.477|SEND|rdkafka#producer-1| [thrd:ssl://127.0.0.1:19093/111]: "
@@ -29,13 +29,13 @@ def test_send_and_recv_fields():
 
 def test_other_event_kinds():
     base = "%7|1700000000.001|X|rdkafka#producer-2| [thrd:ssl://b:9093/3]: ssl://b:9093/3: "
-    t, c = parse_lines([
+    t, _ = parse_lines([
         base + "Sent partial ProduceRequest (v7, 1000+500/2219 bytes, CorrId 9)",
         base + "Retrying ProduceRequest (v7, 2219 bytes, retry 1/2, prev CorrId 9) in 100ms",
         base + "Response for unknown CorrId 12 (timed out?)",
         base + "Broker changed state UP -> DOWN",
         base + "Connecting to ipv4#10.0.0.1:9093 (ssl) with socket 12",
-        # librdkafka before 1.0 printed no " @ offset" in Sent lines
+        # librdkafka before 0.9.2 printed no " @ offset" in Sent lines
         base + "Sent ProduceRequest (v2, 300 bytes, CorrId 4)",
         "%7|1700000000.002|INIT|rdkafka#producer-2| [thrd:app]: librdkafka v1.9.2 (0x10902ff) rdkafka#producer-2 initialized (builtin.features gzip)",
     ])
@@ -48,6 +48,21 @@ def test_other_event_kinds():
     assert rows[4]["detail"] == "ipv4#10.0.0.1:9093 (ssl)"
     assert rows[5]["corr_id"] == 4 and rows[5]["size_bytes"] == 300
     assert rows[6]["detail"] == "1.9.2" and rows[6]["broker"] is None and rows[6]["thread"] == "app"
+
+
+def test_plaintext_broker_and_old_retry_wording():
+    """rd_kafka_mk_brokername() gives plaintext brokers no scheme; before
+    0.11.4 a Retrying line had no prev CorrId."""
+    base = "%7|1700000000.001|X|rdkafka#producer-1| [thrd:127.0.0.1:9092/1]: 127.0.0.1:9092/1: "
+    state = ("%7|1700000000.002|X|rdkafka#producer-1| [thrd:main]: localhost:9092/bootstrap: "
+             "Broker changed state INIT -> CONNECT")
+    t, _ = parse_lines([base + "Sent ProduceRequest (v3, 2170 bytes @ 0, CorrId 5)",
+                        base + "Retrying ProduceRequest (v3, 2170 bytes, retry 1/2)", state])
+    rows = t.to_pylist()
+    assert [r["broker"] for r in rows] == ["127.0.0.1:9092/1", "127.0.0.1:9092/1", "localhost:9092/bootstrap"]
+    assert rows[0]["thread"] == "127.0.0.1:9092/1" and rows[0]["corr_id"] == 5
+    assert rows[1]["event"] == "retry" and rows[1]["corr_id"] is None and rows[1]["detail"] == "1/2"
+    assert rows[2]["event"] == "state" and rows[2]["detail"] == "INIT -> CONNECT"
 
 
 def test_real_capture_pairs_every_produce():
@@ -77,7 +92,7 @@ def test_bad_lines_counted_never_dropped():
 
 
 def test_out_of_range_numbers_do_not_crash():
-    t, c = parse_lines([RECV.replace("CorrId 20", "CorrId 3000000000")])
+    t, _ = parse_lines([RECV.replace("CorrId 20", "CorrId 3000000000")])
     assert t["event"][0].as_py() == "recv" and t["corr_id"][0].as_py() is None
 
 
