@@ -11,9 +11,16 @@ syscall, signal and process exit. The table:
                       none (no -f, -ff files, or stderr while one process ran).
   ts_us       int64   the line's timestamp in microseconds: -ttt -> since the
                       epoch; -tt -> since midnight; -t -> since midnight, whole
-                      seconds; -r -> the relative time as printed (since the
-                      previous line). Finer digits (--timestamps=ns) are cut
-                      to microseconds. Null when the line has no timestamp.
+                      seconds; -r -> since the input's first line: the running
+                      sum of the printed deltas (each line's time since the
+                      previous line, whatever its thread), resumed lines and
+                      signals included, plus half a microsecond a line for
+                      what strace's truncation to microseconds lost. Finer
+                      digits (--timestamps=ns) are cut to microseconds. Null
+                      when the line has no timestamp. (kdiag.tables puts
+                      -tt/-t/-r times on the epoch clock from librdkafka's
+                      own timestamps; with -ff, -r deltas span files and one
+                      file's sum is not a clock.)
   dur_us      int64   time spent in the call, -T ``<0.000123>``, microseconds.
                       Null when not printed (no -T, calls that never returned,
                       signals, exits).
@@ -59,7 +66,11 @@ Lines that give no row are counted in ``counts.skipped`` by reason:
 ``blank``, ``strace_message`` (``strace: Process 123 attached``,
 ``[ Process PID=123 runs in x32 mode. ]``), ``stack_trace`` (the
 `` > /lib/...`` lines of -k), ``unrecognised`` (not strace output), ``truncated`` (starts like strace output but the end is missing or
-unreadable). A ``<... resumed>`` line with no pending call on its pid still
+unreadable), ``program_output`` (without -o, strace shares stderr with the
+traced program, whose text lands inside strace's lines: the text is cut
+out, the line's rest on the next line joined back to it, and text lines of
+their own are counted here; see _join_program_output). A ``<... resumed>``
+line with no pending call on its pid still
 gives a row (what it knows: its own time, the resumed arguments, ret, errno,
 dur) but is counted as skipped ``orphan_resumed`` rather than parsed.
 
@@ -67,11 +78,14 @@ Parsing is vectorised: a few RE2 passes over whole Arrow arrays, numpy
 index arithmetic for cutting strings and for pairing unfinished calls with
 their resumption (a stable sort by pid puts each thread's lines together).
 Nothing loops over lines in Python except the unescaping of unusual
-``data`` strings and the pairing of the rare call whose pid prefix changed
-between its two lines (stderr output).
+``data`` strings, the pairing of the rare call whose pid prefix changed
+between its two lines (stderr output), the few last lines of each block
+(is a line there still waiting for its end?) and, only in blocks with lines
+that did not parse, the search for program output in them.
 """
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -124,14 +138,15 @@ SCHEMA = pa.schema(
 
 # Per-line classification. Codes up to _KILLED are rows.
 _SYSCALL, _UNFINISHED, _RESUMED, _DETACHED, _SIGNAL, _EXIT, _KILLED = range(7)
-_CONT = 7  # second half of a line that an strace message cut in two
-_BLANK, _MESSAGE, _STACK, _UNRECOGNISED, _TRUNCATED = 8, 9, 10, 11, 12
+_CONT = 7  # the end of a line that an strace message or program output cut off
+_BLANK, _MESSAGE, _STACK, _UNRECOGNISED, _TRUNCATED, _PROGRAM = 8, 9, 10, 11, 12, 13
 _SKIP_REASON = {
     _BLANK: "blank",
     _MESSAGE: "strace_message",
     _STACK: "stack_trace",
     _UNRECOGNISED: "unrecognised",
     _TRUNCATED: "truncated",
+    _PROGRAM: "program_output",
 }
 _KIND_NAMES = pa.array(["syscall", "syscall", "syscall", "syscall", "signal", "exit", "killed"])
 
@@ -584,8 +599,15 @@ class StraceParser:
         self._has_dur: bool | None = None
         # Calls still <unfinished ...>, at most one per pid.
         self._pending = _Events.empty()
-        # A line cut by an strace message, waiting for its second half.
-        self._carry: tuple[str, int] | None = None
+        # Lines held back from the end of the last feed (see _held_tail),
+        # and the line number of the first.
+        self._carry: tuple[pa.Array, int] | None = None
+        # The last lines of the previous block once program output was seen
+        # (see _join_program_output).
+        self._context: list[str] = []
+        # -r: the running sum of the deltas so far, in half microseconds
+        # (see _run_relative; the first line's delta is not corrected).
+        self._rel_half_us = -1
 
     # -- public ---------------------------------------------------------------
 
@@ -594,29 +616,37 @@ class StraceParser:
         first = int(first_line_no)
         out = []
         if self._carry is not None and len(lines):
-            text, no = self._carry
+            held, no = self._carry
             self._carry = None
-            if no + 1 == first:
-                lines = pa.concat_arrays([pa.array([text], pa.string()), lines])
+            if no + len(held) == first:
+                lines = pa.concat_arrays([held, lines])
                 first = no
-            else:  # its continuation is not next: it stays cut
-                out.append(self._feed_block(pa.array([text], pa.string()), no))
+            else:  # what they waited for is not next: they stay cut
+                out.append(self._feed_block(held, no))
         n = len(lines)
-        if n and _cut_by_message(lines[n - 1].as_py()):
-            # The second half is in the next chunk.
-            self._carry = (lines[n - 1].as_py(), first + n - 1)
-            lines = lines.slice(0, n - 1)
-            n -= 1
-        for s in range(0, n, BLOCK_LINES):
-            out.append(self._feed_block(lines.slice(s, BLOCK_LINES), first + s))
+        s = 0
+        while s < n:
+            block = lines.slice(s, BLOCK_LINES)
+            k = len(block)
+            # A line whose end may be in the next block (cut by an strace
+            # message or by the program's own output) is held back, with
+            # what follows it, so that both halves meet in one block.
+            hold = _held_tail(block)
+            if s + k < n:
+                hold = min(hold, k - 1)
+            elif hold:
+                self._carry = (pa.array(block.slice(k - hold).to_pylist(), pa.string()), first + s + k - hold)
+            if k - hold:
+                out.append(self._feed_block(block.slice(0, k - hold), first + s))
+            s += k if s + k >= n else k - hold
         return _concat(out)
 
     def finish(self) -> pa.Table:
         out = []
         if self._carry is not None:
-            text, no = self._carry
+            held, no = self._carry
             self._carry = None
-            out.append(self._feed_block(pa.array([text], pa.string()), no))
+            out.append(self._feed_block(held, no))
         pend, self._pending = self._pending, _Events.empty()
         if len(pend):
             m = len(pend)
@@ -656,16 +686,28 @@ class StraceParser:
         if self._fast_head is None:
             self._learn_format(lines)
         line_no = np.arange(first, first + n, dtype=np.int64)
-        lines, cont = _join_cut_lines(lines)
+        lines, joined_to = _join_cut_lines(lines)
         p = self._parse(lines)
+        joined, program = _join_program_output(lines, p["kind"], joined_to, self._context)
+        if joined is not None:
+            lines = joined
+            p = self._parse(lines)
+        keep = 2 * OUTPUT_LOOKBACK
+        self._context = (self._context + [x or "" for x in lines.slice(max(0, n - keep)).to_pylist()])[-keep:]
         kind = p["kind"]
-        # The half that was joined to its line shares that line's fate.
-        ci = np.flatnonzero(cont)
+        # The end that was joined to its line shares that line's fate.
+        ci = np.flatnonzero(joined_to >= 0)
         if len(ci):
-            kind[ci] = np.where(kind[ci - 1] <= _KILLED, _CONT, kind[ci - 1])
+            to = kind[joined_to[ci]]
+            kind[ci] = np.where(to <= _KILLED, _CONT, to)
+        if program.any():
+            kind[program] = _PROGRAM
+            p["ts_ok"][program] = False
 
         if not self._clock_set:
             self._set_clock(p, kind)
+        if self.clock == "relative":
+            self._run_relative(p)
 
         ev = np.flatnonzero(kind <= _KILLED)
         off, _ = _offsets_data(lines)
@@ -697,6 +739,21 @@ class StraceParser:
             bad += [(int(np.searchsorted(line_no, no)), "orphan_resumed") for no in orphans[:EXAMPLES_KEPT]]
             for i, reason in sorted(bad)[: EXAMPLES_KEPT - len(c.examples)]:
                 c.example(int(line_no[i]), reason, lines[i].as_py() or "")
+
+    def _run_relative(self, p: dict) -> None:
+        """-r prints each line's time since the previous line's; ts_us
+        becomes their running sum, in line order. Every timestamped line
+        counts, resumed halves and signals included, because strace measures
+        from whichever line it printed last. strace cuts each delta to the
+        microsecond (``%06ld`` of nanoseconds / 1000), losing half a
+        microsecond a line on average: adding that back keeps a million-line
+        capture from drifting half a second."""
+        ok = p["ts_ok"]
+        if not ok.any():
+            return
+        half = np.cumsum(np.where(ok, 2 * p["ts"] + 1, 0)) + self._rel_half_us
+        self._rel_half_us = int(half[-1])
+        p["ts"] = np.where(ok, half // 2, p["ts"])
 
     def _set_clock(self, p: dict, kind: np.ndarray) -> None:
         parsed = np.flatnonzero(kind <= _KILLED)
@@ -1135,16 +1192,17 @@ def _cut_by_message(line: str | None) -> bool:
 def _join_cut_lines(lines: pa.Array) -> tuple[pa.Array, np.ndarray]:
     """Rejoin "wait4(-1, strace: Process 5940 attached" + " <unfinished ...>".
 
-    Returns the lines with each first half replaced by the whole line, and a
-    mask of the second halves.
+    Returns the lines with each first half replaced by the whole line, and
+    for each line the index of the line it was joined to (-1 for none): the
+    second halves point at their first.
     """
     n = len(lines)
-    cont = np.zeros(n, dtype=bool)
+    joined_to = np.full(n, -1, dtype=np.int64)
     ends = pc.or_(pc.ends_with(lines, " attached"), pc.ends_with(lines, " detached"))
     ci = np.flatnonzero(np.asarray(ends))
     ci = ci[ci + 1 < n]
     if not len(ci):
-        return lines, cont
+        return lines, joined_to
     m = pc.extract_regex(lines.take(pa.array(ci)), pattern=_SPLIT_MSG)
     pre = m.field("pre").fill_null("")
     nxt = lines.take(pa.array(ci + 1))
@@ -1154,13 +1212,176 @@ def _join_cut_lines(lines: pa.Array) -> tuple[pa.Array, np.ndarray]:
     own = np.asarray(pc.extract_regex(nxt, pattern=_HEAD_ANY).is_valid())
     use = np.asarray(m.is_valid()) & ~only_prefix & ~own
     if not use.any():
-        return lines, cont
+        return lines, joined_to
     um = pa.array(use)
     joined = pc.binary_join_element_wise(pre.filter(um), nxt.filter(um), "")
     mask = np.zeros(n, dtype=bool)
     mask[ci[use]] = True
-    cont[ci[use] + 1] = True
-    return pc.replace_with_mask(lines, pa.array(mask), joined), cont
+    joined_to[ci[use] + 1] = ci[use]
+    return pc.replace_with_mask(lines, pa.array(mask), joined), joined_to
+
+
+# --- Program output on strace's stream ------------------------------------------
+#
+# Without -o, strace writes to stderr, and a traced program that writes to
+# the same stderr has its text land in whatever line strace has open at that
+# moment: strace prints a call's start when the call is entered and the rest
+# when it returns. In the call's own line:
+#   [pid 16476] 1795332605.978754 write(2</tmp/x>, "%7|...CorrId 2)\n", 156%7|...CorrId 2)
+#   ) = 156 <0.000017>
+# in another thread's, begun after strace closed the write's with
+# <unfinished ...>, even between two of its arguments:
+#   [pid 20541] 1795332819.097661 rt_sigprocmask(SIG_SETMASK, ~[KILL STOP RTMIN RT_1], %7|...NodeId 111
+#   NULL, 8) = 0 <0.000013>
+# or between two lines, on a line of its own. Text of several lines puts
+# the rest of them in between. OUTPUT_LOOKBACK bounds how far back the
+# write and the open line may be.
+OUTPUT_LOOKBACK = 64
+_PY_HEAD = re.compile(_HEAD_ANY)
+# The calls that write a buffer to fd 1 or 2: 'write(2</dev/pts/0>, "' ...
+_PY_STD_WRITE = re.compile(r'(?:write|pwrite64|sendto|send)\([12](?:<(?:[^<>]|<[^<>]*>)*>)?, "')
+_PY_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"(\.\.\.)?')
+# How a line that strace finished ends: ") = 0 <0.000012>", "= ?",
+# " <unfinished ...>", " <detached ...>", "--- ... ---", "+++ ... +++".
+_PY_FINISHED = re.compile(r"(?:= \S.*|<unfinished \.\.\.>|<detached \.\.\.>| ---| \+\+\+)$")
+
+
+def _std_write_buffer(line: str) -> tuple[str, bool, int] | None:
+    """For a write to fd 1/2: the text it puts out, whether -s cut it, and
+    where the quoted buffer ends on the line; None for other lines."""
+    m = _PY_HEAD.match(line)
+    if not m or not m.group("tok").endswith("("):
+        return None
+    start = m.start("tok")
+    if not _PY_STD_WRITE.match(line, start):
+        return None
+    q = _PY_QUOTED.search(line, start)
+    return (unescape(q.group(1)), q.group(2) is not None, q.end()) if q else None
+
+
+def _text_start(line: str, head_end: int, between: list[str], writes) -> int:
+    """Where a write's text starts on the open line it landed in, followed by
+    the lines ``between`` and then the rest of the line; -1 when it is not
+    the text of the line's own write or of one of ``writes`` (buffers of the
+    writes before it, nearest first)."""
+    own = _std_write_buffer(line)
+    for k, (text, cut, qend) in enumerate(itertools.chain([own] if own else [], writes)):
+        parts = text.split("\n")
+        if not parts[0]:
+            continue
+        # The whole buffer: its lines are this line's end, the lines in
+        # between, and nothing after the last newline. A cut one (-s) is
+        # known only to its cut.
+        whole = len(parts) == len(between) + 2 and parts[-1] == "" and between == parts[1:-1]
+        if (whole or (cut and len(parts) > 1)) and line.endswith(parts[0]):
+            at = len(line) - len(parts[0])
+        elif cut and len(parts) == 1:
+            if own and k == 0:  # after its own length argument: '"..., 432%7|...'
+                m = re.compile(r", \d+" + re.escape(parts[0])).match(line, qend)
+                at = m.end() - len(parts[0]) if m else -1
+            else:
+                at = line.rfind(parts[0])
+        else:
+            continue
+        if at >= head_end:
+            return at
+    return -1
+
+
+def _join_program_output(lines: pa.Array, kind: np.ndarray, joined_to: np.ndarray,
+                          context: list[str]) -> tuple[pa.Array | None, np.ndarray]:
+    """Take the program's text out of strace's lines: cut it from the open
+    line it landed in and join that line's rest to it, and mark the lines
+    that are only program text. Tried only for lines that did not parse, so
+    a capture written with -o costs nothing. ``context``: the lines just
+    before the block, where the write may be.
+
+    Returns the new lines (None when nothing changed; joined_to then points
+    each line's rest at the line it ends) and the mask of program text."""
+    n = len(lines)
+    program = np.zeros(n, dtype=bool)
+    odd = np.flatnonzero(kind == _UNRECOGNISED)
+    if not len(odd):
+        return None, program
+    pre = len(context)
+    text: list[str | None] = context + [None] * n
+
+    def get(i: int) -> str:
+        if text[i] is None:
+            text[i] = lines[i - pre].as_py() or ""
+        return text[i]
+
+    heads: dict[int, re.Match | None] = {}
+
+    def head(i: int):
+        if i not in heads:
+            heads[i] = _PY_HEAD.match(get(i))
+        return heads[i]
+
+    buffers: dict[int, tuple | None] = {}
+
+    def writes_before(i: int):
+        """The buffers of the writes to fd 1/2 before line i, nearest first."""
+        for x in range(i - 1, max(-1, i - 1 - OUTPUT_LOOKBACK), -1):
+            if x not in buffers:
+                w = get(x)
+                buffers[x] = _std_write_buffer(w) if "write(" in w or "send" in w else None
+            if buffers[x]:
+                yield buffers[x]
+
+    replace: dict[int, str] = {}
+    for c in odd.tolist():
+        if program[c] or joined_to[c] >= 0:
+            continue
+        rest = get(pre + c)
+        # The rest of an open line, after the text (and its other lines).
+        between: list[str] = []
+        for j in range(c - 1, max(-1, c - 1 - OUTPUT_LOOKBACK), -1):
+            if joined_to[j] >= 0 or j in replace:
+                break
+            h = head(pre + j)
+            if h is None:
+                between.insert(0, get(pre + j))
+                continue
+            if kind[j] == _TRUNCATED:
+                line = get(pre + j)
+                at = _text_start(line, h.end(), between, writes_before(pre + j))
+                if at >= 0:
+                    replace[j] = line[:at] + rest
+                    joined_to[c] = j
+                    program[j + 1:c] = True
+            break
+        if joined_to[c] >= 0:
+            continue
+        # A text line of its own, between two of strace's.
+        for buf in writes_before(pre + c):
+            if buf[0] and (rest == buf[0].split("\n")[0] or (buf[1] and "\n" not in buf[0]
+                                                                     and rest.startswith(buf[0]))):
+                program[c] = True
+                break
+    if not replace:
+        return None, program
+    mask = np.zeros(n, dtype=bool)
+    idx = sorted(replace)
+    mask[idx] = True
+    return pc.replace_with_mask(lines, pa.array(mask), pa.array([replace[i] for i in idx], pa.string())), program
+
+
+def _held_tail(block: pa.Array) -> int:
+    """How many of the block's last lines may still be waiting for the rest
+    of a line in what comes next: a line cut by an strace message, or an open
+    line (within OUTPUT_LOOKBACK of the end) and what follows it."""
+    k = len(block)
+    if not k:
+        return 0
+    hold = 1 if _cut_by_message(block[k - 1].as_py()) else 0
+    for j in range(k - 1, max(-1, k - 1 - OUTPUT_LOOKBACK), -1):
+        line = block[j].as_py() or ""
+        if _PY_HEAD.match(line):
+            if not _PY_FINISHED.search(line):
+                hold = max(hold, k - j)
+            break
+    return hold
 
 
 def _concat(tables: list[pa.Table]) -> pa.Table:
@@ -1225,7 +1446,7 @@ def looks_like(sample: list[str]) -> float:
         nonblank = c.lines - c.skipped.get("blank", 0)
         if nonblank <= 0:
             return 0.0
-        good = c.parsed + c.skipped.get("strace_message", 0) + c.skipped.get("orphan_resumed", 0)
+        good = c.parsed + sum(c.skipped.get(k, 0) for k in ("strace_message", "orphan_resumed", "program_output"))
         return max(0.0, min(1.0, good / nonblank))
     except Exception:  # a guess about an arbitrary file must never raise
         return 0.0
