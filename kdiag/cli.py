@@ -58,8 +58,11 @@ examples:
   kdiag replay kdiag-20261122-101500.tar.gz
       the findings of a bundle, offline: no Kafka, no root, no strace
   kdiag replay rdkafka.log strace.txt --json
-      raw captures made with other tools: a librdkafka debug log (stderr
-      format) and strace -f -tt/-ttt -T [-yy] output, recognised by content
+      raw captures made with other tools: a librdkafka debug log (stderr,
+      Python logging, Go, .NET or Node format) and strace output (-f or -ff,
+      -t/-tt/-ttt/-r, -T, -y/-yy), recognised by content
+  kdiag replay out/strace.* rdkafka.log
+      strace -ff per-thread files; each file's pid comes from its name
   kdiag replay stats.jsonl rdkafka.log
   kdiag replay --no-verify ticket-4711.tar.gz
       a bundle that fails kdiag bundle verify, analysed anyway; a warning
