@@ -20,4 +20,7 @@ def analyse(raw: list[Path], tables_dir: Path, meta: dict | None = None, spark=N
     findings = analyze(spark, tables_dir, meta)
     findings["input_notes"] = parsed.notes
     findings["inputs"] = parsed.files
+    from kdiag.quality import name_inputs
+
+    findings["input_checks"] = name_inputs(findings.get("input_checks") or [], parsed.files)
     return findings, parsed

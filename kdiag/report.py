@@ -62,9 +62,11 @@ def render(findings: dict, *, bundle: str | None = None, probe: dict | None = No
         out.append("NOT KNOWN:")
         out.extend(f"  - {u}" for u in findings["unknowns"])
     notes = findings.get("input_notes") or []
-    if notes:
+    checks = findings.get("input_checks") or []
+    if notes or checks:
         out.append("INPUT:")
         out.extend(f"  - {n}" for n in notes)
+        out.extend(f"  - {c['input']}: {c['detail']}" for c in checks)
     if bundle:
         out.append(f"bundle: {bundle}")
     return "\n".join(out) + "\n"

@@ -1,0 +1,284 @@
+"""Checks of the input as a whole: what parses line by line but is wrong
+together.
+
+- Duplicates: a block of lines given twice (``cat a a``, a rotated log
+  concatenated with overlap, the same file named twice) parses into rows that
+  repeat earlier rows exactly. The first copy is kept, the rest counted and
+  dropped, so a request is not counted twice.
+- Clock steps: a thread's timestamps go back (NTP step, VM restore) or jump
+  forward by more than any real pause (VM suspend, clock set). A request that
+  spans one has a negative or inflated latency: it is counted and left out
+  rather than allowed to move the percentiles and the verdict.
+
+Everything is DataFrame work (one hash aggregate per table, windows
+partitioned by thread); only the few step observations reach the driver.
+Each check is a dict for ``findings["input_checks"]``: input, check, count,
+detail, excluded_requests (and table).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# A thread's own clock readings never go back unless the clock was set; 1 ms
+# is nothing strace (microseconds) can misprint.
+STRACE_BACK_TOLERANCE_US = 1_000
+# librdkafka stamps a line before writing it, and several application
+# threads log under one name (thrd:app): one descheduled in between (a CFS
+# throttled container loses up to 100 ms) writes an older time after a newer
+# one. NTP only steps beyond 128 ms; smaller offsets it slews.
+LOG_BACK_TOLERANCE_US = 250_000
+# No request stays in flight this long (librdkafka times it out at
+# socket.timeout.ms, 60 s by default; Produce at request.timeout.ms, 30 s), and
+# under strace librdkafka's threads wake at least once a second
+# (rd_kafka_max_block_ms): a minute in which no traced thread made one call
+# is a stopped process or a clock set forward, not a wait.
+FORWARD_GAP_US = 60_000_000
+# Beyond this many steps the timestamps are not a clock (strace -r prints
+# the time since the previous line): the observations are counted, not kept.
+MAX_OBSERVATIONS = 10_000
+
+# librdkafka lines that carry a correlation id are logged once per request;
+# other lines (state changes, "Not selecting any broker") can repeat within
+# the log's millisecond resolution and are left alone.
+_CORR_EVENTS = ("send", "send_partial", "recv", "retry", "unknown_corrid")
+
+
+@dataclass
+class Quality:
+    checks: list[dict] = field(default_factory=list)
+    # table -> step observations (driver-side dicts), for excluding requests
+    steps: dict[str, list[dict]] = field(default_factory=dict)
+
+    def add(self, table: str, check: str, count: int, detail: str, excluded: int = 0, **extra) -> dict:
+        c = {"input": table, "table": table, "check": check, "count": int(count), "detail": detail,
+             "excluded_requests": int(excluded), **extra}
+        self.checks.append(c)
+        return c
+
+
+def with_order(df):
+    """Each row's place in its table: rows are written file after file, chunk
+    after chunk, so per thread this is line order within a file. It outlives
+    a clock step, which ts_us order does not."""
+    from pyspark.sql import functions as F
+
+    return None if df is None else df.withColumn("_id", F.monotonically_increasing_id())
+
+
+def drop_duplicates(df, table: str, q: Quality):
+    """The rows that repeat an earlier row in everything but line_no, dropped;
+    the first copy stays. A 64-bit hash finds the candidates with one narrow
+    aggregate; only those are compared column by column."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    if df is None:
+        return df
+    content = [c for c in df.columns if c not in ("line_no", "_id")]
+    scope = F.col("ts_us").isNotNull()
+    if table == "rdkafka_events":
+        scope = scope & F.col("event").isin(*_CORR_EVENTS) & F.col("corr_id").isNotNull()
+    if table in ("syscalls", "log_writes"):
+        # strace -t prints whole seconds: one thread's identical calls in one
+        # second are real, not copies.
+        scope = scope & (F.col("ts_us") % 1_000_000 != 0)
+    h = df.withColumn("_h", F.xxhash64(*content))
+    cand = h.filter(scope).groupBy("_h").count().filter("count > 1").select("_h")
+    if not cand.limit(1).count():
+        return df
+    w = Window.partitionBy(*content).orderBy("_id")
+    drop = (h.filter(scope).join(cand, "_h").withColumn("_rn", F.row_number().over(w))
+            .filter("_rn > 1").select("_id", "line_no")).cache()
+    stats = drop.agg(F.count("*").alias("n"), F.min("line_no").alias("first"), F.max("line_no").alias("last")).first()
+    if not stats.n:
+        return df
+    what = {
+        "syscalls": "strace rows (same thread, time, call and result)",
+        "log_writes": "librdkafka lines written to stderr under strace",
+        "rdkafka_events": "librdkafka request lines (same client, broker, CorrId and millisecond)",
+        "stats": "statistics rows (same client, broker and time)",
+    }.get(table, "rows")
+    if table != "log_writes":   # a subset of the syscalls' copies: not counted twice
+        q.add(table, "duplicate_lines", stats.n,
+              f"{stats.n} {what} repeat earlier ones exactly, at lines {stats.first} to {stats.last}: a block "
+              f"given twice (cat a a, a rotated log joined with overlap, a file named twice); the first copy "
+              f"is kept and the rest dropped")
+    return df.join(drop.select("_id"), "_id", "left_anti")
+
+
+def clock_steps(spark, df, table: str, q: Quality) -> None:
+    """Per thread, in file order: a timestamp behind the previous one by more
+    than the tolerance is a step back; a gap after the previous call's end
+    longer than FORWARD_GAP_US, in which no other thread did anything
+    either, is a jump forward. One step seen by several threads counts once
+    (their intervals of rows overlap)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    if df is None:
+        return
+    if table == "syscalls":
+        group, tol = ["pid"], STRACE_BACK_TOLERANCE_US
+        end = F.col("ts_us") + F.coalesce(F.col("dur_us"), F.lit(0))
+    else:
+        group, tol = ["client", "thread"], LOG_BACK_TOLERANCE_US
+        end = F.col("ts_us")
+    w = Window.partitionBy(*group).orderBy("_id")
+    t = (df.filter(F.col("ts_us").isNotNull()).select("_id", "line_no", "ts_us", end.alias("_end"), *group)
+         .withColumn("a_id", F.lag("_id").over(w)).withColumn("a_line", F.lag("line_no").over(w))
+         .withColumn("a_ts", F.lag("ts_us").over(w)).withColumn("a_end", F.lag("_end").over(w)))
+    # A line number that does not rise is the next input file: not compared.
+    t = t.filter(F.col("a_line").isNotNull() & (F.col("line_no") > F.col("a_line")))
+    back = F.col("ts_us") - F.col("a_ts") < -tol
+    fwd = F.col("ts_us") - F.col("a_end") > FORWARD_GAP_US
+    obs = t.filter(back | fwd).select(
+        F.when(back, "clock_backwards").otherwise("clock_jump_forward").alias("kind"),
+        "a_id", F.col("_id").alias("b_id"), "a_line", F.col("line_no").alias("b_line"), "a_ts", "a_end",
+        F.col("ts_us").alias("b_ts"))
+    rows = [r.asDict() for r in obs.orderBy("a_id").limit(MAX_OBSERVATIONS + 1).collect()]
+    if not rows:
+        return
+    if len(rows) > MAX_OBSERVATIONS:
+        n = obs.count()
+        c = q.add(table, "clock_backwards", n,
+                  f"timestamps go back or jump {n} times: they are not a clock (strace -r prints the time "
+                  f"since the previous line); no request from this input can be timed")
+        q.steps[table] = [{"kind": "unusable", "check": c}]
+        return
+    steps = []
+    for kind in ("clock_backwards", "clock_jump_forward"):
+        cur = None
+        for r in (r for r in rows if r["kind"] == kind):
+            if cur is not None and r["a_id"] < cur["b_id"]:
+                cur["obs"].append(r)
+                cur["b_id"] = max(cur["b_id"], r["b_id"])
+                continue
+            cur = {"kind": kind, "b_id": r["b_id"], "obs": [r]}
+            steps.append(cur)
+    if any(s["kind"] == "clock_jump_forward" for s in steps):
+        _confirm_silence(spark, df, steps)
+    out = []
+    for i, s in enumerate(steps):
+        if s.get("busy"):
+            continue
+        o = s["obs"]
+        # Each thread saw the step plus the time it let pass between its two
+        # calls (never negative): the busiest thread's view is the closest.
+        size = min(r["b_ts"] - (r["a_ts"] if s["kind"] == "clock_backwards" else r["a_end"]) for r in o)
+        out.append({"id": i, "kind": s["kind"], "size_us": size,
+                    "line": min(r["b_line"] for r in o), "obs": o})
+    if out:
+        q.steps[table] = out
+
+
+def _confirm_silence(spark, df, steps: list[dict]) -> None:
+    """A long gap on one thread is only a jump when no other thread made a
+    call in it (a thread sleeping in an untraced futex is not a jump)."""
+    from pyspark.sql import functions as F
+
+    fw = [(i, max(r["a_end"] for r in s["obs"]), min(r["b_ts"] for r in s["obs"]))
+          for i, s in enumerate(steps) if s["kind"] == "clock_jump_forward"]
+    iv = spark.createDataFrame(fw, "sid int, lo long, hi long")
+    busy = {r.sid for r in df.select("ts_us").join(
+        F.broadcast(iv), (F.col("ts_us") > F.col("lo")) & (F.col("ts_us") < F.col("hi"))).select("sid").distinct().collect()}
+    for i in busy:
+        steps[i]["busy"] = True
+
+
+def exclude_spanning(spark, reqs, table: str, q: Quality, source_name: str):
+    """Requests whose Sent..Received lines hold a clock step: their latency
+    is the step's as much as the request's. An observation lies inside a
+    request when its two rows' lines and times both fall between the
+    request's (the times keep another input file's lines out)."""
+    from pyspark.sql import functions as F
+
+    steps = q.steps.get(table) or []
+    if not steps:
+        return reqs
+    if steps[0]["kind"] == "unusable":
+        if reqs is not None:
+            steps[0]["check"]["excluded_requests"] = reqs.count()
+            return reqs.limit(0)
+        return reqs
+    rows = [(s["id"], r["a_line"], r["b_line"], r["a_ts"], r["b_ts"]) for s in steps for r in s["obs"]]
+    obs = spark.createDataFrame(rows, "sid int, a_line long, b_line long, a_ts long, b_ts long")
+    r = reqs if reqs is not None else spark.createDataFrame(
+        [], "send_line long, recv_line long, send_us long, recv_us long, request string")
+    # The send and row a are read on the clock before the step, row b and
+    # the response on the clock after it: each pair compares like with like,
+    # whichever way the clock went.
+    slack = STRACE_BACK_TOLERANCE_US if table == "syscalls" else LOG_BACK_TOLERANCE_US
+    cond = ((F.col("send_line") <= F.col("a_line")) & (F.col("b_line") <= F.col("recv_line"))
+            & (F.col("send_us") <= F.col("a_ts") + slack) & (F.col("b_ts") <= F.col("recv_us") + slack))
+    # A recv line pairs with one send line; the times keep other files apart.
+    key = ["send_line", "recv_line", "send_us", "recv_us"]
+    hit = r.join(F.broadcast(obs), cond).select(*key, "sid", "request").distinct()
+    # Few rows: the spanning requests, one per step they span.
+    hits = hit.collect()
+    spans = {h.sid for h in hits}
+    for kind in ("clock_backwards", "clock_jump_forward"):
+        mine = [s for s in steps if s["kind"] == kind]
+        if table == "rdkafka_events" and kind == "clock_jump_forward":
+            # An idle producer logs nothing for minutes: a silence in the log
+            # is a jump only when a request was in flight across it.
+            mine = [s for s in mine if s["id"] in spans]
+        if not mine:
+            continue
+        ids = {s["id"] for s in mine}
+        n = len({tuple(h[k] for k in key) for h in hits if h.sid in ids})
+        produce = len({tuple(h[k] for k in key) for h in hits if h.sid in ids and h.request == "Produce"})
+        where = ", ".join(f"line {s['line']} ({_dur(s['size_us'])})" for s in mine[:5])
+        more = f" and {len(mine) - 5} more" if len(mine) > 5 else ""
+        said = ("the clock went back" if kind == "clock_backwards"
+                else "the clock jumped forward (or the process was stopped)")
+        q.add(table, kind, len(mine),
+              f"{said} {len(mine)} time(s) in {source_name}: at {where}{more}; "
+              + (f"{n} request(s) spanning it ({produce} Produce) had no true latency and were left out"
+                 if n else "no request spanned it"),
+              excluded=n)
+    if reqs is None or not hits:
+        return reqs
+    return reqs.join(hit.select(*key).distinct(), key, "left_anti")
+
+
+def exclude_negative(reqs, table: str, q: Quality, source_name: str):
+    """A response stamped before its request (a step smaller than the
+    tolerance, or the two lines' clocks disagree): no latency to take."""
+    from pyspark.sql import functions as F
+
+    neg = F.col("recv_us") < F.col("send_us")
+    row = reqs.agg(F.count(F.when(neg, 1)).alias("n"),
+                   F.count(F.when(neg & (F.col("request") == "Produce"), 1)).alias("p"),
+                   F.min(F.when(neg, F.col("recv_line"))).alias("line"),
+                   F.min(F.when(neg, F.col("recv_us") - F.col("send_us"))).alias("worst")).first()
+    if not row.n:
+        return reqs
+    q.add(table, "negative_latency", row.n,
+          f"{row.n} response(s) in {source_name} are stamped before their request (first at line {row.line}, "
+          f"by up to {_dur(-row.worst)}); {row.n} request(s) ({row.p} Produce) left out", excluded=row.n)
+    return reqs.filter(~neg)
+
+
+def _dur(us: int) -> str:
+    s = abs(us) / 1e6
+    sign = "-" if us < 0 else "+"
+    if s >= 3600:
+        return f"{sign}{s / 3600:.1f} h"
+    if s >= 60:
+        return f"{sign}{s / 60:.1f} min"
+    if s >= 1:
+        return f"{sign}{s:.1f} s"
+    return f"{sign}{s * 1000:.1f} ms"
+
+
+def name_inputs(checks: list[dict], files: list[dict]) -> list[dict]:
+    """A table's checks named by the input file that fed it when there is
+    one; else by the table, with its files listed."""
+    of_kind = {"syscalls": "strace", "log_writes": "strace", "rdkafka_events": "rdkafka_log", "stats": "stats"}
+    for c in checks:
+        paths = [f["path"] for f in files if f.get("kind") == of_kind.get(c["table"]) and not f.get("error")]
+        if len(paths) == 1:
+            c["input"] = paths[0]
+        elif paths:
+            c["input"] = f"{c['table']} ({', '.join(paths)})"
+    return checks
