@@ -6,6 +6,10 @@ cluster). DataFrame operations only, no Python UDFs, so executors need
 nothing but Spark.
 
 Steps:
+0. Input checks (kdiag/quality.py): rows that repeat earlier rows are
+   dropped, clock steps found per thread; requests that span a step or whose
+   response is stamped before them are left out and counted
+   (``input_checks``).
 1. Requests: each Received line joined to its Sent line by
    (client, broker, corr_id); correlation ids count per broker handle and a
    retry gets a new one, so corr_id alone is not a key.
@@ -60,7 +64,8 @@ SAMPLE_BUCKET_US = 1_000_000
 WRITE_CALLS = ["write", "writev", "sendmsg", "sendto", "send", "pwrite64"]
 READ_CALLS = ["read", "readv", "recvmsg", "recvfrom", "recv"]
 WAIT_CALLS = ["poll", "ppoll", "epoll_wait", "epoll_pwait", "epoll_pwait2", "select", "pselect6"]
-SOCKET_INFO = r"^(TCP|TCPv6|UDP|UDPv6|UNIX|UNIX-STREAM|NETLINK)"
+# -yy names the endpoints; -y only says "socket:[inode]".
+SOCKET_INFO = r"^(TCP|TCPv6|UDP|UDPv6|UNIX|UNIX-STREAM|NETLINK|socket:)"
 
 # librdkafka made socket.nagle.disable=true its default in v2.10.0; 0.9.3 to
 # 0.11.4 ignored the setting altogether.
@@ -184,19 +189,21 @@ def split_requests(spark, reqs, sc, bucket_us: int = BUCKET_US):
     r = r.withColumn("start_us", F.coalesce("send_start_us", "send_us"))
 
     # Range join by buckets: a request spans few buckets, each syscall sits in one.
-    r = r.withColumn("rid", F.monotonically_increasing_id())
-    rb = r.select("rid", "pid", "start_us", "send_us", "recv_us",
-                  _buckets("start_us", "recv_us", bucket_us).alias("bucket"))
+    # A request's own lines and times are its key: an id numbered from row
+    # order would differ between the two uses of r once a join upstream
+    # (dropping copies, leaving out requests) changes that order.
+    rid = ["send_line", "recv_line", "send_us", "recv_us"]
+    rb = r.select(*rid, "pid", "start_us", _buckets("start_us", "recv_us", bucket_us).alias("bucket"))
     ev = sc.filter(F.col("wait") | F.col("sock_read")).withColumn("bucket", F.floor(F.col("ts_us") / bucket_us))
     inside = rb.join(ev, ["pid", "bucket"]).filter(
         (F.col("ts_us") >= F.col("send_us")) & (F.col("ts_us") <= F.col("recv_us")))
-    agg = inside.groupBy("rid").agg(
+    agg = inside.groupBy(*rid).agg(
         F.sum(F.when(F.col("wait"), F.col("dur_us"))).alias("poll_us"),
         F.max(F.when(F.col("wait"), F.col("dur_us"))).alias("longest_poll_us"),
         F.min(F.when(F.col("sock_read"), F.col("ts_us"))).alias("first_read_us"),
         F.count(F.when(F.col("wait"), 1)).alias("n_polls"),
     )
-    r = r.join(agg, "rid", "left")
+    r = r.join(agg, rid, "left")
     ms = lambda a, b: (F.col(a) - F.col(b)) / 1000.0  # noqa: E731
     r = (r.withColumn("send_ms", ms("send_us", "start_us"))
           .withColumn("wait_ms", ms("first_read_us", "send_us"))
@@ -323,16 +330,48 @@ def _set_handshake(c: dict, wait: tuple[int, int] | None, confirmed_us: int | No
     c["handshake_ms"] = round((end - c["connect_us"]) / 1000.0, 3)
 
 
+_SOURCE_NAMES = {"syscalls": "the strace output", "rdkafka_events": "the librdkafka log"}
+
+
 def analyze(spark, tables_dir: Path, meta: dict | None = None) -> dict:
+    """The findings, with ``input_checks``: what was wrong with the input as
+    a whole (repeated blocks, clock steps) and how many requests it cost."""
+    from kdiag import quality
+
+    q = quality.Quality()
+    result = _analyze(spark, Path(tables_dir), meta, q)
+    result["input_checks"] = q.checks
+    return result
+
+
+def _checked(spark, reqs, table: str, q):
+    """Requests of ``table``'s clock without those a clock step or a response
+    stamped before its request leaves without a true latency."""
+    from kdiag import quality
+
+    name = _SOURCE_NAMES[table]
+    for other, other_name in _SOURCE_NAMES.items():
+        if other != table:   # steps there are reported; no request rests on them
+            quality.exclude_spanning(spark, None, other, q, other_name)
+    reqs = quality.exclude_spanning(spark, reqs, table, q, name)
+    return quality.exclude_negative(reqs, table, q, name)
+
+
+def _analyze(spark, tables_dir: Path, meta: dict | None, q) -> dict:
     from pyspark.sql import functions as F
 
-    tables_dir = Path(tables_dir)
+    from kdiag import quality
+
     meta = {**(meta or {}), "tables_dir": str(tables_dir)}
     unknowns: list[str] = []
-    log = _read(spark, tables_dir, "rdkafka_events")
-    lw = _read(spark, tables_dir, "log_writes")
-    syscalls = _read(spark, tables_dir, "syscalls")
-    stats = _read(spark, tables_dir, "stats")
+    # Rows that repeat earlier ones go before anything counts them; the
+    # clock steps are found per thread in file order.
+    log = quality.drop_duplicates(quality.with_order(_read(spark, tables_dir, "rdkafka_events")), "rdkafka_events", q)
+    syscalls = quality.drop_duplicates(quality.with_order(_read(spark, tables_dir, "syscalls")), "syscalls", q)
+    lw = quality.drop_duplicates(quality.with_order(_read(spark, tables_dir, "log_writes")), "log_writes", q)
+    stats = quality.drop_duplicates(quality.with_order(_read(spark, tables_dir, "stats")), "stats", q)
+    quality.clock_steps(spark, syscalls, "syscalls", q)
+    quality.clock_steps(spark, log, "rdkafka_events", q)
 
     version = meta.get("librdkafka_version")
     for src in (log, lw):
@@ -350,13 +389,15 @@ def analyze(spark, tables_dir: Path, meta: dict | None = None) -> dict:
         # librdkafka log without one Sent line means nothing was sent.
         source = "syscalls"
     if source is None:
+        for table, name in _SOURCE_NAMES.items():
+            quality.exclude_spanning(spark, None, table, q, name)
         return _result(meta, version, "healthy", [], {"requests": 0},
                        ["no librdkafka Sent/Received lines and no syscalls in the inputs: nothing to analyse"],
                        no_data=True)
 
     if source == "syscalls":
         sc = prepare_syscalls(syscalls)
-        reqs = exchanges(sc)
+        reqs = _checked(spark, exchanges(sc), "syscalls", q)
         conns = connections(sc)
         conns += sampled_connections(tables_dir, conns)
         unknowns.append("the producer logged no librdkafka Sent/Received lines: requests were inferred from "
@@ -367,7 +408,7 @@ def analyze(spark, tables_dir: Path, meta: dict | None = None) -> dict:
         result["paths"] = path_rows(tables_dir)
         return result
 
-    reqs = requests(spark, events)
+    reqs = _checked(spark, requests(spark, events), "syscalls" if source == "strace" else "rdkafka_events", q)
     if source == "strace" and syscalls is not None:
         sc = prepare_syscalls(syscalls)
         reqs = split_requests(spark, reqs, sc)
@@ -378,7 +419,12 @@ def analyze(spark, tables_dir: Path, meta: dict | None = None) -> dict:
         for c in ("send_ms", "wait_ms", "read_ms", "poll_ms", "n_writes", "fd", "first_read_us",
                   "written_bytes", "write_sizes", "send_start_us", "fd_info", "n_polls", "longest_poll_us"):
             reqs = reqs.withColumn(c, F.lit(None))
-        reqs = reqs.withColumn("total_ms", (F.col("recv_us") - F.col("send_us")) / 1000.0)
+        # A log without timestamps (basicConfig, Go, node) still carries
+        # librdkafka's own rtt for each response.
+        reqs = reqs.withColumn("total_ms", F.coalesce((F.col("recv_us") - F.col("send_us")) / 1000.0,
+                                                      F.col("rtt_ms")))
+        if not _any_rows(reqs.filter(F.col("send_us").isNotNull() & F.col("recv_us").isNotNull())):
+            unknowns.append("the log has no timestamps: a request's time is librdkafka's rtt")
         unknowns.append("no librdkafka Sent lines inside an strace capture: a request's time cannot be split "
                         "into socket and wait, and Nagle cannot be told from a slow broker")
 
