@@ -645,24 +645,13 @@ class Pseudonyms:
     def _text_file(self, path: Path) -> bool:
         tmp = path.with_name(f".{path.name}.pseudo")
         changed = False
+        from kdiag.reading import line_blocks
+
         with open(path, "rb") as src, open(tmp, "wb") as dst:
-            rest = b""
-            while True:
-                data = src.read(BLOCK)
-                buf = rest + data
-                if data:
-                    cut = buf.rfind(b"\n") + 1
-                    if cut == 0:
-                        if len(buf) < MAX_LINE:
-                            rest = buf
-                            continue
-                        cut = _delimiter_cut(buf)
-                    buf, rest = buf[:cut], buf[cut:]
+            for buf in line_blocks(src, BLOCK, MAX_LINE, _delimiter_cut):
                 out = self.rewrite(buf, learn=False)
                 changed |= out is not buf
                 dst.write(out)
-                if not data:
-                    break
         return _commit(tmp, path, changed)
 
     def _packet_file(self, path: Path, kind: str, counts: dict, cut_payloads: bool = True) -> bool:

@@ -77,6 +77,27 @@ def _to_chunk(block: bytes, first_line_no: int) -> Chunk:
     return Chunk(first_line_no, pa.array(lines, pa.string()), cut)
 
 
+def line_blocks(src, block_bytes: int, max_line: int, cut_endless=len) -> Iterator[bytes]:
+    """Blocks of whole lines from a binary file, for rewriting a file in one
+    pass (redaction, pseudonyms): no match is ever split between blocks. A
+    line longer than ``max_line`` is cut where ``cut_endless(buf)`` says."""
+    rest = b""
+    while True:
+        data = src.read(block_bytes)
+        buf = rest + data
+        if not data:
+            yield buf
+            return
+        cut = buf.rfind(b"\n") + 1
+        if cut == 0:
+            if len(buf) < max_line:
+                rest = buf
+                continue
+            cut = cut_endless(buf)
+        yield buf[:cut]
+        rest = buf[cut:]
+
+
 def sniff(path: Path) -> list[str]:
     out: list[str] = []
     with open(path, "rb") as f:

@@ -239,24 +239,13 @@ def scrub_patterns_file(path, counts: dict[str, int]) -> int:
     before = sum(counts.values())
     tmp = f"{path}.scrub"
     changed = in_pem = False
+    from kdiag.reading import line_blocks
+
     with open(path, "rb") as src, open(tmp, "wb") as dst:
-        rest = b""
-        while True:
-            data = src.read(BLOCK)
-            buf = rest + data
-            if data:
-                cut = buf.rfind(b"\n") + 1
-                if cut == 0:
-                    if len(buf) < MAX_LINE:
-                        rest = buf
-                        continue
-                    cut = len(buf)
-                buf, rest = buf[:cut], buf[cut:]
+        for buf in line_blocks(src, BLOCK, MAX_LINE):
             out, c, in_pem = _scrub_block(buf, counts, in_pem)
             changed |= c
             dst.write(out)
-            if not data:
-                break
     if changed:
         os.replace(tmp, path)
     else:

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from conftest import FIXTURES
+from test_parsers_strace import feed_in_pieces
 
 from kdiag import analysis
 from kdiag.cli import Environment, main
@@ -228,15 +229,9 @@ def test_any_chunking_gives_the_same_rows(name):
     rng = random.Random(name)
     for _ in range(4):
         cuts = sorted(rng.sample(range(1, len(lines)), 12))
-        p = StraceParser()
-        out, start = [], 0
-        for cut in [*cuts, len(lines)]:
-            out.append(p.feed(pa.array(lines[start:cut], pa.string()), start + 1))
-            start = cut
-        out.append(p.finish())
-        t = pa.concat_tables(out)
-        assert t.take(pc.sort_indices(t["line_no"])).to_pylist() == whole.to_pylist(), cuts
-        assert (p.counts.parsed, p.counts.skipped) == (wc.parsed, wc.skipped)
+        t, counts = feed_in_pieces(lines, cuts)
+        assert t.to_pylist() == whole.to_pylist(), cuts
+        assert (counts.parsed, counts.skipped) == (wc.parsed, wc.skipped)
 
 
 # --- Tables: what the file name and the librdkafka lines add ------------------------
