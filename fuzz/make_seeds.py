@@ -32,7 +32,14 @@ STRACE_SOURCES = {
     "strace_relative.txt": FIX / "strace" / "nofork_relative.txt",          # -r -T
     "strace_seconds.txt": FIX / "strace" / "nofork_seconds.txt",            # -t, no -T
     "strace_threads.txt": FIX / "strace" / "threads_loopback.txt",          # -f -o -ttt, signals, exits
+    "strace_stderr_mixed.txt": FIX / "strace" / "nagle_stderr.txt",         # producer stderr inside strace's lines
+    "strace_r_threads.txt": FIX / "strace" / "nagle_r.txt",                 # -f -r -T -yy, a librdkafka producer
 }
+# Client-library wrappings of librdkafka's lines: the first Produce exchange
+# (and what precedes it) of each, so every prefix shape is a seed.
+CLIENT_LOGS = ("python_asctime_levelname_name", "python_basicconfig", "python_msecs_time_only", "go_logevent",
+               "dotnet_consolelogger", "node_rdkafka_inspect", "node_rdkafka_json", "confluent_js_event_log",
+               "confluent_js_kafkajs_logger", "librdkafka_v0.11")
 
 _STRACE_SHAPE = re.compile(
     r"^(?:\[pid +\d+\] |\d+ +)?(?: *[\d:.]+ )?(?:\(\+ *[\d.]+\) )?"
@@ -78,6 +85,12 @@ def text_seeds() -> None:
         return parts[2] if len(parts) == 5 else "", " ".join(msg.split()[:2])
 
     (SEEDS / "rdkafka.log").write_text("\n".join(_pick(log, rd_key, 1, 400, 60)) + "\n")
+    clients = []
+    for name in CLIENT_LOGS:
+        lines = (FIX / "logs" / f"{name}.log").read_text(errors="replace").splitlines()
+        first = next((i for i, ln in enumerate(lines) if "Received ProduceResponse" in ln), 30)
+        clients += lines[max(0, first - 30):first + 6]
+    (SEEDS / "rdkafka_clients.log").write_text("\n".join(clients) + "\n")
     stats = [ln for ln in (FIX / "captures" / "nagle_on" / "stats.jsonl").read_text().splitlines() if ln.strip()]
     (SEEDS / "stats.jsonl").write_text("\n".join(stats[:2]) + "\n")
 

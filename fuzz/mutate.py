@@ -430,7 +430,7 @@ class LineTarget:
 class RdkafkaTarget(LineTarget):
     name = "rdkafka_log"
     module, parser_class = "parsers.rdkafka_log", "RdkafkaLogParser"
-    seed_files = ("rdkafka.log",)
+    seed_files = ("rdkafka.log", "rdkafka_clients.log")
     tokens = RDKAFKA_TOKENS
     seps = (b"|", b" ", b", ", b": ")
 
@@ -447,7 +447,7 @@ class StraceTarget(LineTarget):
     name = "strace"
     module, parser_class = "parsers.strace", "StraceParser"
     seed_files = ("strace_o_ttt.txt", "strace_o_tt.txt", "strace_stderr_tt.txt", "strace_relative.txt",
-                  "strace_seconds.txt", "strace_threads.txt")
+                  "strace_seconds.txt", "strace_threads.txt", "strace_stderr_mixed.txt", "strace_r_threads.txt")
     tokens = STRACE_TOKENS
     seps = (b", ", b" ", b"(", b") = ", b"<", b">")
 
