@@ -258,8 +258,11 @@ def test_broker_killed_mid_run(own_lab, spark, tmp_path):
     assert replays(out)["verdict"] == "nagle_delayed_ack"
 
 
-def test_sigterm_of_the_default_trace(tmp_path):
-    """The embedded default, stopped by SIGTERM: lab down, bundle partial."""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_stopping_the_default_trace(tmp_path, sig):
+    """The embedded default, stopped by Ctrl-C (the terminal signals kdiag
+    alone: the probe runs in its own session) or SIGTERM: lab down, bundle
+    partial."""
     need("strace", root=True)
     need("stunnel4")
     out = tmp_path / "term.tar.gz"
@@ -272,7 +275,7 @@ def test_sigterm_of_the_default_trace(tmp_path):
 
     lab_pids = [c.pid for c in psutil.Process(kd.pid).children(recursive=True)
                 if c.name() in ("tansu", "stunnel4")]
-    kd.send_signal(signal.SIGTERM)
+    kd.send_signal(sig)
     stdout, stderr = kd.communicate(timeout=120)
     assert kd.returncode == 130, stderr
     f = json.loads(stdout)
