@@ -230,11 +230,10 @@ def _run(opts: TraceOptions, staging: Path, out: Path, log) -> TraceResult:
         from collectors import sockets
 
         sampler: list = []
-        with guard.CaptureGuard(raw, _cap_bytes(opts.max_capture_mb), lambda why: log(f"stopping: {why}")) as g:
-            stopped, probe_rc = _run_probe(
-                prefix + full_cmd, paths["log"], opts.timeout_s, log, env,
-                on_start=lambda pid: sampler.append(sockets.spawn(pid, raw / "sockets" / "samples.jsonl")),
-                guard=g)
+        stopped, probe_rc = _run_probe(
+            prefix + full_cmd, paths["log"], opts.timeout_s, log, env,
+            on_start=lambda pid: sampler.append(sockets.spawn(pid, raw / "sockets" / "samples.jsonl")),
+            raw=raw, cap_bytes=_cap_bytes(opts.max_capture_mb))
         sockets_status = sockets.collect(sampler[0]) if sampler else None
         ended = int(time.time() * 1e6)
         partial = stopped is not None
@@ -265,8 +264,6 @@ def _run(opts: TraceOptions, staging: Path, out: Path, log) -> TraceResult:
         probe_error += "; librdkafka's last lines:\n" + _tail(paths["log"])
         log(probe_error)
     reasons += collector_gaps([st_strace, st_log])
-
-    import confluent_kafka
 
     meta = {"librdkafka_version": confluent_kafka.libversion()[0], "tcp_retrans": probe_mod.retransmits(probe)}
     raw_inputs = [p for k, p in paths.items() if k in ("log", "strace", "stats") and p.exists()]
@@ -488,19 +485,20 @@ def _probe_pid(proc: subprocess.Popen, timeout_s: float = 10.0) -> int | None:
     return None
 
 
-def _run_probe(cmd: list[str], log_path: Path, timeout_s: float, log, env: dict,
-               on_start=lambda pid: None, guard: guard.CaptureGuard | None = None) -> tuple[str | None, int | None]:
+def _run_probe(cmd: list[str], log_path: Path, timeout_s: float, log, env: dict, on_start=lambda pid: None,
+               raw: Path | None = None, cap_bytes: int | None = None) -> tuple[str | None, int | None]:
     """Run the probe with its stderr (librdkafka's log) streaming to disk;
-    ``on_start`` gets the probe's pid. Returns (why it was stopped early or
-    None, exit code)."""
+    ``on_start`` gets the probe's pid. A guard on ``raw`` stops it at
+    ``cap_bytes`` or a nearly full disk. Returns (why it was stopped early
+    or None, exit code)."""
     stopped = None
-    with open(log_path, "wb") as err:
+    with open(log_path, "wb") as err, contextlib.ExitStack() as stack:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env=env)
-        if guard is not None:
-            guard.on_trip = lambda why: (log(f"stopping the probe: {why}"), _interrupt(proc))
-            if guard.tripped:
-                _interrupt(proc)
+        g = None
+        if raw is not None:
+            g = stack.enter_context(guard.CaptureGuard(
+                raw, cap_bytes, lambda why: (log(f"stopping the probe: {why}"), _interrupt(proc))))
         pid = _probe_pid(proc)
         if pid is not None:
             on_start(pid)
@@ -514,9 +512,9 @@ def _run_probe(cmd: list[str], log_path: Path, timeout_s: float, log, env: dict,
             log("interrupted: stopping the probe and keeping what was captured")
             stopped = "interrupted (Ctrl-C or SIGTERM)"
             _stop(proc)
-        if guard is not None and guard.tripped:
+        if g is not None and g.tripped:
             _stop(proc)
-            stopped = guard.reason
+            stopped = g.reason
     return stopped, proc.returncode
 
 
