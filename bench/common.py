@@ -1,0 +1,72 @@
+"""What every benchmark returns: figures, each beside its reference and goal."""
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Figure:
+    bench: str                      # module: parse, overhead, analysis, verdict
+    name: str                       # what was measured, "rdkafka_log lines/s"
+    value: float | None             # None when the run could not measure it
+    unit: str                       # "lines/s", "s", "%"
+    goal: str | None = None         # ">= 3000000", "<= 20"
+    met: bool | None = None         # None: no goal, or not measured
+    reference: str | None = None    # what it is compared with in the same run
+    ref_value: float | None = None
+    command: str | None = None      # how to reproduce this one figure
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def check(value: float | None, goal: str) -> bool | None:
+    """``goal`` is ">= N" or "<= N"."""
+    if value is None:
+        return None
+    op, num = goal.split()
+    return value >= float(num) if op == ">=" else value <= float(num)
+
+
+def machine() -> dict:
+    """What the figures were measured on."""
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_kb = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    except OSError:
+        pass
+    try:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return {"cpu": cpu, "cores": os.cpu_count(), "mem_gib": round(mem_kb / 2**20, 1),
+            "kernel": platform.release(), "python": sys.version.split()[0], "commit": commit,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+
+
+def peak_rss_mib(pid_children: bool = True) -> float:
+    """Peak resident memory of the finished child processes, MiB."""
+    import resource
+
+    who = resource.RUSAGE_CHILDREN if pid_children else resource.RUSAGE_SELF
+    return resource.getrusage(who).ru_maxrss / 1024
