@@ -45,7 +45,9 @@ file names):
 """
 from __future__ import annotations
 
+import os
 import re
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,28 +108,60 @@ class Parsed:
 
 
 class _Sink:
-    """One Parquet file per table, written chunk by chunk: memory holds one
-    chunk's rows, however long the capture."""
+    """One Parquet file per table, written chunk by chunk: memory holds a
+    few chunks' rows, however long the capture. The writing (encoding and
+    compression, a fifth of the work) runs in a thread of its own, a few
+    tables behind the parsing; an error there is raised by the next write()
+    or by close()."""
 
     def __init__(self, out_dir: Path) -> None:
         self.out_dir = out_dir
         self.writers: dict = {}
         self.rows: dict[str, int] = {}
+        self._queue = None
+        self._thread = None
+        self._error: BaseException | None = None
 
     def write(self, name: str, table: pa.Table) -> None:
         import pyarrow.parquet as pq
 
+        if self._error is not None:
+            raise self._error
         if name not in self.writers:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             self.writers[name] = pq.ParquetWriter(self.out_dir / f"{name}.parquet", table.schema)
             self.rows[name] = 0
         if len(table):
-            self.writers[name].write_table(table)
             self.rows[name] += len(table)
+            self._start().put((name, table))
+
+    def _start(self):
+        if self._thread is None:
+            import queue
+            import threading
+
+            self._queue = queue.Queue(maxsize=WORKERS)
+            self._thread = threading.Thread(target=self._run, name="kdiag-write", daemon=True)
+            self._thread.start()
+        return self._queue
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self.writers[item[0]].write_table(item[1])
+                except BaseException as e:  # noqa: BLE001 - handed to the parsing thread
+                    self._error = e
 
     def close(self) -> dict[str, Path]:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
         for w in self.writers.values():
             w.close()
+        if self._error is not None:
+            raise self._error
         return {name: self.out_dir / f"{name}.parquet" for name in self.writers}
 
 
@@ -197,9 +231,8 @@ def parse_paths(paths: list[Path], out_dir: Path, base: Path | None = None) -> P
                 sf = _StraceFile(shown, offset, _pid_of_name(path.name))
                 strace_files.append(sf)
             cut = 0
-            for chunk in iter_line_chunks(path):
+            for chunk, table in _feed_chunks(kind, parser, path):
                 cut += chunk.cut_lines
-                table = parser.feed(chunk.lines, chunk.first_line_no)
                 if sf is not None:
                     sf.clock = parser.clock
                 _emit(sink, kind, table, sf)
@@ -221,6 +254,84 @@ def parse_paths(paths: list[Path], out_dir: Path, base: Path | None = None) -> P
         out.notes.append("strace line numbers run on from one file to the next: " + ", ".join(
             f"{f.shown} {f.offset + 1}-{f.offset + f.lines}" for f in strace_files))
     return out
+
+
+# Chunks parsed at once: the parsers spend their time in Arrow and numpy,
+# which let go of the GIL, so threads use every core. Memory holds about
+# twice this many chunks.
+WORKERS = max(1, min(4, os.cpu_count() or 1))
+# Parsers that keep nothing from one chunk to the next but their counts:
+# each chunk gets a parser of its own and the counts are added up in order.
+_STATELESS = ("rdkafka_log",)
+
+
+def _feed_chunks(kind: str, parser, path: Path):
+    """(chunk, table) in file order. The file is read ahead in a thread of
+    its own; a stateless parser's chunks are parsed WORKERS at a time."""
+    chunks = _read_ahead(iter_line_chunks(path), WORKERS)
+    if kind not in _STATELESS or WORKERS == 1:
+        for chunk in chunks:
+            yield chunk, parser.feed(chunk.lines, chunk.first_line_no)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    def feed(chunk):
+        own = _parser(kind)
+        return own, own.feed(chunk.lines, chunk.first_line_no)
+
+    with ThreadPoolExecutor(WORKERS, thread_name_prefix="kdiag-parse") as pool:
+        pending: deque = deque()
+        for chunk in chunks:
+            pending.append((chunk, pool.submit(feed, chunk)))
+            while len(pending) > WORKERS:
+                yield _merged(parser, *pending.popleft())
+        while pending:
+            yield _merged(parser, *pending.popleft())
+
+
+def _merged(parser, chunk, future):
+    own, table = future.result()
+    parser.counts.merge(own.counts)
+    return chunk, table
+
+
+def _read_ahead(it, depth: int):
+    """The items of ``it``, produced by a thread up to ``depth`` ahead."""
+    import queue
+    import threading
+
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+    stop = threading.Event()
+
+    def run():
+        try:
+            for item in it:
+                while not stop.is_set():
+                    try:
+                        q.put(("item", item), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+        except BaseException as e:  # re-raised in the reader's thread
+            q.put(("error", e))
+            return
+        q.put(("done", done))
+
+    t = threading.Thread(target=run, name="kdiag-read", daemon=True)
+    t.start()
+    try:
+        while True:
+            what, item = q.get()
+            if what == "done":
+                return
+            if what == "error":
+                raise item
+            yield item
+    finally:
+        stop.set()
 
 
 @dataclass

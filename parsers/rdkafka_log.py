@@ -82,11 +82,14 @@ text            string    the message after the broker name
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from parsers.base import ParseCounts
+from parsers.strings import data_buffer, gather, offsets_data, views
 
 SCHEMA = pa.schema(
     [
@@ -159,6 +162,32 @@ _EVENTS: list[tuple[str, str, str]] = [
     ("init", "librdkafka v",
      r"^librdkafka v(?P<detail>[0-9][0-9A-Za-z.\-+]*) \(0x[0-9a-fA-F]+\) \S+ initialized"),
 ]
+
+# The same patterns with the API name captured up to the space, then its
+# "Request"/"Response" suffix checked and cut: "(?P<request>[A-Za-z]+)Request"
+# makes RE2 try every split of the word, which costs it twice the time.
+_ONE_PASS = {
+    name: (re.sub(r"\(\?P<request>\[A-Za-z\]\+\)(Request|Response) ", r"(?P<request>[A-Za-z]+) ", pat),
+           "Response" if name == "recv" else "Request")
+    for name, _, pat in _EVENTS if "(?P<request>" in pat
+}
+
+
+def _extract_event(text: pa.Array, name: str, pattern: str, fast: bool) -> tuple[pa.StructArray, np.ndarray]:
+    """The pattern's groups for each line (null where it does not match),
+    and where it matched."""
+    if not fast or name not in _ONE_PASS:
+        got = pc.extract_regex(text, pattern)
+        return got, pc.is_valid(got).to_numpy(zero_copy_only=False)
+    one_pass, suffix = _ONE_PASS[name]
+    got = pc.extract_regex(text, one_pass)
+    api = pc.struct_field(got, "request")
+    ok = pc.and_(pc.ends_with(api, suffix), pc.greater(pc.utf8_length(api), len(suffix)))
+    hit = _mask(ok)
+    fields = [pc.utf8_slice_codeunits(api, 0, -len(suffix)) if f == "request" else pc.struct_field(got, f)
+              for f in got.type.names]
+    return pa.StructArray.from_arrays(fields, names=got.type.names, mask=pa.array(~hit)), hit
+
 
 _EVENT_FIELDS = ("request", "api_version", "size_bytes", "corr_id", "rtt_ms", "detail")
 # Groups that may not take part in a match (RE2 then gives ""): null them.
@@ -295,13 +324,132 @@ def _local_ts(date, time, frac, tz) -> pa.Array:
     return us
 
 
+# ---- librdkafka's own lines, cut by byte position ----
+#
+# Most of a big log is librdkafka's stderr format, and the regexes cost a
+# pass each over every line. For a line that starts "%L|" its fields are
+# found with numpy instead: its first four "|", the first "]" after
+# " [thrd:", the first " " after that. Only what the patterns allow is cut
+# this way; a facility or broker name is checked against the same RE2
+# patterns, once per distinct value. Everything else (a prefix before the
+# "%", a timestamp of another shape, a facility the header does not allow)
+# is left to the regexes.
+
+_FACILITY = r"^[A-Za-z0-9_\-]*$"
+_BROKER_FULL = "^(?:" + _BROKER_NAME + ")$"
+_THRD = np.frombuffer(b" [thrd:", dtype=np.uint8)
+# "%u.%03u": up to 12 digits of seconds, ".", 3 of milliseconds.
+_TS_WIDTH = 16
+
+
+def _next_at(pos: np.ndarray, at: np.ndarray, k: int = 0) -> np.ndarray:
+    """The k-th position in sorted ``pos`` at or after each ``at`` (a large
+    number when there is none)."""
+    padded = np.concatenate([pos, np.full(k + 1, np.iinfo(np.int64).max // 2, dtype=np.int64)])
+    return padded[np.searchsorted(pos, at) + k]
+
+
+def _byte(data: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """data[at], 0 where at is out of range."""
+    ok = (at >= 0) & (at < len(data))
+    out = np.zeros(len(at), dtype=np.uint8)
+    out[ok] = data[at[ok]]
+    return out
+
+
+def _strings(lines: pa.Array, start: np.ndarray, stop: np.ndarray, valid: np.ndarray | None = None,
+             home: np.ndarray | None = None) -> pa.Array:
+    """lines' bytes [start, stop) as strings (positions in its data buffer);
+    null where not valid. Where not valid, start and stop may point
+    anywhere: an empty piece at ``home`` (the line's start) stands in."""
+    if valid is not None:
+        start, stop = np.where(valid, start, home), np.where(valid, stop, home)
+    arr = views(start, stop - start, np.zeros(len(start), np.int64), [data_buffer(lines)])
+    if valid is None or valid.all():
+        return arr
+    bitmap = pa.array(valid).buffers()[1]
+    _, offsets, body = arr.buffers()
+    return pa.Array.from_buffers(pa.string(), len(arr), [bitmap, offsets, body])
+
+
+def _matches_unique(values: pa.Array, pattern: str) -> np.ndarray:
+    """match_substring_regex, run once per distinct value."""
+    enc = pc.dictionary_encode(values)
+    hit = _mask(pc.match_substring_regex(enc.dictionary, pattern))
+    return hit[enc.indices.to_numpy(zero_copy_only=False)]
+
+
+def _plain_lines(lines: pa.Array) -> tuple[np.ndarray, dict]:
+    """(which lines are plain librdkafka stderr lines, their columns)."""
+    n = len(lines)
+    off, data = offsets_data(lines)
+    start, end = off[:-1], off[1:]
+    plain = (end - start >= 10) & (_byte(data, start) == ord("%")) & (_byte(data, start + 2) == ord("|"))
+    lvl = _byte(data, start + 1)
+    plain &= (lvl >= ord("0")) & (lvl <= ord("7"))
+    idx = np.flatnonzero(plain)
+    if not len(idx):
+        return plain, {}
+    start, end = start[idx], end[idx]
+    pipes = np.flatnonzero(data == ord("|"))
+    p2, p3, p4 = (_next_at(pipes, start + 2, k) for k in (1, 2, 3))
+    ok = (p4 + 1 < end) & (_byte(data, p4 + 1) == ord(" "))
+    # The timestamp "%u.%03u" between the first and second "|".
+    ts_len = p2 - start - 3
+    ok &= (ts_len >= 5) & (ts_len <= _TS_WIDTH)
+    g = gather(data, start + 3, np.where(ok, ts_len, 0), _TS_WIDTH)
+    col = np.arange(_TS_WIDTH)
+    dot_at = (ts_len - 4)[:, None]
+    inside = col < ts_len[:, None]
+    digit = (g >= ord("0")) & (g <= ord("9"))
+    ok &= np.all(~inside | np.where(col == dot_at, g == ord("."), digit), axis=1)
+    ms = np.zeros(len(idx), dtype=np.int64)
+    for c in range(_TS_WIDTH):
+        take = inside[:, c] & (c != dot_at[:, 0])
+        ms = np.where(take, ms * 10 + (g[:, c].astype(np.int64) - ord("0")), ms)
+    facility = _strings(lines, p2 + 1, p3, ok, start)
+    ok &= _matches_unique(facility.fill_null(""), _FACILITY)
+
+    keep = np.flatnonzero(ok)
+    if len(keep) < len(idx):
+        plain[idx[~ok]] = False
+        start, end, p2, p3, p4, ms, idx = (a[keep] for a in (start, end, p2, p3, p4, ms, idx))
+        facility = facility.take(pa.array(keep))
+    # " [thrd:NAME]: ": NAME runs to the first "]", which ": " must follow.
+    thrd = gather(data, p4 + 1, end - p4 - 1, len(_THRD))
+    has_thrd = np.all(thrd == _THRD, axis=1)
+    close = _next_at(np.flatnonzero(data == ord("]")), p4 + 8)
+    has_thrd &= (close + 2 < end) & (_byte(data, close + 1) == ord(":")) & (_byte(data, close + 2) == ord(" "))
+    rest = np.where(has_thrd, close + 3, p4 + 2)
+    # "BROKER: ": the first word, if it ends in ":" and is a broker name.
+    space = _next_at(np.flatnonzero(data == ord(" ")), rest)
+    cand = (space < end) & (space - 1 > rest) & (_byte(data, space - 1) == ord(":"))
+    broker = _strings(lines, rest, space - 1, cand, start)
+    if cand.any():
+        cand &= _matches_unique(broker.fill_null(""), _BROKER_FULL)
+        broker = _strings(lines, rest, space - 1, cand, start)
+    text_at = np.where(cand, space + 1, rest)
+    return plain, {
+        "ts_us": pa.array(ms * 1000),
+        "level": pa.array((_byte(data, start + 1) - ord("0")).astype(np.int8)),
+        "facility": facility,
+        "client": _strings(lines, p3 + 1, p4),
+        "thread": _strings(lines, p4 + 8, close, has_thrd, start),
+        "broker": broker,
+        "text": _strings(lines, text_at, end),
+    }
+
+
 class RdkafkaLogParser:
     """Feeds chunks of lines; stateless across chunks except for counts."""
 
     source = "rdkafka_log"
 
-    def __init__(self) -> None:
+    def __init__(self, fast: bool = True) -> None:
         self.counts = ParseCounts(self.source)
+        # False reads every line with the regexes; the tests hold the byte
+        # level path for plain lines (_plain_lines) to its results.
+        self.fast = fast
 
     def feed(self, lines: pa.Array, first_line_no: int = 1) -> pa.Table:
         if isinstance(lines, pa.ChunkedArray):
@@ -310,7 +458,27 @@ class RdkafkaLogParser:
         self.counts.lines += n
         if n == 0:
             return SCHEMA.empty_table()
-        line_no = pa.array(np.arange(first_line_no, first_line_no + n, dtype=np.int64))
+        if not self.fast:
+            return self._feed_regex(lines, np.arange(first_line_no, first_line_no + n, dtype=np.int64))
+        simple, fast = _plain_lines(lines)
+        fast_table = None
+        if simple.any():
+            line_no = np.flatnonzero(simple) + first_line_no
+            self.counts.parsed += len(line_no)
+            fast_table = self._classified(pa.array(line_no), fast)
+            if simple.all():
+                return fast_table
+        rest = np.flatnonzero(~simple)
+        slow = self._feed_regex(lines.take(pa.array(rest)), rest + first_line_no)
+        if fast_table is None:
+            return slow
+        both = pa.concat_tables([fast_table, slow])
+        return both.take(pa.array(np.argsort(both["line_no"].to_numpy(), kind="stable")))
+
+    def _feed_regex(self, lines: pa.Array, line_no_np: np.ndarray) -> pa.Table:
+        """Every line read with the regexes: any format, any wording."""
+        n = len(lines)
+        line_no = pa.array(line_no_np)
 
         native = pc.fill_null(pc.match_substring_regex(lines, _HEADER), False)
         if pc.all(native).as_py():
@@ -501,7 +669,13 @@ class RdkafkaLogParser:
         rest = pc.replace_substring_regex(msg, _THREAD_STRIP, "", max_replacements=1)
         broker = pc.struct_field(pc.extract_regex(rest, _BROKER), "broker")
         text = pc.replace_substring_regex(rest, _BROKER_STRIP, "", max_replacements=1)
+        return self._classified(line_no, {**cols, "thread": thread, "broker": broker, "text": text})
 
+    def _classified(self, line_no: pa.Array, cols: dict) -> pa.Table:
+        """The table, once each line is cut into header fields, thread,
+        broker and text: which event the text is, and its fields."""
+        text = cols["text"]
+        m = len(text)
         codes = np.zeros(m, dtype=np.int8)
         names = ["other"]
         rows: list[np.ndarray] = []
@@ -510,8 +684,7 @@ class RdkafkaLogParser:
             idx = np.flatnonzero(pc.starts_with(text, prefix).to_numpy(zero_copy_only=False))
             if not len(idx):
                 continue
-            got = pc.extract_regex(text.take(idx), pattern)
-            hit = pc.is_valid(got).to_numpy(zero_copy_only=False)
+            got, hit = _extract_event(text.take(idx), name, pattern, self.fast)
             if name in _OPTIONAL:
                 got = pa.StructArray.from_arrays(
                     [_opt(got, f) if f in _OPTIONAL[name] else _field(got, f) for f in got.type.names],
@@ -529,8 +702,8 @@ class RdkafkaLogParser:
                 "level": cols["level"],
                 "facility": cols["facility"],
                 "client": cols["client"],
-                "thread": thread,
-                "broker": broker,
+                "thread": cols["thread"],
+                "broker": cols["broker"],
                 "event": event,
                 **ev_cols,
                 "text": text,

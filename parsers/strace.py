@@ -94,6 +94,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .base import EXAMPLES_KEPT, ParseCounts
+from .strings import cut as _cut
+from .strings import data_buffer as _data_buffer
+from .strings import first_last as _first_last
+from .strings import gather as _gather
+from .strings import lengths as _lengths
+from .strings import offsets_data as _offsets_data
+from .strings import take_str as _take_str
+from .strings import views as _views
 
 ARGS_CAP = 4096
 # Lines are parsed in blocks so that intermediate arrays stay a bounded size
@@ -247,126 +255,6 @@ _UNUSUAL_ESCAPE = r'\\[^ntr"]'
 
 # --- Arrow/numpy plumbing ----------------------------------------------------
 #
-# Strings are cut and reordered as string_view arrays built with numpy
-# (16-byte views into existing buffers), then cast to plain strings in one
-# copy: a take() on a million long strings costs ten times as much.
-
-_EMPTY_BUF = pa.py_buffer(b"\0")
-
-
-def _offsets_data(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 offsets into data, data bytes) of a string/binary array."""
-    n = len(arr)
-    bufs = arr.buffers()
-    off = np.frombuffer(bufs[1], dtype=np.int32, count=n + 1, offset=arr.offset * 4).astype(np.int64)
-    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None and bufs[2].size else np.zeros(0, np.uint8)
-    return off, data
-
-
-def _data_buffer(arr: pa.Array) -> pa.Buffer:
-    b = arr.buffers()[2]
-    return b if b is not None and b.size else _EMPTY_BUF
-
-
-def _lengths(arr: pa.Array) -> np.ndarray:
-    off, _ = _offsets_data(arr)
-    return np.diff(off)
-
-
-def _gather(data: np.ndarray, start: np.ndarray, length: np.ndarray, width: int) -> np.ndarray:
-    """n x width bytes of data from each start, zero past each length."""
-    n = len(start)
-    if n == 0 or width == 0 or len(data) == 0:
-        return np.zeros((n, width), dtype=np.uint8)
-    safe = start + width <= len(data)
-    if safe.all():
-        out = np.lib.stride_tricks.sliding_window_view(data, width)[start]
-    else:
-        lo = int(start[~safe].min())
-        out = np.zeros((n, width), dtype=np.uint8)
-        if len(data) >= width:
-            out[safe] = np.lib.stride_tricks.sliding_window_view(data, width)[start[safe]]
-        padded = np.concatenate([data[lo:], np.zeros(width, dtype=np.uint8)])
-        out[~safe] = np.lib.stride_tricks.sliding_window_view(padded, width)[start[~safe] - lo]
-    out *= np.arange(width) < length[:, None]
-    return out
-
-
-def _views(start: np.ndarray, length: np.ndarray, buf: np.ndarray, buffers: list[pa.Buffer],
-           type_=pa.string()) -> pa.Array:
-    """Strings buffers[buf[i]][start[i]:start[i]+length[i]], as a type_ array.
-
-    Per buffer, the wanted pieces sorted by position are laid out as every
-    second string of a 2n-string array over the same bytes (the others are
-    the gaps between them), so no byte is copied; casting that to a view
-    type and keeping every second 16-byte view selects the pieces; one cast
-    back to type_ copies them out. Pieces must not overlap.
-    """
-    n = len(start)
-    if n == 0:
-        return pa.array([], type_)
-    base, vtype = (pa.string(), pa.string_view()) if type_ == pa.string() else (pa.binary(), pa.binary_view())
-    if (buf == buf[0]).all():
-        groups = [(int(buf[0]), None)]
-    else:
-        groups = [(b, np.flatnonzero(buf == b)) for b in range(len(buffers))]
-    out = None
-    out_bufs: list[pa.Buffer] = []
-    for b, rows in groups:
-        if rows is not None and not len(rows):
-            continue
-        s = start if rows is None else start[rows]
-        e = s + (length if rows is None else length[rows])
-        if len(s) > 1 and (s[1:] < s[:-1]).any():
-            order = np.argsort(s, kind="stable")
-            rows = order if rows is None else rows[order]
-            s, e = s[order], e[order]
-        k = len(s)
-        inter = np.empty(2 * k + 1, dtype=np.int32)
-        inter[0] = s[0]
-        inter[1::2] = s
-        inter[2::2] = e
-        both = pa.Array.from_buffers(base, 2 * k, [None, pa.py_buffer(inter), buffers[b]])
-        v = both.cast(vtype)
-        vb = v.buffers()
-        rec = np.frombuffer(vb[1], dtype=np.int32).reshape(-1, 4)[1::2]
-        if rows is None:  # one buffer, pieces already in order
-            out = np.ascontiguousarray(rec)
-        else:
-            if out is None:
-                out = np.zeros((n, 4), dtype=np.int32)
-            out[rows] = rec
-            if out_bufs:
-                # Views of more than 12 bytes name their data buffer by index.
-                long = rows[rec[:, 0] > 12]
-                out[long, 2] += len(out_bufs)
-        out_bufs.extend(vb[2:])
-    return pa.Array.from_buffers(vtype, n, [None, pa.py_buffer(out), *out_bufs]).cast(type_)
-
-
-def _take_str(arr: pa.Array, idx: np.ndarray, type_=pa.string()) -> pa.Array:
-    off, _ = _offsets_data(arr)
-    return _views(off[idx], off[idx + 1] - off[idx], np.zeros(len(idx), np.int64), [_data_buffer(arr)], type_)
-
-
-def _cut(arr: pa.Array, idx: np.ndarray, start: np.ndarray, stop: np.ndarray, type_=pa.string()) -> pa.Array:
-    """arr[idx[i]][start[i]:stop[i]] (byte positions) for every i."""
-    off, _ = _offsets_data(arr)
-    return _views(off[idx] + start, np.maximum(stop - start, 0), np.zeros(len(idx), np.int64),
-                  [_data_buffer(arr)], type_)
-
-
-def _first_last(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """First and last byte of each string (0 for empty ones)."""
-    off, data = _offsets_data(arr)
-    first = np.zeros(len(arr), dtype=np.uint8)
-    last = np.zeros(len(arr), dtype=np.uint8)
-    ne = off[1:] > off[:-1]
-    first[ne] = data[off[:-1][ne]]
-    last[ne] = data[off[1:][ne] - 1]
-    return first, last
-
-
 def _scatter_str(n: int, parts: list[tuple[np.ndarray, pa.Array]]) -> pa.Array:
     """Length-n string array with parts[k][1][j] at parts[k][0][j], null elsewhere."""
     parts = [(i, a) for i, a in parts if len(i)]
