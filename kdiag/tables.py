@@ -55,7 +55,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kdiag.reading import detect, iter_line_chunks
+from kdiag.reading import CHUNK_BYTES, detect, iter_line_chunks
 
 DAY_US = 86_400 * 1_000_000
 
@@ -268,12 +268,28 @@ _STATELESS = ("rdkafka_log",)
 def _feed_chunks(kind: str, parser, path: Path):
     """(chunk, table) in file order. The file is read ahead in a thread of
     its own; a stateless parser's chunks are parsed WORKERS at a time."""
-    chunks = _read_ahead(iter_line_chunks(path), WORKERS)
+    from concurrent.futures import ThreadPoolExecutor
+
+    chunks = _read_ahead(iter_line_chunks(path, CHUNK_BYTES), WORKERS)
+    if WORKERS > 1 and hasattr(parser, "prepare"):
+        # A parser with state across chunks (strace's unfinished calls)
+        # feeds them in order, while the next chunk's lines are parsed
+        # ahead in a second thread.
+        with ThreadPoolExecutor(1, thread_name_prefix="kdiag-parse") as pool:
+            prev = None
+            for chunk in chunks:
+                if prev is not None:
+                    ahead = pool.submit(parser.prepare, chunk.lines, chunk.first_line_no)
+                    yield prev, parser.feed(prev.lines, prev.first_line_no)
+                    parser.use_prepared(ahead.result())
+                prev = chunk
+            if prev is not None:
+                yield prev, parser.feed(prev.lines, prev.first_line_no)
+        return
     if kind not in _STATELESS or WORKERS == 1:
         for chunk in chunks:
             yield chunk, parser.feed(chunk.lines, chunk.first_line_no)
         return
-    from concurrent.futures import ThreadPoolExecutor
 
     def feed(chunk):
         own = _parser(kind)

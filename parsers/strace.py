@@ -496,6 +496,8 @@ class StraceParser:
         # -r: the running sum of the deltas so far, in half microseconds
         # (see _run_relative; the first line's delta is not corrected).
         self._rel_half_us = -1
+        # What prepare() did ahead for the next block.
+        self._ahead = None
 
     # -- public ---------------------------------------------------------------
 
@@ -529,6 +531,29 @@ class StraceParser:
             s += k if s + k >= n else k - hold
         return _concat(out)
 
+    def prepare(self, lines: pa.Array, first_line_no: int):
+        """The per-line work of the first block that feed(lines,
+        first_line_no) will cut, done ahead: pure, so a second thread can do
+        it while this one feeds the lines before. Hand the result to
+        use_prepared() before that feed(); it is used only if the block
+        turns out the same (no lines held back from the feed before), else
+        redone. None until the line format is known."""
+        if self._fast_head is None:
+            return None
+        lines = _as_string_array(lines)
+        block = lines.slice(0, BLOCK_LINES)
+        hold = _held_tail(block)
+        if len(lines) > len(block):
+            hold = min(hold, len(block) - 1)
+        block = block.slice(0, len(block) - hold)
+        if not len(block):
+            return None
+        joined, joined_to = _join_cut_lines(block)
+        return (int(first_line_no), len(block)), joined, joined_to, self._parse(joined)
+
+    def use_prepared(self, prepared) -> None:
+        self._ahead = prepared
+
     def finish(self) -> pa.Table:
         out = []
         if self._carry is not None:
@@ -559,11 +584,12 @@ class StraceParser:
         pid_kind = "o" if row["p"] and not row["p"].startswith("[") else "b"
         ts_kind = "tod" if ":" in ts else ("num" if ts else "none")
         ts_pat = _FAST_TS["num_o" if ts_kind == "num" and pid_kind == "o" else ts_kind]
-        self._fast_head = "^" + _FAST_PID[pid_kind] + ts_pat + _FAST_TOKEN
         self._fast_tod = ts_kind == "tod"
         tail = pc.extract_regex(sample, pattern=_TAIL_ANY)
         durs = tail.filter(tail.is_valid()).field("d")
         self._has_dur = bool(len(durs)) and bool(pc.any(pc.not_equal(durs, "")).as_py())
+        # Last: prepare(), in another thread, starts once this is set.
+        self._fast_head = "^" + _FAST_PID[pid_kind] + ts_pat + _FAST_TOKEN
 
     # -- one block --------------------------------------------------------------
 
@@ -574,8 +600,12 @@ class StraceParser:
         if self._fast_head is None:
             self._learn_format(lines)
         line_no = np.arange(first, first + n, dtype=np.int64)
-        lines, joined_to = _join_cut_lines(lines)
-        p = self._parse(lines)
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] == (first, n):
+            _, lines, joined_to, p = ahead
+        else:
+            lines, joined_to = _join_cut_lines(lines)
+            p = self._parse(lines)
         joined, program = _join_program_output(lines, p["kind"], joined_to, self._context)
         if joined is not None:
             lines = joined

@@ -131,3 +131,33 @@ def test_a_field_cut_at_the_line_end_does_not_borrow_the_next_line():
                 "%7|1795334606.649|SEND|c| [thrd:a]: ssl://h:1/2", "%7|1795334606.649|SEND|c| [thrd:a]: ssl://h:1/2:"):
         for nxt in (" ", ": ", " x", ": x", "|"):
             assert_same([cut, nxt + "ssl://h:1/2: Sent x"])
+
+
+STRACES = sorted((ROOT / "fuzz" / "seeds").glob("strace_*.txt")) + sorted((ROOT / "fixtures" / "strace").glob("*.txt")) + [
+    ROOT / "fixtures" / "captures" / "nagle_on" / "strace.txt"]
+
+
+def _tables(paths, tmp, workers, chunk_bytes, monkeypatch):
+    import pyarrow.parquet as pq
+
+    from kdiag import tables
+
+    monkeypatch.setattr(tables, "WORKERS", workers)
+    monkeypatch.setattr(tables, "CHUNK_BYTES", chunk_bytes)
+    out = tables.parse_paths(paths, tmp)
+    # Rows of a call left unfinished across chunks come when it resumes:
+    # compare in line order.
+    return ({name: pq.read_table(p).sort_by([("line_no", "ascending")]) for name, p in out.paths.items()},
+            out.files, out.notes)
+
+
+@pytest.mark.parametrize("path", STRACES + LOGS[:3], ids=lambda p: p.name)
+def test_parsing_on_several_threads_in_small_chunks_gives_the_same_tables(path, tmp_path, monkeypatch):
+    # 4 KiB chunks: every few lines a chunk ends, so strace's calls left
+    # unfinished across chunks meet the lines parsed ahead in the other thread.
+    one = _tables([path], tmp_path / "one", 1, 4096, monkeypatch)
+    many = _tables([path], tmp_path / "many", 2, 4096, monkeypatch)
+    assert one[0].keys() == many[0].keys()
+    for name in one[0]:
+        assert one[0][name].equals(many[0][name]), name
+    assert one[1] == many[1] and one[2] == many[2]
