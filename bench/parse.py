@@ -98,31 +98,34 @@ def _repeat(path: Path, lines: int, per: int, piece) -> int:
 # ---- the reference: a compiled re per line, into pyarrow ----
 
 _REF_SCRIPT = r'''
-import re, sys, time
+import re, sys
 import pyarrow as pa, pyarrow.parquet as pq
 kind, path, out = sys.argv[1:4]
 if kind == "rdkafka_log":
-    # the same fields kdiag's table has, in one pattern
-    pat = re.compile(r"^%(\d)\|(\d+)\.(\d{3})\|([^|]*)\|([^|]*)\| \[thrd:([^\]]*)\]: (?:(\S+?): )?"
-                     r"(?:(Sent|Received) ([A-Za-z]+)(?:Request|Response) \(v(\d+), (\d+) bytes"
-                     r"(?: @ \d+)?, CorrId (\d+)(?:, rtt ([\d.]+)ms)?\))?(.*)$")
-    names = ["level", "sec", "ms", "facility", "client", "thread", "broker", "event", "request",
-             "api_version", "size_bytes", "corr_id", "rtt_ms", "text"]
+    # the header, thread, broker and text, then a Sent/Received line's fields
+    line = re.compile(r"%(\d)\|(\d+)\.(\d{3})\|([^|]*)\|([^|]*)\| \[thrd:([^\]]*)\]: (?:(\S+): )?(.*)")
+    event = re.compile(r"(Sent|Received) ([A-Za-z]+)(?:Request|Response) \(v(\d+), (\d+) bytes"
+                       r"(?: @ \d+)?, CorrId (\d+)(?:, rtt ([\d.]+)ms)?\)")
+    none = (None,) * 6
 else:
-    pat = re.compile(r"^(?:\[pid +)?(\d+)\]? +(\d+)\.(\d+) (?:<\.\.\. )?([A-Za-z_0-9?]+)(?: resumed>)?\(?(.*?)\)? += "
-                     r"(-?\d+|0x[0-9a-f]+|\?)(?: ([A-Z]+) \([^)]*\))?.*?(?: <(\d+\.\d+)>)?$")
-    names = ["pid", "sec", "usec", "syscall", "args", "ret", "errno", "dur"]
-cols = [[] for _ in names]
-unparsed = 0
+    # pid, time, call, arguments, return value, errno, -T duration
+    line = re.compile(r"(\d+) +(\d+)\.(\d+) (?:<\.\.\. )?([\w?]+)(?: resumed>|\()(.*) += "
+                      r"(-?\d+|0x[0-9a-f]+|\?)(?: (E\w+) )?.*?(?: <(\d+\.\d+)>)?$")
+    event = None
+rows, unparsed = [], 0
 with open(path, encoding="utf-8", errors="replace") as f:
-    for line in f:
-        m = pat.match(line.rstrip("\n"))
+    for text in f:
+        m = line.match(text.rstrip("\n"))
         if m is None:
             unparsed += 1
             continue
-        for c, v in zip(cols, m.groups()):
-            c.append(v)
-pq.write_table(pa.table(dict(zip(names, cols))), out)
+        g = m.groups()
+        if event is not None:
+            e = event.match(g[7])
+            g += e.groups() if e else none
+        rows.append(g)
+cols = list(zip(*rows))
+pq.write_table(pa.table({f"c{i}": pa.array(c, pa.string()) for i, c in enumerate(cols)}), out)
 print(unparsed)
 '''
 
