@@ -99,6 +99,21 @@ def _read(spark, tables: Path, name: str):
     return df
 
 
+# id(Quality of an analysis) -> the DataFrames it cached.
+_HELD: dict[int, list] = {}
+
+
+def _cached(df, q):
+    """df cached until the analysis that q belongs to ends: each table and
+    the requests are read by many actions, which then start from the cache
+    instead of from Parquet and the duplicate check's windows (on a
+    100-request capture, warm: 14 -> 10.6 s)."""
+    if df is None:
+        return None
+    _HELD.setdefault(id(q), []).append(df.cache())
+    return df
+
+
 def _pctl(values: list[float], q: float) -> float | None:
     vals = sorted(v for v in values if v is not None)
     if not vals:
@@ -338,8 +353,17 @@ def analyze(spark, tables_dir: Path, meta: dict | None = None) -> dict:
     a whole (repeated blocks, clock steps) and how many requests it cost."""
     from kdiag import quality
 
+    from kdiag.spark import tables_bytes, tune_for
+
+    tune_for(spark, tables_bytes(tables_dir))
     q = quality.Quality()
-    result = _analyze(spark, Path(tables_dir), meta, q)
+    try:
+        result = _analyze(spark, Path(tables_dir), meta, q)
+    finally:
+        # What this analysis cached goes with it: a session that analyses
+        # many inputs (the tests, a long replay) must not fill with them.
+        for df in _HELD.pop(id(q), []):
+            df.unpersist()
     result["input_checks"] = q.checks
     return result
 
@@ -366,10 +390,15 @@ def _analyze(spark, tables_dir: Path, meta: dict | None, q) -> dict:
     unknowns: list[str] = []
     # Rows that repeat earlier ones go before anything counts them; the
     # clock steps are found per thread in file order.
-    log = quality.drop_duplicates(quality.with_order(_read(spark, tables_dir, "rdkafka_events")), "rdkafka_events", q)
-    syscalls = quality.drop_duplicates(quality.with_order(_read(spark, tables_dir, "syscalls")), "syscalls", q)
-    lw = quality.drop_duplicates(quality.with_order(_read(spark, tables_dir, "log_writes")), "log_writes", q)
-    stats = quality.drop_duplicates(quality.with_order(_read(spark, tables_dir, "stats")), "stats", q)
+    # Every table is read by several actions below; cached once, each
+    # action starts from it instead of from the Parquet file and the
+    # duplicate check's windows.
+    log = _cached(quality.drop_duplicates(quality.with_order(_read(spark, tables_dir, "rdkafka_events")),
+                                          "rdkafka_events", q), q)
+    syscalls = _cached(quality.drop_duplicates(quality.with_order(_read(spark, tables_dir, "syscalls")),
+                                               "syscalls", q), q)
+    lw = _cached(quality.drop_duplicates(quality.with_order(_read(spark, tables_dir, "log_writes")), "log_writes", q), q)
+    stats = _cached(quality.drop_duplicates(quality.with_order(_read(spark, tables_dir, "stats")), "stats", q), q)
     quality.clock_steps(spark, syscalls, "syscalls", q)
     quality.clock_steps(spark, log, "rdkafka_events", q)
 
@@ -428,7 +457,8 @@ def _analyze(spark, tables_dir: Path, meta: dict | None, q) -> dict:
         unknowns.append("no librdkafka Sent lines inside an strace capture: a request's time cannot be split "
                         "into socket and wait, and Nagle cannot be told from a slow broker")
 
-    produce = reqs.filter(F.col("request") == "Produce")
+    reqs = _cached(reqs, q)
+    produce = _cached(reqs.filter(F.col("request") == "Produce"), q)
     result = judge(spark, produce, reqs, conns, stats, version, source, unknowns, meta)
     result["confidence"] = "high: requests from librdkafka's own lines" if source == "strace" else \
         "low: librdkafka's log without syscalls"

@@ -13,8 +13,8 @@ def analyse(raw: list[Path], tables_dir: Path, meta: dict | None = None, spark=N
     parsed = parse_paths(raw, tables_dir, base=base)
     meta = {"kdiag_version": __version__, **(meta or {})}
     if spark is None:
-        from kdiag.spark import session
-        spark = session()
+        from kdiag.spark import SMALL_INPUT_BYTES, session, tables_bytes
+        spark = session(small=tables_bytes(tables_dir) < SMALL_INPUT_BYTES)
     from kdiag.analysis import analyze
 
     findings = analyze(spark, tables_dir, meta)

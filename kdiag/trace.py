@@ -29,6 +29,7 @@ from kdiag import probe as probe_mod
 from kdiag.errors import KdiagError, UsageError
 
 PROBE_TOPIC = "kdiag-probe"
+SMALL_PROBE_MESSAGES = 10_000
 # The probe measures request latency, not batching: send each message at
 # once and wait for all replicas, as the synchronous producers kdiag is for.
 # message.timeout.ms: a message that cannot be delivered fails in seconds,
@@ -101,12 +102,12 @@ def _default_bundle_path() -> Path:
     return Path.cwd() / time.strftime("kdiag-%Y%m%d-%H%M%S.tar.gz")
 
 
-def _warm_spark(holder: dict) -> None:
+def _warm_spark(holder: dict, small: bool) -> None:
     # Spark takes seconds to start; doing it while the probe runs keeps the
     # time to a verdict down.
     try:
         from kdiag.spark import session
-        holder["spark"] = session()
+        holder["spark"] = session(small=small)
     except Exception as e:  # reported when analysis needs it
         holder["error"] = e
 
@@ -156,7 +157,8 @@ def _run(opts: TraceOptions, staging: Path, out: Path, log) -> TraceResult:
     raw = staging / "raw"
     for d in ("rdkafka_log", "strace", "stats", "probe", "tcp_probe", "sockets"):
         (raw / d).mkdir(parents=True)
-    spark_holder, warm = start_spark()
+    # The probe's own capture: tens of kilobytes a hundred messages.
+    spark_holder, warm = start_spark(small=opts.messages <= SMALL_PROBE_MESSAGES)
 
     with contextlib.ExitStack() as stack:
         lab_info = None
@@ -429,9 +431,10 @@ def seal(staging: Path, out: Path | None = None, log=lambda msg: None) -> Path:
     return out_path
 
 
-def start_spark() -> tuple[dict, threading.Thread]:
+def start_spark(small: bool = False) -> tuple[dict, threading.Thread]:
+    """``small``: the capture will be small (kdiag.spark.session)."""
     holder: dict = {}
-    warm = threading.Thread(target=_warm_spark, args=(holder,), daemon=True)
+    warm = threading.Thread(target=_warm_spark, args=(holder, small), daemon=True)
     warm.start()
     return holder, warm
 
