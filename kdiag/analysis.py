@@ -29,6 +29,7 @@ import argparse
 import json
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 # Linux's TCP_DELACK_MIN: the shortest a receiver delays an ACK (HZ/25).
@@ -51,7 +52,12 @@ CONTRIBUTING_SHARE = 0.1
 # A tail cause (a few requests, long stalls) names the verdict when its
 # requests take this share of all the time spent.
 TAIL_TIME_SHARE = 0.25
-BUCKET_US = 50_000
+# Spark jobs started at once on a small input (2 cores: planning is one
+# core's work per job, the JVM compiles on the other).
+PARALLEL_JOBS = 3
+# A wait after connect() times its handshake only this soon after it.
+HANDSHAKE_WINDOW_US = 10_000_000
+MAX_HANDSHAKE_SPANS = 100
 # A slow request is the client's CPU when its thread waited for a core (run-
 # queue wait, schedstat) for at least this share of its wait.
 CPU_STARVED_SHARE = 0.5
@@ -91,12 +97,19 @@ def _version_tuple(v: str | None) -> tuple[int, ...] | None:
     return tuple(int(x) for x in m.groups()) if m else None
 
 
-def _read(spark, tables: Path, name: str):
+def _read(spark, tables: Path, name: str, drop: tuple[str, ...] = ()):
+    """The table, without the columns in ``drop``. Its schema comes from the
+    file's footer, read here: Spark would run a job to infer it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import from_arrow_schema
+
     path = tables / f"{name}.parquet"
     if not path.exists():
         return None
-    df = spark.read.parquet(str(path))
-    return df
+    schema = pq.read_schema(path)
+    schema = pa.schema([f.remove_metadata() for f in schema if f.name not in drop])
+    return spark.read.schema(from_arrow_schema(schema)).parquet(str(path))
 
 
 # id(Quality of an analysis) -> the DataFrames it cached.
@@ -135,37 +148,49 @@ def requests(spark, events):
 
     has_pid = "pid" in events.columns
     pid = F.col("pid") if has_pid else F.lit(None).cast("int")
-    s = events.filter(F.col("event") == "send").select(
-        "client", "broker", "corr_id", "request",
-        F.col("size_bytes").alias("req_bytes"), F.col("ts_us").alias("send_us"),
-        F.col("line_no").alias("send_line"), pid.alias("pid"))
-    r = events.filter(F.col("event") == "recv").select(
-        "client", "broker", "corr_id", F.col("ts_us").alias("recv_us"),
-        F.col("line_no").alias("recv_line"), "rtt_ms", F.col("size_bytes").alias("resp_bytes"))
-    j = r.join(s, ["client", "broker", "corr_id"]).filter(F.col("send_line") < F.col("recv_line"))
-    w = Window.partitionBy("client", "broker", "corr_id", "recv_line").orderBy(F.col("send_line").desc())
-    return j.withColumn("_k", F.row_number().over(w)).filter("_k = 1").drop("_k")
+    key = ["client", "broker", "corr_id"]
+    is_send = F.col("event") == "send"
+    # One pass in line order per key instead of a join and a window: each
+    # Received takes the latest Sent seen before it. At one line number a
+    # Received sorts first, so only a Sent on an earlier line pairs with it.
+    ev = events.filter(F.col("event").isin("send", "recv") & F.col("client").isNotNull()
+                       & F.col("broker").isNotNull() & F.col("corr_id").isNotNull()).select(
+        *key, F.col("line_no"), is_send.alias("_send"),
+        F.when(is_send, F.struct(F.col("request"), F.col("size_bytes").alias("req_bytes"),
+                                 F.col("ts_us").alias("send_us"), F.col("line_no").alias("send_line"),
+                                 pid.alias("pid"))).alias("_s"),
+        F.col("ts_us").alias("recv_us"), F.col("line_no").alias("recv_line"), "rtt_ms",
+        F.col("size_bytes").alias("resp_bytes"))
+    w = Window.partitionBy(*key).orderBy("line_no", "_send").rowsBetween(Window.unboundedPreceding, 0)
+    j = ev.withColumn("_s", F.last("_s", ignorenulls=True).over(w)).filter(~F.col("_send") & F.col("_s").isNotNull())
+    return j.select(*key, "recv_us", "recv_line", "rtt_ms", "resp_bytes", "_s.request", "_s.req_bytes",
+                    "_s.send_us", "_s.send_line", "_s.pid")
 
 
-def prepare_syscalls(syscalls):
-    """Flags socket writes, socket reads and waits, and numbers the bursts
-    of socket writes per thread (cached: every later step reads it)."""
+def flag_syscalls(syscalls):
+    """The syscalls with socket writes, socket reads and waits flagged."""
     from pyspark.sql import functions as F
-    from pyspark.sql.window import Window
 
     sc = syscalls.filter(F.col("kind") == "syscall").select(
-        "line_no", "pid", "ts_us", "dur_us", "syscall", "fd", "fd_info", "ret", "args")
+        "line_no", "pid", "ts_us", "dur_us", "syscall", "fd", "fd_info", "ret")
     is_sock = F.col("fd").isNotNull() & (F.col("fd") > 2) & (
         F.col("fd_info").isNull() | F.col("fd_info").rlike(SOCKET_INFO))
     sc = sc.withColumn("sock_write", F.col("syscall").isin(WRITE_CALLS) & is_sock & (F.col("ret") > 0))
     sc = sc.withColumn("sock_read", F.col("syscall").isin(READ_CALLS) & is_sock & (F.col("ret") > 0))
-    sc = sc.withColumn("wait", F.col("syscall").isin(WAIT_CALLS))
+    return sc.withColumn("wait", F.col("syscall").isin(WAIT_CALLS))
 
+
+def prepare_syscalls(syscalls):
+    """Flagged syscalls with the bursts of socket writes numbered per thread
+    (for requests inferred from syscalls alone)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    sc = flag_syscalls(syscalls)
     # burst: a run of socket writes; every other call on the thread starts a
     # new one. The writes of a request share the burst just before its Sent line.
     w = Window.partitionBy("pid").orderBy("ts_us", "line_no").rowsBetween(Window.unboundedPreceding, 0)
-    sc = sc.withColumn("burst", F.sum(F.when(F.col("sock_write"), 0).otherwise(1)).over(w))
-    return sc.cache()
+    return sc.withColumn("burst", F.sum(F.when(F.col("sock_write"), 0).otherwise(1)).over(w))
 
 
 def _bursts(sc):
@@ -192,40 +217,131 @@ def _buckets(start: str, end: str, bucket_us: int):
     return F.explode(F.sequence(F.floor(F.col(start) / bucket_us), F.floor(F.col(end) / bucket_us)))
 
 
-def split_requests(spark, reqs, sc, bucket_us: int = BUCKET_US):
-    """Attach each request's send burst and the syscalls of its window."""
+def split_requests(spark, reqs, sc):
+    """Attach each request's send burst and the first socket read of its
+    window (between its Sent and Received lines, both included).
+
+    Each thread's syscalls are sorted once, with a marker row for each
+    request at its Sent time, sorted before the thread's calls of that time.
+    Walking forward, each row gets running sums of the socket writes so far;
+    the call that ends a run of writes (every call but a socket write does)
+    sees its run as the sums since the call that ended the previous one.
+    The first socket read of a window is the next read after its marker (a
+    lead that skips what is not a read). A request left in the run right
+    before its Sent line's own write(2): a second, small sort of markers and
+    runs brings the two together by that line's number. No range join and
+    no syscall compared with a request: windows that overlap (pipelined
+    requests) cost nothing more.
+
+    ``write_sizes`` is left empty: it is only shown for the example
+    requests, filled in by ``fill_write_sizes`` from the run's bounds
+    (``_run_lo``, ``_run_hi``: (ts_us, line_no) of the calls around it)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructField, StructType
+    from pyspark.sql.window import Window
+
+    req_t = StructType([StructField(f.name, f.dataType, True) for f in reqs.schema.fields])
+    flag = lambda c: F.coalesce(F.col(c), F.lit(False))  # noqa: E731
+    calls = sc.select(
+        "pid", F.col("ts_us").alias("_ts"), F.lit(1).alias("_k"), F.col("line_no").alias("_line"),
+        flag("sock_write").alias("_wr"), flag("sock_read").alias("_rd"), F.col("ret").alias("_ret"),
+        F.col("fd").alias("_fd"), F.when(flag("sock_write"), F.col("fd_info")).alias("_fdi"),
+        F.lit(None).cast(req_t).alias("_req"))
+    marks = reqs.select(
+        "pid", F.col("send_us").alias("_ts"), F.lit(0).alias("_k"), F.col("send_line").alias("_line"),
+        F.lit(False).alias("_wr"), F.lit(False).alias("_rd"), F.lit(None).cast("long").alias("_ret"),
+        F.lit(None).cast("int").alias("_fd"), F.lit(None).cast("string").alias("_fdi"),
+        F.struct(*[F.col(c) for c in reqs.columns]).cast(req_t).alias("_req"))
+    fwd = Window.partitionBy("pid").orderBy("_ts", "_k", "_line")
+    upto = fwd.rowsBetween(Window.unboundedPreceding, 0)
+    one = lambda c: F.when(c, 1).otherwise(0)  # noqa: E731
+    wr, call = F.col("_wr"), F.col("_k") == 1
+    timed_wr = wr & F.col("_ts").isNotNull()
+    ends = call & ~wr
+    rows = calls.unionByName(marks).select(
+        "*", F.when(F.col("_rd"), F.col("_ts")).alias("_read_ts"),
+        F.when(call, F.struct(wr.alias("wr"), F.col("_ts").isNull().alias("untimed"))).alias("_as_call"))
+    rows = rows.select(
+        "*",
+        F.sum(one(wr)).over(upto).alias("_cw"),
+        F.sum(one(timed_wr)).over(upto).alias("_ctw"),
+        F.sum(F.when(wr, F.col("_ret")).otherwise(0)).over(upto).alias("_cb"),
+        F.expr("lead(_read_ts, 1, null, true)").over(fwd).alias("_next_read"),
+        F.expr("lag(_as_call, 1, null, true)").over(fwd).alias("_prev_call"))
+    # A run's first write follows a call that is not a write; its first
+    # timed write follows that or an untimed write (untimed rows sort first).
+    prev = F.col("_prev_call")
+    first = wr & (prev.isNull() | ~prev.getField("wr"))
+    first_timed = timed_wr & (prev.isNull() | ~prev.getField("wr") | prev.getField("untimed"))
+    pos = F.struct(F.col("_ts").alias("ts_us"), F.col("_line").alias("line_no"))
+    rows = rows.select(
+        "pid", "_k", "_line", "_req", "_next_read", "_cw", "_ctw", "_cb", pos.alias("_pos"),
+        F.last(F.when(first, F.struct("_fd", "_fdi")), ignorenulls=True).over(upto).alias("_fw"),
+        F.last(F.when(first_timed, F.col("_ts")), ignorenulls=True).over(upto).alias("_tw"),
+        F.last(F.when(ends, F.struct(pos.alias("at"), "_cw", "_ctw", "_cb")), ignorenulls=True).over(
+            fwd.rowsBetween(Window.unboundedPreceding, -1)).alias("_prev_end"))
+    pe = lambda c: F.coalesce(F.col("_prev_end").getField(c), F.lit(0))  # noqa: E731
+    n = F.col("_cw") - pe("_cw")
+    run = F.struct(n.alias("n_writes"),
+                   F.when(F.col("_ctw") > pe("_ctw"), F.col("_tw")).alias("send_start_us"),
+                   (F.col("_cb") - pe("_cb")).alias("written_bytes"),
+                   F.col("_fw._fd").alias("fd"), F.col("_fw._fdi").alias("fd_info"),
+                   F.col("_prev_end.at").alias("lo"), F.col("_pos").alias("hi"))
+    # A request meets its run by its Sent line's number.
+    rows = rows.filter((F.col("_k") == 0) | (n > 0)).select(
+        "pid", "_k", "_line", "_req", "_next_read", F.when(F.col("_k") == 1, run).alias("_run"))
+    pair = Window.partitionBy("pid", "_line").orderBy(F.col("_k").desc()).rowsBetween(Window.unboundedPreceding, 0)
+    rows = rows.withColumn("_b", F.first("_run", ignorenulls=True).over(pair)).filter(F.col("_k") == 0)
+    send, recv = F.col("_req.send_us"), F.col("_req.recv_us")
+    # A request without a thread is not matched with any syscall.
+    own = F.col("_req.pid").isNotNull()
+    burst = lambda c, name=None: F.when(own, F.col(f"_b.{c}")).alias(name or c)  # noqa: E731
+    r = rows.select(
+        "_req.*", *[burst(c) for c in ("n_writes", "send_start_us", "written_bytes")],
+        F.lit(None).cast("array<long>").alias("write_sizes"), burst("fd"), burst("fd_info"),
+        burst("lo", "_run_lo"), burst("hi", "_run_hi"),
+        F.when(own & send.isNotNull() & (F.col("_next_read") <= recv), F.col("_next_read")).alias("first_read_us"))
+    r = r.withColumn("start_us", F.coalesce("send_start_us", "send_us"))
+    ms = lambda a, b: (F.col(a) - F.col(b)) / 1000.0  # noqa: E731
+    return (r.withColumn("send_ms", ms("send_us", "start_us"))
+             .withColumn("wait_ms", ms("first_read_us", "send_us"))
+             .withColumn("read_ms", ms("recv_us", "first_read_us"))
+             .withColumn("total_ms", ms("recv_us", "start_us")))
+
+
+def fill_write_sizes(syscalls, examples: dict) -> None:
+    """The sizes of each example request's writes, in time order: the
+    socket writes on its thread between the calls around its run (a few
+    rows, read with the table's own filters)."""
     from pyspark.sql import functions as F
 
-    bursts = _bursts(sc).drop("send_end_us", "first_line")
-    send_rows = sc.select(F.col("line_no").alias("send_line"), F.col("burst").alias("_sb"))
-    r = reqs.join(send_rows, "send_line", "left")
-    b = bursts.withColumnRenamed("burst", "_b").withColumnRenamed("pid", "_bpid")
-    r = r.join(b, (F.col("pid") == F.col("_bpid")) & (F.col("_b") == F.col("_sb") - 1), "left").drop("_bpid", "_b", "_sb")
-    r = r.withColumn("start_us", F.coalesce("send_start_us", "send_us"))
-
-    # Range join by buckets: a request spans few buckets, each syscall sits in one.
-    # A request's own lines and times are its key: an id numbered from row
-    # order would differ between the two uses of r once a join upstream
-    # (dropping copies, leaving out requests) changes that order.
-    rid = ["send_line", "recv_line", "send_us", "recv_us"]
-    rb = r.select(*rid, "pid", "start_us", _buckets("start_us", "recv_us", bucket_us).alias("bucket"))
-    ev = sc.filter(F.col("wait") | F.col("sock_read")).withColumn("bucket", F.floor(F.col("ts_us") / bucket_us))
-    inside = rb.join(ev, ["pid", "bucket"]).filter(
-        (F.col("ts_us") >= F.col("send_us")) & (F.col("ts_us") <= F.col("recv_us")))
-    agg = inside.groupBy(*rid).agg(
-        F.sum(F.when(F.col("wait"), F.col("dur_us"))).alias("poll_us"),
-        F.max(F.when(F.col("wait"), F.col("dur_us"))).alias("longest_poll_us"),
-        F.min(F.when(F.col("sock_read"), F.col("ts_us"))).alias("first_read_us"),
-        F.count(F.when(F.col("wait"), 1)).alias("n_polls"),
-    )
-    r = r.join(agg, rid, "left")
-    ms = lambda a, b: (F.col(a) - F.col(b)) / 1000.0  # noqa: E731
-    r = (r.withColumn("send_ms", ms("send_us", "start_us"))
-          .withColumn("wait_ms", ms("first_read_us", "send_us"))
-          .withColumn("read_ms", ms("recv_us", "first_read_us"))
-          .withColumn("total_ms", ms("recv_us", "start_us"))
-          .withColumn("poll_ms", F.col("poll_us") / 1000.0))
-    return r
+    want = [e for e in examples.values() if e.get("write_sizes") is None and e.get("_run_hi") is not None
+            and e.get("pid") is not None and e.get("n_writes")]
+    if want and syscalls is not None:
+        cond = None
+        for e in want:
+            lo, hi = e["_run_lo"], e["_run_hi"]
+            c = F.col("pid") == e["pid"]
+            if hi["ts_us"] is not None:
+                c = c & (F.col("ts_us").isNull() | (F.col("ts_us") <= hi["ts_us"]))
+            if lo is not None and lo["ts_us"] is not None:
+                c = c & (F.col("ts_us") >= lo["ts_us"])
+            cond = c if cond is None else cond | c
+        got = flag_syscalls(syscalls.filter(cond)).filter("sock_write").select(
+            "pid", "ts_us", "line_no", "ret").collect()
+        key = lambda ts, line: (ts is not None, ts or 0, line)  # noqa: E731
+        for e in want:
+            lo, hi = e["_run_lo"], e["_run_hi"]
+            top = key(hi["ts_us"], hi["line_no"])
+            bottom = key(lo["ts_us"], lo["line_no"]) if lo is not None else None
+            mine = [(g.ts_us, g.ret) for g in got if g.pid == e["pid"]
+                    and key(g.ts_us, g.line_no) < top and (bottom is None or key(g.ts_us, g.line_no) > bottom)]
+            # sort_array of (ts_us, ret): nulls first
+            e["write_sizes"] = [ret for _, ret in sorted(mine, key=lambda x: (x[0] is not None, x[0] or 0,
+                                                                              x[1] is not None, x[1] or 0))]
+    for e in examples.values():
+        e.pop("_run_lo", None)
+        e.pop("_run_hi", None)
 
 
 def exchanges(sc):
@@ -246,10 +362,13 @@ def exchanges(sc):
         F.lit(None).cast("array<long>").alias("write_sizes"), F.lit(None).cast("long").alias("written_bytes"),
         F.lit(None).cast("long").alias("send_start_us"), "ts_us", F.lit(None).cast("long").alias("send_line"),
         F.col("ts_us").alias("read_us"), F.col("line_no").alias("read_line"))
-    w = Window.partitionBy("pid", "fd").orderBy("ts_us").rowsBetween(1, Window.unboundedFollowing)
-    ev = b.unionByName(reads)
-    ev = (ev.withColumn("resp_us", F.first("read_us", ignorenulls=True).over(w))
-            .withColumn("recv_line", F.first("read_line", ignorenulls=True).over(w)))
+    # The first read after each row: the last one seen walking backwards
+    # (a frame to the partition's end would be rescanned for every row).
+    ev = b.unionByName(reads).withColumn("_o", F.coalesce("send_line", "read_line"))
+    w = Window.partitionBy("pid", "fd").orderBy(F.col("ts_us").desc(), F.col("_o").desc()).rowsBetween(
+        Window.unboundedPreceding, -1)
+    nxt = F.last(F.when(F.col("read_us").isNotNull(), F.struct("read_us", "read_line")), ignorenulls=True).over(w)
+    ev = ev.withColumn("_n", nxt).withColumn("resp_us", F.col("_n.read_us")).withColumn("recv_line", F.col("_n.read_line"))
     ms = lambda a, c: (F.col(a) - F.col(c)) / 1000.0  # noqa: E731
     return (ev.filter(F.col("n_writes").isNotNull() & F.col("resp_us").isNotNull())
               .select(F.lit(None).cast("string").alias("client"),
@@ -261,25 +380,56 @@ def exchanges(sc):
               .withColumn("send_ms", ms("send_us", "send_start_us"))
               .withColumn("wait_ms", ms("recv_us", "send_us"))
               .withColumn("read_ms", F.lit(0.0))
-              .withColumn("poll_ms", F.lit(None).cast("double"))
               .withColumn("total_ms", ms("recv_us", "send_start_us")))
 
 
 _PEER = re.compile(r'sin6?_port=htons\((\d+)\).*?(?:inet_addr\("([^"]+)"\)|inet_pton\(AF_INET6, "([^"]+)")')
 
 
-def connections(sc) -> list[dict]:
+def connections(syscalls) -> list[dict]:
     """Per connect(): peer, TCP_NODELAY as set before it, handshake wait.
 
     ``setsockopt(..., TCP_NODELAY, [1], ...)`` comes before ``connect()`` in
     librdkafka; absent between the socket's previous close and the connect,
-    the socket kept Nagle on. Few rows: computed on the driver."""
+    the socket kept Nagle on. Few rows: computed on the driver.
+
+    ``syscalls`` is best the table as read, so that the filters reach the
+    Parquet reader: row groups without one of these calls are skipped
+    unread, and of the waits (librdkafka polls with POLLOUT before most
+    sends) only those that can time a handshake are read at all: on their
+    connect()'s thread, within 10 s of it."""
     from pyspark.sql import functions as F
 
-    rows = sc.filter(
-        F.col("syscall").isin("connect", "setsockopt", "getsockopt", "close", "socket")
-        | (F.col("wait") & F.col("args").contains("POLLOUT"))
-    ).select("line_no", "pid", "ts_us", "dur_us", "syscall", "fd", "fd_info", "args", "ret").orderBy("ts_us", "line_no").collect()
+    cols = ["line_no", "pid", "ts_us", "dur_us", "syscall", "fd", "fd_info", "args", "ret"]
+    sc = syscalls.filter(F.col("kind") == "syscall")
+    rows = sc.filter(F.col("syscall").isin("connect", "setsockopt", "getsockopt", "close", "socket")).select(
+        *cols).collect()
+    spans: dict = {}
+    for r in rows:
+        if r.syscall == "connect" and r.fd is not None and "AF_INET" in (r.args or "") and r.ts_us is not None:
+            spans.setdefault(r.pid, []).append(r.ts_us)
+    near = []
+    for pid, starts in spans.items():
+        lo = hi = None
+        for t in sorted(starts):
+            if hi is not None and t <= hi + 1:
+                hi = t + HANDSHAKE_WINDOW_US - 1
+                continue
+            if lo is not None:
+                near.append((pid, lo, hi))
+            lo, hi = t, t + HANDSHAKE_WINDOW_US - 1
+        near.append((pid, lo, hi))
+    if len(near) > MAX_HANDSHAKE_SPANS:   # a reconnect storm: read them all
+        rows += sc.filter(F.col("syscall").isin(WAIT_CALLS) & F.col("args").contains("POLLOUT")).select(
+            *cols).collect()
+    elif near:
+        cond = None
+        for pid, lo, hi in near:
+            c = F.col("pid").eqNullSafe(F.lit(pid).cast("int")) & F.col("ts_us").between(lo, hi)
+            cond = c if cond is None else cond | c
+        rows += sc.filter(F.col("syscall").isin(WAIT_CALLS) & cond & F.col("args").contains("POLLOUT")).select(
+            *cols).collect()
+    rows.sort(key=lambda r: (r.ts_us is not None, r.ts_us or 0, r.line_no is not None, r.line_no or 0))
     conns: list[dict] = []
     last_close: dict[int, int] = {}
     nodelay_at: dict[int, tuple[int, int, bool]] = {}
@@ -310,7 +460,7 @@ def connections(sc) -> list[dict]:
         elif row.dur_us is not None:
             for c in reversed(conns):
                 if c["pid"] == row.pid and c["handshake_ms"] is None and row.ts_us >= c["connect_us"] \
-                        and row.ts_us - c["connect_us"] < 10_000_000 and f"fd={c['fd']}" in args:
+                        and row.ts_us - c["connect_us"] < HANDSHAKE_WINDOW_US and f"fd={c['fd']}" in args:
                     c["_last_wait"] = (row.ts_us, row.dur_us)
                     c.setdefault("_first_wait", (row.ts_us, row.dur_us))
                     break
@@ -368,6 +518,19 @@ def analyze(spark, tables_dir: Path, meta: dict | None = None) -> dict:
     return result
 
 
+def _at_once(parallel: bool, tasks: list) -> list:
+    """The tasks' results, in order. In parallel (threads, each with its own
+    Spark jobs) when asked: on a small input every job is the JVM planning
+    and warming up, one core each, and the second core would wait. On a 200-
+    request capture, first analysis 9.2 -> ... s."""
+    if not parallel:
+        return [t() for t in tasks]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(PARALLEL_JOBS, thread_name_prefix="kdiag-analysis") as pool:
+        return [f.result() for f in [pool.submit(t) for t in tasks]]
+
+
 def _checked(spark, reqs, table: str, q):
     """Requests of ``table``'s clock without those a clock step or a response
     stamped before its request leaves without a true latency."""
@@ -389,34 +552,69 @@ def _analyze(spark, tables_dir: Path, meta: dict | None, q) -> dict:
     meta = {**(meta or {}), "tables_dir": str(tables_dir)}
     unknowns: list[str] = []
     # Rows that repeat earlier ones go before anything counts them; the
-    # clock steps are found per thread in file order.
-    # Every table is read by several actions below; cached once, each
-    # action starts from it instead of from the Parquet file and the
-    # duplicate check's windows.
-    log = _cached(quality.drop_duplicates(quality.with_order(_read(spark, tables_dir, "rdkafka_events")),
-                                          "rdkafka_events", q), q)
-    syscalls = _cached(quality.drop_duplicates(quality.with_order(_read(spark, tables_dir, "syscalls")),
-                                               "syscalls", q), q)
-    lw = _cached(quality.drop_duplicates(quality.with_order(_read(spark, tables_dir, "log_writes")), "log_writes", q), q)
-    stats = _cached(quality.drop_duplicates(quality.with_order(_read(spark, tables_dir, "stats")), "stats", q), q)
-    quality.clock_steps(spark, syscalls, "syscalls", q)
-    quality.clock_steps(spark, log, "rdkafka_events", q)
+    # clock steps are found per thread in file order. A small input's tables
+    # are cached: read by many actions, each then starts from memory. A large
+    # one's are not: holding them costs more than reading the few columns
+    # each action needs again, and what is read again is what the job made
+    # of them (the split requests), cached below.
+    from kdiag.spark import SMALL_INPUT_BYTES, tables_bytes
 
-    version = meta.get("librdkafka_version")
-    for src in (log, lw):
-        if version is None and src is not None:
-            row = src.filter(F.col("event") == "init").select("detail").first()
-            version = row.detail if row else None
+    small = tables_bytes(tables_dir) < SMALL_INPUT_BYTES
+    # data is the text of a write to stdout/stderr, already in args: it
+    # neither tells copies apart nor is read below.
+    read = {name: _read(spark, tables_dir, name, ("data",) if name == "syscalls" else ())
+            for name in ("rdkafka_events", "syscalls", "log_writes", "stats")}
+    # Each check gets a Quality of its own, merged in this order below: the
+    # checks run at once on a small input (see _at_once).
+    qs = {k: quality.Quality() for k in ("dup_events", "dup_syscalls", "dup_lw", "dup_stats", "steps_syscalls",
+                                         "steps_events")}
 
-    events, source = None, None
-    if lw is not None and lw.filter(F.col("event") == "send").limit(1).count():
-        events, source = lw, "strace"
-    elif log is not None and log.filter(F.col("event") == "send").limit(1).count():
-        events, source = log, "log"
-    elif syscalls is not None and syscalls.limit(1).count() and not _any_rows(log) and not _any_rows(lw):
-        # Only a producer that logs nothing has its requests inferred: a
-        # librdkafka log without one Sent line means nothing was sent.
-        source = "syscalls"
+    def checked(name: str, key: str, steps: str | None = None):
+        def run():
+            ordered = quality.with_order(read[name])
+            df = quality.drop_duplicates(ordered, name, qs[key])
+            if df is not ordered:   # copies dropped: every later read must drop them too
+                read[name] = df
+            df = _cached(df, q) if small else df
+            if steps is not None:
+                quality.clock_steps(spark, df, name, qs[steps])
+            return df
+        return run
+
+    def facts():
+        # Copies change none of these: the first copy of a row stays.
+        log, lw, sc = read["rdkafka_events"], read["log_writes"], read["syscalls"]
+        version = meta.get("librdkafka_version")
+        for src in (log, lw):
+            if version is None and src is not None:
+                row = src.filter(F.col("event") == "init").select("detail").first()
+                version = row.detail if row else None
+        source = None
+        if lw is not None and lw.filter(F.col("event") == "send").limit(1).count():
+            source = "strace"
+        elif log is not None and log.filter(F.col("event") == "send").limit(1).count():
+            source = "log"
+        elif sc is not None and sc.limit(1).count() and not _any_rows(log) and not _any_rows(lw):
+            # Only a producer that logs nothing has its requests inferred: a
+            # librdkafka log without one Sent line means nothing was sent.
+            source = "syscalls"
+        return version, source
+
+    raw_syscalls = read["syscalls"]
+
+    def conns_of():
+        return connections(raw_syscalls) if raw_syscalls is not None else []
+
+    log, syscalls, lw, stats, (version, source), conns = _at_once(small, [
+        checked("rdkafka_events", "dup_events", "steps_events"),
+        checked("syscalls", "dup_syscalls", "steps_syscalls"), checked("log_writes", "dup_lw"),
+        checked("stats", "dup_stats"), facts, conns_of])
+    for k in ("dup_events", "dup_syscalls", "dup_lw", "dup_stats", "steps_syscalls", "steps_events"):
+        q.checks += qs[k].checks
+        q.steps.update(qs[k].steps)
+    if read["syscalls"] is not raw_syscalls:   # its copies were dropped: they are not connections
+        conns = connections(read["syscalls"])
+    events = {"strace": lw, "log": log}.get(source)
     if source is None:
         for table, name in _SOURCE_NAMES.items():
             quality.exclude_spanning(spark, None, table, q, name)
@@ -427,26 +625,27 @@ def _analyze(spark, tables_dir: Path, meta: dict | None, q) -> dict:
     if source == "syscalls":
         sc = prepare_syscalls(syscalls)
         reqs = _checked(spark, exchanges(sc), "syscalls", q)
-        conns = connections(sc)
         conns += sampled_connections(tables_dir, conns)
         unknowns.append("the producer logged no librdkafka Sent/Received lines: requests were inferred from "
                         "its syscalls (a burst of socket writes, then the first read of the response); "
                         "no correlation ids, and pipelined requests would pair with the wrong response")
-        result = judge(spark, reqs, reqs, conns, stats, version, source, unknowns, meta)
+        result = judge(spark, reqs, reqs, conns, stats, version, source, unknowns, meta, read.get("syscalls"),
+                       small)
         result["confidence"] = "medium: requests inferred from syscalls"
         result["paths"] = path_rows(tables_dir)
         return result
 
-    reqs = _checked(spark, requests(spark, events), "syscalls" if source == "strace" else "rdkafka_events", q)
+    reqs = requests(spark, events)
     if source == "strace" and syscalls is not None:
-        sc = prepare_syscalls(syscalls)
-        reqs = split_requests(spark, reqs, sc)
-        conns = connections(sc)
+        # Cached before the input checks: their counts and every later
+        # action read one computation of the split.
+        reqs = _checked(spark, _cached(split_requests(spark, reqs, flag_syscalls(syscalls)), q), "syscalls", q)
         conns += sampled_connections(tables_dir, conns)
     else:
+        reqs = _checked(spark, reqs, "syscalls" if source == "strace" else "rdkafka_events", q)
         conns = []
-        for c in ("send_ms", "wait_ms", "read_ms", "poll_ms", "n_writes", "fd", "first_read_us",
-                  "written_bytes", "write_sizes", "send_start_us", "fd_info", "n_polls", "longest_poll_us"):
+        for c in ("send_ms", "wait_ms", "read_ms", "n_writes", "fd", "first_read_us",
+                  "written_bytes", "write_sizes", "send_start_us", "fd_info"):
             reqs = reqs.withColumn(c, F.lit(None))
         # A log without timestamps (basicConfig, Go, node) still carries
         # librdkafka's own rtt for each response.
@@ -456,10 +655,11 @@ def _analyze(spark, tables_dir: Path, meta: dict | None, q) -> dict:
             unknowns.append("the log has no timestamps: a request's time is librdkafka's rtt")
         unknowns.append("no librdkafka Sent lines inside an strace capture: a request's time cannot be split "
                         "into socket and wait, and Nagle cannot be told from a slow broker")
+        reqs = _cached(reqs, q)
 
-    reqs = _cached(reqs, q)
-    produce = _cached(reqs.filter(F.col("request") == "Produce"), q)
-    result = judge(spark, produce, reqs, conns, stats, version, source, unknowns, meta)
+    produce = reqs.filter(F.col("request") == "Produce")
+    result = judge(spark, produce, reqs, conns, stats, version, source, unknowns, meta, read.get("syscalls"),
+                   small)
     result["confidence"] = "high: requests from librdkafka's own lines" if source == "strace" else \
         "low: librdkafka's log without syscalls"
     result["paths"] = path_rows(tables_dir)
@@ -787,67 +987,188 @@ def one_write_requests(reqs) -> dict:
     return {"n": row.n, "wait_p50_ms": _r(row.m, 3)}
 
 
+# Above this many requests a cause's median request is found without
+# sorting them all: the rows whose wait lies within EXAMPLE_BAND (as a
+# quantile) of the median are sorted on the driver. percentile_approx at
+# accuracy 100000 is within 1e-5 of the true rank, well inside the band.
+EXAMPLE_SORT_MAX = 100_000
+EXAMPLE_BAND = 0.0005
+# More rows in a band than this (the waits tie): the cause is sorted whole.
+EXAMPLE_BAND_ROWS = 200_000
+
+
+def median_requests(rq, bands: dict, cols: list[str]) -> dict:
+    """cause -> its median request by (wait_ms, send_us), nulls first: the
+    one at floor(k / 2) + 1. ``bands``: cause -> (k, requests with a wait,
+    wait quantiles [.., .., 0.5 - EXAMPLE_BAND, 0.5 + EXAMPLE_BAND]), for
+    every cause when they are to be found by band; the causes a band misses
+    are sorted whole."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    found: dict = {}
+    banded = {}
+    for cause, (k, timed, wait) in bands.items():
+        want = k // 2 + 1 - (k - timed)        # rank among the requests with a wait
+        if wait and wait[2] is not None and timed > 1 and 0 < want \
+                and 0.5 - EXAMPLE_BAND < (want - 1) / (timed - 1) < 0.5 + EXAMPLE_BAND:
+            banded[cause] = (want, wait[2], wait[3])
+    if banded:
+        lo = F.create_map(*[x for c, (_, a, _) in banded.items() for x in (F.lit(c), F.lit(a))])[F.col("cause")]
+        hi = F.create_map(*[x for c, (_, _, b) in banded.items() for x in (F.lit(c), F.lit(b))])[F.col("cause")]
+        wait = F.col("wait_ms")
+        got = rq.filter(F.col("cause").isin(*banded)).groupBy("cause").agg(
+            F.count(F.when(wait < lo, 1)).alias("below"),
+            F.count(F.when((wait >= lo) & (wait <= hi), 1)).alias("n"),
+            F.collect_list(F.when((wait >= lo) & (wait <= hi), F.struct("wait_ms", "send_us", "send_line",
+                                                                         "recv_line"))).alias("band")).collect()
+        pick = {}
+        for g in got:
+            want = banded[g.cause][0]
+            band = sorted(g.band, key=lambda r: (r.wait_ms, r.send_us is not None, r.send_us or 0))
+            if g.n <= EXAMPLE_BAND_ROWS and 0 <= want - g.below - 1 < len(band):
+                pick[g.cause] = band[want - g.below - 1]
+        if pick:
+            cond = None
+            for cause, r in pick.items():
+                c = (F.col("cause") == cause) & (F.col("send_line").eqNullSafe(r.send_line)) & \
+                    (F.col("recv_line").eqNullSafe(r.recv_line)) & (F.col("wait_ms") == r.wait_ms)
+                cond = c if cond is None else cond | c
+            for r in rq.filter(cond).select(*cols).collect():
+                found.setdefault(r.cause, r.asDict(recursive=True))
+    if bands and set(found) >= set(bands):
+        return found
+    rest = rq if not found else rq.filter(~F.col("cause").isin(*found))
+    w = Window.partitionBy("cause").orderBy("wait_ms", "send_us")
+    found.update({r.cause: r.asDict(recursive=True) for r in rest.withColumn("_i", F.row_number().over(w))
+                  .withColumn("_n", F.count("*").over(Window.partitionBy("cause")))
+                  .filter(F.col("_i") == F.floor(F.col("_n") / 2) + 1).select(*cols).collect()})
+    return found
+
+
+@dataclass(frozen=True)
+class _CauseAgg:
+    """One cause's requests, summed up."""
+    k: int
+    wait: list | None           # wait_ms p50, p99
+    writes: float | None        # n_writes p50
+    total: float | None         # total_ms p50
+    wait_max: float | None
+    time: float | None          # total_ms summed
+    runq: float | None
+    throttle: float | None
+    throttle_max: float | None
+
+
 def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, source: str,
-          unknowns: list[str], meta: dict) -> dict:
+          unknowns: list[str], meta: dict, syscalls=None, parallel: bool = False) -> dict:
     """Per-request causes in Spark; only aggregates and one example request
-    per cause come back to the driver, however many requests there are."""
+    per cause come back to the driver, however many requests there are.
+    ``parallel``: a small input, whose independent jobs run at once."""
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
     vt = _version_tuple(version)
     default_nodelay = None if vt is None else vt >= NAGLE_DEFAULT_FLIPPED
-    path_rtt, rtt_source, rtt_bound = path_rtt_of(spark, meta.get("tables_dir"), conns)
-
-    single = one_write_requests(reqs)
-    multi_wait = produce.filter(F.col("n_writes") >= 2).agg(q_("wait_ms", 0.5).alias("m")).first().m
+    # Everything that comes before the causes, in one job (beside the path's).
+    one_write = (F.col("n_writes") == 1) & F.col("wait_ms").isNotNull()
+    pre = reqs.agg(F.count("*").alias("all_kinds"), F.count(F.when(one_write, 1)).alias("n1"),
+                   q_(F.when(one_write, F.col("wait_ms")), 0.5).alias("m1"),
+                   q_(F.when((F.col("request") == "Produce") & (F.col("n_writes") >= 2), F.col("wait_ms")), 0.5)
+                   .alias("multi_wait"))
+    if stats is not None:
+        pre = pre.crossJoin(stats.agg(F.percentile_approx("int_latency_p50_ms", 0.5).alias("client_ms"),
+                                      F.count(F.when(F.col("throttle_max_ms") > 0, 1)).alias("throttled")))
+    (path_rtt, rtt_source, rtt_bound), pre = _at_once(parallel, [
+        lambda: path_rtt_of(spark, meta.get("tables_dir"), conns), pre.first])
+    single = {"n": pre.n1, "wait_p50_ms": _r(pre.m1, 3)}
+    multi_wait = pre.multi_wait
+    client_ms = pre.client_ms if stats is not None else None
     # Nagle holds back only what follows an unacknowledged segment: a request
     # that left in one write has nothing held. When those wait as long as the
     # split ones, the wait is not Nagle's.
     nagle_possible = not (single["n"] and multi_wait is not None and single["wait_p50_ms"] is not None
                           and single["wait_p50_ms"] >= max(SLOW_MS, 0.5 * multi_wait))
     meta = {**meta, "one_write": single, "nagle_possible": nagle_possible, "has_stats": stats is not None}
-    produce = throttle_of(stats, runq_of(spark, meta.get("tables_dir"), produce))
+    # Statistics without one throttle time add nothing but a join.
+    throttles = stats if stats is not None and pre.throttled else None
+    produce = runq_of(spark, meta.get("tables_dir"), produce)
+    produce = throttle_of(throttles, produce) if throttles is not None else \
+        produce.withColumn("throttle_ms", F.lit(None).cast("double"))
     rq = classify(attach_connections(spark, produce, conns), path_rtt, nagle_possible)
-    rq = _resolve_slow(rq, meta.get("tcp_retrans")).cache()
+    held = "runq_ms" in produce.columns and meta.get("tables_dir") and \
+        (Path(meta["tables_dir"]) / "threads.parquet").exists() or throttles is not None
+    if held:   # joins that shuffle: made once for the two jobs below
+        rq = rq.cache()
     q = lambda col, p: F.percentile_approx(col, p, 100000)  # noqa: E731
-    s = rq.agg(
-        F.count("*").alias("n"),
+    # The causes and the whole in one job: each request counted once as
+    # itself and once under its cause, with only the columns each side is
+    # summed over (a percentile costs per value it is given). slow_wait is
+    # told apart below; all its requests get the same name.
+    none = lambda t: F.lit(None).cast(t)  # noqa: E731
+    whole = rq.select(none("string").alias("_g"), "total_ms", "wait_ms", "rtt_ms", "send_ms", "read_ms", "send_us",
+                      "recv_us", "broker", F.when(F.col("fd").isNotNull() & F.col("connect_us").isNull(),
+                                                  F.col("fd")).alias("_ufd"),
+                      none("long").alias("n_writes"), none("double").alias("runq_ms"),
+                      none("double").alias("throttle_ms"))
+    each = rq.select(F.col("cause").alias("_g"), "total_ms", "wait_ms", none("double").alias("rtt_ms"),
+                     none("double").alias("send_ms"), none("double").alias("read_ms"), none("long").alias("send_us"),
+                     none("long").alias("recv_us"), none("string").alias("broker"), none("int").alias("_ufd"),
+                     F.col("n_writes").cast("long").alias("n_writes"), F.col("runq_ms").cast("double").alias("runq_ms"),
+                     F.col("throttle_ms").cast("double").alias("throttle_ms"))
+    sums = whole.unionByName(each).groupBy("_g").agg(
+        F.count("*").alias("k"), F.count("wait_ms").alias("timed"),
         q("total_ms", [0.5, 0.99]).alias("total"), q("rtt_ms", [0.5, 0.99]).alias("rtt"),
-        q("send_ms", 0.5).alias("send"), q("wait_ms", 0.5).alias("wait"), q("read_ms", 0.5).alias("read"),
-        F.min("send_us").alias("first"), F.max("recv_us").alias("last"),
-        F.sort_array(F.collect_set("broker")).alias("brokers"),
-        F.sort_array(F.collect_set(F.when(F.col("fd").isNotNull() & F.col("connect_us").isNull(), F.col("fd"))))
-        .alias("unknown_fds"),
-    ).first()
-    n = s.n
-    client_ms = None
-    if stats is not None:
-        row = stats.selectExpr("percentile_approx(int_latency_p50_ms, 0.5) AS q").first()
-        client_ms = row.q if row else None
+        q("send_ms", 0.5).alias("send"), q("wait_ms", [0.5, 0.99, 0.5 - EXAMPLE_BAND, 0.5 + EXAMPLE_BAND]).alias("wait"),
+        q("read_ms", 0.5).alias("read"), F.min("send_us").alias("first"), F.max("recv_us").alias("last"),
+        F.sort_array(F.collect_set("broker")).alias("brokers"), F.sort_array(F.collect_set("_ufd")).alias("unknown_fds"),
+        q("n_writes", 0.5).alias("writes"), F.max("wait_ms").alias("wait_max"), F.sum("total_ms").alias("time"),
+        q("runq_ms", 0.5).alias("runq"), q("throttle_ms", 0.5).alias("throttle"),
+        F.max("throttle_ms").alias("throttle_max"))
+    # The example is the cause's median request by wait.
+    ex_cols = ["cause", "broker", "corr_id", "n_writes", "write_sizes", "wait_ms", "rtt_ms", "send_line",
+               "recv_line", "fd", "connect_us", "connect_line", "peer", "nodelay", "nodelay_line", "pid",
+               "runq_ms"]
+    ex_cols += [c for c in ("_run_lo", "_run_hi") if c in rq.columns]
+    examples = None
+    if parallel:   # few requests: sorted whole, beside the sums
+        rows, examples = _at_once(True, [sums.collect, lambda: median_requests(rq, {}, ex_cols)])
+    else:
+        rows = sums.collect()
+    s = next((r for r in rows if r._g is None), None)
+    per = {r._g: _CauseAgg(r.k, r.wait[:2] if r.wait else r.wait, r.writes, r.total[0] if r.total else None,
+                           r.wait_max, r.time, r.runq, r.throttle, r.throttle_max)
+           for r in rows if r._g is not None}
+    bands = {r._g: (r.k, r.timed, r.wait) for r in rows if r._g is not None}
+    n = s.k if s is not None else 0
+    if "slow_wait" in per:
+        # _resolve_slow's rule, on the counts already here
+        tail = n and per["slow_wait"].k / n < DOMINANT_SHARE and meta.get("tcp_retrans") != 0
+        per["packet_loss" if tail else "broker_slow"] = per.pop("slow_wait")
     two = lambda v, i: None if v is None else v[i]  # noqa: E731
     summary = {
         "requests": n,
-        "requests_all_kinds": reqs.count(),
-        "brokers": list(s.brokers or []),
+        "requests_all_kinds": pre.all_kinds,
+        "brokers": list((s.brokers if s is not None else None) or []),
         "source": source,
-        "rtt_p50_ms": _r(two(s.rtt, 0)), "rtt_p99_ms": _r(two(s.rtt, 1)),
-        "latency_p50_ms": _r(two(s.total, 0)), "latency_p99_ms": _r(two(s.total, 1)),
+        "rtt_p50_ms": _r(two(s and s.rtt, 0)), "rtt_p99_ms": _r(two(s and s.rtt, 1)),
+        "latency_p50_ms": _r(two(s and s.total, 0)), "latency_p99_ms": _r(two(s and s.total, 1)),
         "split_ms": {
             "client_queue": _r(client_ms),
-            "socket_send": _r(s.send, 3),
-            "wait_response": _r(s.wait, 3),
-            "read_response": _r(s.read, 3),
+            "socket_send": _r(s and s.send, 3),
+            "wait_response": _r(two(s and s.wait, 0), 3),
+            "read_response": _r(s and s.read, 3),
         },
         "path_rtt_ms": _r(path_rtt, 3),
         "path_rtt_source": rtt_source,
         "path_rtt_upper_bound": rtt_bound if path_rtt is not None else None,
         "tcp_retransmits": meta.get("tcp_retrans"),
-        "first_send_us": s.first,
-        "last_recv_us": s.last,
+        "first_send_us": s and s.first,
+        "last_recv_us": s and s.last,
     }
     if client_ms is None:
         unknowns.append("no statistics: time queued in the client before the send is unknown")
-    if s.unknown_fds:
+    if s is not None and s.unknown_fds:
         hint = ""
         if default_nodelay is not None:
             hint = (f"; librdkafka {version} defaults socket.nagle.disable to "
@@ -855,25 +1176,19 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
         unknowns.append(f"TCP_NODELAY unknown on fd {list(s.unknown_fds)}: the capture started after connect(){hint}")
     if n == 0:
         unknowns.append("no Produce request completed in the capture")
+        if held:
+            rq.unpersist()
         return _result(meta, version, "healthy", [], summary, unknowns, no_data=True)
 
-    per = {r.cause: r for r in rq.groupBy("cause").agg(
-        F.count("*").alias("k"), q("wait_ms", [0.5, 0.99]).alias("wait"),
-        q("n_writes", 0.5).alias("writes"), q("total_ms", 0.5).alias("total"),
-        F.max("wait_ms").alias("wait_max"), F.sum("total_ms").alias("time"),
-        q("runq_ms", 0.5).alias("runq"), q("throttle_ms", 0.5).alias("throttle"),
-        F.max("throttle_ms").alias("throttle_max")).collect()}
-    all_time = sum((a.time or 0.0) for a in per.values()) or 1.0
-    # The example is the cause's median request by wait.
-    w = Window.partitionBy("cause").orderBy("wait_ms", "send_us")
-    ex_cols = ["cause", "broker", "corr_id", "n_writes", "write_sizes", "wait_ms", "rtt_ms", "send_line",
-               "recv_line", "fd", "connect_us", "connect_line", "peer", "nodelay", "nodelay_line", "pid",
-               "runq_ms"]
-    examples = {r.cause: r.asDict() for r in rq.withColumn("_i", F.row_number().over(w))
-                .withColumn("_n", F.count("*").over(Window.partitionBy("cause")))
-                .filter(F.col("_i") == F.floor(F.col("_n") / 2) + 1).select(*ex_cols).collect()}
-    rq.unpersist()
+    if examples is None:
+        examples = median_requests(rq, bands if n > EXAMPLE_SORT_MAX else {}, ex_cols)
+    if "slow_wait" in examples:
+        examples["packet_loss" if "packet_loss" in per else "broker_slow"] = examples.pop("slow_wait")
+    fill_write_sizes(syscalls, examples)
+    if held:
+        rq.unpersist()
 
+    all_time = sum((a.time or 0.0) for a in per.values()) or 1.0
     findings = []
     for cause, agg in per.items():
         share = agg.k / n

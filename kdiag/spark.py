@@ -2,6 +2,8 @@
 when run on a cluster."""
 from __future__ import annotations
 
+import atexit
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -11,14 +13,19 @@ LOG4J = Path(__file__).with_name("log4j2.properties")
 
 # Below this much Parquet, the analysis is a few dozen Spark jobs over
 # kilobytes: their cost is the JVM warming up and planning, not the data.
-SMALL_INPUT_BYTES = 256 << 20
+SMALL_INPUT_BYTES = 16 << 20
+# Raw captures that make about that much Parquet (text is ~8x its tables).
+SMALL_RAW_BYTES = 128 << 20
 
 
 def session(app: str = "kdiag", small: bool = False):
     """``small``: for an input known to be small. The JVM then compiles with
     C1 only: a JVM that lives seconds is gone before C2's code pays for its
     compiling. Measured on a 100-request capture, 2 cores: session start
-    6.7 -> 4.6 s, first analysis 24 -> 16 s. A big input wants C2."""
+    6.7 -> 4.6 s, first analysis 24 -> 16 s. It also maps the classes it
+    loads from an archive when there is one (see ``_class_archive``). A big
+    input wants C2, and a heap for its sorts and cached requests (local
+    mode: the driver's heap is the executors')."""
     # Loopback keeps local mode off the network; the executors' Python must
     # be this interpreter or they cannot import what the driver pickles.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -27,33 +34,165 @@ def session(app: str = "kdiag", small: bool = False):
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app)
+    java = [f"-Dlog4j2.configurationFile={LOG4J}"]
+    archive = None
     # Under spark-submit the JVM already runs (its gateway port is in the
     # environment) with the master the user gave it: keep that.
     if not os.environ.get("PYSPARK_GATEWAY_PORT"):
         builder = builder.master(os.environ.get("KDIAG_SPARK_MASTER", "local[2]"))
+        builder = builder.config("spark.driver.memory",
+                                 os.environ.get("KDIAG_SPARK_MEMORY") or ("1g" if small else _big_heap()))
+        if small:
+            java.append("-XX:TieredStopAtLevel=1")
+            archive = _class_archive()
+            if archive is not None:
+                java += archive.java_options()
     spark = (
         builder.config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", os.environ.get("KDIAG_SHUFFLE_PARTITIONS", "4"))
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.extraJavaOptions",
-                f"-Dlog4j2.configurationFile={LOG4J}" + (" -XX:TieredStopAtLevel=1" if small else ""))
+        .config("spark.driver.extraJavaOptions", " ".join(java))
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    if archive is not None and archive.writing:
+        atexit.register(archive.seal, spark)
     return spark
+
+
+def _big_heap() -> str:
+    """A quarter of the machine's memory, 2 to 8 GiB."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return "2g"
+    return f"{max(2, min(8, total // 4 >> 30))}g"
+
+
+def build_class_archive() -> Path | None:
+    """Writes the class archive small runs start from (see _ClassArchive):
+    a replay of a fixture capture whose JVM records the classes it loads.
+    Takes about a minute, once per Java and Spark; setup runs it. Returns
+    the archive, or None when it could not be written."""
+    import subprocess
+
+    archive = _class_archive()
+    if archive is None:
+        return None
+    if archive.path.exists():
+        return archive.path
+    fixture = Path(__file__).resolve().parent.parent / "fixtures" / "captures" / "nagle_on"
+    if not fixture.is_dir():
+        return None
+    env = {**os.environ, "KDIAG_SPARK_CDS": "write"}
+    subprocess.run([sys.executable, "-m", "kdiag", "replay", str(fixture)], env=env, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, timeout=600, check=False)
+    return archive.path if archive.path.exists() else None
+
+
+class _ClassArchive:
+    """A CDS archive of the classes a short Spark run loads (JDK 13+:
+    -XX:ArchiveClassesAtExit): mapped instead of loaded and verified one by
+    one, it halves the session's start (2 cores: 4.9-5.2 -> 2.4-2.7 s).
+
+    Recording it slows that run down (2 cores: a 200-request replay 20 ->
+    28 s to the verdict, then 14 s more to write 180 MB), so no ordinary run
+    does: ``build_class_archive`` (setup) runs one that does, with
+    KDIAG_SPARK_CDS=write. That run's JVM is stopped at Python's exit and
+    waited for, then the archive is renamed into place, so no run ever maps
+    a half-written one. KDIAG_SPARK_CDS=0: no archive at all. The name
+    holds a hash of the Java and the Spark jars: another Java or Spark makes
+    another archive. A JVM that finds an archive it cannot use (-Xshare:auto,
+    the default) runs without it; its CDS messages are switched off, as they
+    would otherwise land on stdout."""
+
+    def __init__(self, path: Path, write: bool) -> None:
+        self.path = path
+        self.writing = write and not path.exists()
+        self.temp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+
+    def java_options(self) -> list[str]:
+        if self.writing:
+            use = f"-XX:ArchiveClassesAtExit={self.temp}"
+        elif self.path.exists():
+            use = f"-XX:SharedArchiveFile={self.path}"
+        else:
+            return []
+        return [use, "-Xlog:cds*=off", "-Xlog:class+path=off"]
+
+    def seal(self, spark) -> None:
+        from pyspark import SparkContext
+
+        try:
+            gateway = SparkContext._gateway
+            proc = getattr(gateway, "proc", None)
+            spark.stop()
+            if proc is None:
+                return
+            # The JVM exits when its stdin closes, and writes the archive then.
+            proc.stdin.close()
+            proc.wait(timeout=60)
+            if self.temp.exists() and self.temp.stat().st_size and not self.path.exists():
+                self.temp.replace(self.path)
+        except Exception:  # noqa: BLE001 - a cache: without it the next run just starts slower
+            pass
+        finally:
+            self.temp.unlink(missing_ok=True)
+
+
+def _class_archive() -> _ClassArchive | None:
+    mode = os.environ.get("KDIAG_SPARK_CDS", "1")
+    if mode == "0":
+        return None
+    try:
+        import pyspark
+
+        jars = Path(pyspark.__file__).parent / "jars"
+        java = Path(os.environ["JAVA_HOME"]) / "bin" / "java" if os.environ.get("JAVA_HOME") else None
+        if java is None:
+            from shutil import which
+
+            found = which("java")
+            java = Path(found).resolve() if found else None
+        if java is None or not jars.is_dir():
+            return None
+        h = hashlib.sha256(f"{pyspark.__version__}|{jars}|{java}|{java.stat().st_mtime_ns}".encode())
+        for jar in sorted(jars.iterdir()):
+            h.update(f"{jar.name}:{jar.stat().st_size}".encode())
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kdiag"
+        base.mkdir(parents=True, exist_ok=True)
+        return _ClassArchive(base / f"spark-classes-{h.hexdigest()[:16]}.jsa", write=mode == "write")
+    except OSError:
+        return None
 
 
 def tune_for(spark, input_bytes: int) -> None:
     """SQL settings by the size of the tables about to be analysed. For a
-    small input: one shuffle partition and no adaptive execution, whose
+    small input: one shuffle partition, no adaptive execution, whose
     re-planning of each stage costs more than it saves on kilobytes (on a
-    100-request capture: 128 Spark jobs -> 57, warm analysis 14 -> 9 s)."""
+    100-request capture: 128 Spark jobs -> 57, warm analysis 14 -> 9 s),
+    and expressions interpreted rather than compiled to Java first (a cold
+    JVM compiles each query's code slower than it runs it on kilobytes: on
+    a 200-request capture, first analysis 15.8 -> 11.9 s). For a large one,
+    partitions enough that the threads' rows (the split is partitioned by
+    thread) spread over every core, adaptive execution to merge the small
+    ones, and compiled code."""
     small = input_bytes < SMALL_INPUT_BYTES
-    default = "1" if small else "4"
+    cores = spark.sparkContext.defaultParallelism
+    default = "1" if small else str(8 * max(1, cores))
     spark.conf.set("spark.sql.shuffle.partitions", os.environ.get("KDIAG_SHUFFLE_PARTITIONS", default))
     spark.conf.set("spark.sql.adaptive.enabled", "false" if small else "true")
+    spark.conf.set("spark.sql.codegen.wholeStage", "false" if small else "true")
+    spark.conf.set("spark.sql.codegen.factoryMode", "NO_CODEGEN" if small else "FALLBACK")
 
 
 def tables_bytes(tables_dir: Path) -> int:
     return sum(p.stat().st_size for p in Path(tables_dir).glob("*.parquet"))
+
+
+if __name__ == "__main__":
+    # python -m kdiag.spark: write the class archive (setup.sh)
+    made = build_class_archive()
+    print(made or "no class archive: no Java, no Spark jars or no fixture capture to record it with")
+    sys.exit(0 if made else 1)
