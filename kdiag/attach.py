@@ -16,6 +16,19 @@ The traced producer is never harmed:
   it exec the command under trace. So every mode detaches the same way,
   and none uses ``--seccomp-bpf`` (its filter is only for commands strace
   starts).
+
+The tracer: strace -p stops the traced thread on every call (~23 us each);
+a producer at full speed over TLS makes ~13 k calls a second on its broker
+thread and loses most of its throughput to it. bpftrace
+(collectors/bpftrace.py) stops no thread and writes the same strace text.
+``tracer`` (KDIAG_TRACER) is auto, strace or bpftrace; auto measures the
+producer's call rate for a second before attaching and takes bpftrace when
+strace would cost it a noticeable share of a core (kdiag.overhead.choose),
+and for a command (no rate to measure) whenever bpftrace can run; strace
+otherwise, and whenever bpftrace fails to start. bpftrace is used only on a
+process kdiag may ptrace (``/proc/PID/mem`` opens): it sees every process,
+and kdiag observes no more than strace would be allowed to. The manifest's
+``tracer`` says which ran and why, its ``overhead`` what it cost.
 """
 
 from __future__ import annotations
@@ -30,10 +43,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from collectors import bpftrace as c_bpf
 from collectors import strace as c_strace
 from collectors import sockets
 from collectors.base import CollectorStatus, dies_with_parent
-from kdiag import guard, redact
+from kdiag import guard, overhead, redact
 from kdiag.errors import UsageError
 
 # Without a window, an attach traces this long.
@@ -54,6 +68,13 @@ class TargetOptions:
     argv: list[str] = field(default_factory=list)
     max_capture_mb: float | None = guard.DEFAULT_CAP_MB
     pseudonymise: Path | None = None
+    tracer: str | None = None       # auto, strace, bpftrace; None: $KDIAG_TRACER, else auto
+
+
+TRACERS = ("auto", "strace", "bpftrace")
+TRACER_ENV = "KDIAG_TRACER"
+# bpftrace compiles its probes before it traces: seconds of CPU on a busy host.
+BPF_READY_S = 60.0
 
 
 def _alive(pid: int) -> bool:
@@ -92,29 +113,79 @@ def run(opts: TargetOptions, log=lambda msg: None):
         return _run(opts, staging, out, log)
 
 
+def may_trace(pid: int) -> str | None:
+    """Why kdiag may not trace ``pid``, or None. Opening /proc/PID/mem takes
+    the kernel's ptrace access check (PTRACE_MODE_ATTACH) and touches
+    nothing in the process."""
+    try:
+        with open(f"/proc/{pid}/mem", "rb"):
+            return None
+    except OSError as e:
+        return f"ptrace access to pid {pid} refused ({e.strerror or e})"
+
+
+def tracer_setting(opts: TargetOptions) -> str:
+    setting = opts.tracer or os.environ.get(TRACER_ENV) or "auto"
+    if setting not in TRACERS:
+        raise UsageError(f"tracer {setting!r}: one of {', '.join(TRACERS)}")
+    return setting
+
+
+@dataclass
+class Tracer:
+    """The running tracer: strace -p, or the bpftrace collector."""
+    tool: str
+    strace: subprocess.Popen | None = None
+    bpf: c_bpf.Child | None = None
+    cpu_at_start: float | None = None
+
+    @property
+    def proc(self) -> subprocess.Popen:
+        return self.strace if self.strace is not None else self.bpf.proc
+
+    def cpu_s(self) -> float | None:
+        return overhead.cpu_s([self.strace.pid]) if self.strace is not None else None
+
+
+def start_tracer(tool: str, target: int, strace_out: Path, flags: list[str], err_file, log) -> tuple[Tracer | None, str | None]:
+    """Starts ``tool`` on ``target``; returns it once it traces, or None and
+    why it could not. The bpftrace collector's status, when it gave up, is
+    in the reason."""
+    if tool == "bpftrace":
+        child = c_bpf.spawn(target, strace_out)
+        if c_bpf.wait_ready(child, BPF_READY_S):
+            return Tracer("bpftrace", bpf=child), None
+        st = c_bpf.collect(child)
+        strace_out.unlink(missing_ok=True)
+        return None, st.get("reason") or f"bpftrace did not start ({st.get('state')})"
+    cmd = ["strace", *flags, "-o", str(strace_out), "-p", str(target)]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_file,
+                            preexec_fn=dies_with_parent, start_new_session=True)
+    return Tracer("strace", strace=proc, cpu_at_start=overhead.cpu_s([proc.pid])), None
+
+
 def _run(opts: TargetOptions, staging: Path, out: Path, log):
     from kdiag.trace import TraceResult, _cap_bytes, collector_gaps, finish, start_spark
 
+    setting = tracer_setting(opts)
     raw = staging / "raw"
     for d in ("rdkafka_log", "strace", "sockets"):
         (raw / d).mkdir(parents=True)
     spark_holder, warm = start_spark()
     strace_out = raw / "strace" / "strace.txt"
     st = CollectorStatus(c_strace.NAME, version=c_strace.version())
-    # Without strace (not installed, not root) the sampler still reads the
-    # producer's sockets: TCP_NODELAY alone names a Nagle stall.
-    missing = c_strace.check()
-    if missing:
-        st.state, st.reason = "skipped", missing
-        log(f"strace skipped: {missing}; sampling the producer's sockets only")
+    bpf_status: dict | None = None
     stderr_log = None
     # --seccomp-bpf does not apply to -p, and strace would say so on stderr.
     flags = [f for f in c_strace.FLAGS if f != "--seccomp-bpf"]
     wrapped = None
+    before = None
     if opts.pid is not None:
         mode, target = "attach", opts.pid
         window = opts.duration_s or DEFAULT_ATTACH_S
-        log(f"attaching to pid {opts.pid} for {window:g}s; it keeps running when kdiag detaches")
+        # The producer untraced: what the tracer's cost is measured against,
+        # and what auto chooses the tracer by.
+        before = overhead.baseline(target)
     else:
         mode = "wrap"
         window = opts.duration_s
@@ -125,57 +196,109 @@ def _run(opts: TargetOptions, staging: Path, out: Path, log):
         target = wrapped.pid
         if not _wait_state(target, "T"):
             raise UsageError(f"{opts.command[0]}: did not start")
-        log(f"running {opts.command[0]} (pid {target})" + ("" if missing else " under strace")
-            + (f" for {window:g}s" if window else " until it exits"))
-    cmd = ["strace", *flags, "-o", str(strace_out), "-p", str(target)]
-    started = int(time.time() * 1e6)
+    bpf_unusable = c_bpf.check() or may_trace(target)
+    tool, why = overhead.choose(setting, before, bpf_unusable)
+    fallback = None
+    missing = c_strace.check()
     tracer = None
+    started = int(time.time() * 1e6)
     with tempfile.TemporaryFile() as tracer_err:
-        if not missing:
-            st.command = redact.argv(cmd)
-            st.files = [str(strace_out)]
-            tracer = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=tracer_err,
-                                      preexec_fn=dies_with_parent, start_new_session=True)
+        if tool == "bpftrace":
+            log(f"tracing with bpftrace: {why}")
+            tracer, fallback = start_tracer("bpftrace", target, strace_out, flags, tracer_err, log)
+            if tracer is None:
+                log(f"bpftrace did not start ({fallback}); strace instead")
+                tool = "strace"
+        if tracer is None:
+            # Without strace (not installed, not root) the sampler still reads
+            # the producer's sockets: TCP_NODELAY alone names a Nagle stall.
+            if missing:
+                st.state, st.reason = "skipped", missing
+                log(f"strace skipped: {missing}; sampling the producer's sockets only")
+            else:
+                tracer, _ = start_tracer("strace", target, strace_out, flags, tracer_err, log)
+                st.command = redact.argv(tracer.strace.args)
+                st.files = [str(strace_out)]
+        if mode == "attach":
+            log(f"attaching to pid {opts.pid} for {window:g}s; it keeps running when kdiag detaches")
+        else:
+            log(f"running {opts.command[0]} (pid {target})" + (f" under {tool}" if tracer else "")
+                + (f" for {window:g}s" if window else " until it exits"))
         if wrapped is not None:
-            if tracer is not None and not _wait_traced(target, tracer):
-                _detach(tracer)
+            if tracer is not None and tracer.strace is not None and not _wait_traced(target, tracer.strace):
+                _detach(tracer.strace)
             os.kill(target, signal.SIGCONT)
+        traced_from = overhead.read_counters(target) if mode == "attach" else None
         sampler = sockets.spawn(target, raw / "sockets" / "samples.jsonl", window) if target else None
         interrupted = None
+        traced_to = None
+        tracer_cpu = None
         with guard.CaptureGuard(raw, _cap_bytes(opts.max_capture_mb), lambda why: None) as g:
             try:
                 deadline = None if window is None else time.monotonic() + window
                 while _alive(target) and not g.tripped:
                     if deadline is not None and time.monotonic() >= deadline:
                         break
-                    if tracer is not None and tracer.poll() is not None and st.state == "pending":
+                    if tracer is not None and tracer.proc.poll() is not None and st.state == "pending" \
+                            and tracer.strace is not None:
                         # strace gave up (ptrace refused, the process gone): the
                         # sampler goes on for the window.
-                        st.state, st.reason = "failed", _tracer_failure(tracer, tracer_err)
+                        st.state, st.reason = "failed", _tracer_failure(tracer.strace, tracer_err)
                         log(f"strace stopped: {st.reason}")
                     time.sleep(POLL_S)
             except KeyboardInterrupt:
                 interrupted = "interrupted (Ctrl-C or SIGTERM)"
                 log("interrupted: detaching; the producer keeps running")
             finally:
-                if tracer is not None:
-                    _detach(tracer)
+                if mode == "attach":
+                    traced_to = overhead.read_counters(target)
+                if tracer is not None and tracer.strace is not None:
+                    end_cpu = tracer.cpu_s()
+                    tracer_cpu = None if end_cpu is None or tracer.cpu_at_start is None \
+                        else end_cpu - tracer.cpu_at_start
+                    _detach(tracer.strace)
+                elif tracer is not None:
+                    bpf_status = c_bpf.collect(tracer.bpf)
+                    tracer_cpu = bpf_status.get("cpu_s")
                 sampler_status = sockets.collect(sampler) if sampler is not None else None
         if g.tripped:
             interrupted = g.reason
             log(f"stopped: {g.reason}; the producer keeps running")
-        if tracer is not None and st.state == "pending" and tracer.returncode not in (0, -signal.SIGINT):
-            why = _tracer_failure(tracer, tracer_err)
-            if "ptrace" in why or "Operation not permitted" in why:
-                st.state, st.reason = "failed", why
-    st.started_us, st.ended_us = started, int(time.time() * 1e6)
-    if st.state == "pending":
-        st.state = "partial" if interrupted else "ok"
-    st.bytes = strace_out.stat().st_size if strace_out.exists() else 0
+        if tracer is not None and tracer.strace is not None and st.state == "pending" \
+                and tracer.strace.returncode not in (0, -signal.SIGINT):
+            why_failed = _tracer_failure(tracer.strace, tracer_err)
+            if "ptrace" in why_failed or "Operation not permitted" in why_failed:
+                st.state, st.reason = "failed", why_failed
+    ended = int(time.time() * 1e6)
+    if bpf_status is not None:
+        st = CollectorStatus(c_bpf.NAME, **{k: bpf_status.get(k) for k in
+                                            ("state", "reason", "files", "bytes", "version", "command",
+                                             "started_us", "ended_us")})
+        if st.state == "ok" and interrupted:
+            st.state = "partial"
+    else:
+        st.started_us, st.ended_us = started, ended
+        if st.state == "pending":
+            st.state = "partial" if interrupted else "ok"
+        st.bytes = strace_out.stat().st_size if strace_out.exists() else 0
     if wrapped is not None and wrapped.poll() is not None:
         wrapped.wait()
     producer_alive = target is not None and _alive(target)
     log(f"detached; pid {target} is " + ("still running" if producer_alive else "no longer running"))
+
+    cost = overhead.BPF_EVENT_US if tool == "bpftrace" else overhead.PTRACE_STOP_US
+    if tracer is None:
+        ovh = overhead.unknown(None, "no syscall tracer ran")
+    elif mode == "attach":
+        _, top = overhead.busiest_thread_lines(strace_out) if strace_out.exists() else (0, 0)
+        during = overhead.rates(traced_from, traced_to)
+        ovh = overhead.measured(tool, before, during, tracer_cpu, (bpf_status or {}).get("setup_cpu_s"),
+                                top / during.seconds if during and during.seconds else None, cost)
+    else:
+        t0 = (bpf_status or {}).get("ready_us") or started
+        t1 = (bpf_status or {}).get("stopped_us") or ended
+        ovh = overhead.for_capture(tool, strace_out, t0, t1, cost, tracer_cpu, (bpf_status or {}).get("setup_cpu_s"),
+                                   lower_bound=tool == "strace")
 
     raw_inputs = [p for p in (strace_out, stderr_log) if p is not None and p.exists()]
     raw_inputs += sorted(p for p in (raw / "sockets").glob("*") if p.is_file())
@@ -189,7 +312,12 @@ def _run(opts: TargetOptions, staging: Path, out: Path, log):
                    "running_at_detach": producer_alive},
         "partial": bool(reasons),
         "partial_reasons": reasons,
-        "versions": {"strace": st.version},
+        "versions": {"strace": c_strace.version(), "bpftrace": c_bpf.version() if tool == "bpftrace" else None},
+        "tracer": {"tool": tool if tracer is not None else None, "setting": setting, "why": why,
+                   "bpftrace_failed": fallback,
+                   "lost_events": (bpf_status or {}).get("lost_events"),
+                   "tracefs": (bpf_status or {}).get("tracefs")},
+        "overhead": ovh.to_dict(),
         "collectors": [c for c in (st.to_dict(), sampler_status) if c is not None],
     }
     findings, out_path = finish(staging, raw_inputs, {}, spark_holder, warm, out, [], manifest,

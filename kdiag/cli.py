@@ -46,6 +46,9 @@ examples:
       attach to a running producer for 20 s; it keeps running afterwards
   kdiag trace -- python3 my_producer.py --rate 50
       run a producer under kdiag until it exits
+  kdiag trace --pid 4242 --tracer strace
+      attach with strace whatever the producer's call rate (auto would take
+      bpftrace for a busy producer: it stops no thread)
   kdiag trace -b 10.1.2.3:9093 -X security.protocol=ssl --pseudonymise ~/kdiag-hosts.json
       the bundle names no host: every address and hostname is a pseudonym,
       the same one in every run that uses that map
@@ -123,6 +126,10 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("-p", "--pid", type=int, help="attach to this running producer (it keeps running)")
     t.add_argument("--duration", type=float, metavar="S",
                    help="trace --pid or -- CMD for S seconds (default: 30 for --pid, until CMD exits)")
+    t.add_argument("--tracer", choices=("auto", "strace", "bpftrace"),
+                   help="syscall tracer for --pid and -- CMD (default: $KDIAG_TRACER, else auto: bpftrace when "
+                        "strace would cost a busy producer a noticeable share of its throughput, or for a "
+                        "command; strace otherwise and whenever bpftrace cannot run)")
     t.add_argument("--scenario", metavar="NAME",
                    help="a lab scenario instead of the default: network-latency, packet-loss, clean (a "
                         "multi-hop network in namespaces), nagle-proxy (a TLS terminator with Nagle), "
@@ -197,6 +204,10 @@ def cmd_trace(args, env: Environment, argv: list[str], command: list[str]) -> Ex
 
     if args.pid is not None or command:
         return cmd_trace_target(args, env, argv, command)
+    if args.tracer:
+        # The probe starts under strace --seccomp-bpf: only the calls kdiag
+        # reads stop it, at ~22 msg/s that is a few hundred a second.
+        raise UsageError("--tracer goes with --pid or -- CMD; kdiag's own probe always runs under strace")
     if args.messages is None:
         args.messages = trace.SCENARIO_MESSAGES.get(args.scenario, trace.DEFAULT_MESSAGES)
     if args.messages < 1 or args.size < 0:
@@ -251,7 +262,7 @@ def cmd_trace_target(args, env: Environment, argv: list[str], command: list[str]
         raise UsageError("-b/-X/-F/--scenario set up kdiag's probe producer; they do not go with --pid or -- CMD")
     opts = attach.TargetOptions(pid=args.pid, command=command, duration_s=args.duration, out=args.output,
                                 argv=["kdiag", *argv], max_capture_mb=args.max_capture_mb,
-                                pseudonymise=args.pseudonymise)
+                                pseudonymise=args.pseudonymise, tracer=args.tracer)
     with _sigterm_interrupts():
         res = attach.run(opts, log=env.say)
     return _trace_status(env, res, args.json)

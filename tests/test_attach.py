@@ -62,7 +62,20 @@ def not_traced(pid: int) -> bool:
     return tracer == 0
 
 
-def test_attach_names_the_cause_and_detaches(producer, spark, tmp_path):
+def manifest_of(bundle: Path) -> dict:
+    import tarfile
+
+    with tarfile.open(bundle) as tar:
+        return json.load(tar.extractfile("manifest.json"))
+
+
+OVERHEAD_FIELDS = {"tool", "method", "throughput_pct", "untraced_io_calls_per_s", "traced_io_calls_per_s",
+                   "untraced_cpu_cores", "traced_cpu_cores", "tracer_cpu_cores", "tracer_setup_cpu_s",
+                   "traced_calls_per_s", "cost_per_call_us", "window_s"}
+
+
+def test_attach_names_the_cause_and_detaches(producer, spark, tmp_path, monkeypatch):
+    monkeypatch.delenv("KDIAG_TRACER", raising=False)
     proc, prog = producer
     out, err = io.StringIO(), io.StringIO()
     rc = main(["trace", "--json", "--pid", str(proc.pid), "--duration", "3", "-o", str(tmp_path / "a.tar.gz")],
@@ -70,6 +83,12 @@ def test_attach_names_the_cause_and_detaches(producer, spark, tmp_path):
     assert rc == 0, err.getvalue()
     f = json.loads(out.getvalue())
     assert f["verdict"] == "nagle_delayed_ack"
+    man = manifest_of(tmp_path / "a.tar.gz")
+    # a producer stalled at ~20 msg/s makes few calls: auto keeps strace's full view
+    assert man["tracer"]["tool"] == "strace" and man["tracer"]["setting"] == "auto", man["tracer"]
+    ovh = man["overhead"]
+    assert set(ovh) == OVERHEAD_FIELDS and ovh["tool"] == "strace", ovh
+    assert ovh["method"].startswith("measured:") and ovh["throughput_pct"] is not None
     assert f["target"]["pid"] == proc.pid and f["target"]["running_at_detach"] is True
     # attached after connect(): strace cannot know TCP_NODELAY, the sampler read it off the socket
     assert any("as sampled live from the socket" in e for e in f["findings"][0]["evidence"])
@@ -78,6 +97,31 @@ def test_attach_names_the_cause_and_detaches(producer, spark, tmp_path):
     assert proc.poll() is None and not_traced(proc.pid)
     before = progress(prog)
     assert wait_for(lambda: progress(prog) >= before + 10, 10), "producer stopped after kdiag detached"
+
+
+def test_attach_with_bpftrace_names_the_cause_and_detaches(producer, spark, tmp_path, monkeypatch):
+    """The tracer auto picks for a busy producer, asked for here: the same
+    verdict and evidence from its capture, and the producer runs on."""
+    need("bpftrace", root=True)
+    monkeypatch.setenv("KDIAG_TRACER", "bpftrace")
+    proc, prog = producer
+    out, err = io.StringIO(), io.StringIO()
+    bundle = tmp_path / "b.tar.gz"
+    rc = main(["trace", "--json", "--pid", str(proc.pid), "--duration", "3", "-o", str(bundle)],
+              Environment(stdout=out, stderr=err))
+    assert rc == 0, err.getvalue()
+    f = json.loads(out.getvalue())
+    assert f["verdict"] == "nagle_delayed_ack", f["findings"]
+    assert any("as sampled live from the socket" in e for e in f["findings"][0]["evidence"])
+    man = manifest_of(bundle)
+    assert man["tracer"]["tool"] == "bpftrace" and man["tracer"]["lost_events"] == 0, man["tracer"]
+    assert [c["name"] for c in man["collectors"]][0] == "bpftrace" and not man["partial"], man["partial_reasons"]
+    ovh = man["overhead"]
+    assert set(ovh) == OVERHEAD_FIELDS and ovh["method"].startswith("measured:"), ovh
+    assert ovh["tracer_setup_cpu_s"] is not None and ovh["tracer_cpu_cores"] is not None
+    assert proc.poll() is None and not_traced(proc.pid)
+    before = progress(prog)
+    assert wait_for(lambda: progress(prog) >= before + 10, 10), "producer stopped after bpftrace detached"
 
 
 def test_kill_9_of_kdiag_leaves_the_producer_running(producer, tmp_path):
@@ -122,7 +166,11 @@ def test_sigterm_detaches_and_keeps_a_partial_bundle(producer, tmp_path):
     assert wait_for(lambda: progress(prog) >= before + 10, 10), "producer stopped after kdiag's SIGTERM"
 
 
-def test_wrap_runs_the_command_to_its_end(the_lab, spark, tmp_path):
+@pytest.mark.parametrize("tracer", ["auto", "strace"])
+def test_wrap_runs_the_command_to_its_end(the_lab, spark, tmp_path, monkeypatch, tracer):
+    """auto traces a command with bpftrace where it can run: from the exec,
+    so the setsockopt() before connect() is seen, as strace sees it."""
+    monkeypatch.setenv("KDIAG_TRACER", tracer)
     prog = tmp_path / "progress"
     out, err = io.StringIO(), io.StringIO()
     rc = main(["trace", "--json", "-o", str(tmp_path / "w.tar.gz"), "--",
@@ -131,6 +179,17 @@ def test_wrap_runs_the_command_to_its_end(the_lab, spark, tmp_path):
     assert rc == 0, err.getvalue()
     f = json.loads(out.getvalue())
     assert f["verdict"] == "nagle_delayed_ack" and progress(prog) > 10
+    ev = f["findings"][0]["evidence"]
+    assert any("TCP_NODELAY was not set on fd" in e and "no setsockopt(TCP_NODELAY) before its connect()" in e
+               for e in ev), ev
+    man = manifest_of(tmp_path / "w.tar.gz")
+    from collectors import bpftrace
+
+    want = "bpftrace" if tracer == "auto" and bpftrace.check() is None else "strace"
+    assert man["tracer"]["tool"] == want, man["tracer"]
+    ovh = man["overhead"]
+    assert set(ovh) == OVERHEAD_FIELDS and ovh["tool"] == want and ovh["method"].startswith("estimated:"), ovh
+    assert ovh["throughput_pct"] is not None and not man["partial"], man["partial_reasons"]
 
 
 # One of each kind of secret a producer's host holds, with values planted to
