@@ -56,9 +56,12 @@ RB_PAGES = 1024
 CHUNK = 128
 STRSIZE = 256
 READY = "R\tready"
-# Records are written when a call returns, per CPU: a call's line may come
-# after lines of calls that started later. Held this long before writing.
-REORDER_NS = 2_000_000_000
+# Records are written when a call returns, into one buffer per CPU, and
+# bpftrace reads a quiet CPU's buffer late, at the latest when it exits:
+# measured here, records came up to the whole run (2 s of a 3 s trace) after
+# later ones. So the converter sorts the whole capture, in runs of this many
+# records (~40 MB of Python objects) merged from files beside the output.
+RUN_RECORDS = 100_000
 
 # code -> (syscall, enter fields for a0..a3, exit record kind)
 # Kinds: fd (first argument is an fd, named as -yy does), write (fd; fd <= 2
@@ -454,24 +457,24 @@ def _record(parts: list[str], name_of: dict[int, str]) -> _Rec | None:
 
 
 class Converter:
-    """bpftrace's records -> strace ``-f -ttt -T -yy`` lines, per thread in
-    the order its calls ran. A record is written when its call returns, one
-    ring buffer per CPU, the buffers read one after another: records are
-    held ``reorder_ns`` and written in order of return (each thread's calls
-    in the order they ran; lines of different threads may step back in time,
-    as strace's ``<... resumed>`` lines do)."""
+    """bpftrace's records -> strace ``-f -ttt -T -yy`` lines, in the order
+    the calls returned (so each thread's calls in the order they ran; lines
+    of different threads may step back in time, as strace's ``<... resumed>``
+    lines do). Memory is bounded: sorted runs of ``run_records`` go to
+    files in ``spill_dir`` and are merged at ``close``."""
 
-    def __init__(self, out, epoch_offset_ns: int, reorder_ns: int = REORDER_NS):
+    def __init__(self, out, epoch_offset_ns: int, spill_dir: Path | None = None, run_records: int = RUN_RECORDS):
         self.out = out
         self.offset = epoch_offset_ns
-        self.reorder_ns = reorder_ns
+        self.spill_dir = spill_dir
+        self.run_records = run_records
         self.result = Converted()
         self.ready = False
-        self._heap: list[tuple[int, int, _Rec]] = []
+        self._run: list[tuple[int, int, _Rec]] = []
+        self._spilled: list[Path] = []
         self._want_more: dict[int, _Rec] = {}
         self._name_of: dict[int, str] = {}
         self._seq = 0
-        self._latest = 0
 
     def feed(self, line: str) -> None:
         line = line.rstrip("\n")
@@ -506,36 +509,61 @@ class Converter:
         if r is None:
             res.bad_records += 1
             return
+        # The second half follows in the same CPU's buffer, before any other record of the thread.
+        self._want_more.pop(r.tid, None)
         if r.data is not None and r.count > CHUNK:
             self._want_more[r.tid] = r
         name = (r.head or r.body).split("(", 1)[0]
         res.calls[name] = res.calls.get(name, 0) + 1
         res.first_ns = r.ts if res.first_ns is None else min(res.first_ns, r.ts)
         res.last_ns = r.end if res.last_ns is None else max(res.last_ns, r.end)
-        if r.end > self._latest:
-            self._latest = r.end
-        heapq.heappush(self._heap, (r.end, self._seq, r))
+        self._run.append((r.end, self._seq, r))
         self._seq += 1
-        limit = self._latest - self.reorder_ns
-        heap = self._heap
-        while heap and heap[0][0] < limit:
-            self._emit(heapq.heappop(heap)[2])
+        if len(self._run) >= self.run_records:
+            self._spill()
 
-    def _emit(self, r: _Rec) -> None:
-        self.out.write(_line(r, self.offset))
-        self.result.lines += 1
+    def _spill(self) -> None:
+        import tempfile
+
+        # A record whose data's second half is still to come stays for the next run.
+        waiting = {id(r) for r in self._want_more.values()}
+        run = [e for e in self._run if id(e[2]) not in waiting]
+        self._run = [e for e in self._run if id(e[2]) in waiting]
+        run.sort(key=lambda e: (e[0], e[1]))
+        fd, name = tempfile.mkstemp(prefix="records-run-", dir=self.spill_dir)
+        self._spilled.append(Path(name))
+        # the sort key first, fixed width: the merge compares lines as strings
+        with open(fd, "w") as f:
+            f.writelines(f"{end:020d}{seq:012d}{_line(r, self.offset)}" for end, seq, r in run)
 
     def close(self) -> Converted:
-        while self._heap:
-            self._emit(heapq.heappop(self._heap)[2])
+        if not self._spilled:
+            self._run.sort(key=lambda e: (e[0], e[1]))
+            self.out.writelines(_line(r, self.offset) for _, _, r in self._run)
+            self.result.lines += len(self._run)
+            self._run = []
+        else:
+            if self._run:
+                self._spill()
+            files = [open(p) for p in self._spilled]
+            try:
+                for ln in heapq.merge(*files):
+                    self.out.write(ln[32:])
+                    self.result.lines += 1
+            finally:
+                for f in files:
+                    f.close()
+                for p in self._spilled:
+                    p.unlink(missing_ok=True)
+                self._spilled = []
         self.out.flush()
         return self.result
 
 
-def convert(records: Path, out_path: Path, epoch_offset_ns: int, reorder_ns: int = REORDER_NS) -> Converted:
+def convert(records: Path, out_path: Path, epoch_offset_ns: int, run_records: int = RUN_RECORDS) -> Converted:
     """A whole file of records (as bpftrace printed them) to strace text."""
     with open(records, encoding="latin-1", newline="\n") as src, open(out_path, "w") as out:
-        conv = Converter(out, epoch_offset_ns, reorder_ns)
+        conv = Converter(out, epoch_offset_ns, out_path.parent, run_records)
         for line in src:
             conv.feed(line)
         return conv.close()

@@ -45,6 +45,10 @@ NAGLE_EXCESS_MIN_MS = 30.0
 NAGLE_EXCESS_MAX_MS = 70.0
 # A request slower than this is worth explaining at all.
 SLOW_MS = 10.0
+# Requests sent in one write that wait as long as the split ones rule Nagle
+# out, from this many on: one alone can be a request whose first writes came
+# before an attached tracer did (the slow-broker lab has 5 in 30 messages).
+ONE_WRITE_MIN = 3
 # A cause names the verdict when it explains at least this share of requests.
 DOMINANT_SHARE = 0.5
 # A cause is listed as contributing from this share on.
@@ -1060,6 +1064,14 @@ class _CauseAgg:
     throttle_max: float | None
 
 
+def one_write_rules_out_nagle(n_one: int, one_wait_p50_ms: float | None, split_wait_p50_ms: float | None) -> bool:
+    """Nagle holds back only what follows an unacknowledged segment: a
+    request that left in one write has nothing held. When enough of those
+    wait as long as the split ones, the wait is not Nagle's."""
+    return (n_one >= ONE_WRITE_MIN and one_wait_p50_ms is not None and split_wait_p50_ms is not None
+            and one_wait_p50_ms >= max(SLOW_MS, 0.5 * split_wait_p50_ms))
+
+
 def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, source: str,
           unknowns: list[str], meta: dict, syscalls=None, parallel: bool = False) -> dict:
     """Per-request causes in Spark; only aggregates and one example request
@@ -1084,11 +1096,7 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
     single = {"n": pre.n1, "wait_p50_ms": _r(pre.m1, 3)}
     multi_wait = pre.multi_wait
     client_ms = pre.client_ms if stats is not None else None
-    # Nagle holds back only what follows an unacknowledged segment: a request
-    # that left in one write has nothing held. When those wait as long as the
-    # split ones, the wait is not Nagle's.
-    nagle_possible = not (single["n"] and multi_wait is not None and single["wait_p50_ms"] is not None
-                          and single["wait_p50_ms"] >= max(SLOW_MS, 0.5 * multi_wait))
+    nagle_possible = not one_write_rules_out_nagle(single["n"], single["wait_p50_ms"], multi_wait)
     meta = {**meta, "one_write": single, "nagle_possible": nagle_possible, "has_stats": stats is not None}
     # Statistics without one throttle time add nothing but a join.
     throttles = stats if stats is not None and pre.throttled else None
@@ -1337,7 +1345,7 @@ def _finding(cause: str, agg, ex: dict, share: float, n: int, path_rtt, rtt_boun
         ev.append(f"requests waited {wait50:.1f} ms (median) for their response while the path round trip "
                   f"is {_r(path_rtt, 3) if path_rtt is not None else 'unknown'} ms")
         one = meta.get("one_write") or {}
-        if one.get("n") and not meta.get("nagle_possible", True):
+        if (one.get("n") or 0) >= ONE_WRITE_MIN and not meta.get("nagle_possible", True):
             ev.append(f"requests that left in one write waited as long ({one['wait_p50_ms']} ms, median of "
                       f"{one['n']}): Nagle holds nothing back from those, so the wait is the broker's")
         if not meta.get("has_stats"):

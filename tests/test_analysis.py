@@ -1,5 +1,5 @@
 """The analysis rules on small hand-made frames."""
-from kdiag.analysis import _resolve_slow, classify, requests, verdict_of
+from kdiag.analysis import _resolve_slow, classify, one_write_rules_out_nagle, requests, verdict_of
 
 REQ = "client string, broker string, corr_id int, n_writes int, wait_ms double, total_ms double, nodelay boolean"
 
@@ -21,6 +21,16 @@ def test_cause_rules(spark):
     ]
     assert causes(spark, rows, 0.1) == ["nagle_delayed_ack", "nagle_in_path", "slow_wait", "healthy",
                                         "slow_wait", "unexplained_slow", "healthy"]
+
+
+def test_one_write_requests_rule_out_nagle_only_when_there_are_enough():
+    assert one_write_rules_out_nagle(5, 51.4, 51.6)          # the slow-broker lab
+    assert not one_write_rules_out_nagle(5, 0.4, 43.0)       # Nagle: one-write requests are fast
+    # one slow one-write request among 72 split ones: a request whose first
+    # writes came before the tracer attached, not evidence
+    assert not one_write_rules_out_nagle(1, 30.8, 43.4)
+    assert not one_write_rules_out_nagle(0, None, 43.4)
+    assert not one_write_rules_out_nagle(5, 8.0, 12.0)       # both fast
 
 
 def test_path_rtt_explains_the_wait(spark):

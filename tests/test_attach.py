@@ -111,7 +111,7 @@ def test_attach_with_bpftrace_names_the_cause_and_detaches(producer, spark, tmp_
               Environment(stdout=out, stderr=err))
     assert rc == 0, err.getvalue()
     f = json.loads(out.getvalue())
-    assert f["verdict"] == "nagle_delayed_ack", f["findings"]
+    assert f["verdict"] == "nagle_delayed_ack", json.dumps(f, indent=1)
     assert any("as sampled live from the socket" in e for e in f["findings"][0]["evidence"])
     man = manifest_of(bundle)
     assert man["tracer"]["tool"] == "bpftrace" and man["tracer"]["lost_events"] == 0, man["tracer"]

@@ -153,6 +153,35 @@ def test_records_become_strace_lines_the_parser_reads(tmp_path):
     assert by["connect5"]["errno"] == "EINPROGRESS" and by["read5"]["errno"] == "EAGAIN"
 
 
+def test_late_records_are_sorted_across_spilled_runs(tmp_path):
+    """bpftrace reads a quiet CPU's buffer late (up to the whole run): a
+    record is written in order of return wherever it came in the file, with
+    only a few records in memory at once."""
+    write, read = bt.CODE_OF["write"], bt.CODE_OF["read"]
+    log = "%7|1795315014.001|SEND|rdkafka#producer-1| " + "x" * 150 + "\\x0a"
+    n = len(log.replace("\\x0a", "\n"))
+    fd = _fd_fields()
+    recs = [_rec("F", 7, t, 1_000, read, 5, 5, 0, 5, 0, *fd) for t in range(10 * 10**9, 20 * 10**9, 10**9)]
+    # one CPU's buffer, drained at the end: the earliest calls come in last,
+    # a log line's second half right behind its first
+    recs += [_rec("D", 8, 1 * 10**9, 5_000, write, n, 2, n, log[:bt.CHUNK]), "+\t8\t" + log[bt.CHUNK:],
+             _rec("F", 8, 2 * 10**9, 1_000, read, 5, 5, 0, 5, 0, *fd)]
+    src = tmp_path / "records"
+    src.write_text("\n".join(recs) + "\n", encoding="latin-1")
+    texts = []
+    for run in (3, 1000):
+        out = tmp_path / f"strace-{run}.txt"
+        res = bt.convert(src, out, epoch_offset_ns=1_795_315_014_000_000_000, run_records=run)
+        assert res.lines == 12 and res.bad_records == 0
+        texts.append(out.read_text())
+    assert texts[0] == texts[1]
+    lines = texts[0].splitlines()
+    assert [int(ln.split()[0]) for ln in lines[:2]] == [8, 8] and "x" * 150 + '\\n", ' in lines[0]
+    stamps = [float(ln.split()[1]) for ln in lines]
+    assert stamps == sorted(stamps)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["records", "strace-1000.txt", "strace-3.txt"]
+
+
 def test_fd_names():
     assert bt.fd_name(0x1000, 57434, 0, 0, 0, 0, 0, 0, 0, [0] * 4, [0] * 4, "") == "pipe:[57434]"
     assert bt.fd_name(0, 12, 0, 0, 0, 0, 0, 0, 0, [0] * 4, [0] * 4, "[eventfd]") == "anon_inode:[eventfd]"
