@@ -1,0 +1,48 @@
+"""bench/analysis.py and bench/verdict.py run at small sizes: every figure is
+measured and carries its reference (the figures of a small run say nothing
+about speed, so none is judged here)."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import need
+
+pytestmark = pytest.mark.e2e
+
+
+def test_analysis_smoke(tmp_path):
+    need("java")
+    from bench import analysis
+
+    figs = analysis.run(smoke=True, work=tmp_path)
+    by = {f.name: f for f in figs}
+    n = analysis.SMOKE_SIZES[0]
+    spark, duck = by[f"Spark job, {n:,} requests"], by[f"DuckDB same work, {n:,} requests"]
+    assert spark.value > 0 and duck.value > 0 and spark.ref_value == duck.value
+    # both read the same made tables and reach the same verdict on them
+    assert "DuckDB disagrees" not in spark.note, spark.note
+    ratio = by[f"Spark / DuckDB at {n:,} requests"]
+    assert ratio.value == pytest.approx(spark.value / duck.value, rel=0.05) and ratio.goal is None
+
+
+def test_made_tables_read_as_their_verdict(tmp_path, spark):
+    """The synthetic tables are what kdiag's parsers write: kdiag's own job
+    reads them, and DuckDB's SQL finds the same requests and verdict."""
+    from bench import analysis
+    from kdiag.analysis import analyze
+
+    rows = analysis.make_tables(tmp_path / "t", 3000)
+    assert rows["syscalls"] >= 5 * 3000 and rows["rdkafka_events"] >= 2 * 3000
+    f = analyze(spark, tmp_path / "t", {})
+    d = analysis.duckdb_job(tmp_path / "t", bucketed=True)
+    assert f["summary"]["requests"] == d.requests == 3000
+    assert f["verdict"] == d.verdict, (f["verdict"], d.verdict)
+
+
+def test_verdict_smoke(tmp_path):
+    need("java")
+    from bench import verdict
+
+    (fig,) = verdict.run(smoke=True, work=tmp_path)
+    assert fig.name == "kdiag replay (fixture nagle_on)" and fig.value > 0 and fig.ref_value > 0, fig
+    assert fig.command.startswith("kdiag replay") and fig.goal is None
