@@ -1,0 +1,306 @@
+"""Tracing overhead: a producer at full speed, untraced and under each tracer.
+
+The producer (``python -m bench.overhead produce``, confluent-kafka) produces
+256-byte values asynchronously as fast as it can (produce + poll(0),
+linger.ms=5, acks=1, librdkafka's protocol debug lines on stderr, as kdiag
+wants them) to the lab broker over TLS (Tansu behind stunnel4 on loopback):
+the case that costs a tracer most, one write() per TLS record on the broker
+thread. It writes "time delivered" every 100 ms; a run's rate is the
+delivered messages a second inside the traced window (from the moment the
+tracer traces to the moment it is told to stop).
+
+Each figure is traced/untraced in percent, against the median untraced rate
+of the same run of the benchmark:
+  strace -f             plain ``strace -f -o FILE CMD``, the reference the issue names
+  kdiag --pid, strace   what ``kdiag trace --pid`` ran before: strace -p, every thread, no seccomp
+  kdiag --pid, broker threads   strace -p on the rdk:broker threads only
+  kdiag --pid, bpftrace what ``kdiag trace --pid`` runs now on a busy producer
+  kdiag -- CMD, strace / bpftrace   the same from the command's exec (kdiag's shim)
+The tracers are started exactly as kdiag.attach starts them; kdiag's Spark
+analysis and socket sampler are not running (they come after, or are
+measured by the manifest's own ``overhead``). The machine has 2 cores shared
+with other work: each mode runs ``repeats`` times, interleaved, and the
+median is reported with the spread in the note.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import ROOT, Figure, check
+
+GOAL = ">= 70"
+TOPIC = "kdiag-bench"
+VALUE_BYTES = 256
+WARM_S = 1.5
+
+
+def produce(argv: list[str]) -> int:
+    """The workload: python -m bench.overhead produce BOOTSTRAP CA SECONDS OUT."""
+    from confluent_kafka import Producer
+
+    bootstrap, ca, seconds, out = argv[0], argv[1], float(argv[2]), argv[3]
+    p = Producer({"bootstrap.servers": bootstrap, "security.protocol": "ssl", "ssl.ca.location": ca,
+                  "linger.ms": 5, "acks": 1, "queue.buffering.max.messages": 200_000, "debug": "protocol"})
+    done = [0]
+
+    def on_delivery(err, msg):
+        if err is None:
+            done[0] += 1
+    value = b"v" * VALUE_BYTES
+    p.produce(TOPIC, value, on_delivery=on_delivery)
+    p.flush(15)                 # connected before the clock starts
+    with open(out, "w", buffering=1) as f:
+        start = time.time()
+        nxt = start
+        while True:
+            try:
+                p.produce(TOPIC, value, on_delivery=on_delivery)
+            except BufferError:
+                p.poll(0.001)
+            p.poll(0)
+            now = time.time()
+            if now >= nxt:
+                f.write(f"{now:.6f} {done[0]}\n")
+                nxt += 0.1
+                if now - start >= seconds:
+                    break
+    p.flush(15)
+    return 0
+
+
+def rate(progress: Path, t0: float, t1: float) -> float | None:
+    """Delivered messages a second between t0 and t1 (epoch seconds)."""
+    rows = []
+    with contextlib.suppress(OSError):
+        for line in progress.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                rows.append((float(parts[0]), int(parts[1])))
+    rows = [r for r in rows if t0 <= r[0] <= t1]
+    if len(rows) < 2 or rows[-1][0] <= rows[0][0]:
+        return None
+    return (rows[-1][1] - rows[0][1]) / (rows[-1][0] - rows[0][0])
+
+
+class Bench:
+    def __init__(self, lab, work: Path, window_s: float):
+        self.lab, self.work, self.window = lab, work, window_s
+        self.n = 0
+
+    def cmd(self, seconds: float, progress: Path) -> list[str]:
+        return [sys.executable, "-m", "bench.overhead", "produce", self.lab.bootstrap, str(self.lab.ca_path),
+                f"{seconds:g}", str(progress)]
+
+    def _files(self, name: str) -> tuple[Path, Path]:
+        self.n += 1
+        return self.work / f"{self.n:02d}-{name}.progress", self.work / f"{self.n:02d}-{name}.trace"
+
+    def _spawn(self, cmd, progress: Path) -> subprocess.Popen:
+        return subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+
+    def _wait_progress(self, progress: Path, timeout_s: float = 30.0) -> float:
+        """Epoch time of the first progress line (connected, producing)."""
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                return float(progress.read_text().split()[0])
+            time.sleep(0.05)
+        raise RuntimeError(f"the producer never started ({progress})")
+
+    @staticmethod
+    def _end(proc: subprocess.Popen) -> None:
+        if proc.poll() is None:      # started by this benchmark
+            proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def untraced(self) -> float | None:
+        progress, _ = self._files("untraced")
+        proc = self._spawn(self.cmd(WARM_S + self.window, progress), progress)
+        proc.wait(120)
+        t0 = self._wait_progress(progress, 1)
+        return rate(progress, t0 + WARM_S, t0 + WARM_S + self.window)
+
+    def plain_strace(self) -> float | None:
+        progress, trace = self._files("strace-f")
+        proc = self._spawn(["strace", "-f", "-o", str(trace), *self.cmd(WARM_S + self.window, progress)], progress)
+        proc.wait(300)
+        t0 = self._wait_progress(progress, 1)
+        return rate(progress, t0 + WARM_S, t0 + WARM_S + self.window)
+
+    def attach(self, tool: str, threads: bool = False) -> float | None:
+        """Like kdiag trace --pid: the producer runs untraced, then is traced
+        for the window, then detached."""
+        from kdiag import attach
+
+        progress, trace = self._files(f"pid-{tool}{'-threads' if threads else ''}")
+        proc = self._spawn(self.cmd(600, progress), progress)
+        try:
+            self._wait_progress(progress)
+            time.sleep(WARM_S)
+            with tempfile.TemporaryFile() as err:
+                if threads:
+                    tids = broker_threads(proc.pid)
+                    flags = [f for f in _attach_flags() if f != "-f"]
+                    cmd = ["strace", *flags, "-o", str(trace)] + [a for t in tids for a in ("-p", str(t))]
+                    tracer = attach.Tracer("strace", strace=subprocess.Popen(
+                        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                        start_new_session=True))
+                else:
+                    tracer, why = attach.start_tracer(tool, proc.pid, trace, _attach_flags(), err, print)
+                    if tracer is None:
+                        raise RuntimeError(why)
+                if tracer.strace is not None:
+                    if threads:
+                        time.sleep(0.3)
+                    else:
+                        attach._wait_traced(proc.pid, tracer.strace)
+                t0 = time.time()
+                time.sleep(self.window)
+                t1 = time.time()
+                if tracer.strace is not None:
+                    attach._detach(tracer.strace)
+                else:
+                    from collectors import bpftrace
+
+                    bpftrace.collect(tracer.bpf)
+            return rate(progress, t0 + 0.2, t1)
+        finally:
+            self._end(proc)
+
+    def wrap(self, tool: str) -> float | None:
+        """Like kdiag trace -- CMD: kdiag's shim stops itself before exec,
+        the tracer attaches, the command runs traced from its first call."""
+        from kdiag import attach
+
+        progress, trace = self._files(f"wrap-{tool}")
+        shim = subprocess.Popen([sys.executable, "-c", attach._SHIM, *self.cmd(WARM_S + self.window, progress)],
+                                cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            if not attach._wait_state(shim.pid, "T"):
+                raise RuntimeError("the shim did not stop")
+            with tempfile.TemporaryFile() as err:
+                tracer, why = attach.start_tracer(tool, shim.pid, trace, _attach_flags(), err, print)
+                if tracer is None:
+                    raise RuntimeError(why)
+                if tracer.strace is not None:
+                    attach._wait_traced(shim.pid, tracer.strace)
+                os.kill(shim.pid, signal.SIGCONT)
+                shim.wait(300)
+                if tracer.strace is not None:
+                    attach._detach(tracer.strace)
+                else:
+                    from collectors import bpftrace
+
+                    bpftrace.collect(tracer.bpf)
+            t0 = self._wait_progress(progress, 1)
+            return rate(progress, t0 + WARM_S, t0 + WARM_S + self.window)
+        finally:
+            self._end(shim)
+
+
+def _attach_flags() -> list[str]:
+    from collectors import strace
+
+    return [f for f in strace.FLAGS if f != "--seccomp-bpf"]
+
+
+def broker_threads(pid: int) -> list[int]:
+    """librdkafka's broker threads (comm ``rdk:broker<id>``), which do the
+    socket I/O; ``rdk:broker-1`` is the internal one, with no socket."""
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            comm = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+            if comm.startswith("rdk:broker") and comm != "rdk:broker-1":
+                out.append(int(tid))
+    return out
+
+
+MODES = [
+    # (name, method, args, command shown, in smoke: one mode of each method)
+    ("strace -f", "plain_strace", (), "strace -f -o FILE python -m bench.overhead produce ...", True),
+    ("kdiag --pid, strace (before)", "attach", ("strace",),
+     "strace -f -ttt -T -yy -s 256 -e trace=%desc,%network,exit_group -o FILE -p PID", False),
+    ("kdiag --pid, strace broker threads", "attach", ("strace", True),
+     "strace -ttt -T -yy -s 256 -e trace=%desc,%network,exit_group -o FILE -p TID... (rdk:broker threads)", False),
+    ("kdiag --pid, bpftrace (auto)", "attach", ("bpftrace",), "python -m collectors.bpftrace --pid PID --out FILE",
+     True),
+    ("kdiag -- CMD, strace (before)", "wrap", ("strace",),
+     "kdiag shim + strace -f -ttt -T -yy -s 256 -e trace=%desc,%network,exit_group -o FILE -p SHIM", False),
+    ("kdiag -- CMD, bpftrace (auto)", "wrap", ("bpftrace",),
+     "kdiag shim + python -m collectors.bpftrace --pid SHIM --out FILE", True),
+]
+
+
+def run(smoke: bool, work: Path) -> list[Figure]:
+    from collectors import bpftrace
+    from kdiag import lab as lab_mod
+
+    work.mkdir(parents=True, exist_ok=True)
+    window = 1.5 if smoke else 6.0
+    repeats = 1 if smoke else 3
+    modes = [m for m in MODES if m[4] or not smoke]
+    got: dict[str, list[float]] = {"untraced": []}
+    errors: dict[str, str] = {}
+    bpf_missing = bpftrace.check()
+    with lab_mod.running(topics=(TOPIC,)) as lab:
+        b = Bench(lab, work, window)
+        for _ in range(repeats):
+            r = b.untraced()
+            if r:
+                got["untraced"].append(r)
+            for name, method, args, _, _ in modes:
+                if "bpftrace" in args and bpf_missing:
+                    errors[name] = bpf_missing
+                    continue
+                try:
+                    r = getattr(b, method)(*args)
+                except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+                    errors[name] = str(e)
+                    continue
+                if r:
+                    got.setdefault(name, []).append(r)
+    base = statistics.median(got["untraced"]) if got["untraced"] else None
+    spread = _spread(got["untraced"])
+    note = (f"median of {repeats} run(s) of {window:g} s each, interleaved; 2 cores shared with other work, "
+            f"so runs vary (untraced: {spread}); TLS lab on loopback, {VALUE_BYTES} B values")
+    figures = [Figure("overhead", "untraced producer msg/s", _round(base), "msg/s", command=(
+        "python -m bench.overhead produce BOOTSTRAP CA SECONDS PROGRESS (lab: kdiag lab up)"), note=note)]
+    for name, _, _, command, _ in modes:
+        vals = got.get(name) or []
+        pct = None if not vals or not base else 100.0 * statistics.median(vals) / base
+        figures.append(Figure(
+            "overhead", f"{name} % of untraced", _round(pct, 1), "%", goal=GOAL, met=check(pct, GOAL),
+            reference="untraced msg/s", ref_value=_round(base), command=command,
+            note=(f"msg/s {_spread(vals)}" if vals else f"not measured: {errors.get(name, 'no rate')}")))
+    return figures
+
+
+def _round(x: float | None, nd: int = 0) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def _spread(vals: list[float]) -> str:
+    if not vals:
+        return "none"
+    return "/".join(f"{v:.0f}" for v in sorted(vals))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["produce"]:
+        sys.exit(produce(sys.argv[2:]))
+    sys.exit("usage: python -m bench.overhead produce BOOTSTRAP CA SECONDS PROGRESS")

@@ -1,0 +1,197 @@
+"""Time to verdict: from the command to its printed verdict, whole process.
+
+  trace   ``kdiag trace``, the README's first command: the embedded lab
+          broker, the 100-message probe under strace, the path probe, the
+          Spark analysis and the bundle.
+  replay  ``kdiag replay`` of a 200-request bundle, made here first by
+          ``kdiag trace --messages 200``: verify, unpack, parse, analyse.
+
+The clock stops when the ``VERDICT:`` line reaches stdout (the bundle's
+name and the detaching come after it). Each figure is the median of
+``repeats`` runs. kdiag's progress lines on stderr are timed as they
+arrive: the note gives when the last of them came, which splits a run into
+what came before the analysis and the analysis.
+
+The reference, in the same run, is what no verdict can come before: a
+local Spark session with kdiag's settings for a small capture, started,
+one job run, stopped (``python -m bench.verdict spark``). The trace's probe
+itself also takes its time: 100 messages one at a time at ~22 msg/s are
+~4.6 s of Nagle stalls that kdiag is there to see.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.common import ROOT, Figure, check
+
+TRACE_GOAL = "<= 20"
+REPLAY_GOAL = "<= 8"
+REPLAY_MESSAGES = 200
+
+
+def timed_run(cmd: list[str], timeout_s: float = 600, env: dict | None = None) -> tuple[float | None, float, list[tuple[float, str]]]:
+    """(seconds to the VERDICT line or None, seconds to exit, stderr lines
+    with the second each arrived)."""
+    import selectors
+
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            env=env)
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ, "out")
+    sel.register(proc.stderr, selectors.EVENT_READ, "err")
+    verdict_s, err_lines, open_ = None, [], 2
+    bufs = {"out": b"", "err": b""}
+    while open_:
+        if time.monotonic() - t0 > timeout_s:
+            proc.kill()
+            break
+        for key, _ in sel.select(timeout=1.0):
+            chunk = os.read(key.fileobj.fileno(), 65536)
+            now = time.monotonic() - t0
+            if not chunk:
+                sel.unregister(key.fileobj)
+                open_ -= 1
+                continue
+            bufs[key.data] += chunk
+            *lines, bufs[key.data] = bufs[key.data].split(b"\n")
+            for ln in lines:
+                text = ln.decode(errors="replace")
+                if key.data == "out" and verdict_s is None and text.startswith("VERDICT:"):
+                    verdict_s = now
+                elif key.data == "err":
+                    err_lines.append((now, text))
+    proc.wait()
+    total = time.monotonic() - t0
+    if proc.returncode != 0:
+        tail = " | ".join(t for _, t in err_lines[-3:])
+        raise RuntimeError(f"{' '.join(cmd[2:])}: exit {proc.returncode}: {tail}")
+    return verdict_s, total, err_lines
+
+
+def spark_floor() -> float:
+    """Seconds for a small-capture Spark session to start, run a job, stop."""
+    t0 = time.monotonic()
+    from kdiag.spark import session
+
+    s = session(small=True)
+    s.range(10).count()
+    s.stop()
+    return time.monotonic() - t0
+
+
+def _floor() -> float:
+    out = subprocess.run([sys.executable, "-m", "bench.verdict", "spark"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300, check=True).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+def _phases(err_lines: list[tuple[float, str]]) -> str:
+    if not err_lines:
+        return "no progress lines"
+    t, text = err_lines[-1]
+    return f"last progress line at {t:.1f} s: {text.strip()[:60]!r}"
+
+
+# Runs ``kdiag replay`` in-process with its steps timed, and prints them.
+_BREAKDOWN = r'''
+import json, sys, time
+t0 = time.monotonic()
+import kdiag.cli as cli
+marks = {"imports": time.monotonic() - t0}
+from kdiag import analysis, bundle, pipeline, spark
+def timed(mod, name, key):
+    f = getattr(mod, name)
+    def g(*a, **k):
+        t = time.monotonic()
+        try:
+            return f(*a, **k)
+        finally:
+            marks[key] = marks.get(key, 0.0) + time.monotonic() - t
+    setattr(mod, name, g)
+timed(bundle, "verify", "verify"); timed(bundle, "unpack", "unpack"); timed(pipeline, "parse_paths", "parse")
+timed(spark, "session", "session_start"); timed(analysis, "analyze", "analysis")
+out = open("/dev/null", "w")
+rc = cli.main(["replay", sys.argv[1]], cli.Environment(stdout=out, stderr=out))
+marks["total"] = time.monotonic() - t0
+print(json.dumps(marks))
+sys.exit(rc)
+'''
+
+
+def replay_breakdown(target: Path) -> dict[str, float]:
+    """Where one ``kdiag replay TARGET`` spends its time (seconds): imports,
+    verify and unpack of a bundle, parse, session_start (in a thread beside
+    the parse), analysis, total."""
+    import json
+
+    p = subprocess.run([sys.executable, "-c", _BREAKDOWN, str(target)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
+    if p.returncode != 0:
+        raise RuntimeError(f"replay breakdown failed ({p.returncode}): {p.stderr[-1000:]}")
+    return {k: round(v, 2) for k, v in json.loads(p.stdout.strip().splitlines()[-1]).items()}
+
+
+def _secs(xs: list[float]) -> str:
+    return ", ".join(f"{x:.1f}" for x in sorted(xs))
+
+
+def run(smoke: bool, work: Path) -> list[Figure]:
+    """In a smoke run only the replay, of a fixture capture: the trace runs
+    in the end-to-end tests, and its figure needs the full run."""
+    work.mkdir(parents=True, exist_ok=True)
+    repeats = 1 if smoke else 3
+    kd = [sys.executable, "-m", "kdiag"]
+    floors = [_floor() for _ in range(repeats)]
+    floor = statistics.median(floors)
+    ref = "Spark session start + one job + stop"
+    figs = []
+    if smoke:
+        target = ROOT / "fixtures" / "captures" / "nagle_on"
+        replay_what = f"kdiag replay {target.relative_to(ROOT)}"
+    else:
+        times, totals, last = [], [], []
+        for i in range(repeats):
+            v, total, err = timed_run([*kd, "trace", "-o", str(work / f"trace{i}.tar.gz")])
+            times.append(v if v is not None else total)
+            totals.append(total)
+            last.append(_phases(err))
+        med = statistics.median(times)
+        figs.append(Figure("verdict", "kdiag trace (embedded default)", round(med, 1), "s", TRACE_GOAL,
+                           check(med, TRACE_GOAL), ref, round(floor, 1), "kdiag trace",
+                           f"median of {repeats}: {_secs(times)} s to the verdict, {statistics.median(totals):.1f} s "
+                           f"to exit; median run's {last[times.index(med)]}"))
+        target = work / "b200.tar.gz"
+        timed_run([*kd, "trace", "--messages", str(REPLAY_MESSAGES), "-o", str(target)])
+        replay_what = f"kdiag replay BUNDLE  # made by kdiag trace --messages {REPLAY_MESSAGES}"
+    times, totals = [], []
+    for _ in range(repeats):
+        v, total, _ = timed_run([*kd, "replay", str(target)])
+        times.append(v if v is not None else total)
+        totals.append(total)
+    med = statistics.median(times)
+    goal = None if smoke else REPLAY_GOAL
+    note = (f"median of {repeats}: {_secs(times)} s to the verdict, {statistics.median(totals):.1f} s to exit; "
+            f"reference runs {_secs(floors)} s")
+    if not smoke:
+        parts = replay_breakdown(target)
+        cold, _, _ = timed_run([*kd, "replay", str(target)], env={"KDIAG_SPARK_CDS": "0"})
+        note += (f"; one run's steps: {', '.join(f'{k} {v}' for k, v in parts.items())} s (the session starts "
+                 f"beside the parse); without the class archive {cold:.1f} s")
+    figs.append(Figure("verdict", "kdiag replay" + (" (fixture nagle_on)" if smoke else
+                                                    f" ({REPLAY_MESSAGES}-request bundle)"),
+                       round(med, 1), "s", goal, goal and check(med, goal), ref, round(floor, 1), replay_what, note))
+    return figs
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["spark"]:
+        print(f"{spark_floor():.3f}")
+        sys.exit(0)
+    sys.exit("usage: python -m bench.verdict spark")
