@@ -16,6 +16,8 @@ of the same run of the benchmark:
   kdiag --pid, broker threads   strace -p on the rdk:broker threads only
   kdiag --pid, bpftrace what ``kdiag trace --pid`` runs now on a busy producer
   kdiag -- CMD, strace / bpftrace   the same from the command's exec (kdiag's shim)
+  bpftrace, log lines without their text / probes only   kdiag's program cut
+                        down, to show where its cost lies (``variant_program``)
 The tracers are started exactly as kdiag.attach starts them; kdiag's Spark
 analysis and socket sampler are not running (they come after, or are
 measured by the manifest's own ``overhead``). The machine has 2 cores shared
@@ -180,6 +182,44 @@ class Bench:
         finally:
             self._end(proc)
 
+    def bpftrace_variant(self, variant: str) -> float | None:
+        """bpftrace itself on a cut-down program (``variant_program``),
+        attached to a producer running at full speed, like ``attach``."""
+        from collectors import bpftrace
+
+        progress, trace = self._files(f"bpf-{variant}")
+        proc = self._spawn(self.cmd(600, progress), progress)
+        try:
+            self._wait_progress(progress)
+            time.sleep(WARM_S)
+            src = trace.with_suffix(".bt")
+            src.write_text(variant_program(proc.pid, variant))
+            env = {**os.environ, "BPFTRACE_STRLEN": str(bpftrace.CHUNK),
+                   "BPFTRACE_PERF_RB_PAGES": str(bpftrace.RB_PAGES)}
+            with open(trace, "wb") as out:
+                bp = subprocess.Popen(["bpftrace", str(src)], stdin=subprocess.DEVNULL, stdout=out,
+                                      stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+            try:
+                end = time.monotonic() + 60
+                while not bpftrace._ready(trace):
+                    if bp.poll() is not None or time.monotonic() > end:
+                        raise RuntimeError(f"bpftrace did not attach ({variant})")
+                    time.sleep(0.05)
+                t0 = time.time()
+                time.sleep(self.window)
+                t1 = time.time()
+            finally:
+                if bp.poll() is None:
+                    bp.send_signal(signal.SIGINT)
+                try:
+                    bp.wait(20)
+                except subprocess.TimeoutExpired:
+                    bp.kill()
+                    bp.wait()
+            return rate(progress, t0 + 0.2, t1)
+        finally:
+            self._end(proc)
+
     def wrap(self, tool: str) -> float | None:
         """Like kdiag trace -- CMD: kdiag's shim stops itself before exec,
         the tracer attaches, the command runs traced from its first call."""
@@ -243,7 +283,29 @@ MODES = [
      "kdiag shim + strace -f -ttt -T -yy -s 256 -e trace=%desc,%network,exit_group -o FILE -p SHIM", False),
     ("kdiag -- CMD, bpftrace (auto)", "wrap", ("bpftrace",),
      "kdiag shim + python -m collectors.bpftrace --pid SHIM --out FILE", True),
+    # Where bpftrace's cost lies: kdiag's program cut down (bpftrace_variant)
+    ("bpftrace, log lines without their text", "bpftrace_variant", ("no-log-text",),
+     "bpftrace PROGRAM without the probe copying log lines' text (they are traced as other writes)", False),
+    ("bpftrace, probes only (no records)", "bpftrace_variant", ("probes-only",),
+     "bpftrace PROGRAM whose exit probes only free the entry's map slot: no records", False),
 ]
+
+
+def variant_program(pid: int, variant: str) -> str:
+    """kdiag's bpftrace program for ``pid``, cut down to show where the
+    cost lies; not a tracer kdiag uses (the records are incomplete)."""
+    from collectors import bpftrace
+
+    blocks = bpftrace.program(pid).rstrip("\n").split("\ntracepoint:")
+    out = [blocks[0]]
+    for b in blocks[1:]:
+        head = b.split("{", 1)[0]
+        if variant == "no-log-text" and "@e[tid].2 <= 2/" in head:
+            continue
+        if variant == "probes-only" and head.startswith("syscalls:sys_exit_"):
+            b = head + "{ delete(@e[tid]); }"
+        out.append(b)
+    return "\ntracepoint:".join(out) + "\n"
 
 
 def run(smoke: bool, work: Path) -> list[Figure]:

@@ -22,3 +22,38 @@ def test_overhead_smoke(tmp_path):
         assert f.unit == "%" and f.goal == overhead.GOAL and f.command and f.ref_value == figures[0].value
         assert f.value is not None, f"{f.name}: {f.note}"
         assert f.met is (f.value >= 70)
+
+
+def test_cut_down_programs_load(tmp_path):
+    """The programs that show where bpftrace's cost lies are ones bpftrace
+    loads: the log text's probe gone, or no record written at all."""
+    import signal
+    import subprocess
+    import time
+
+    need("bpftrace", root=True)
+    from bench import overhead
+    from collectors import bpftrace
+
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        for variant in ("no-log-text", "probes-only"):
+            src = overhead.variant_program(sleeper.pid, variant)
+            full = bpftrace.program(sleeper.pid)
+            assert src.count("tracepoint:") == full.count("tracepoint:") - (variant == "no-log-text")
+            if variant == "probes-only":
+                assert "printf" not in src.split("sys_exit_write ", 1)[1]
+            prog, out, err = (tmp_path / f"{variant}.{ext}" for ext in ("bt", "out", "err"))
+            prog.write_text(src)
+            with open(out, "wb") as f, open(err, "wb") as e:
+                bp = subprocess.Popen(["bpftrace", str(prog)], stdout=f, stderr=e)
+            end = time.monotonic() + 60
+            while not bpftrace._ready(out) and bp.poll() is None and time.monotonic() < end:
+                time.sleep(0.1)
+            ready = bpftrace._ready(out)
+            bp.send_signal(signal.SIGINT)
+            bp.wait(20)
+            assert ready, err.read_text(errors="replace")[-2000:]
+    finally:
+        sleeper.kill()
+        sleeper.wait()
