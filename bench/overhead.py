@@ -338,8 +338,8 @@ def run(smoke: bool, work: Path) -> list[Figure]:
                     got.setdefault(name, []).append(r)
     base = statistics.median(got["untraced"]) if got["untraced"] else None
     spread = _spread(got["untraced"])
-    note = (f"median of {repeats} run(s) of {window:g} s each, interleaved; 2 cores shared with other work, "
-            f"so runs vary (untraced: {spread}); TLS lab on loopback, {VALUE_BYTES} B values")
+    note = (f"median of {repeats} run(s) of {window:g} s each, interleaved; the producer, Tansu and stunnel fill "
+            f"the 2 cores, so runs vary (untraced: {spread}); TLS lab on loopback, {VALUE_BYTES} B values")
     figures = [Figure("overhead", "untraced producer msg/s", _round(base), "msg/s", command=(
         "python -m bench.overhead produce BOOTSTRAP CA SECONDS PROGRESS (lab: kdiag lab up)"), note=note)]
     for name, _, _, command, _ in modes:
