@@ -38,8 +38,12 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.common import Figure, check
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 SIZES = (100_000, 1_000_000, 10_000_000)
 SMOKE_SIZES = (2_000,)

@@ -59,6 +59,20 @@ def status_from_output(name: str, stdout: str, fallback_reason: str) -> dict:
         return {"name": name, "state": "failed", "reason": fallback_reason}
 
 
+def tool_version(argv: list[str], pattern: str) -> str | None:
+    """The version a tool prints (``pattern``'s first group), or None when it
+    cannot run or says something else."""
+    import re
+    import subprocess
+
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(pattern, out)
+    return m.group(1) if m else None
+
+
 def dies_with_parent() -> None:
     """preexec_fn: the kernel sends SIGTERM when the parent dies, even by
     SIGKILL, so a collector never outlives kdiag."""

@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collectors.base import CollectorStatus, Requirement, dies_with_parent, unmet
+from collectors.base import CollectorStatus, Requirement, dies_with_parent, tool_version, unmet
 
 NAME = "bpftrace"
 REQUIRES = (
@@ -91,12 +91,8 @@ EXIT_GROUP = 99
 
 
 def version() -> str | None:
-    try:
-        out = subprocess.run(["bpftrace", "--version"], capture_output=True, text=True, timeout=5).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    m = re.search(r"v?(\d+\.\d+\S*)", out)
-    return m.group(1) if m else None
+    # "bpftrace v0.17.0"
+    return tool_version(["bpftrace", "--version"], r"v?(\d+\.\d+\S*)")
 
 
 def check() -> str | None:

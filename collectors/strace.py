@@ -12,10 +12,7 @@ Flags, and why each:
 """
 from __future__ import annotations
 
-import re
-import subprocess
-
-from collectors.base import CollectorStatus, Requirement, unmet
+from collectors.base import CollectorStatus, Requirement, tool_version, unmet
 
 NAME = "strace"
 REQUIRES = (
@@ -29,12 +26,8 @@ FLAGS = ["-f", "-ttt", "-T", "-yy", "-s", "256", "--seccomp-bpf", "-e", f"trace=
 
 
 def version() -> str | None:
-    try:
-        out = subprocess.run(["strace", "-V"], capture_output=True, text=True, timeout=5).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    m = re.search(r"version\s+(\S+)", out)
-    return m.group(1) if m else None
+    # "strace -- version 6.1"
+    return tool_version(["strace", "-V"], r"version\s+(\S+)")
 
 
 def check() -> str | None:

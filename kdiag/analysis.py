@@ -1078,7 +1078,6 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
     per cause come back to the driver, however many requests there are.
     ``parallel``: a small input, whose independent jobs run at once."""
     from pyspark.sql import functions as F
-    from pyspark.sql.window import Window
 
     vt = _version_tuple(version)
     default_nodelay = None if vt is None else vt >= NAGLE_DEFAULT_FLIPPED
