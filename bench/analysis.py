@@ -34,6 +34,7 @@ the comparison leans towards DuckDB.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -534,13 +535,71 @@ def duckdb_job(tables: Path, bucketed: bool = False) -> Timed:
 
 # ---- Spark: kdiag's own job ----
 
-def spark_job(spark, tables: Path) -> Timed:
-    """``kdiag.analysis.analyze``, what replay and trace run after parsing."""
+def spark_job(spark, tables: Path, steps: dict[str, float] | None = None) -> Timed:
+    """``kdiag.analysis.analyze``, what replay and trace run after parsing.
+    ``steps``: filled with the seconds of Spark actions per step (see
+    ``action_steps``)."""
     from kdiag.analysis import analyze
 
     t0 = time.monotonic()
-    f = analyze(spark, tables, {})
+    with action_steps(steps if steps is not None else {}):
+        f = analyze(spark, tables, {})
     return Timed(time.monotonic() - t0, f["verdict"], f["summary"].get("requests"))
+
+
+# kdiag function that started a Spark action -> the step it belongs to. The
+# split requests are cached, and the first action that reads them (the
+# negative-latency check) is the one that computes them.
+STEPS = {
+    "drop_duplicates": "input checks", "clock_steps": "input checks", "_confirm_silence": "input checks",
+    "exclude_spanning": "input checks", "exclude_negative": "pairing and split",
+    "facts": "facts and connections", "connections": "facts and connections",
+}
+
+
+@contextlib.contextmanager
+def action_steps(into: dict[str, float]):
+    """Wall time of every Spark action (collect, count) the analysis runs,
+    summed per step: the innermost kdiag function on the stack names it
+    (``STEPS``; anything else is "causes and evidence"). Actions that run
+    at once on a small input are each counted whole."""
+    import traceback
+
+    from pyspark.sql import DataFrame
+
+    import kdiag
+
+    package = os.path.dirname(kdiag.__file__) + os.sep
+
+    # Spark 4's classic DataFrame overrides the actions of the base class.
+    classes = [DataFrame]
+    with contextlib.suppress(ImportError):
+        from pyspark.sql.classic.dataframe import DataFrame as Classic
+
+        classes.insert(0, Classic)
+    saved = []
+    for cls in classes:
+        for name in ("collect", "count"):
+            if name not in vars(cls):
+                continue
+            orig = vars(cls)[name]
+
+            def timed(self, *a, _orig=orig, **k):
+                t0 = time.monotonic()
+                try:
+                    return _orig(self, *a, **k)
+                finally:
+                    step = next((STEPS.get(fr.name, "causes and evidence") for fr in reversed(
+                        traceback.extract_stack()) if fr.filename.startswith(package)), None)
+                    if step is not None:
+                        into[step] = into.get(step, 0.0) + time.monotonic() - t0
+            saved.append((cls, name, orig))
+            setattr(cls, name, timed)
+    try:
+        yield into
+    finally:
+        for cls, name, orig in saved:
+            setattr(cls, name, orig)
 
 
 # ---- the benchmark ----
@@ -571,16 +630,19 @@ def run(smoke: bool, work: Path) -> list[Figure]:
         rows = make_tables(tables, n)
         made = time.monotonic() - t0
         repeats = 1 if smoke or n >= 10_000_000 else 2
-        sp = [spark_job(spark, tables) for _ in range(repeats)]
+        steps: list[dict[str, float]] = [{} for _ in range(repeats)]
+        sp = [spark_job(spark, tables, steps[i]) for i in range(repeats)]
         dk = [duckdb_job(tables, bucketed=True) for _ in range(repeats)]
         s_best, d_best = min(t.seconds for t in sp), min(t.seconds for t in dk)
+        best_steps = steps[[t.seconds for t in sp].index(s_best)]
         agree = sp[0].verdict == dk[0].verdict and sp[0].requests == dk[0].requests
         shown = f"python -m bench --only analysis  # {n:,} requests"
         note = (f"{rows['syscalls']:,} syscalls, {rows['log_writes']:,} log lines written to stderr, "
                 f"{rows['rdkafka_events']:,} librdkafka log lines, tables made in {made:.0f} s; best of "
                 f"{repeats} ({_fmt([t.seconds for t in sp])} s), warm JVM, without session start or parsing; "
                 f"verdict {sp[0].verdict}, {sp[0].requests:,} Produce requests"
-                + ("" if agree else f"; DuckDB disagrees: {dk[0].verdict}, {dk[0].requests}"))
+                + ("" if agree else f"; DuckDB disagrees: {dk[0].verdict}, {dk[0].requests}")
+                + "; Spark actions by step: " + ", ".join(f"{k} {v:.1f} s" for k, v in best_steps.items()))
         figs.append(Figure("analysis", f"Spark job, {n:,} requests", round(s_best, 2), "s",
                            reference="DuckDB, the same work", ref_value=round(d_best, 2), command=shown, note=note))
         figs.append(Figure("analysis", f"DuckDB same work, {n:,} requests", round(d_best, 2), "s", command=shown,

@@ -288,7 +288,13 @@ MODES = [
      "bpftrace PROGRAM without the probe copying log lines' text (they are traced as other writes)", False),
     ("bpftrace, probes only (no records)", "bpftrace_variant", ("probes-only",),
      "bpftrace PROGRAM whose exit probes only free the entry's map slot: no records", False),
+    ("bpftrace, a run's writes past the 4th unrecorded", "bpftrace_variant", ("run-writes-4",),
+     "bpftrace PROGRAM whose socket write() records stop at the 4th of a run (calls between other calls)", False),
 ]
+
+# run-writes-4: a batch over TLS is one write() per record, up to 127 in a
+# run; the first few tell the analysis what it needs (several writes).
+RUN_WRITES = 4
 
 
 def variant_program(pid: int, variant: str) -> str:
@@ -304,6 +310,15 @@ def variant_program(pid: int, variant: str) -> str:
             continue
         if variant == "probes-only" and head.startswith("syscalls:sys_exit_"):
             b = head + "{ delete(@e[tid]); }"
+        if variant == "run-writes-4" and head.startswith("syscalls:sys_exit_"):
+            body = b.split("{", 1)[1]
+            if head.startswith("syscalls:sys_exit_write /@e[tid].0/"):
+                # the socket writes' probe (log lines, fd <= 2, have their own)
+                body = body.replace("\n  $fd = ", f"\n  @run[tid] = @run[tid] + 1;\n  if (@run[tid] <= {RUN_WRITES}) {{"
+                                    f"\n  $fd = ", 1).rstrip().removesuffix("}") + "}\n}"
+            else:
+                body = "\n  @run[tid] = 0;" + body
+            b = head + "{" + body
         out.append(b)
     return "\ntracepoint:".join(out) + "\n"
 

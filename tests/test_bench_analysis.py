@@ -21,6 +21,8 @@ def test_analysis_smoke(tmp_path):
     assert spark.value > 0 and duck.value > 0 and spark.ref_value == duck.value
     # both read the same made tables and reach the same verdict on them
     assert "DuckDB disagrees" not in spark.note, spark.note
+    # where Spark's time went, by step of the analysis
+    assert "Spark actions by step: input checks" in spark.note and "pairing and split" in spark.note, spark.note
     ratio = by[f"Spark / DuckDB at {n:,} requests"]
     assert ratio.value == pytest.approx(spark.value / duck.value, rel=0.05) and ratio.goal is None
 
