@@ -314,6 +314,8 @@ def variant_program(pid: int, variant: str) -> str:
             body = b.split("{", 1)[1]
             if head.startswith("syscalls:sys_exit_write /@e[tid].0/"):
                 # the socket writes' probe (log lines, fd <= 2, have their own)
+                if "\n  $fd = " not in body:
+                    raise RuntimeError("run-writes-4: the socket write probe no longer names its fd as expected")
                 body = body.replace("\n  $fd = ", f"\n  @run[tid] = @run[tid] + 1;\n  if (@run[tid] <= {RUN_WRITES}) {{"
                                     f"\n  $fd = ", 1).rstrip().removesuffix("}") + "}\n}"
             else:

@@ -26,7 +26,8 @@ def test_overhead_smoke(tmp_path):
 
 def test_cut_down_programs_load(tmp_path):
     """The programs that show where bpftrace's cost lies are ones bpftrace
-    loads: the log text's probe gone, or no record written at all."""
+    loads: the log text's probe gone, no record written at all, or a run's
+    socket writes recorded up to the 4th."""
     import signal
     import subprocess
     import time
@@ -37,12 +38,18 @@ def test_cut_down_programs_load(tmp_path):
 
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
-        for variant in ("no-log-text", "probes-only"):
+        for variant in ("no-log-text", "probes-only", "run-writes-4"):
             src = overhead.variant_program(sleeper.pid, variant)
             full = bpftrace.program(sleeper.pid)
             assert src.count("tracepoint:") == full.count("tracepoint:") - (variant == "no-log-text")
             if variant == "probes-only":
                 assert "printf" not in src.split("sys_exit_write ", 1)[1]
+            if variant == "run-writes-4":
+                # the socket writes' record is behind the run's count; every other exit probe ends a run
+                sock = src.split("sys_exit_write /@e[tid].0/", 1)[1].split("\ntracepoint:", 1)[0]
+                assert sock.index(f"if (@run[tid] <= {overhead.RUN_WRITES})") < sock.index('printf("F')
+                exits = src.count("tracepoint:syscalls:sys_exit_")
+                assert src.count("@run[tid] = 0;") == exits - 1, src
             prog, out, err = (tmp_path / f"{variant}.{ext}" for ext in ("bt", "out", "err"))
             prog.write_text(src)
             with open(out, "wb") as f, open(err, "wb") as e:
