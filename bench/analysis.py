@@ -565,41 +565,37 @@ def action_steps(into: dict[str, float]):
     at once on a small input are each counted whole."""
     import traceback
 
-    from pyspark.sql import DataFrame
-
     import kdiag
 
     package = os.path.dirname(kdiag.__file__) + os.sep
+    try:
+        # Spark 4: the DataFrame a local session makes; the base class's
+        # actions are abstract there.
+        from pyspark.sql.classic.dataframe import DataFrame
+    except ImportError:
+        from pyspark.sql import DataFrame
 
-    # Spark 4's classic DataFrame overrides the actions of the base class.
-    classes = [DataFrame]
-    with contextlib.suppress(ImportError):
-        from pyspark.sql.classic.dataframe import DataFrame as Classic
+    saved = {name: getattr(DataFrame, name) for name in ("collect", "count")}
 
-        classes.insert(0, Classic)
-    saved = []
-    for cls in classes:
-        for name in ("collect", "count"):
-            if name not in vars(cls):
-                continue
-            orig = vars(cls)[name]
+    def wrapped(orig):
+        def timed(self, *a, **k):
+            t0 = time.monotonic()
+            try:
+                return orig(self, *a, **k)
+            finally:
+                step = next((STEPS.get(fr.name, "causes and evidence") for fr in reversed(
+                    traceback.extract_stack()) if fr.filename.startswith(package)), None)
+                if step is not None:
+                    into[step] = into.get(step, 0.0) + time.monotonic() - t0
+        return timed
 
-            def timed(self, *a, _orig=orig, **k):
-                t0 = time.monotonic()
-                try:
-                    return _orig(self, *a, **k)
-                finally:
-                    step = next((STEPS.get(fr.name, "causes and evidence") for fr in reversed(
-                        traceback.extract_stack()) if fr.filename.startswith(package)), None)
-                    if step is not None:
-                        into[step] = into.get(step, 0.0) + time.monotonic() - t0
-            saved.append((cls, name, orig))
-            setattr(cls, name, timed)
+    for name, orig in saved.items():
+        setattr(DataFrame, name, wrapped(orig))
     try:
         yield into
     finally:
-        for cls, name, orig in saved:
-            setattr(cls, name, orig)
+        for name, orig in saved.items():
+            setattr(DataFrame, name, orig)
 
 
 # ---- the benchmark ----
