@@ -15,5 +15,5 @@ if [ "${#need[@]}" -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 python3 -m pip install -q --disable-pip-version-check -e '.[test,bench]'
-# A cache: kdiag runs without it, only slower to start (kdiag/spark.py).
-python3 -m kdiag.spark >/dev/null || echo "setup: no Spark class archive; small analyses start slower" >&2
+# A cache: kdiag runs without it, only slower to start (kdiag/analysis/spark.py).
+python3 -m kdiag.analysis.spark >/dev/null || echo "setup: no Spark class archive; small analyses start slower" >&2

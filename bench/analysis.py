@@ -15,7 +15,7 @@ generated and written a chunk at a time, in kdiag's schemas and file
 layout (Parquet, one file per table), so that 1e7 requests need no more
 memory than one chunk.
 
-Spark: ``kdiag.analysis.analyze`` itself, the function ``kdiag replay``
+Spark: ``kdiag.analysis.job.analyze`` itself, the function ``kdiag replay``
 calls, on a session started beforehand: the figure is the job, from its
 first read of the tables to the findings, without the session's start
 (timed on its own) and without parsing (the tables are given). Every size
@@ -87,9 +87,9 @@ def make_tables(out: Path, n: int, seed: int = 7) -> dict[str, int]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from parsers.rdkafka_log import SCHEMA as EVENTS
-    from parsers.stats import SCHEMA as STATS
-    from parsers.strace import SCHEMA as SYSCALLS
+    from kdiag.parsers.rdkafka_log import SCHEMA as EVENTS
+    from kdiag.parsers.stats import SCHEMA as STATS
+    from kdiag.parsers.strace import SCHEMA as SYSCALLS
 
     out.mkdir(parents=True, exist_ok=True)
     lw_schema = pa.schema([EVENTS.field("line_no"), pa.field("pid", pa.int32()), EVENTS.field("ts_us"),
@@ -380,7 +380,7 @@ _SPLIT_BUCKETED = """
            (r1.recv_us - agg.first_read_us) / 1000.0 read_ms, (r1.recv_us - r1.start_us) / 1000.0 total_ms
     FROM r1 LEFT JOIN agg USING (send_line, recv_line, send_us, recv_us)"""
 
-# kdiag's own way (kdiag.analysis.split_requests), in DuckDB's words: one
+# kdiag's own way (kdiag.analysis.job.split_requests), in DuckDB's words: one
 # pass in time order per thread with a marker per request; the run of
 # writes before each call and the next read after each marker.
 _SPLIT_SORTED = """
@@ -435,7 +435,7 @@ def duckdb_job(tables: Path, bucketed: bool = False) -> Timed:
     causes and the summary percentiles."""
     import duckdb
 
-    from kdiag.analysis import (
+    from kdiag.analysis.job import (
         NAGLE_EXCESS_MAX_MS,
         NAGLE_EXCESS_MIN_MS,
         READ_CALLS,
@@ -536,10 +536,10 @@ def duckdb_job(tables: Path, bucketed: bool = False) -> Timed:
 # ---- Spark: kdiag's own job ----
 
 def spark_job(spark, tables: Path, steps: dict[str, float] | None = None) -> Timed:
-    """``kdiag.analysis.analyze``, what replay and trace run after parsing.
+    """``kdiag.analysis.job.analyze``, what replay and trace run after parsing.
     ``steps``: filled with the seconds of Spark actions per step (see
     ``action_steps``)."""
-    from kdiag.analysis import analyze
+    from kdiag.analysis.job import analyze
 
     t0 = time.monotonic()
     with action_steps(steps if steps is not None else {}):
@@ -611,7 +611,7 @@ def run(smoke: bool, work: Path) -> list[Figure]:
     sizes = SMOKE_SIZES if smoke else tuple(int(x) for x in os.environ.get(
         "KDIAG_BENCH_ANALYSIS_SIZES", ",".join(map(str, SIZES))).split(","))
     figs: list[Figure] = []
-    from kdiag.spark import session
+    from kdiag.analysis.spark import session
 
     t0 = time.monotonic()
     spark = session("kdiag-bench")

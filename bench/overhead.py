@@ -18,7 +18,7 @@ of the same run of the benchmark:
   kdiag -- CMD, strace / bpftrace   the same from the command's exec (kdiag's shim)
   bpftrace, log lines without their text / probes only   kdiag's program cut
                         down, to show where its cost lies (``variant_program``)
-The tracers are started exactly as kdiag.attach starts them; kdiag's Spark
+The tracers are started exactly as kdiag.capture.attach starts them; kdiag's Spark
 analysis and socket sampler are not running (they come after, or are
 measured by the manifest's own ``overhead``). The machine has 2 cores shared
 with other work: each mode runs ``repeats`` times, interleaved, and the
@@ -145,7 +145,7 @@ class Bench:
     def attach(self, tool: str, threads: bool = False) -> float | None:
         """Like kdiag trace --pid: the producer runs untraced, then is traced
         for the window, then detached."""
-        from kdiag import attach
+        from kdiag.capture import attach
 
         progress, trace = self._files(f"pid-{tool}{'-threads' if threads else ''}")
         proc = self._spawn(self.cmd(600, progress), progress)
@@ -175,7 +175,7 @@ class Bench:
                 if tracer.strace is not None:
                     attach._detach(tracer.strace)
                 else:
-                    from collectors import bpftrace
+                    from kdiag.collectors import bpftrace
 
                     bpftrace.collect(tracer.bpf)
             return rate(progress, t0 + 0.2, t1)
@@ -185,7 +185,7 @@ class Bench:
     def bpftrace_variant(self, variant: str) -> float | None:
         """bpftrace itself on a cut-down program (``variant_program``),
         attached to a producer running at full speed, like ``attach``."""
-        from collectors import bpftrace
+        from kdiag.collectors import bpftrace
 
         progress, trace = self._files(f"bpf-{variant}")
         proc = self._spawn(self.cmd(600, progress), progress)
@@ -223,7 +223,7 @@ class Bench:
     def wrap(self, tool: str) -> float | None:
         """Like kdiag trace -- CMD: kdiag's shim stops itself before exec,
         the tracer attaches, the command runs traced from its first call."""
-        from kdiag import attach
+        from kdiag.capture import attach
 
         progress, trace = self._files(f"wrap-{tool}")
         shim = subprocess.Popen([sys.executable, "-c", attach._SHIM, *self.cmd(WARM_S + self.window, progress)],
@@ -243,7 +243,7 @@ class Bench:
                 if tracer.strace is not None:
                     attach._detach(tracer.strace)
                 else:
-                    from collectors import bpftrace
+                    from kdiag.collectors import bpftrace
 
                     bpftrace.collect(tracer.bpf)
             t0 = self._wait_progress(progress, 1)
@@ -253,7 +253,7 @@ class Bench:
 
 
 def _attach_flags() -> list[str]:
-    from collectors import strace
+    from kdiag.collectors import strace
 
     return [f for f in strace.FLAGS if f != "--seccomp-bpf"]
 
@@ -277,12 +277,12 @@ MODES = [
      "strace -f -ttt -T -yy -s 256 -e trace=%desc,%network,exit_group -o FILE -p PID", False),
     ("kdiag --pid, strace broker threads", "attach", ("strace", True),
      "strace -ttt -T -yy -s 256 -e trace=%desc,%network,exit_group -o FILE -p TID... (rdk:broker threads)", False),
-    ("kdiag --pid, bpftrace (auto)", "attach", ("bpftrace",), "python -m collectors.bpftrace --pid PID --out FILE",
+    ("kdiag --pid, bpftrace (auto)", "attach", ("bpftrace",), "python -m kdiag.collectors.bpftrace --pid PID --out FILE",
      True),
     ("kdiag -- CMD, strace (before)", "wrap", ("strace",),
      "kdiag shim + strace -f -ttt -T -yy -s 256 -e trace=%desc,%network,exit_group -o FILE -p SHIM", False),
     ("kdiag -- CMD, bpftrace (auto)", "wrap", ("bpftrace",),
-     "kdiag shim + python -m collectors.bpftrace --pid SHIM --out FILE", True),
+     "kdiag shim + python -m kdiag.collectors.bpftrace --pid SHIM --out FILE", True),
     # Where bpftrace's cost lies: kdiag's program cut down (bpftrace_variant)
     ("bpftrace, log lines without their text", "bpftrace_variant", ("no-log-text",),
      "bpftrace PROGRAM without the probe copying log lines' text (they are traced as other writes)", False),
@@ -300,7 +300,7 @@ RUN_WRITES = 4
 def variant_program(pid: int, variant: str) -> str:
     """kdiag's bpftrace program for ``pid``, cut down to show where the
     cost lies; not a tracer kdiag uses (the records are incomplete)."""
-    from collectors import bpftrace
+    from kdiag.collectors import bpftrace
 
     blocks = bpftrace.program(pid).rstrip("\n").split("\ntracepoint:")
     out = [blocks[0]]
@@ -326,8 +326,8 @@ def variant_program(pid: int, variant: str) -> str:
 
 
 def run(smoke: bool, work: Path) -> list[Figure]:
-    from collectors import bpftrace
-    from kdiag import lab as lab_mod
+    from kdiag.collectors import bpftrace
+    from kdiag.lab import broker as lab_mod
 
     work.mkdir(parents=True, exist_ok=True)
     window = 1.5 if smoke else 6.0

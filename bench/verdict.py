@@ -78,7 +78,7 @@ def timed_run(cmd: list[str], timeout_s: float = 600, env: dict | None = None) -
 def spark_floor() -> float:
     """Seconds for a small-capture Spark session to start, run a job, stop."""
     t0 = time.monotonic()
-    from kdiag.spark import session
+    from kdiag.analysis.spark import session
 
     s = session(small=True)
     s.range(10).count()
@@ -105,7 +105,10 @@ import json, sys, time
 t0 = time.monotonic()
 import kdiag.cli as cli
 marks = {"imports": time.monotonic() - t0}
-from kdiag import analysis, bundle, pipeline, spark
+from kdiag.analysis import job as analysis
+from kdiag.bundle import archive as bundle
+from kdiag.analysis import pipeline
+from kdiag.analysis import spark
 def timed(mod, name, key):
     f = getattr(mod, name)
     def g(*a, **k):

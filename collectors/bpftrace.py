@@ -39,7 +39,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collectors.base import CollectorStatus, Requirement, dies_with_parent, tool_version, unmet
+from kdiag.collectors.base import CollectorStatus, Requirement, dies_with_parent, tool_version, unmet
+import kdiag
 
 NAME = "bpftrace"
 REQUIRES = (
@@ -567,7 +568,7 @@ def convert(records: Path, out_path: Path, epoch_offset_ns: int, run_records: in
 
 # --- running it ----------------------------------------------------------------
 #
-# ``python -m collectors.bpftrace --pid PID --out FILE`` runs bpftrace as its
+# ``python -m kdiag.collectors.bpftrace --pid PID --out FILE`` runs bpftrace as its
 # child, prints "ready" once the probes are attached, and its status (JSON)
 # last. bpftrace writes its records to FILE.records beside FILE; they become
 # strace text in FILE once tracing stops, not while it runs: formatting costs
@@ -598,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import json
 
-    ap = argparse.ArgumentParser(prog="python -m collectors.bpftrace")
+    ap = argparse.ArgumentParser(prog="python -m kdiag.collectors.bpftrace")
     ap.add_argument("--pid", type=int, required=True)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
@@ -699,7 +700,7 @@ def spawn(pid: int, out: Path) -> Child:
     own session (a Ctrl-C at the terminal reaches kdiag only)."""
     import sys
 
-    cmd = [sys.executable, "-m", "collectors.bpftrace", "--pid", str(pid), "--out", str(out)]
+    cmd = [*kdiag.python_m(sys.modules[__name__]), "--pid", str(pid), "--out", str(out)]
     return Child(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
                                   preexec_fn=dies_with_parent, start_new_session=True, text=True))
 
@@ -726,7 +727,7 @@ def collect(child: Child, grace_s: float = 120.0) -> dict:
     """Stops the tracer (SIGINT: bpftrace detaches; the traced process is
     never signalled) and returns its status. The grace covers converting
     the records (~15 us each)."""
-    from collectors.base import status_from_output
+    from kdiag.collectors.base import status_from_output
 
     proc = child.proc
     if proc.poll() is None:

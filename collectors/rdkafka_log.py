@@ -9,7 +9,7 @@ it calls poll()/flush().
 """
 from __future__ import annotations
 
-from collectors.base import CollectorStatus
+from kdiag.collectors.base import CollectorStatus
 
 NAME = "rdkafka_log"
 # protocol: Sent/Received/CorrId/rtt; broker: connects and state changes;

@@ -57,7 +57,7 @@ status as JSON, with the sampler's own cost.
 
 Command line::
 
-    python -m collectors.sockets --pid PID --out FILE.jsonl [--interval-ms 100]
+    python -m kdiag.collectors.sockets --pid PID --out FILE.jsonl [--interval-ms 100]
         [--duration S] [--ports 9092,9093]
 """
 from __future__ import annotations
@@ -80,7 +80,8 @@ from pathlib import Path
 
 import psutil
 
-from collectors.base import CollectorStatus, Requirement, dies_with_parent, status_from_output, unmet
+from kdiag.collectors.base import CollectorStatus, Requirement, dies_with_parent, status_from_output, unmet
+import kdiag
 
 NAME = "sockets"
 # Not a hard need: without it the sockets are still listed, without
@@ -701,7 +702,7 @@ def sample_loop(pid: int, out_path, interval_ms: float = 100, duration_s: float 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m collectors.sockets", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m kdiag.collectors.sockets", description=__doc__.split("\n\n")[0])
     ap.add_argument("--pid", required=True, type=int)
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--interval-ms", type=float, default=100.0)
@@ -732,7 +733,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(s, h)
     if got and st.stopped_by == "stop":
         st.stopped_by = "signal"
-    st.command = [sys.executable, "-m", "collectors.sockets", *(sys.argv[1:] if argv is None else argv)]
+    st.command = [*kdiag.python_m(sys.modules[__name__]), *(sys.argv[1:] if argv is None else argv)]
     print(json.dumps(st.to_dict()))
     return 0 if st.state in ("ok", "partial") else 1
 
@@ -750,7 +751,7 @@ def spawn(pid: int, out, duration_s: float | None = None):
     """The sampler as a child process of the caller, dying with it."""
     import subprocess
 
-    cmd = [sys.executable, "-m", "collectors.sockets", "--pid", str(pid), "--out", str(out)]
+    cmd = [*kdiag.python_m(sys.modules[__name__]), "--pid", str(pid), "--out", str(out)]
     if duration_s:
         cmd += ["--duration", str(duration_s)]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,

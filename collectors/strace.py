@@ -12,7 +12,7 @@ Flags, and why each:
 """
 from __future__ import annotations
 
-from collectors.base import CollectorStatus, Requirement, tool_version, unmet
+from kdiag.collectors.base import CollectorStatus, Requirement, tool_version, unmet
 
 NAME = "strace"
 REQUIRES = (

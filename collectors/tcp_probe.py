@@ -43,7 +43,7 @@ address and the tables name the address.
 
 Command line (the last stdout line is the status as JSON)::
 
-    python -m collectors.tcp_probe --out DIR --targets '[["10.0.0.5", 9092, "b:9092/1"]]'
+    python -m kdiag.collectors.tcp_probe --out DIR --targets '[["10.0.0.5", 9092, "b:9092/1"]]'
 """
 from __future__ import annotations
 
@@ -60,8 +60,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from collectors.base import CollectorStatus, Requirement
-from parsers.tcp_probe import (
+from kdiag.collectors.base import CollectorStatus, Requirement
+import kdiag
+from kdiag.parsers.tcp_probe import (
     FINAL_ANSWERS, ICMP_TIME_EXCEEDED, TCP_ACK, TCP_RST, TCP_SYN, Packet, dissect_ipv4,
     probe_seq,
 )
@@ -440,7 +441,7 @@ def probe(targets: list[Target], out_dir: Path, *, rounds: int = 3, max_ttl: int
     if method not in ("auto", "syn", "connect"):
         raise ValueError(f"method {method!r}: auto, syn or connect")
     status = CollectorStatus(NAME, started_us=time.time_ns() // 1000)
-    status.command = [sys.executable, "-m", "collectors.tcp_probe", "--out", str(out_dir),
+    status.command = [*kdiag.python_m(sys.modules[__name__]), "--out", str(out_dir),
                       "--rounds", str(rounds), "--max-ttl", str(max_ttl), "--pace-ms", str(pace_ms),
                       "--timeout", str(timeout_s), "--handshakes", str(handshakes), "--method", method]
     seen, uniq = set(), []
@@ -523,7 +524,7 @@ def _targets_arg(text: str) -> list[Target]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m collectors.tcp_probe", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m kdiag.collectors.tcp_probe", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--targets", required=True, help='JSON: [["host", port, "broker" or null], ...]')
     ap.add_argument("--rounds", type=int, default=3)

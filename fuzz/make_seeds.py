@@ -21,6 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import kdiag
+from kdiag.collectors import sockets as c_sockets
+from kdiag.collectors import tcp_probe as c_tcp_probe
+
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = ROOT / "fuzz" / "seeds"
 FIX = ROOT / "fixtures"
@@ -119,7 +123,7 @@ def sockets_seed(tmp: Path) -> None:
     try:
         time.sleep(0.5)
         out = tmp / "sockets.jsonl"
-        subprocess.run([sys.executable, "-m", "collectors.sockets", "--pid", str(target.pid), "--out", str(out),
+        subprocess.run([*kdiag.python_m(c_sockets), "--pid", str(target.pid), "--out", str(out),
                         "--duration", "0.5", "--interval-ms", "200"], check=True, cwd=ROOT,
                        stdout=subprocess.DEVNULL)
     finally:
@@ -173,7 +177,7 @@ def probe_seeds(tmp: Path) -> None:
                                 stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
         assert "listening on" in dump.stderr.readline()
         targets = [["10.203.2.2", 9092, "srv:9092/1"], ["10.203.2.2", 9093, None], ["10.203.9.9", 9092, None]]
-        sh(sys.executable, "-m", "collectors.tcp_probe", "--out", str(tmp / "out"), "--targets",
+        sh(*kdiag.python_m(c_tcp_probe), "--out", str(tmp / "out"), "--targets",
            json.dumps(targets), "--rounds", "2", "--max-ttl", "3", "--timeout", "0.3", "--handshakes", "2",
            ns=client)
         time.sleep(0.2)

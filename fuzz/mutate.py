@@ -7,7 +7,7 @@ Each target takes lines of its seeds, mutates them (byte flips, cuts,
 duplicated and removed spans, two lines spliced or interleaved, random bytes
 with NUL and invalid UTF-8, lines of about 1 MB, numbers swapped for huge,
 negative or float ones, fields swapped, JSON values of the wrong type) and
-feeds them in batches, decoded the way kdiag.reading decodes a file. A
+feeds them in batches, decoded the way kdiag.ingest.lines decodes a file. A
 failure is any exception out of a parser, or counts that do not add up
 (``lines == parsed + skipped``, one line counted per line fed, the table's
 rows consistent with ``parsed``). The input of each distinct failure is
@@ -16,7 +16,7 @@ saved, with a minimised copy, for ``--replay``.
 Targets: rdkafka_log, strace, stats, sockets; tcp_probe_pcap (mutated pcap
 and pcapng files; "lines" are the records the parser counted),
 probes_jsonl and handshakes_jsonl (``--parser tcp_probe`` runs the three);
-detect (sample files through kdiag.reading.detect, sniff, iter_line_chunks
+detect (sample files through kdiag.ingest.lines.detect, sniff, iter_line_chunks
 and every looks_like). Everything is derived from ``--seed``: the same
 seed gives the same inputs.
 """
@@ -55,7 +55,7 @@ def _seed_lines(*names: str) -> list[bytes]:
 
 
 def decode_block(block: bytes) -> list[str]:
-    """Bytes -> lines as kdiag.reading hands them to parsers: invalid UTF-8
+    """Bytes -> lines as kdiag.ingest.lines hands them to parsers: invalid UTF-8
     replaced, split on \\n, \\r stripped when the input ends in \\r\\n."""
     lines = block.decode("utf-8", "replace").split("\n")
     if lines and lines[-1].endswith("\r"):
@@ -429,7 +429,7 @@ class LineTarget:
 
 class RdkafkaTarget(LineTarget):
     name = "rdkafka_log"
-    module, parser_class = "parsers.rdkafka_log", "RdkafkaLogParser"
+    module, parser_class = "kdiag.parsers.rdkafka_log", "RdkafkaLogParser"
     seed_files = ("rdkafka.log", "rdkafka_clients.log")
     tokens = RDKAFKA_TOKENS
     seps = (b"|", b" ", b", ", b": ")
@@ -445,7 +445,7 @@ class RdkafkaTarget(LineTarget):
 
 class StraceTarget(LineTarget):
     name = "strace"
-    module, parser_class = "parsers.strace", "StraceParser"
+    module, parser_class = "kdiag.parsers.strace", "StraceParser"
     seed_files = ("strace_o_ttt.txt", "strace_o_tt.txt", "strace_stderr_tt.txt", "strace_relative.txt",
                   "strace_seconds.txt", "strace_threads.txt", "strace_stderr_mixed.txt", "strace_r_threads.txt")
     tokens = STRACE_TOKENS
@@ -474,7 +474,7 @@ class StraceTarget(LineTarget):
 
 class StatsTarget(LineTarget):
     name = "stats"
-    module, parser_class = "parsers.stats", "StatsParser"
+    module, parser_class = "kdiag.parsers.stats", "StatsParser"
     seed_files = ("stats.jsonl",)
     tokens = _JSON_TOKENS
     seps = (b",", b":", b", ")
@@ -491,7 +491,7 @@ class StatsTarget(LineTarget):
 
 class SocketsTarget(LineTarget):
     name = "sockets"
-    module, parser_class = "parsers.sockets", "SocketsParser"
+    module, parser_class = "kdiag.parsers.sockets", "SocketsParser"
     seed_files = ("sockets.jsonl",)
     tokens = _JSON_TOKENS
     seps = (b",", b":", b", ")
@@ -514,7 +514,7 @@ class SocketsTarget(LineTarget):
 
 
 class _ProbeJsonTarget(LineTarget):
-    module = "parsers.tcp_probe"
+    module = "kdiag.parsers.tcp_probe"
     parse_fn = schema_name = ""
     is_json = True
     seps = (b",", b":", b", ")
@@ -703,7 +703,7 @@ class PcapTarget:
         return {"brokers": rng.random() < 0.5}
 
     def run(self, data: bytes, variant: dict | None = None):
-        from parsers.tcp_probe import (
+        from kdiag.parsers.tcp_probe import (
             PROBES_SCHEMA,
             looks_like_pcap,
             parse_pcap,
@@ -759,8 +759,8 @@ class DetectTarget:
             return self._run(path, data, variant)
 
     def _run(self, path: Path, data: bytes, variant: dict | None):
-        from kdiag import reading
-        from parsers import rdkafka_log, sockets, stats, strace
+        from kdiag.ingest import lines as reading
+        from kdiag.parsers import rdkafka_log, sockets, stats, strace
 
         kind = reading.detect(path)
         if kind not in self.kinds:

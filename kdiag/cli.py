@@ -178,7 +178,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _props(args) -> dict[str, str]:
-    from kdiag.trace import read_properties
+    from kdiag.capture.trace import read_properties
 
     props = read_properties(args.prop_file) if args.prop_file else {}
     for p in args.props:
@@ -193,14 +193,14 @@ def _emit(env: Environment, findings: dict, as_json: bool, bundle: str | None = 
     if as_json:
         env.stdout.write(json.dumps(findings, default=str) + "\n")
     else:
-        from kdiag.report import render
+        from kdiag.report.text import render
 
         env.stdout.write(render(findings, bundle=bundle, probe=findings.get("probe")))
     return ExitStatus.NO_DATA if findings.get("no_data") else ExitStatus.OK
 
 
 def cmd_trace(args, env: Environment, argv: list[str], command: list[str]) -> ExitStatus:
-    from kdiag import trace
+    from kdiag.capture import trace
 
     if args.pid is not None or command:
         return cmd_trace_target(args, env, argv, command)
@@ -254,7 +254,7 @@ def _sigterm_interrupts():
 
 
 def cmd_trace_target(args, env: Environment, argv: list[str], command: list[str]) -> ExitStatus:
-    from kdiag import attach
+    from kdiag.capture import attach
 
     if args.pid is not None and command:
         raise UsageError("give --pid PID or -- CMD ARGS, not both")
@@ -271,8 +271,8 @@ def cmd_trace_target(args, env: Environment, argv: list[str], command: list[str]
 def cmd_replay(args, env: Environment) -> ExitStatus:
     import tempfile
 
-    from kdiag import bundle
-    from kdiag.pipeline import analyse
+    from kdiag.bundle import archive as bundle
+    from kdiag.analysis.pipeline import analyse
 
     paths = list(args.paths)
     for p in paths:
@@ -300,7 +300,7 @@ def cmd_replay(args, env: Environment) -> ExitStatus:
     with contextlib.ExitStack() as cleanup:
         for p in paths:
             if p in bundles:
-                from kdiag.probe import retransmits
+                from kdiag.capture.probe_producer import retransmits
 
                 d = bundle.unpack(p)
                 if d != p:
@@ -323,13 +323,13 @@ def cmd_replay(args, env: Environment) -> ExitStatus:
 
 
 def cmd_bundle(args, env: Environment) -> ExitStatus:
-    from kdiag import bundle
+    from kdiag.bundle import archive as bundle
 
     for p in args.paths:
         if not p.exists():
             raise UsageError(f"{p}: no such file or directory")
     if args.action == "seal":
-        from kdiag.trace import seal
+        from kdiag.capture.trace import seal
 
         for p in args.paths:
             out = seal(p, log=env.say)
@@ -345,7 +345,7 @@ def cmd_bundle(args, env: Environment) -> ExitStatus:
 
 
 def cmd_parse(args, env: Environment) -> ExitStatus:
-    from kdiag.tables import parse_paths
+    from kdiag.ingest.tables import parse_paths
 
     for p in args.paths:
         if not p.exists():
@@ -363,7 +363,7 @@ def cmd_parse(args, env: Environment) -> ExitStatus:
 
 
 def cmd_lab(args, env: Environment) -> ExitStatus:
-    from kdiag import lab
+    from kdiag.lab import broker as lab
 
     if args.action == "matrix":
         return cmd_matrix(args, env)
@@ -386,7 +386,7 @@ def cmd_lab(args, env: Environment) -> ExitStatus:
 def cmd_matrix(args, env: Environment) -> ExitStatus:
     import tempfile
 
-    from kdiag import matrix
+    from kdiag.lab import matrix
 
     cases = matrix.select(args.cases)
     if args.messages is not None and args.messages < 1:

@@ -88,8 +88,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from parsers.base import ParseCounts
-from parsers.strings import data_buffer, gather, offsets_data, views
+from kdiag.parsers.base import ParseCounts
+from kdiag.parsers.strings import data_buffer, gather, offsets_data, views
 
 SCHEMA = pa.schema(
     [

@@ -165,7 +165,7 @@ import math
 
 import pyarrow as pa
 
-from parsers.base import ParseCounts, json_lines, scrub
+from kdiag.parsers.base import ParseCounts, json_lines, scrub
 
 KINDS = ("socket", "thread", "host")
 

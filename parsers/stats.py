@@ -38,7 +38,7 @@ import json
 
 import pyarrow as pa
 
-from parsers.base import ParseCounts, json_lines, scrub
+from kdiag.parsers.base import ParseCounts, json_lines, scrub
 
 _WINDOWS = ("rtt", "int_latency", "outbuf_latency")
 _PCTS = ("avg", "p50", "p99")

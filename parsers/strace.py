@@ -17,7 +17,7 @@ syscall, signal and process exit. The table:
                       signals included, plus half a microsecond a line for
                       what strace's truncation to microseconds lost. Finer
                       digits (--timestamps=ns) are cut to microseconds. Null
-                      when the line has no timestamp. (kdiag.tables puts
+                      when the line has no timestamp. (kdiag.ingest.tables puts
                       -tt/-t/-r times on the epoch clock from librdkafka's
                       own timestamps; with -ff, -r deltas span files and one
                       file's sum is not a clock.)

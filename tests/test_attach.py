@@ -38,7 +38,7 @@ def wait_for(pred, timeout_s=20.0):
 def the_lab():
     need("strace", root=True)
     need("stunnel4")
-    from kdiag import lab
+    from kdiag.lab import broker as lab
 
     with lab.running() as L:
         yield L
@@ -183,7 +183,7 @@ def test_wrap_runs_the_command_to_its_end(the_lab, spark, tmp_path, monkeypatch,
     assert any("TCP_NODELAY was not set on fd" in e and "no setsockopt(TCP_NODELAY) before its connect()" in e
                for e in ev), ev
     man = manifest_of(tmp_path / "w.tar.gz")
-    from collectors import bpftrace
+    from kdiag.collectors import bpftrace
 
     want = "bpftrace" if tracer == "auto" and bpftrace.check() is None else "strace"
     assert man["tracer"]["tool"] == want, man["tracer"]

@@ -15,7 +15,7 @@ import pytest
 from conftest import CAPTURES
 
 from kdiag.cli import Environment, main
-from kdiag.report import render
+from kdiag.report.text import render
 
 CAP = CAPTURES / "nagle_on"
 LOG = (CAP / "rdkafka.log").read_text().splitlines(keepends=True)

@@ -31,7 +31,7 @@ def test_made_tables_read_as_their_verdict(tmp_path, spark):
     """The synthetic tables are what kdiag's parsers write: kdiag's own job
     reads them, and DuckDB's SQL finds the same requests and verdict."""
     from bench import analysis
-    from kdiag.analysis import analyze
+    from kdiag.analysis.job import analyze
 
     rows = analysis.make_tables(tmp_path / "t", 3000)
     assert rows["syscalls"] >= 5 * 3000 and rows["rdkafka_events"] >= 2 * 3000

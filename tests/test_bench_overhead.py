@@ -34,7 +34,7 @@ def test_cut_down_programs_load(tmp_path):
 
     need("bpftrace", root=True)
     from bench import overhead
-    from collectors import bpftrace
+    from kdiag.collectors import bpftrace
 
     sleeper = subprocess.Popen(["sleep", "60"])
     try:

@@ -18,7 +18,7 @@ def test_parse_bench_smoke(tmp_path):
 
 
 def test_made_inputs_are_real_lines_that_parse(tmp_path):
-    from kdiag.tables import parse_paths
+    from kdiag.ingest.tables import parse_paths
 
     log, strace = tmp_path / "log.txt", tmp_path / "strace.txt"
     assert parse.make_log(log, 1000) == 1000

@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from conftest import CAPTURES, ROOT
-from kdiag import bundle
+from kdiag.bundle import archive as bundle
 from kdiag.cli import Environment, main
 from kdiag.errors import InputError
 from kdiag.status import ExitStatus
@@ -28,7 +28,7 @@ def run(*argv):
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory, spark):
-    from kdiag.trace import finish
+    from kdiag.capture.trace import finish
 
     work = tmp_path_factory.mktemp("made")
     staging = work / "staging"
@@ -264,7 +264,7 @@ def test_replay_of_an_intact_bundle_says_nothing_of_verification(good, tmp_path,
         seen.extend(p.relative_to(p.parents[2]).as_posix() for p in raw)
         return {"verdict": None, "no_data": False}, None
 
-    monkeypatch.setattr("kdiag.pipeline.analyse", analyse)
+    monkeypatch.setattr("kdiag.analysis.pipeline.analyse", analyse)
     rc, out, err = run("replay", "--json", good)
     assert rc == ExitStatus.OK and err == "" and json.loads(out)["verdict"] is None
     assert sorted(seen) == ["raw/rdkafka_log/rdkafka.log", "raw/stats/stats.jsonl", STRACE]

@@ -63,7 +63,7 @@ def test_client_cpu(tmp_path, spark):
     """The probe and a busy neighbour share a cgroup allowed 0.2 of a core
     per 100 ms: a few requests stall for the rest of a period while the
     broker thread waits for a core, and those take much of the time."""
-    from kdiag import cpulimit
+    from kdiag.lab import cpulimit
 
     try:
         with cpulimit.limited(0.5):

@@ -59,7 +59,7 @@ def test_parse_writes_one_parquet_per_table(tmp_path):
 
 
 def test_properties_file(tmp_path):
-    from kdiag.trace import read_properties
+    from kdiag.capture.trace import read_properties
 
     p = tmp_path / "client.properties"
     p.write_text("# comment\nsecurity.protocol = ssl\n\nsasl.password=a=b\n")

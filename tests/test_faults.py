@@ -120,7 +120,7 @@ def test_output_disk_full_stops_the_capture(producer, spark, small_disk):
 
 
 def test_archive_that_does_not_fit_leaves_a_sealed_directory(producer, spark, tmp_path, monkeypatch):
-    from kdiag import bundle
+    from kdiag.bundle import archive as bundle
 
     proc, _ = producer
     out = tmp_path / "nofit.tar.gz"
@@ -220,7 +220,7 @@ def test_ptrace_refused(producer, spark, tmp_path):
 def own_lab():
     need("strace", root=True)
     need("stunnel4")
-    from kdiag import lab
+    from kdiag.lab import broker as lab
 
     with lab.running() as L:
         yield L

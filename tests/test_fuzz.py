@@ -54,7 +54,7 @@ def test_runs_are_reproducible():
 def test_a_failure_is_saved_minimised_and_replays(tmp_path, monkeypatch, capsys):
     """A parser that raises on one line: the harness counts it, saves the
     batch and a minimised copy that still fails, and --replay shows it."""
-    from parsers import rdkafka_log
+    from kdiag.parsers import rdkafka_log
 
     real = rdkafka_log.parse_lines
 
@@ -242,7 +242,7 @@ def test_pcapng_interface_options_and_timestamps(e, opts, tail, ticks, iface, ob
 # Inputs the fuzzer found crashing a parser, each now read as documented.
 
 def test_stats_regressions():
-    from parsers.stats import parse_lines
+    from kdiag.parsers.stats import parse_lines
 
     lines = [
         '{"time": 1e400, "brokers": {"b": {"rtt": {"avg": 1' + "0" * 400 + '}}}}',   # inf, int past float
@@ -258,7 +258,7 @@ def test_stats_regressions():
 
 
 def test_sockets_regressions():
-    from parsers.sockets import parse_lines
+    from kdiag.parsers.sockets import parse_lines
 
     head = '"ts_us": 1, "pid": 2, "sample": 0'
     lines = [
@@ -277,7 +277,7 @@ def test_sockets_regressions():
 
 
 def test_strace_unescape_regressions():
-    from parsers.strace import parse_lines, unescape
+    from kdiag.parsers.strace import parse_lines, unescape
 
     assert unescape(r"a\x b\8\9\08\101\xzz") == "a\\x b\\8\\9\x008A\\xzz"
     t, c = parse_lines(['1 1.000000 write(2, "\\x\\8 ok\\n", 7) = 7 <0.000010>'])
@@ -285,7 +285,7 @@ def test_strace_unescape_regressions():
 
 
 def test_tcp_probe_regressions():
-    from parsers.tcp_probe import parse_handshakes, parse_pcap, parse_probes_jsonl
+    from kdiag.parsers.tcp_probe import parse_handshakes, parse_pcap, parse_probes_jsonl
 
     e = "<"
     frame = mutate.PcapTarget(random.Random(0)).frames[0][1]
@@ -317,7 +317,7 @@ def test_tcp_probe_regressions():
 
 
 def test_detect_regressions(tmp_path):
-    from kdiag.reading import detect
+    from kdiag.ingest.lines import detect
 
     p = tmp_path / "x"
     for text in ("[" * 100_000 + "\n", '{"kind": "x"}\n{"brokers": ' + "[" * 100_000 + "\n"):
@@ -326,7 +326,7 @@ def test_detect_regressions(tmp_path):
 
 
 def test_reading_a_line_longer_than_a_chunk_keeps_line_numbers(tmp_path):
-    from kdiag.reading import MAX_LINE_BYTES, iter_line_chunks
+    from kdiag.ingest.lines import MAX_LINE_BYTES, iter_line_chunks
 
     p = tmp_path / "x.log"
     p.write_bytes(b"a\n" + b"x" * (3 * MAX_LINE_BYTES) + b"\nb\nc")

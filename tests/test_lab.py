@@ -20,7 +20,7 @@ import pytest
 
 from conftest import alive, wait_gone
 
-from kdiag import lab as kl
+from kdiag.lab import broker as kl
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -128,7 +128,7 @@ def test_running_refuses_a_dir_with_a_running_lab(state_dir):
 _CHILD = """
 import sys, time
 from confluent_kafka import Producer
-from kdiag import lab as kl
+from kdiag.lab import broker as kl
 with kl.running(sys.argv[1]) as lab:
     p = Producer(lab.client_config())
     p.produce("kdiag-probe", b"hello")

@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from conftest import alive, need, wait_gone
-from kdiag import lab as kl
+from kdiag.lab import broker as kl
 
 pytestmark = pytest.mark.e2e
 

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kdiag.cli import Environment, main
-from kdiag.reading import detect, sniff
-from parsers.rdkafka_log import RdkafkaLogParser, looks_like, parse_lines
+from kdiag.ingest.lines import detect, sniff
+from kdiag.parsers.rdkafka_log import RdkafkaLogParser, looks_like, parse_lines
 
 LOGS = FIXTURES / "logs"
 DAY_US = 86_400 * 1_000_000

@@ -22,8 +22,10 @@ import psutil
 import pytest
 
 from conftest import alive, need, need_tansu, wait_gone
-from kdiag import netlab
+from kdiag.lab import network as netlab
 
+from kdiag.lab import delayline as delayline_mod
+import kdiag
 REPO = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.e2e
@@ -207,7 +209,7 @@ def test_unknown_scenario_is_refused():
 
 _CHILD = """
 import json, sys, time
-from kdiag import netlab
+from kdiag.lab import network as netlab
 with netlab.running("clean", topics=()) as lab:
     try:
         print(json.dumps(lab.to_dict()), flush=True)
@@ -301,7 +303,7 @@ def test_delay_line_keeps_order_under_jitter_and_exits_cleanly(tools, tmp_path):
         run(["ip", "-n", a, "addr", "add", "10.202.0.1/24", "dev", f"{p}a"])
         run(["ip", "-n", b, "addr", "add", "10.202.0.2/24", "dev", f"{p}b"])
         delayline = subprocess.Popen(
-            ["ip", "netns", "exec", link, sys.executable, "-m", "kdiag.delayline", "--a", f"{p}la", "--b", f"{p}lb",
+            ["ip", "netns", "exec", link, *kdiag.python_m(delayline_mod), "--a", f"{p}la", "--b", f"{p}lb",
              "--delay-ms", "5", "--jitter-ms", "4", "--seed", "1", "--stats", str(stats)],
             env=_child_env(), stderr=subprocess.PIPE, text=True,
         )

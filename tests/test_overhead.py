@@ -1,4 +1,4 @@
-"""kdiag.overhead (pure functions on planted /proc text and captures) and the
+"""kdiag.capture.overhead (pure functions on planted /proc text and captures) and the
 bpftrace tracer: its records become strace text the parser reads, and a real
 bpftrace run on a real process gives the rows the analysis needs."""
 import os
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from collectors import bpftrace as bt
+from kdiag.collectors import bpftrace as bt
 from conftest import need
-from kdiag import overhead
+from kdiag.capture import overhead
 
 IO = "rchar: 100\nwchar: 200\nsyscr: 1500\nsyscw: 2500\nread_bytes: 0\n"
 # /proc/PID/stat of a process whose comm holds spaces and a ")"
@@ -93,7 +93,7 @@ def _fd_fields(mode="c000", ino=777, fam=2, typ=1, proto=6, lport=41550, rport=9
 def parse_strace(text: str):
     import pyarrow as pa
 
-    from parsers.strace import StraceParser
+    from kdiag.parsers.strace import StraceParser
 
     p = StraceParser()
     t = pa.concat_tables([p.feed(pa.array(text.splitlines(), pa.string()), 1), p.finish()])
@@ -250,7 +250,7 @@ def test_real_bpftrace_from_exec_sees_setsockopt_and_the_log(tmp_path):
     """As kdiag trace -- CMD: the command is stopped before exec until the
     tracer is attached, then every call it makes is in the capture."""
     need("bpftrace", root=True)
-    from kdiag import attach
+    from kdiag.capture import attach
 
     shim = subprocess.Popen([sys.executable, "-c", attach._SHIM, sys.executable, "-c", CHILD, "-"],
                             stderr=subprocess.DEVNULL)

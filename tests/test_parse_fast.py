@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kdiag.reading import iter_line_chunks
-from parsers.rdkafka_log import RdkafkaLogParser
+from kdiag.ingest.lines import iter_line_chunks
+from kdiag.parsers.rdkafka_log import RdkafkaLogParser
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = sorted((ROOT / "fixtures" / "logs").glob("*.log")) + [
@@ -140,7 +140,7 @@ STRACES = sorted((ROOT / "fuzz" / "seeds").glob("strace_*.txt")) + sorted((ROOT 
 def _tables(paths, tmp, workers, chunk_bytes, monkeypatch):
     import pyarrow.parquet as pq
 
-    from kdiag import tables
+    from kdiag.ingest import tables
 
     monkeypatch.setattr(tables, "WORKERS", workers)
     monkeypatch.setattr(tables, "CHUNK_BYTES", chunk_bytes)

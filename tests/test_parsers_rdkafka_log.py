@@ -4,7 +4,7 @@ from conftest import CAPTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parsers.rdkafka_log import RdkafkaLogParser, looks_like, parse_lines
+from kdiag.parsers.rdkafka_log import RdkafkaLogParser, looks_like, parse_lines
 
 SEND = ("%7|1795314017.477|SEND|rdkafka#producer-1| [thrd:ssl://127.0.0.1:19093/111]: "
         "ssl://127.0.0.1:19093/111: Sent ProduceRequest (v10, 2164 bytes @ 0, CorrId 20)")

@@ -1,5 +1,5 @@
 from conftest import CAPTURES
-from parsers.stats import looks_like, parse_lines
+from kdiag.parsers.stats import looks_like, parse_lines
 
 
 def test_real_statistics():

@@ -1,4 +1,4 @@
-"""parsers.strace on real strace captures (fixtures/strace/*.txt, each with
+"""kdiag.parsers.strace on real strace captures (fixtures/strace/*.txt, each with
 the command that made it in NAME.txt.cmd) and on input that is not strace.
 
 Row counts below were checked against the fixtures with grep, e.g.
@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parsers.base import ParseCounts
-from parsers.strace import SCHEMA, StraceParser, looks_like, parse_lines, unescape
+from kdiag.parsers.base import ParseCounts
+from kdiag.parsers.strace import SCHEMA, StraceParser, looks_like, parse_lines, unescape
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "strace"
 NAMES = ["nagle_tls_slice", "threads_loopback", "sh_fork_stderr", "nofork_relative", "nofork_seconds"]
@@ -202,7 +202,7 @@ def test_any_chunking_gives_the_same_rows(name):
 
 
 def test_blocks_inside_one_feed_keep_line_order(monkeypatch):
-    import parsers.strace as strace_module
+    import kdiag.parsers.strace as strace_module
 
     expected = parsed("threads_loopback")[0].to_pylist()
     monkeypatch.setattr(strace_module, "BLOCK_LINES", 97)

@@ -10,8 +10,8 @@ import struct
 import pytest
 from conftest import CAPTURES
 
-from kdiag import pseudonym
-from kdiag.pseudonym import PseudonymError, Pseudonyms, pseudonymise_manifest
+from kdiag.bundle import pseudonym
+from kdiag.bundle.pseudonym import PseudonymError, Pseudonyms, pseudonymise_manifest
 
 BROKER, CLIENT, ROUTER = "10.1.2.3", "192.168.7.9", "172.16.5.4"
 BROKER6, CLIENT6, ROUTER6 = "fd12:3456::7", "2001:db8::5", "2001:db8:1::1"
@@ -185,7 +185,7 @@ def _probe_packets():
     IPv6; a UDP datagram and an ICMP echo with payloads."""
     from scapy.all import ICMP, IP, TCP, UDP, ICMPv6TimeExceeded, IPv6, Raw, raw
 
-    from parsers.tcp_probe import probe_seq
+    from kdiag.parsers.tcp_probe import probe_seq
 
     pkts, t = [], 1795315014.0
     for rnd in (1, 2):
@@ -361,7 +361,7 @@ def test_tree_leaves_no_real_address_or_name(raw_tree, tmp_path):
 def test_pcap_checksums_and_probes_after_rewrite(raw_tree, tmp_path):
     from scapy.all import rdpcap
 
-    from parsers.tcp_probe import parse_pcap
+    from kdiag.parsers.tcp_probe import parse_pcap
 
     pcap = raw_tree / "tcp_probe" / "probes.pcap"
     for p in rdpcap(str(pcap)):
@@ -479,7 +479,7 @@ def test_trace_with_pseudonyms_names_no_host(tmp_path):
     import tarfile
 
     from conftest import ROOT, need
-    from kdiag import netlab
+    from kdiag.lab import network as netlab
 
     need("ip", root=True)
     need("stunnel4")

@@ -5,7 +5,7 @@ import shutil
 import pytest
 
 from conftest import CAPTURES, ROOT
-from kdiag.redact import REDACTED, scrub_line, scrub_patterns_file
+from kdiag.bundle.redact import REDACTED, scrub_line, scrub_patterns_file
 
 R = REDACTED.encode()
 
@@ -56,9 +56,9 @@ def test_what_the_analysis_reads_is_untouched(tmp_path):
 @pytest.mark.parametrize("block", [16, 64, 8 << 20])
 def test_pem_block_over_real_lines(tmp_path, monkeypatch, block):
     """Also with the block boundary inside the PEM block."""
-    import kdiag.redact
+    import kdiag.bundle.redact
 
-    monkeypatch.setattr(kdiag.redact, "BLOCK", block)
+    monkeypatch.setattr(kdiag.bundle.redact, "BLOCK", block)
     f = tmp_path / "stderr.log"
     f.write_bytes(b"before\n-----BEGIN ENCRYPTED PRIVATE KEY-----\nAAAA1111secret\nBBBB2222secret\n"
                   b"-----END ENCRYPTED PRIVATE KEY-----\nafter\n")

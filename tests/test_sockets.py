@@ -32,8 +32,10 @@ from conftest import ROOT, need
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collectors.sockets import TCP_INFO_LAYOUT, decode_tcp_info, sample_loop
-from parsers.sockets import SCHEMAS, looks_like, parse_lines
+from kdiag.collectors.sockets import TCP_INFO_LAYOUT, decode_tcp_info, sample_loop
+from kdiag.parsers.sockets import SCHEMAS, looks_like, parse_lines
+from kdiag.collectors import sockets as c_sockets
+import kdiag
 
 TARGET = textwrap.dedent(r"""
     import ctypes, json, socket, sys, threading, time
@@ -322,7 +324,7 @@ def test_command_line_stops_on_sigterm_and_filters_ports(peers, tmp_path):
     need(root=True)
     p, fds = start_target(tmp_path, [str(peers.echo_port), str(peers.sink_port)])
     out = tmp_path / "raw" / "sockets" / "samples.jsonl"
-    c = subprocess.Popen([sys.executable, "-m", "collectors.sockets", "--pid", str(p.pid), "--out", str(out),
+    c = subprocess.Popen([*kdiag.python_m(c_sockets), "--pid", str(p.pid), "--out", str(out),
                           "--interval-ms", "50", "--ports", str(peers.echo_port)],
                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -373,7 +375,7 @@ def test_without_ptrace_rights_the_reason_is_recorded(peers, tmp_path, target_pr
     p, fds = start_target(tmp_path, [str(peers.echo_port), str(peers.sink_port)], preexec=target_pre)
     out = tmp_path / "s.jsonl"
     try:
-        c = subprocess.run([sys.executable, "-m", "collectors.sockets", "--pid", str(p.pid), "--out", str(out),
+        c = subprocess.run([*kdiag.python_m(c_sockets), "--pid", str(p.pid), "--out", str(out),
                             "--interval-ms", "50", "--duration", "0.3"],
                            cwd=ROOT, capture_output=True, text=True, preexec_fn=sampler_pre, timeout=20)
     finally:
@@ -517,7 +519,7 @@ PRODUCER = textwrap.dedent(r"""
 
 
 def _lab_tools() -> None:
-    from kdiag import lab as kl
+    from kdiag.lab import broker as kl
 
     missing = [t for t in ("stunnel4", "openssl") if shutil.which(t) is None]
     try:
@@ -537,7 +539,7 @@ def test_confluent_kafka_producer_broker_socket_nodelay(tmp_path):
     socket, and the held TLS record shows in TCP_INFO; =true sets it."""
     need(root=True)
     _lab_tools()
-    from kdiag import lab
+    from kdiag.lab import broker as lab
 
     script = tmp_path / "producer.py"
     script.write_text(PRODUCER)

@@ -5,7 +5,7 @@ import shutil
 import subprocess
 
 from conftest import CAPTURES, ROOT, need
-from kdiag.tables import parse_paths
+from kdiag.ingest.tables import parse_paths
 
 
 def test_analysis_under_spark_submit(tmp_path):

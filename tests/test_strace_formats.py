@@ -29,11 +29,11 @@ import pytest
 from conftest import FIXTURES
 from test_parsers_strace import feed_in_pieces
 
-from kdiag import analysis
+from kdiag.analysis import job as analysis
 from kdiag.cli import Environment, main
-from kdiag.reading import detect
-from kdiag.tables import parse_paths
-from parsers.strace import StraceParser
+from kdiag.ingest.lines import detect
+from kdiag.ingest.tables import parse_paths
+from kdiag.parsers.strace import StraceParser
 
 STRACE = FIXTURES / "strace"
 FF = sorted((STRACE / "ff").glob("strace.*"))
@@ -286,7 +286,7 @@ _Y_SOCKETS = re.match(analysis.SOCKET_INFO, "socket:[1033403]") is not None
     ("nagle_stderr", "program_output"),
     pytest.param("nagle_tt_y", "time of day only", marks=pytest.mark.xfail(
         not _Y_SOCKETS, strict=True,
-        reason="-y annotates a socket as socket:[inode]; kdiag.analysis.SOCKET_INFO does not take it for one")),
+        reason="-y annotates a socket as socket:[inode]; kdiag.analysis.job.SOCKET_INFO does not take it for one")),
 ])
 def test_replay_names_nagle(spark, name, note):
     paths = [*FF, STRACE / "ff" / "rdkafka.log"] if name == "ff" else [path_of(name)]

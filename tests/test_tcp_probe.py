@@ -1,4 +1,4 @@
-"""collectors.tcp_probe and parsers.tcp_probe on real packets.
+"""kdiag.collectors.tcp_probe and kdiag.parsers.tcp_probe on real packets.
 
 The path is built here: three network namespaces joined by veths,
 
@@ -20,6 +20,9 @@ import socket
 import struct
 import subprocess
 import sys
+
+import kdiag
+from kdiag.collectors import tcp_probe as c_tcp_probe
 import time
 from pathlib import Path
 
@@ -30,7 +33,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import need
-from parsers.tcp_probe import (
+from kdiag.parsers.tcp_probe import (
     PATH_SCHEMA, PROBES_SCHEMA, format_path_table, looks_like_pcap, parse_handshakes, parse_pcap,
     parse_probes_jsonl, path_table, probe_seq,
 )
@@ -114,7 +117,7 @@ def lab():
 
 def run_probe(ns: str | None, out: Path, targets: list, *args: str, wrap: list[str] = ()) -> dict:
     """The collector's command line, as ``kdiag trace`` runs it; its status."""
-    cmd = list(wrap) + [sys.executable, "-m", "collectors.tcp_probe", "--out", str(out),
+    cmd = list(wrap) + [*kdiag.python_m(c_tcp_probe), "--out", str(out),
                         "--targets", json.dumps(targets), *args]
     res = sh(*cmd, ns=ns, timeout=60)
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -313,14 +316,14 @@ def test_loopback_is_one_hop(tmp_path):
 
 
 def test_no_targets_is_skipped(tmp_path):
-    from collectors.tcp_probe import probe
+    from kdiag.collectors.tcp_probe import probe
 
     st = probe([], tmp_path)
     assert st.state == "skipped" and st.reason == "no targets"
 
 
 def test_unresolvable_target_is_a_partial_run(tmp_path):
-    from collectors.tcp_probe import Target, probe
+    from kdiag.collectors.tcp_probe import Target, probe
 
     ls = socket.socket()
     ls.bind(("127.0.0.1", 0))

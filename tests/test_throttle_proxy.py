@@ -1,4 +1,4 @@
-"""kdiag.slowproxy's quota mode: Kafka framing, the ThrottleTimeMs rewrite
+"""kdiag.lab.slowproxy's quota mode: Kafka framing, the ThrottleTimeMs rewrite
 and the token bucket on fixed bytes, then a broken frame against the real
 proxy in front of Tansu.
 """
@@ -10,8 +10,8 @@ import struct
 import pytest
 
 from conftest import alive
-from kdiag import lab as kl
-from kdiag import slowproxy as sp
+from kdiag.lab import broker as kl
+from kdiag.lab import slowproxy as sp
 
 # A ProduceResponse v10 from Tansu 0.6.0 to librdkafka 2.16.0 (the bytes
 # after the size field): correlation_id 2, header tags, topic "t" partition

@@ -14,18 +14,22 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collectors import rdkafka_log as c_log
-from collectors import strace as c_strace
-from collectors.base import status_from_output
-from kdiag import __version__, bundle, guard, redact
-from kdiag import probe as probe_mod
+from kdiag.collectors import rdkafka_log as c_log
+from kdiag.collectors import strace as c_strace
+from kdiag.collectors.base import status_from_output
+from kdiag.collectors import tcp_probe as c_tcp_probe
+import kdiag
+from kdiag import __version__
+from kdiag.bundle import archive as bundle
+from kdiag.capture import disk_budget as guard
+from kdiag.bundle import redact
+from kdiag.capture import probe_producer
 from kdiag.errors import KdiagError, UsageError
 
 PROBE_TOPIC = "kdiag-probe"
@@ -106,7 +110,7 @@ def _warm_spark(holder: dict, small: bool) -> None:
     # Spark takes seconds to start; doing it while the probe runs keeps the
     # time to a verdict down.
     try:
-        from kdiag.spark import session
+        from kdiag.analysis.spark import session
         holder["spark"] = session(small=small)
     except Exception as e:  # reported when analysis needs it
         holder["error"] = e
@@ -168,7 +172,7 @@ def _run(opts: TraceOptions, staging: Path, out: Path, log) -> TraceResult:
         if opts.brokers:
             base = {"bootstrap.servers": opts.brokers}
         elif opts.scenario in LAB_VARIANTS:
-            from kdiag import lab
+            from kdiag.lab import broker as lab
 
             variant = LAB_VARIANTS[opts.scenario]
             log(f"starting the lab, scenario {opts.scenario}: Tansu behind {variant}")
@@ -176,7 +180,7 @@ def _run(opts: TraceOptions, staging: Path, out: Path, log) -> TraceResult:
             lab_info = the_lab.to_dict()
             base = the_lab.client_config()
             if opts.scenario == "client-cpu":
-                from kdiag import cpulimit
+                from kdiag.lab import cpulimit
 
                 cgroup = stack.enter_context(cpulimit.limited(CLIENT_CPU_CORES))
                 stack.enter_context(cpulimit.busy(cgroup))
@@ -184,7 +188,7 @@ def _run(opts: TraceOptions, staging: Path, out: Path, log) -> TraceResult:
                     f"core per {cpulimit.DEFAULT_PERIOD_US // 1000} ms")
                 lab_info = {**lab_info, "cpu_limit_cores": CLIENT_CPU_CORES, "cgroup": str(cgroup)}
         elif opts.scenario:
-            from kdiag import netlab
+            from kdiag.lab import network as netlab
 
             log(f"starting the network lab, scenario {opts.scenario}: client, delay line, router, "
                 f"Tansu behind TLS, each in its own network namespace")
@@ -192,7 +196,7 @@ def _run(opts: TraceOptions, staging: Path, out: Path, log) -> TraceResult:
             lab_info, prefix = nl.to_dict(), nl.exec_prefix("client")
             base = nl.client_config()
         else:
-            from kdiag import lab
+            from kdiag.lab import broker as lab
 
             log("starting the lab: Tansu behind a TLS terminator on loopback")
             the_lab = stack.enter_context(lab.running(topics=(opts.topic,)))
@@ -214,7 +218,7 @@ def _run(opts: TraceOptions, staging: Path, out: Path, log) -> TraceResult:
             "results": raw / "probe" / "messages.jsonl",
             "summary": raw / "probe" / "summary.json",
         }
-        cmd = [sys.executable, "-m", "kdiag.probe", "--topic", opts.topic,
+        cmd = [*kdiag.python_m(probe_producer), "--topic", opts.topic,
                "--messages", str(opts.messages), "--size", str(opts.size),
                "--stats", str(paths["stats"]), "--results", str(paths["results"]),
                "--summary", str(paths["summary"])] + (["--rate", str(opts.rate)] if opts.rate else [])
@@ -228,8 +232,8 @@ def _run(opts: TraceOptions, staging: Path, out: Path, log) -> TraceResult:
         log(f"probe: {opts.messages} x {opts.size} B to {config['bootstrap.servers']} "
             f"(socket.nagle.disable={config.get('socket.nagle.disable', 'librdkafka default')})")
         started = int(time.time() * 1e6)
-        env = {**os.environ, probe_mod.CONFIG_ENV: json.dumps(config)}
-        from collectors import sockets
+        env = {**os.environ, probe_producer.CONFIG_ENV: json.dumps(config)}
+        from kdiag.collectors import sockets
 
         sampler: list = []
         stopped, probe_rc = _run_probe(
@@ -267,7 +271,7 @@ def _run(opts: TraceOptions, staging: Path, out: Path, log) -> TraceResult:
         log(probe_error)
     reasons += collector_gaps([st_strace, st_log])
 
-    meta = {"librdkafka_version": confluent_kafka.libversion()[0], "tcp_retrans": probe_mod.retransmits(probe)}
+    meta = {"librdkafka_version": confluent_kafka.libversion()[0], "tcp_retrans": probe_producer.retransmits(probe)}
     raw_inputs = [p for k, p in paths.items() if k in ("log", "strace", "stats") and p.exists()]
     raw_inputs += sorted(p for d in ("tcp_probe", "sockets") for p in (raw / d).glob("*") if p.is_file())
     manifest = {
@@ -319,7 +323,7 @@ def finish(staging: Path, raw_inputs: list[Path], meta: dict, spark_holder: dict
     if pseudonymise is not None:
         # Once, on the raw captures: tables and findings come from them and
         # so hold pseudonyms already (a second pass would map those again).
-        from kdiag.pseudonym import Pseudonyms, pseudonymise_manifest
+        from kdiag.bundle.pseudonym import Pseudonyms, pseudonymise_manifest
 
         with Pseudonyms.load_or_create(pseudonymise, outside=[staging]) as ps:
             ps.hostname(host["hostname"])
@@ -333,8 +337,8 @@ def finish(staging: Path, raw_inputs: list[Path], meta: dict, spark_holder: dict
     warm.join()
     if "error" in spark_holder:
         raise KdiagError(f"Spark did not start: {spark_holder['error']}")
-    from kdiag.pipeline import analyse
-    from kdiag.report import render
+    from kdiag.analysis.pipeline import analyse
+    from kdiag.report.text import render
 
     reasons = list(manifest.get("partial_reasons") or [])
     with contextlib.ExitStack() as stack:
@@ -432,7 +436,7 @@ def seal(staging: Path, out: Path | None = None, log=lambda msg: None) -> Path:
 
 
 def start_spark(small: bool = False) -> tuple[dict, threading.Thread]:
-    """``small``: the capture will be small (kdiag.spark.session)."""
+    """``small``: the capture will be small (kdiag.analysis.spark.session)."""
     holder: dict = {}
     warm = threading.Thread(target=_warm_spark, args=(holder, small), daemon=True)
     warm.start()
@@ -461,7 +465,7 @@ def _probe_path(summary: dict, config: dict, out_dir: Path, prefix: list[str], l
         return None
     log(f"probing the path to {len(targets)} broker(s): " + ", ".join(f"{h}:{p}" for h, p, _ in targets))
     spec = json.dumps([list(t) for t in targets])
-    cmd = prefix + [sys.executable, "-m", "collectors.tcp_probe", "--out", str(out_dir), "--targets", spec]
+    cmd = prefix + [*kdiag.python_m(c_tcp_probe), "--out", str(out_dir), "--targets", spec]
     res = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
     status = status_from_output("tcp_probe", res.stdout, (res.stderr.strip().splitlines() or ["no output"])[-1])
     if status.get("state") not in ("ok",):
@@ -479,8 +483,8 @@ def _probe_pid(proc: subprocess.Popen, timeout_s: float = 10.0) -> int | None:
             for p in psutil.Process(proc.pid).children(recursive=True):
                 cmd = p.cmdline()
                 # strace's and ip's own command lines name the probe too: match
-                # only the process that runs it ("python -m kdiag.probe").
-                if cmd[1:3] == ["-m", "kdiag.probe"]:
+                # only the process that runs it ("python -m kdiag.capture.probe_producer").
+                if cmd[1:3] == kdiag.python_m(probe_producer)[1:]:
                     return p.pid
         except psutil.Error:
             pass

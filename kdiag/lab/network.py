@@ -4,12 +4,12 @@
     10.201.1.2         delay line       10.201.1.1          10.201.2.2
                        (L2, no IP)      10.201.2.1          stunnel4 :9093 -> Tansu 127.0.0.1:9092
 
-The link namespace runs `kdiag.delayline`, which forwards Ethernet frames
+The link namespace runs `kdiag.lab.delayline`, which forwards Ethernet frames
 between its two veths after a delay and drops some of them: a long cable,
 invisible at L2. The router forwards in the kernel, so it decrements the TTL
 and answers expired probes with ICMP time-exceeded; traceroute sees it as
 hop 1 and the broker as hop 2. The broker namespace runs the same Tansu and
-stunnel4 pair as `kdiag.lab`, with Tansu advertising the TLS address, so
+stunnel4 pair as `kdiag.lab.broker`, with Tansu advertising the TLS address, so
 every client connection crosses the whole path.
 
 The kernel here has no netem qdisc, hence the user-space delay line; it
@@ -35,7 +35,6 @@ import shutil
 import socket
 import ssl
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -44,7 +43,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 import psutil
 
-from kdiag import lab as kl
+from kdiag.lab import broker as kl
+from kdiag.lab import delayline
+import kdiag
 from kdiag.errors import KdiagError
 
 STATE_ROOT = Path("/tmp/kdiag-netlab")
@@ -395,7 +396,7 @@ def _build_network(ns: dict[str, str], ifs: dict[str, str]) -> None:
 
 def _child_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in kl._TANSU_ENV}
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(kdiag.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     return env
 
@@ -528,7 +529,7 @@ def _bring_up(b: _Build, sc: Scenario, topics: Sequence[str], seed: int | None, 
     ns = b.namespaces
     b.procs["delayline"] = _spawn_in(
         ns["link"],
-        [sys.executable, "-m", "kdiag.delayline", "--a", ifs["link_a"], "--b", ifs["link_b"],
+        [*kdiag.python_m(delayline), "--a", ifs["link_a"], "--b", ifs["link_b"],
          "--delay-ms", f"{sc.delay_ms:g}", "--jitter-ms", f"{sc.jitter_ms:g}",
          "--loss", f"{sc.loss_pct:g}", "--seed", str(seed), "--stats", str(lab.link_stats_path)],
         logs["delayline"], env,

@@ -1,6 +1,6 @@
 """kdiag's probe producer: the workload ``kdiag trace`` measures.
 
-Run as its own process (``python -m kdiag.probe``) so that strace follows
+Run as its own process (``python -m kdiag.capture.probe_producer``) so that strace follows
 only the producer and librdkafka writes its debug lines straight to this
 process's stderr from its own threads: that is what lets the analysis see
 each ``Sent ... CorrId N`` line inside the broker thread's syscalls.
@@ -149,7 +149,7 @@ def retransmits(summary: dict | None) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kdiag.probe")
+    ap = argparse.ArgumentParser(prog="python -m kdiag.capture.probe_producer")
     ap.add_argument("--config-env", default=CONFIG_ENV,
                     help="environment variable holding the librdkafka properties as JSON")
     ap.add_argument("--topic", required=True)
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cgroup", help="join this cgroup first (the client-cpu scenario's CPU limit)")
     a = ap.parse_args(argv)
     if a.cgroup:
-        from kdiag.cpulimit import join
+        from kdiag.lab.cpulimit import join
 
         # Before the producer exists, so that librdkafka's threads start inside.
         join(a.cgroup)

@@ -32,7 +32,7 @@ class CpuLimitError(KdiagError):
 
 
 def _mounts() -> tuple[Path | None, Path | None]:
-    from collectors.sockets import cgroup_mounts
+    from kdiag.collectors.sockets import cgroup_mounts
 
     v1, v2 = cgroup_mounts()
     return (Path(v1) if v1 else None), (Path(v2) if v2 else None)
@@ -120,7 +120,7 @@ def busy(cgroup_dir: str | Path) -> Iterator[int]:
     import subprocess
     import sys
 
-    from collectors.base import dies_with_parent
+    from kdiag.collectors.base import dies_with_parent
 
     proc = subprocess.Popen([sys.executable, "-c", _BUSY, str(cgroup_dir)], stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=dies_with_parent)

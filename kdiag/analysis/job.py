@@ -505,9 +505,9 @@ _SOURCE_NAMES = {"syscalls": "the strace output", "rdkafka_events": "the librdka
 def analyze(spark, tables_dir: Path, meta: dict | None = None) -> dict:
     """The findings, with ``input_checks``: what was wrong with the input as
     a whole (repeated blocks, clock steps) and how many requests it cost."""
-    from kdiag import quality
+    from kdiag.analysis import input_checks as quality
 
-    from kdiag.spark import tables_bytes, tune_for
+    from kdiag.analysis.spark import tables_bytes, tune_for
 
     tune_for(spark, tables_bytes(tables_dir))
     q = quality.Quality()
@@ -538,7 +538,7 @@ def _at_once(parallel: bool, tasks: list) -> list:
 def _checked(spark, reqs, table: str, q):
     """Requests of ``table``'s clock without those a clock step or a response
     stamped before its request leaves without a true latency."""
-    from kdiag import quality
+    from kdiag.analysis import input_checks as quality
 
     name = _SOURCE_NAMES[table]
     for other, other_name in _SOURCE_NAMES.items():
@@ -551,7 +551,7 @@ def _checked(spark, reqs, table: str, q):
 def _analyze(spark, tables_dir: Path, meta: dict | None, q) -> dict:
     from pyspark.sql import functions as F
 
-    from kdiag import quality
+    from kdiag.analysis import input_checks as quality
 
     meta = {**(meta or {}), "tables_dir": str(tables_dir)}
     unknowns: list[str] = []
@@ -561,7 +561,7 @@ def _analyze(spark, tables_dir: Path, meta: dict | None, q) -> dict:
     # one's are not: holding them costs more than reading the few columns
     # each action needs again, and what is read again is what the job made
     # of them (the split requests), cached below.
-    from kdiag.spark import SMALL_INPUT_BYTES, tables_bytes
+    from kdiag.analysis.spark import SMALL_INPUT_BYTES, tables_bytes
 
     small = tables_bytes(tables_dir) < SMALL_INPUT_BYTES
     # data is the text of a write to stdout/stderr, already in args: it
@@ -767,7 +767,7 @@ def path_rows(tables_dir: Path) -> list[dict]:
     read on the driver."""
     import pyarrow.parquet as pq
 
-    from parsers.tcp_probe import path_table
+    from kdiag.parsers.tcp_probe import path_table
 
     path = Path(tables_dir) / "probes.parquet"
     if not path.exists():
@@ -1376,7 +1376,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tables", required=True, help="directory of <table>.parquet files")
     ap.add_argument("--out", help="write findings JSON here (default: stdout)")
     a = ap.parse_args(argv)
-    from kdiag.spark import session
+    from kdiag.analysis.spark import session
 
     result = analyze(session("kdiag-analysis"), Path(a.tables))
     text = json.dumps(result, indent=2, default=str)

@@ -23,10 +23,10 @@ tests of the diagnosis:
   has TCP_NODELAY (the `nagle_in_path` cause). A plain TCP socat in front of
   stunnel4 does not do this reliably: it forwards whatever one read() returns,
   often a whole request, and stalls only some of them.
-- "slow-broker": stunnel4 -> kdiag.slowproxy -> Tansu. The proxy delays
+- "slow-broker": stunnel4 -> kdiag.lab.slowproxy -> Tansu. The proxy delays
   every byte Tansu sends by a fixed time: a fast path with a late broker
   (the `broker_slow` cause).
-- "throttled": stunnel4 -> kdiag.slowproxy in quota mode -> Tansu. Tansu
+- "throttled": stunnel4 -> kdiag.lab.slowproxy in quota mode -> Tansu. Tansu
   has no quotas, so the proxy enforces a produce byte-rate quota as a Kafka
   2.0+ broker does: ThrottleTimeMs in the Produce response, then nothing
   read from that connection for as long. At the default 20 KiB/s a
@@ -64,7 +64,7 @@ import psutil
 
 import kdiag
 from kdiag.errors import KdiagError
-from kdiag.slowproxy import PROCESS_NAME as SLOWPROXY
+from kdiag.lab.slowproxy import PROCESS_NAME as SLOWPROXY
 
 STATE_FILE = "state.json"
 LOCK_FILE = ".lock"
@@ -666,8 +666,10 @@ def _slowproxy_cmd(
     proxy_port: int, broker_port: int, delay_ms: float | None, quota_bytes_per_s: float | None = None
 ) -> list[str]:
     python = sys.executable or _tool("python3", "apt-get install python3")
+    from kdiag.lab import slowproxy
+
     cmd = [
-        python, "-m", "kdiag.slowproxy",
+        python, "-m", slowproxy.__spec__.name,
         "--listen", f"127.0.0.1:{proxy_port}",
         "--connect", f"127.0.0.1:{broker_port}",
         "--response-delay-ms", f"{delay_ms or 0:g}",
@@ -846,7 +848,7 @@ def up(
 
     variant is "tls" (Tansu behind stunnel4), "nagle-proxy" (Tansu behind
     socat without TCP_NODELAY), "slow-broker" (Tansu behind
-    kdiag.slowproxy behind stunnel4; its responses are response_delay_ms
+    kdiag.lab.slowproxy behind stunnel4; its responses are response_delay_ms
     late, default 50) or "throttled" (the same chain, the proxy enforcing a
     produce quota of quota_bytes_per_s, default 20480, as a Kafka broker
     throttles). A lab of another variant, or with other parameters, already

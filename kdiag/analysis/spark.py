@@ -82,7 +82,7 @@ def build_class_archive() -> Path | None:
         return None
     if archive.path.exists():
         return archive.path
-    fixture = Path(__file__).resolve().parent.parent / "fixtures" / "captures" / "nagle_on"
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "captures" / "nagle_on"
     if not fixture.is_dir():
         return None
     env = {**os.environ, "KDIAG_SPARK_CDS": "write"}
@@ -192,7 +192,7 @@ def tables_bytes(tables_dir: Path) -> int:
 
 
 if __name__ == "__main__":
-    # python -m kdiag.spark: write the class archive (setup.sh)
+    # python -m kdiag.analysis.spark: write the class archive (setup.sh)
     made = build_class_archive()
     print(made or "no class archive: no Java, no Spark jars or no fixture capture to record it with")
     sys.exit(0 if made else 1)

@@ -1,6 +1,6 @@
 """A delay line between two network interfaces, in user space.
 
-    python -m kdiag.delayline --a IFACE_A --b IFACE_B --delay-ms D
+    python -m kdiag.lab.delayline --a IFACE_A --b IFACE_B --delay-ms D
         [--jitter-ms J] [--loss PCT] [--seed N] [--stats FILE]
 
 Every Ethernet frame that arrives on one interface leaves on the other D ms
@@ -266,7 +266,7 @@ class DelayLine:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m kdiag.delayline",
+        prog="python -m kdiag.lab.delayline",
         description="Forward Ethernet frames between two interfaces after a delay, with optional loss.",
     )
     p.add_argument("--a", required=True, metavar="IFACE_A", help="first interface")

@@ -1,18 +1,18 @@
 """Raw capture files -> the Arrow tables the analysis reads.
 
 Tables (schemas in each parser's docstring):
-  rdkafka_events  librdkafka log lines            (parsers.rdkafka_log)
-  syscalls        strace output                    (parsers.strace)
+  rdkafka_events  librdkafka log lines            (kdiag.parsers.rdkafka_log)
+  syscalls        strace output                    (kdiag.parsers.strace)
   log_writes      librdkafka lines the producer wrote to stderr, as strace
                   saw them: rdkafka_events columns, plus ``pid`` and a
                   microsecond ``ts_us`` from strace, and ``line_no`` pointing
                   at the syscall row. This is what places a request's
                   Sent/Received lines among its broker thread's syscalls.
-  stats           librdkafka statistics JSON      (parsers.stats)
-  probes          TCP path probes, per TTL and round (parsers.tcp_probe)
-  handshakes      timed TCP connect()s to the brokers (parsers.tcp_probe)
+  stats           librdkafka statistics JSON      (kdiag.parsers.stats)
+  probes          TCP path probes, per TTL and round (kdiag.parsers.tcp_probe)
+  handshakes      timed TCP connect()s to the brokers (kdiag.parsers.tcp_probe)
   sockets,        live samples of the producer's sockets (TCP_NODELAY,
-  threads, host   TCP_INFO), threads and host (parsers.sockets)
+  threads, host   TCP_INFO), threads and host (kdiag.parsers.sockets)
 
 strace files, beyond what the parser gives (the parser reads lines, never
 file names):
@@ -55,23 +55,23 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kdiag.reading import CHUNK_BYTES, detect, iter_line_chunks
+from kdiag.ingest.lines import CHUNK_BYTES, detect, iter_line_chunks
 
 DAY_US = 86_400 * 1_000_000
 
 
 def _parser(kind: str):
     if kind == "rdkafka_log":
-        from parsers.rdkafka_log import RdkafkaLogParser
+        from kdiag.parsers.rdkafka_log import RdkafkaLogParser
         return RdkafkaLogParser()
     if kind == "strace":
-        from parsers.strace import StraceParser
+        from kdiag.parsers.strace import StraceParser
         return StraceParser()
     if kind == "stats":
-        from parsers.stats import StatsParser
+        from kdiag.parsers.stats import StatsParser
         return StatsParser()
     if kind == "sockets":
-        from parsers.sockets import SocketsParser
+        from kdiag.parsers.sockets import SocketsParser
         return SocketsParser()
     raise ValueError(kind)
 
@@ -84,7 +84,7 @@ MAX_WHOLE_BYTES = 256 << 20
 
 
 def _parse_whole(kind: str, path: Path, brokers: dict):
-    from parsers import tcp_probe
+    from kdiag.parsers import tcp_probe
 
     if kind == "pcap":
         return tcp_probe.parse_pcap(path.read_bytes(), brokers or None)
@@ -462,7 +462,7 @@ def _estimate_seconds(table: pa.Table, sf: _StraceFile) -> pa.Table:
 
 
 def log_writes(syscalls: pa.Table) -> pa.Table:
-    from parsers.rdkafka_log import parse_lines
+    from kdiag.parsers.rdkafka_log import parse_lines
 
     rows = syscalls.filter(pc.is_valid(syscalls["data"]))
     text = pc.utf8_rtrim(rows["data"], characters="\n")

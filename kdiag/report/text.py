@@ -39,7 +39,7 @@ def render(findings: dict, *, bundle: str | None = None, probe: dict | None = No
     if findings.get("paths"):
         import pyarrow as pa
 
-        from parsers.tcp_probe import PATH_SCHEMA, format_path_table
+        from kdiag.parsers.tcp_probe import PATH_SCHEMA, format_path_table
 
         out.append("  PATH (TCP SYN probes to each broker's port, like traceroute -T)")
         table = format_path_table(pa.Table.from_pylist(findings["paths"], schema=PATH_SCHEMA))

@@ -23,7 +23,7 @@ thread and loses most of its throughput to it. bpftrace
 (collectors/bpftrace.py) stops no thread and writes the same strace text.
 ``tracer`` (KDIAG_TRACER) is auto, strace or bpftrace; auto measures the
 producer's call rate for a second before attaching and takes bpftrace when
-strace would cost it a noticeable share of a core (kdiag.overhead.choose),
+strace would cost it a noticeable share of a core (kdiag.capture.overhead.choose),
 and for a command (no rate to measure) whenever bpftrace can run; strace
 otherwise, and whenever bpftrace fails to start. bpftrace is used only on a
 process kdiag may ptrace (``/proc/PID/mem`` opens): it sees every process,
@@ -43,11 +43,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collectors import bpftrace as c_bpf
-from collectors import strace as c_strace
-from collectors import sockets
-from collectors.base import CollectorStatus, dies_with_parent
-from kdiag import guard, overhead, redact
+from kdiag.collectors import bpftrace as c_bpf
+from kdiag.collectors import strace as c_strace
+from kdiag.collectors import sockets
+from kdiag.collectors.base import CollectorStatus, dies_with_parent
+from kdiag.capture import disk_budget as guard
+from kdiag.capture import overhead
+from kdiag.bundle import redact
 from kdiag.errors import UsageError
 
 # Without a window, an attach traces this long.
@@ -102,7 +104,7 @@ def _detach(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
 
 
 def run(opts: TargetOptions, log=lambda msg: None):
-    from kdiag.trace import _default_bundle_path, staged
+    from kdiag.capture.trace import _default_bundle_path, staged
 
     if opts.pid is not None and not _alive(opts.pid):
         raise UsageError(f"--pid {opts.pid}: no such process")
@@ -165,7 +167,7 @@ def start_tracer(tool: str, target: int, strace_out: Path, flags: list[str], err
 
 
 def _run(opts: TargetOptions, staging: Path, out: Path, log):
-    from kdiag.trace import TraceResult, _cap_bytes, collector_gaps, finish, start_spark
+    from kdiag.capture.trace import TraceResult, _cap_bytes, collector_gaps, finish, start_spark
 
     setting = tracer_setting(opts)
     raw = staging / "raw"

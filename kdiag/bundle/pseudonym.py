@@ -645,7 +645,7 @@ class Pseudonyms:
     def _text_file(self, path: Path) -> bool:
         tmp = path.with_name(f".{path.name}.pseudo")
         changed = False
-        from kdiag.reading import line_blocks
+        from kdiag.ingest.lines import line_blocks
 
         with open(path, "rb") as src, open(tmp, "wb") as dst:
             for buf in line_blocks(src, BLOCK, MAX_LINE, _delimiter_cut):

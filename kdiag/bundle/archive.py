@@ -237,8 +237,8 @@ class Verification:
 
 def table_schemas() -> dict:
     """Each table's Arrow schema at schema_version 1, from the code that writes it."""
-    from kdiag.tables import log_writes
-    from parsers import rdkafka_log, sockets, stats, strace, tcp_probe
+    from kdiag.ingest.tables import log_writes
+    from kdiag.parsers import rdkafka_log, sockets, stats, strace, tcp_probe
 
     return {"rdkafka_events": rdkafka_log.SCHEMA, "syscalls": strace.SCHEMA,
             "log_writes": log_writes(strace.SCHEMA.empty_table()).schema, "stats": stats.SCHEMA,

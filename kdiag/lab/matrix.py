@@ -74,7 +74,7 @@ def select(names: list[str] | None) -> list[Case]:
 
 
 def run_case(case: Case, out_dir: Path, messages: int | None, log) -> Row:
-    from kdiag import trace
+    from kdiag.capture import trace
     from kdiag.errors import KdiagError
 
     opts = trace.TraceOptions(props=dict(case.props), scenario=case.scenario, rate=case.rate,

@@ -1,7 +1,7 @@
 """A TCP proxy that holds back every byte the server sends, or throttles
 Kafka producers as a broker's produce quota would.
 
-    python -m kdiag.slowproxy --listen HOST:PORT --connect HOST:PORT
+    python -m kdiag.lab.slowproxy --listen HOST:PORT --connect HOST:PORT
         [--response-delay-ms D] [--quota-bytes-per-s Q]
 
 Each accepted connection gets its own connection to --connect. Bytes from
@@ -522,7 +522,7 @@ async def serve(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kdiag.slowproxy", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m kdiag.lab.slowproxy", description=__doc__.split("\n\n")[0])
     ap.add_argument("--listen", type=_addr, required=True, metavar="HOST:PORT")
     ap.add_argument("--connect", type=_addr, required=True, metavar="HOST:PORT")
     ap.add_argument(

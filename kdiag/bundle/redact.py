@@ -239,7 +239,7 @@ def scrub_patterns_file(path, counts: dict[str, int]) -> int:
     before = sum(counts.values())
     tmp = f"{path}.scrub"
     changed = in_pem = False
-    from kdiag.reading import line_blocks
+    from kdiag.ingest.lines import line_blocks
 
     with open(path, "rb") as src, open(tmp, "wb") as dst:
         for buf in line_blocks(src, BLOCK, MAX_LINE):

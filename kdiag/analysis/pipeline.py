@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kdiag import __version__
-from kdiag.tables import Parsed, parse_paths
+from kdiag.ingest.tables import Parsed, parse_paths
 
 
 def analyse(raw: list[Path], tables_dir: Path, meta: dict | None = None, spark=None,
@@ -15,12 +15,12 @@ def analyse(raw: list[Path], tables_dir: Path, meta: dict | None = None, spark=N
     meta = {"kdiag_version": __version__, **(meta or {})}
     if starting is not None:
         spark = starting.result()
-    from kdiag.analysis import analyze
+    from kdiag.analysis.job import analyze
 
     findings = analyze(spark, tables_dir, meta)
     findings["input_notes"] = parsed.notes
     findings["inputs"] = parsed.files
-    from kdiag.quality import name_inputs
+    from kdiag.analysis.input_checks import name_inputs
 
     findings["input_checks"] = name_inputs(findings.get("input_checks") or [], parsed.files)
     return findings, parsed
@@ -31,7 +31,7 @@ def start_session(raw: list[Path]):
     (seconds) while the captures are parsed. A future of the session."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from kdiag.spark import SMALL_RAW_BYTES, session
+    from kdiag.analysis.spark import SMALL_RAW_BYTES, session
 
     size = 0
     for p in raw:

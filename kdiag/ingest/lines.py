@@ -160,7 +160,7 @@ def _json_keys(sample: list[str]) -> set[str]:
 
 def detect(path: Path) -> str | None:
     """Which parser reads this file, judged by content, never by name."""
-    from parsers import rdkafka_log, sockets, stats, strace
+    from kdiag.parsers import rdkafka_log, sockets, stats, strace
 
     with open(path, "rb") as f:
         if f.read(4) in PCAP_MAGICS:

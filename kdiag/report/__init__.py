@@ -1,0 +1,1 @@
+"""What the user reads: the findings rendered for a terminal."""
