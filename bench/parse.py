@@ -21,6 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import kdiag
 from bench.common import ROOT, Figure, check
 
 LOG_GOAL = ">= 3000000"
@@ -163,7 +164,7 @@ def run(smoke: bool, work: Path) -> list[Figure]:
         lines = make(path, n)
         ref_path = work / f"{kind}.ref.txt"
         make(ref_path, n_ref)
-        cmd = [sys.executable, "-m", "kdiag", "parse", str(path), "-o", str(work / f"{kind}.tables")]
+        cmd = [*kdiag.python_m(kdiag), "parse", str(path), "-o", str(work / f"{kind}.tables")]
         best, rss = None, 0.0
         for _ in range(1 if smoke else 3):
             secs, rss_i, _ = _timed(cmd)
@@ -183,7 +184,7 @@ def run(smoke: bool, work: Path) -> list[Figure]:
         # Memory bound: a quarter of the input must need about as much.
         small = work / f"{kind}.small.txt"
         make(small, max(n // 4, 1))
-        _, rss_small, _ = _timed([sys.executable, "-m", "kdiag", "parse", str(small), "-o", str(work / "small")])
+        _, rss_small, _ = _timed([*kdiag.python_m(kdiag), "parse", str(small), "-o", str(work / "small")])
         figs.append(Figure("parse", f"{kind} peak RSS growth 4x input", round(rss / rss_small, 2), "x",
                            "<= 1.25" if not smoke else None, check(rss / rss_small, "<= 1.25") if not smoke else None,
                            f"peak RSS at {max(n // 4, 1):,} lines (MiB)", round(rss_small, 1), shown))

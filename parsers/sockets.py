@@ -166,6 +166,7 @@ import math
 import pyarrow as pa
 
 from kdiag.parsers.base import ParseCounts, json_lines, scrub
+from kdiag.parsers.format import BY_LINES, CHUNKS, Format
 
 KINDS = ("socket", "thread", "host")
 
@@ -498,3 +499,9 @@ def looks_like(sample: list[str]) -> float:
         hits += (isinstance(obj, dict) and obj.get("kind") in KINDS
                  and "ts_us" in obj and "pid" in obj)
     return hits / len(lines)
+
+
+FORMATS = (
+    Format(name="sockets", recognised_by=BY_LINES, recognise=looks_like, tables=SCHEMAS,
+           schema_version=1, reads=CHUNKS, parser=SocketsParser),
+)

@@ -39,6 +39,7 @@ import json
 import pyarrow as pa
 
 from kdiag.parsers.base import ParseCounts, json_lines, scrub
+from kdiag.parsers.format import BY_LINES, CHUNKS, Format
 
 _WINDOWS = ("rtt", "int_latency", "outbuf_latency")
 _PCTS = ("avg", "p50", "p99")
@@ -136,3 +137,9 @@ def looks_like(sample: list[str]) -> float:
                 continue
             hits += isinstance(obj, dict) and isinstance(obj.get("brokers"), dict)
     return hits / len(lines)
+
+
+FORMATS = (
+    Format(name="stats", recognised_by=BY_LINES, recognise=looks_like, tables={"stats": SCHEMA},
+           schema_version=1, reads=CHUNKS, parser=StatsParser),
+)

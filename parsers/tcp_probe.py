@@ -74,38 +74,22 @@ error         string   null when connected; else ``timeout`` or the errno
                        name (``ECONNREFUSED``, ``EHOSTUNREACH``, ...)
 ============  =======  ========================================================
 
-Table from ``path_table``: one row per (target, method, ttl), the lines of a
-``traceroute -T`` listing. TTLs past the first one that reached the target
-(open or closed) or met an unreachable are left out, as traceroute stops
-there.
-
-=============  =======  =======================================================
-target_host,   ...      as in ``probes``
-target_port,
-broker, method
-ttl            int16    the hop
-responder      string   the address that answered most often; null if none
-answer         string   the most frequent answer among answered rounds;
-                        ``none`` when no round was answered
-rtt_min_ms,    float64  over the answered rounds, milliseconds; null when
-rtt_median_ms,          none was answered
-rtt_max_ms
-answered       int16    rounds that got an answer
-sent           int16    rounds sent
-=============  =======  =======================================================
+The path table (``path_table``, ``format_path_table``): kdiag.parsers.tcp_path.
 """
 from __future__ import annotations
 
 import math
-import statistics
 import struct
-from collections import Counter
 from collections.abc import Iterable
 from typing import NamedTuple
 
 import pyarrow as pa
 
 from kdiag.parsers.base import ParseCounts, json_lines, scrub
+from kdiag.parsers.format import BY_JSON_KEYS, BY_MAGIC, BYTES, TEXT, Format
+from kdiag.parsers.pcap import capture_records, looks_like_pcap
+# Re-exported: the collector and the report read them here.
+from kdiag.parsers.tcp_path import FINAL_ANSWERS, PATH_SCHEMA, format_path_table, path_table  # noqa: F401
 
 PROBES_SCHEMA = pa.schema(
     [
@@ -131,27 +115,8 @@ HANDSHAKES_SCHEMA = pa.schema(
         ("error", pa.string()),
     ]
 )
-PATH_SCHEMA = pa.schema(
-    [
-        ("target_host", pa.string()),
-        ("target_port", pa.int32()),
-        ("broker", pa.string()),
-        ("method", pa.string()),
-        ("ttl", pa.int16()),
-        ("responder", pa.string()),
-        ("answer", pa.string()),
-        ("rtt_min_ms", pa.float64()),
-        ("rtt_median_ms", pa.float64()),
-        ("rtt_max_ms", pa.float64()),
-        ("answered", pa.int16()),
-        ("sent", pa.int16()),
-    ]
-)
-
 ANSWERS = ("time_exceeded", "open", "closed", "unreachable", "none")
 METHODS = ("syn", "connect")
-# Answers after which a further TTL tells nothing new.
-FINAL_ANSWERS = ("open", "closed", "unreachable")
 
 SEQ_TAG = 0x6B64
 
@@ -256,147 +221,6 @@ def _ip_of_frame(linktype: int, frame: bytes) -> bytes | str:
         return frame[4:] if fam in (b"\x02\x00\x00\x00", b"\x00\x00\x00\x02") else "not_ipv4"
     return "unsupported_link"
 
-
-# ---------------------------------------------------------------- pcap files
-
-_PCAP_MAGICS = {
-    b"\xd4\xc3\xb2\xa1": ("<", 1000),  # microseconds, little-endian writer
-    b"\xa1\xb2\xc3\xd4": (">", 1000),
-    b"\x4d\x3c\xb2\xa1": ("<", 1),     # nanoseconds
-    b"\xa1\xb2\x3c\x4d": (">", 1),
-}
-_PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
-_PCAPNG_BOM = 0x1A2B3C4D
-# No real capture record is this large (the biggest snaplen is 256 KiB);
-# a larger length means the file is corrupt from there on.
-_MAX_RECORD = 1 << 20
-
-
-def looks_like_pcap(head: bytes) -> bool:
-    """True for a pcap or pcapng file's first bytes (4 are enough for
-    pcap, pcapng's byte-order magic is checked when 12 are given)."""
-    head = bytes(head[:12])
-    if head[:4] in _PCAP_MAGICS:
-        return True
-    if head[:4] == _PCAPNG_SHB:
-        return len(head) < 12 or head[8:12] in (b"\x1a\x2b\x3c\x4d", b"\x4d\x3c\x2b\x1a")
-    return False
-
-
-def _pcap_records(data: bytes, counts: ParseCounts):
-    """(ts_ns, linktype, frame) per record; bad structure is counted."""
-    endian, mult = _PCAP_MAGICS[data[:4]]
-    if len(data) < 24:
-        counts.lines += 1
-        counts.skip("truncated")
-        return
-    linktype = struct.unpack_from(endian + "I", data, 20)[0] & 0xFFFF
-    off = 24
-    while off < len(data):
-        counts.lines += 1
-        if len(data) - off < 16:
-            counts.skip("truncated")
-            return
-        sec, frac, incl, _orig = struct.unpack_from(endian + "IIII", data, off)
-        if incl > _MAX_RECORD:
-            counts.skip("corrupt")
-            counts.example(counts.lines, "corrupt", f"record at byte {off} claims {incl} bytes")
-            return
-        if len(data) - off - 16 < incl:
-            counts.skip("truncated")
-            return
-        yield sec * 1_000_000_000 + frac * mult, linktype, data[off + 16:off + 16 + incl]
-        off += 16 + incl
-
-
-def _pcapng_tsresol(opts: bytes, endian: str) -> tuple[int, int]:
-    """(if_tsresol as (base, exponent), if_tsoffset seconds) from IDB options."""
-    resol, offset = (10, 6), 0
-    i = 0
-    while i + 4 <= len(opts):
-        code, ln = struct.unpack_from(endian + "HH", opts, i)
-        val = opts[i + 4:i + 4 + ln]
-        if code == 0:
-            break
-        if code == 9 and len(val) >= 1:
-            resol = (2, val[0] & 0x7F) if val[0] & 0x80 else (10, val[0])
-        elif code == 14 and len(val) >= 8:
-            offset = struct.unpack_from(endian + "q", val)[0]
-        i += 4 + ln + (-ln % 4)
-    return resol, offset
-
-
-def _ticks_to_ns(ticks: int, resol: tuple[int, int]) -> int:
-    base, exp = resol
-    if base == 2:
-        return (ticks * 1_000_000_000) >> exp
-    return ticks * 10 ** (9 - exp) if exp <= 9 else ticks // 10 ** (exp - 9)
-
-
-def _pcapng_records(data: bytes, counts: ParseCounts):
-    endian = "<"
-    ifaces: list[tuple[int, tuple[int, int], int]] = []  # (linktype, tsresol, tsoffset)
-    off = 0
-    while off < len(data):
-        if len(data) - off < 12:
-            counts.lines += 1
-            counts.skip("truncated")
-            return
-        btype = data[off:off + 4]
-        if btype == _PCAPNG_SHB:
-            bom = data[off + 8:off + 12]
-            endian = "<" if bom == b"\x4d\x3c\x2b\x1a" else ">" if bom == b"\x1a\x2b\x3c\x4d" else ""
-            if not endian:
-                counts.lines += 1
-                counts.skip("corrupt")
-                return
-            ifaces = []
-        btype_n, blen = struct.unpack_from(endian + "II", data, off)
-        if blen < 12 or blen % 4 or blen > _MAX_RECORD + 64:
-            counts.lines += 1
-            counts.skip("corrupt")
-            counts.example(counts.lines, "corrupt", f"block at byte {off} claims {blen} bytes")
-            return
-        if len(data) - off < blen:
-            counts.lines += 1
-            counts.skip("truncated")
-            return
-        body = data[off + 8:off + blen - 4]
-        off += blen
-        if btype_n == 1:  # interface description
-            if len(body) < 8:
-                continue
-            lt = struct.unpack_from(endian + "H", body)[0]
-            resol, tsoff = _pcapng_tsresol(body[8:], endian)
-            ifaces.append((lt, resol, tsoff))
-        elif btype_n in (6, 2):  # enhanced packet, obsolete packet
-            counts.lines += 1
-            if len(body) < 20:
-                counts.skip("malformed")
-                continue
-            if btype_n == 6:
-                iface, hi, lo, caplen = struct.unpack_from(endian + "IIII", body)
-            else:
-                iface, _drops, hi, lo, caplen = struct.unpack_from(endian + "HHIII", body)
-            if iface >= len(ifaces) or 20 + caplen > len(body):
-                counts.skip("malformed")
-                continue
-            lt, resol, tsoff = ifaces[iface]
-            ts = _ticks_to_ns((hi << 32) | lo, resol) + tsoff * 1_000_000_000
-            yield ts, lt, body[20:20 + caplen]
-        elif btype_n == 3:  # simple packet: no timestamp, no use for RTTs
-            counts.lines += 1
-            counts.skip("no_timestamp")
-
-
-def _records(data: bytes, counts: ParseCounts):
-    if data[:4] in _PCAP_MAGICS:
-        return _pcap_records(data, counts)
-    if data[:4] == _PCAPNG_SHB:
-        return _pcapng_records(data, counts)
-    return None
-
-
 def parse_pcap(data: bytes, brokers: dict[tuple[str, int], str] | None = None
                ) -> tuple[pa.Table, ParseCounts]:
     """Rebuild the probes from the packets. ``brokers`` maps (address, port)
@@ -405,7 +229,7 @@ def parse_pcap(data: bytes, brokers: dict[tuple[str, int], str] | None = None
     data = bytes(data)
     if not data:
         return PROBES_SCHEMA.empty_table(), counts
-    records = _records(data, counts)
+    records = capture_records(data, counts)
     if records is None:
         counts.lines += 1
         counts.skip("not_pcap")
@@ -577,83 +401,34 @@ def parse_handshakes(lines: Iterable[str]) -> tuple[pa.Table, ParseCounts]:
         cols["error"].append(error)
     return _table(cols, HANDSHAKES_SCHEMA), counts
 
+# ------------------------------------------------------------ format declarations
 
-# ---------------------------------------------------------------- path table
-
-def _most_common(values: list):
-    """Most frequent value; a tie goes to the one seen first."""
-    if not values:
-        return None
-    c = Counter(values)
-    best = max(c.values())
-    return next(v for v in values if c[v] == best)
+def _probe_result_keys(keys: set) -> bool:
+    return {"ttl", "answer", "responder"} <= keys
 
 
-def path_table(probes: pa.Table) -> pa.Table:
-    """Per (target, method, ttl): the hop as traceroute would list it."""
-    groups: dict[tuple, dict[int, list[dict]]] = {}
-    for r in probes.to_pylist():
-        key = (r["target_host"], r["target_port"], r["method"])
-        groups.setdefault(key, {}).setdefault(r["ttl"], []).append(r)
-    cols: dict[str, list] = {f.name: [] for f in PATH_SCHEMA}
-    for (host, port, method), hops in groups.items():
-        broker = next((r["broker"] for rs in hops.values() for r in rs if r["broker"]), None)
-        for ttl in sorted(t for t in hops if t is not None):
-            rs = hops[ttl]
-            got = [r for r in rs if r["answer"] not in (None, "none")]
-            answer = _most_common([r["answer"] for r in got]) or "none"
-            rtts = sorted(r["rtt_ms"] for r in got if r["rtt_ms"] is not None)
-            cols["target_host"].append(host)
-            cols["target_port"].append(port)
-            cols["broker"].append(broker)
-            cols["method"].append(method)
-            cols["ttl"].append(ttl)
-            cols["responder"].append(_most_common([r["responder"] for r in got if r["responder"]]))
-            cols["answer"].append(answer)
-            cols["rtt_min_ms"].append(rtts[0] if rtts else None)
-            cols["rtt_median_ms"].append(statistics.median(rtts) if rtts else None)
-            cols["rtt_max_ms"].append(rtts[-1] if rtts else None)
-            cols["answered"].append(len(got))
-            cols["sent"].append(len(rs))
-            if answer in FINAL_ANSWERS or any(r["answer"] in ("open", "closed") for r in got):
-                break
-    return pa.table(cols, schema=PATH_SCHEMA)
+def _handshake_keys(keys: set) -> bool:
+    # Not a probe result (ttl) nor a statistics line (brokers).
+    return {"rtt_ms", "ts_us"} <= keys and "ttl" not in keys and "brokers" not in keys
 
 
-def _rtt_text(row: dict) -> str:
-    if row["rtt_min_ms"] is None:
-        return "*"
-    return f"{row['rtt_min_ms']:.3f}/{row['rtt_median_ms']:.3f}/{row['rtt_max_ms']:.3f}"
+def _probes_file(lines: list[str], brokers: dict) -> tuple[pa.Table, ParseCounts]:
+    return parse_probes_jsonl(lines)   # names its brokers itself
 
 
-def format_path_table(table: pa.Table) -> str:
-    """Render ``path_table``'s rows, one block per target::
+def _handshakes_file(lines: list[str], brokers: dict) -> tuple[pa.Table, ParseCounts]:
+    return parse_handshakes(lines)
 
-        10.0.2.2:9092 (broker b:9092/1), syn probes, 2 hops
-        HOP  ADDRESS    RTT(ms)              ANSWER
-          1  10.0.1.1   0.031/0.040/0.052    time_exceeded 3/3
-          2  10.0.2.2   0.048/0.050/0.061    open 3/3
 
-    RTT is min/median/max over the answered rounds; ``*`` marks no answer.
-    """
-    blocks: dict[tuple, list[dict]] = {}
-    for r in table.to_pylist():
-        blocks.setdefault((r["target_host"], r["target_port"], r["broker"], r["method"]), []).append(r)
-    out: list[str] = []
-    for (host, port, broker, method), rows in blocks.items():
-        cells = [(str(r["ttl"]), r["responder"] or "*", _rtt_text(r), f"{r['answer']} {r['answered']}/{r['sent']}")
-                 for r in rows]
-        w_hop = max(3, *(len(c[0]) for c in cells))
-        w_addr = max(len("ADDRESS"), *(len(c[1]) for c in cells))
-        w_rtt = max(len("RTT(ms)"), *(len(c[2]) for c in cells))
-        last = rows[-1]
-        reached = last["answer"] in ("open", "closed")
-        title = f"{host}:{port}" + (f" (broker {broker})" if broker else "") + f", {method or 'unknown'} probes, "
-        title += f"{len(rows)} hop{'s' if len(rows) != 1 else ''}" if reached else f"target not reached in {len(rows)} hops"
-        if out:
-            out.append("")
-        out.append(title)
-        out.append(f"{'HOP':>{w_hop}}  {'ADDRESS':<{w_addr}}  {'RTT(ms)':<{w_rtt}}  ANSWER")
-        for hop, addr, rtt, ans in cells:
-            out.append(f"{hop:>{w_hop}}  {addr:<{w_addr}}  {rtt:<{w_rtt}}  {ans}")
-    return "\n".join(out) + ("\n" if out else "")
+def _pcap_file(data: bytes, brokers: dict) -> tuple[pa.Table, ParseCounts]:
+    return parse_pcap(data, brokers or None)
+
+
+FORMATS = (
+    Format(name="pcap", recognised_by=BY_MAGIC, recognise=looks_like_pcap, tables={"probes": PROBES_SCHEMA},
+           schema_version=1, reads=BYTES, parser=_pcap_file),
+    Format(name="probes_jsonl", recognised_by=BY_JSON_KEYS, recognise=_probe_result_keys,
+           tables={"probes": PROBES_SCHEMA}, schema_version=1, reads=TEXT, parser=_probes_file),
+    Format(name="handshakes_jsonl", recognised_by=BY_JSON_KEYS, recognise=_handshake_keys,
+           tables={"handshakes": HANDSHAKES_SCHEMA}, schema_version=1, reads=TEXT, parser=_handshakes_file),
+)

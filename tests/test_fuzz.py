@@ -317,7 +317,7 @@ def test_tcp_probe_regressions():
 
 
 def test_detect_regressions(tmp_path):
-    from kdiag.ingest.lines import detect
+    from kdiag.ingest.detect import detect
 
     p = tmp_path / "x"
     for text in ("[" * 100_000 + "\n", '{"kind": "x"}\n{"brokers": ' + "[" * 100_000 + "\n"):

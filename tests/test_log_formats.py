@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kdiag.cli import Environment, main
-from kdiag.ingest.lines import detect, sniff
+from kdiag.ingest.detect import detect
+from kdiag.ingest.lines import sniff
 from kdiag.parsers.rdkafka_log import RdkafkaLogParser, looks_like, parse_lines
 
 LOGS = FIXTURES / "logs"

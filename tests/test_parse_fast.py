@@ -140,10 +140,10 @@ STRACES = sorted((ROOT / "fuzz" / "seeds").glob("strace_*.txt")) + sorted((ROOT 
 def _tables(paths, tmp, workers, chunk_bytes, monkeypatch):
     import pyarrow.parquet as pq
 
-    from kdiag.ingest import tables
+    from kdiag.ingest import feeding, tables
 
-    monkeypatch.setattr(tables, "WORKERS", workers)
-    monkeypatch.setattr(tables, "CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(feeding, "WORKERS", workers)
+    monkeypatch.setattr(feeding, "CHUNK_BYTES", chunk_bytes)
     out = tables.parse_paths(paths, tmp)
     # Rows of a call left unfinished across chunks come when it resumes:
     # compare in line order.

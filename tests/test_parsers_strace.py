@@ -202,7 +202,7 @@ def test_any_chunking_gives_the_same_rows(name):
 
 
 def test_blocks_inside_one_feed_keep_line_order(monkeypatch):
-    import kdiag.parsers.strace as strace_module
+    import kdiag.parsers.strace.parser as strace_module
 
     expected = parsed("threads_loopback")[0].to_pylist()
     monkeypatch.setattr(strace_module, "BLOCK_LINES", 97)

@@ -29,9 +29,9 @@ import pytest
 from conftest import FIXTURES
 from test_parsers_strace import feed_in_pieces
 
-from kdiag.analysis import job as analysis
+from kdiag.analysis.per_request import SOCKET_INFO
 from kdiag.cli import Environment, main
-from kdiag.ingest.lines import detect
+from kdiag.ingest.detect import detect
 from kdiag.ingest.tables import parse_paths
 from kdiag.parsers.strace import StraceParser
 
@@ -276,7 +276,7 @@ def replay(*paths):
     return rc, json.loads(out.getvalue()) if out.getvalue() else None
 
 
-_Y_SOCKETS = re.match(analysis.SOCKET_INFO, "socket:[1033403]") is not None
+_Y_SOCKETS = re.match(SOCKET_INFO, "socket:[1033403]") is not None
 
 
 @pytest.mark.parametrize("name, note", [
@@ -286,7 +286,7 @@ _Y_SOCKETS = re.match(analysis.SOCKET_INFO, "socket:[1033403]") is not None
     ("nagle_stderr", "program_output"),
     pytest.param("nagle_tt_y", "time of day only", marks=pytest.mark.xfail(
         not _Y_SOCKETS, strict=True,
-        reason="-y annotates a socket as socket:[inode]; kdiag.analysis.job.SOCKET_INFO does not take it for one")),
+        reason="-y annotates a socket as socket:[inode]; kdiag.analysis.per_request.SOCKET_INFO does not take it for one")),
 ])
 def test_replay_names_nagle(spark, name, note):
     paths = [*FF, STRACE / "ff" / "rdkafka.log"] if name == "ff" else [path_of(name)]

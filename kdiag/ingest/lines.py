@@ -1,4 +1,4 @@
-"""Files -> chunks of lines for the pure parsers, and format recognition.
+"""Files -> chunks of lines for the pure parsers, and a file's first lines.
 
 Memory stays bounded by the chunk size whatever the file size: lines are
 handed to parsers CHUNK_BYTES at a time. Bytes that are not UTF-8 are
@@ -7,7 +7,6 @@ fidelity, not the file.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -139,43 +138,3 @@ def sniff(path: Path) -> list[str]:
                 break
             out.append(raw[:SNIFF_LINE_BYTES].decode("utf-8", "replace").rstrip("\r\n"))
     return out
-
-
-# pcap (both byte orders, micro- and nanosecond) and pcapng.
-PCAP_MAGICS = (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d",
-               b"\x0a\x0d\x0d\x0a")
-
-
-def _json_keys(sample: list[str]) -> set[str]:
-    for line in sample:
-        line = line.strip()
-        if line:
-            try:
-                obj = json.loads(line)
-            except (ValueError, RecursionError):
-                return set()
-            return set(obj) if isinstance(obj, dict) else set()
-    return set()
-
-
-def detect(path: Path) -> str | None:
-    """Which parser reads this file, judged by content, never by name."""
-    from kdiag.parsers import rdkafka_log, sockets, stats, strace
-
-    with open(path, "rb") as f:
-        if f.read(4) in PCAP_MAGICS:
-            return "pcap"
-    sample = sniff(path)
-    keys = _json_keys(sample)
-    if {"ttl", "answer", "responder"} <= keys:
-        return "probes_jsonl"
-    if {"rtt_ms", "ts_us"} <= keys and "ttl" not in keys and "brokers" not in keys:
-        return "handshakes_jsonl"
-    scores = {
-        "rdkafka_log": rdkafka_log.looks_like(sample),
-        "strace": strace.looks_like(sample),
-        "stats": stats.looks_like(sample),
-        "sockets": sockets.looks_like(sample),
-    }
-    kind, score = max(scores.items(), key=lambda kv: kv[1])
-    return kind if score >= 0.2 else None

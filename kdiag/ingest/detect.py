@@ -1,0 +1,55 @@
+"""Which format a file holds, judged by its content, never by its name.
+
+The formats, and how each is recognised, are the ones the parser modules
+declare (kdiag.parsers.registry). Recognition runs in three rounds, in
+kdiag.parsers.format.RECOGNITION_ORDER: the file's first bytes (binary
+captures), then the keys of its first JSON line, then a 0..1 score of its
+first lines, where the best score of at least LINE_SCORE_MIN wins and a
+tie goes to the format listed first.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kdiag.ingest.lines import sniff
+
+# pcap's magic is 4 bytes; pcapng's byte-order magic is not read here (the
+# parser counts a bad one as corrupt).
+MAGIC_BYTES = 4
+LINE_SCORE_MIN = 0.2
+
+
+def _json_keys(sample: list[str]) -> set[str]:
+    for line in sample:
+        line = line.strip()
+        if line:
+            try:
+                obj = json.loads(line)
+            except (ValueError, RecursionError):
+                return set()
+            return set(obj) if isinstance(obj, dict) else set()
+    return set()
+
+
+def detect(path: Path) -> str | None:
+    """The name of the format this file holds, or None for none kdiag reads."""
+    from kdiag.parsers.format import BY_JSON_KEYS, BY_LINES, BY_MAGIC
+    from kdiag.parsers.registry import formats
+
+    known = formats()
+    with open(path, "rb") as f:
+        head = f.read(MAGIC_BYTES)
+    for fmt in known:
+        if fmt.recognised_by == BY_MAGIC and fmt.recognise(head):
+            return fmt.name
+    sample = sniff(path)
+    keys = _json_keys(sample)
+    for fmt in known:
+        if fmt.recognised_by == BY_JSON_KEYS and fmt.recognise(keys):
+            return fmt.name
+    scores = [(fmt.recognise(sample), fmt.name) for fmt in known if fmt.recognised_by == BY_LINES]
+    if not scores:
+        return None
+    score, name = max(scores, key=lambda s: s[0])
+    return name if score >= LINE_SCORE_MIN else None

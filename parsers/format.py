@@ -1,0 +1,54 @@
+"""What a parser module declares about each input format it reads.
+
+A parser module names its formats in a module-level ``FORMATS`` tuple of
+``Format`` records; ``kdiag.parsers.registry`` lists those modules, and
+format detection, the table mapping and a bundle's table schemas are all
+read from there. A format is recognised by content, never by file name.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+# How a format is recognised, in the order detection tries the three ways:
+# a binary format by the file's first bytes (``recognise(head) -> bool``),
+# a JSON lines format by the keys of its first JSON line
+# (``recognise(keys) -> bool``), a text format by a 0..1 score of its first
+# lines (``recognise(sample) -> float``; the best score wins).
+BY_MAGIC = "magic"
+BY_JSON_KEYS = "json_keys"
+BY_LINES = "lines"
+RECOGNITION_ORDER = (BY_MAGIC, BY_JSON_KEYS, BY_LINES)
+
+# How the file reaches the parser. CHUNKS: ``parser()`` makes an object
+# that is fed chunks of lines (``feed(lines, first_line_no)``, then
+# ``finish()``, with ``counts``); its tables come out as one table (the
+# format's first) or a dict of them. Whole files, small by nature:
+# ``parser(data, brokers) -> (table, counts)`` with the file's bytes (BYTES)
+# or its text lines (TEXT); ``brokers`` maps (host, port) to the broker
+# names the capture's handshakes gave, for a format that cannot name them.
+CHUNKS = "chunks"
+BYTES = "bytes"
+TEXT = "text"
+READS = (CHUNKS, BYTES, TEXT)
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str                       # what detection calls it; kept in a bundle's file list
+    recognised_by: str              # one of RECOGNITION_ORDER
+    recognise: Callable             # see RECOGNITION_ORDER for its argument and result
+    tables: Mapping[str, pa.Schema]  # the tables it fills -> schema; the parser's own first
+    schema_version: int             # the tables' schema_version a bundle records
+    reads: str                      # one of READS
+    parser: Callable                # see READS
+    # A CHUNKS parser that keeps nothing from one chunk to the next but its
+    # counts: chunks may be parsed in parallel, one parser each.
+    stateless: bool = False
+
+    @property
+    def table(self) -> str:
+        """The table the parser's own rows go to."""
+        return next(iter(self.tables))

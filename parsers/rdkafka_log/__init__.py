@@ -1,0 +1,116 @@
+"""librdkafka debug log lines -> table ``rdkafka_events``.
+
+librdkafka hands every log line to the application as (level, facility,
+client name, message); each client library prints it its own way. All of
+these are read, recognised by content, line by line (a file may mix them):
+
+* librdkafka's own stderr format, ``rd_kafka_log_print()``
+  (``"%%%i|%u.%03u|%s|%s| %s\\n"``: level, epoch seconds.milliseconds,
+  facility, client name, message); text before the ``%`` is tolerated::
+
+    %7|1795314017.477|SEND|rdkafka#producer-1| [thrd:ssl://127.0.0.1:19093/111]: ssl://127.0.0.1:19093/111: Sent ProduceRequest (v10, 2164 bytes @ 0, CorrId 20)
+
+* confluent-kafka (Python) ``logger=``: the record's message is
+  ``"%s [%s] %s"`` (facility, client name, message), under any ``logging``
+  format around it; the timestamp is taken from an ``asctime`` in the
+  prefix and the level from a ``levelname``::
+
+    2026-11-22 04:42:32,123 DEBUG kafka SEND [rdkafka#producer-1] [thrd:...]: ...
+    DEBUG:kafka:SEND [rdkafka#producer-1] [thrd:...]: ...
+
+* confluent-kafka-go ``LogEvent.String()``:
+  ``"[%v][%s][%s][%d]%s"`` (RFC 3339 time, client name, facility, level,
+  message), with any prefix (``log.Println``)::
+
+    [2026-11-22T04:42:32Z][rdkafka#producer-1][SEND][7][thrd:...]: ...
+
+* Confluent.Kafka (.NET) ``Loggers.ConsoleLogger``:
+  ``"{Level}|{yyyy-MM-dd HH:mm:ss.fff}|{Name}|{Facility}| {Message}"``::
+
+    Debug|2026-11-22 04:42:32.123|rdkafka#producer-1|SEND| [thrd:...]: ...
+
+* node-rdkafka and confluent-kafka-javascript ``event.log`` objects
+  (``{ severity, fac, message }``, the latter with ``name``) and the
+  KafkaJS-style DefaultLogger's ``{ message, fac, timestamp, name }``, as
+  ``console.log`` prints them (util.inspect: one line, or one property a
+  line when long) or as JSON lines. A record spread over lines becomes one
+  row, at its ``message`` line; its other lines are counted as skipped
+  ``record_part`` (a record cut by a chunk boundary loses the fields on the
+  other side: null).
+
+The message wording of librdkafka 0.9.2 to current is read (Sent lines
+without `` @ offset`` before 0.9.2; Retrying lines without ``prev CorrId``
+before 0.11.4; broker names with or without a ``proto://`` scheme).
+
+One row per librdkafka line, every line kept (``event`` = ``other`` when it
+is not one of the kinds below):
+
+==============  ========  =====================================================
+column          type      meaning (null when the line does not carry it)
+==============  ========  =====================================================
+line_no         int64     1-based line number in the input (of the
+                          ``message`` line for a multi-line record)
+ts_us           int64     the line's timestamp, epoch microseconds:
+                          librdkafka's own (1 ms resolution); KafkaJS's
+                          ``timestamp`` (epoch ms); else a Python ``asctime``
+                          or .NET local time *as printed, zone unknown*
+                          (read as if UTC; differences between lines are
+                          right, the absolute time is off by the zone; a
+                          time of day without date counts from 1970-01-01).
+                          Null when the line has no time finer than a
+                          second (Go's RFC 3339, an asctime without msecs,
+                          basicConfig's format, node-rdkafka)
+level           int8      syslog level (7 = debug); from Python only where
+                          the mapping is one to one (DEBUG 7, WARNING 4,
+                          ERROR 3)
+facility        string    SEND, RECV, STATE, CONNECT, ...
+client          string    client instance name, ``rdkafka#producer-1``
+thread          string    the ``[thrd:...]`` name (librdkafka cuts it short)
+broker          string    broker handle name, ``ssl://host:port/nodeid``,
+                          ``host:port/nodeid`` (plaintext)
+event           string    send, send_partial, recv, retry, unknown_corrid,
+                          state, connect, connected, init, other
+request         string    API name without Request/Response: ``Produce``
+api_version     int16     request/response version (``v10``)
+size_bytes      int64     request or response size
+corr_id         int32     correlation id (for ``retry``: the previous one)
+rtt_ms          float64   librdkafka's rtt (``recv`` only)
+detail          string    state ``UP -> DOWN``, connect address, retry
+                          ``1/2 in 100ms``, library version for ``init``
+text            string    the message after the broker name
+==============  ========  =====================================================
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+
+from kdiag.parsers.base import ParseCounts
+from kdiag.parsers.format import BY_LINES, CHUNKS, Format
+from kdiag.parsers.rdkafka_log.parser import RdkafkaLogParser
+from kdiag.parsers.rdkafka_log.patterns import SCHEMA
+
+__all__ = ["FORMATS", "SCHEMA", "RdkafkaLogParser", "looks_like", "parse_lines"]
+
+
+def parse_lines(lines, first_line_no: int = 1) -> tuple[pa.Table, ParseCounts]:
+    p = RdkafkaLogParser()
+    arr = lines if isinstance(lines, (pa.Array, pa.ChunkedArray)) else pa.array(lines, pa.string())
+    t = pa.concat_tables([p.feed(arr, first_line_no), p.finish()])
+    return t, p.counts
+
+
+def looks_like(sample: list[str]) -> float:
+    """Share of non-empty sample lines that are librdkafka log lines in one
+    of the forms read (a multi-line record's other lines count with it)."""
+    lines = [s for s in sample if s.strip()]
+    if not lines:
+        return 0.0
+    p = RdkafkaLogParser()
+    p.feed(pa.array(lines, pa.string()), 1)
+    return (p.counts.parsed + p.counts.skipped.get("record_part", 0)) / len(lines)
+
+
+FORMATS = (
+    Format(name="rdkafka_log", recognised_by=BY_LINES, recognise=looks_like, tables={"rdkafka_events": SCHEMA},
+           schema_version=1, reads=CHUNKS, parser=RdkafkaLogParser, stateless=True),
+)

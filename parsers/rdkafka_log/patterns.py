@@ -1,0 +1,162 @@
+"""The line formats read: librdkafka's own and the client libraries',
+as RE2 patterns, each quoting the format string it matches; and the
+table they fill."""
+from __future__ import annotations
+
+import re
+
+import pyarrow as pa
+
+
+SCHEMA = pa.schema(
+    [
+        ("line_no", pa.int64()),
+        ("ts_us", pa.int64()),
+        ("level", pa.int8()),
+        ("facility", pa.string()),
+        ("client", pa.string()),
+        ("thread", pa.string()),
+        ("broker", pa.string()),
+        ("event", pa.string()),
+        ("request", pa.string()),
+        ("api_version", pa.int16()),
+        ("size_bytes", pa.int64()),
+        ("corr_id", pa.int32()),
+        ("rtt_ms", pa.float64()),
+        ("detail", pa.string()),
+        ("text", pa.string()),
+    ]
+)
+
+# "%7|1795314017.477|SEND|rdkafka#producer-1| <message>"; anything before the
+# "%" (a wrapper's own prefix without "|") is tolerated.
+_HEADER = r"^[^|]*%[0-7]\|[0-9]{1,12}\.[0-9]{3}\|[A-Za-z0-9_\-]*\|[^|]*\| "
+# rd_kafka_dbg() prefixes "[thrd:%s]: "; rd_rkb_dbg() adds the broker name
+# "%s: ": "ssl://h:p/111", "sasl_ssl://h:p/bootstrap", ":0/internal", and
+# for plaintext no scheme at all (rd_kafka_mk_brokername() omits it):
+# "127.0.0.1:9092/1". The stderr format puts a space before the thread; the
+# log callbacks' messages are given one to match.
+_THREAD = r"^ \[thrd:(?P<thread>[^\]]*)\]: "
+_THREAD_STRIP = r"^ (?:\[thrd:[^\]]*\]: )?"
+_BROKER_NAME = (r"(?:[A-Za-z_]*://\S+/(?:-?[0-9]+|bootstrap|internal|[A-Za-z0-9_\-]+)|:[0-9]+/internal"
+                r"|\S+:[0-9]+/(?:-?[0-9]+|bootstrap|internal))")
+_BROKER = r"^(?P<broker>" + _BROKER_NAME + "): "
+_BROKER_STRIP = r"^" + _BROKER_NAME + ": "
+
+# Each pattern quotes the format string in rdkafka_broker.c it matches.
+_EVENTS: list[tuple[str, str, str]] = [
+    # "Sent %sRequest (v%hd, %zu bytes @ %zu, CorrId %d)"; before v0.9.2
+    # "Sent %sRequest (v%hd, %zd bytes, CorrId %d)".
+    ("send", "Sent ",
+     (r"^Sent (?P<request>[A-Za-z]+)Request \(v(?P<api_version>[0-9]{1,4}), "
+      r"(?P<size_bytes>[0-9]{1,18}) bytes(?: @ [0-9]+)?, CorrId (?P<corr_id>-?[0-9]{1,10})\)")),
+    # "Sent partial %sRequest (v%hd, %zd+%zd/%zu bytes, CorrId %d)"
+    ("send_partial", "Sent partial ",
+     (r"^Sent partial (?P<request>[A-Za-z]+)Request \(v(?P<api_version>[0-9]{1,4}), "
+      r"(?P<detail>[0-9]+\+[0-9]+)/(?P<size_bytes>[0-9]{1,18}) bytes, CorrId (?P<corr_id>-?[0-9]{1,10})\)")),
+    # "Received %sResponse (v%hd, %zu bytes, CorrId %d, rtt %.2fms)"
+    ("recv", "Received ",
+     (r"^Received (?P<request>[A-Za-z]+)Response \(v(?P<api_version>[0-9]{1,4}), "
+      r"(?P<size_bytes>[0-9]{1,18}) bytes, CorrId (?P<corr_id>-?[0-9]{1,10}), rtt (?P<rtt_ms>[0-9]{1,12}(?:\.[0-9]{1,6})?)ms\)")),
+    # "Retrying %sRequest (v%hd, %zu bytes, retry %d/%d, prev CorrId %d) in %dms";
+    # before v0.11.4 "Retrying %sRequest (v%hd, %zu bytes, retry %d/%d)".
+    ("retry", "Retrying ",
+     (r"^Retrying (?P<request>[A-Za-z]+)Request \(v(?P<api_version>[0-9]{1,4}), "
+      r"(?P<size_bytes>[0-9]{1,18}) bytes, retry (?P<detail>[0-9]+/[0-9]+)"
+      r"(?:, prev CorrId (?P<corr_id>-?[0-9]{1,10}))?\)")),
+    # "Response for unknown CorrId %d (timed out?)"
+    ("unknown_corrid", "Response for unknown CorrId",
+     r"^Response for unknown CorrId (?P<corr_id>-?[0-9]{1,10})"),
+    # "%s: Broker changed state %s -> %s"
+    ("state", "Broker changed state ",
+     r"^Broker changed state (?P<detail>[A-Z_]+ -> [A-Z_]+)"),
+    # "Connecting to %s (%s) with socket %d"
+    ("connect", "Connecting to ",
+     r"^Connecting to (?P<detail>\S+ \([a-z_]+\)) with socket [0-9]+"),
+    # "Connected to %s"
+    ("connected", "Connected to ", r"^Connected to (?P<detail>\S+)"),
+    # "librdkafka v%s (0x%x) %s initialized (builtin.features ..."
+    ("init", "librdkafka v",
+     r"^librdkafka v(?P<detail>[0-9][0-9A-Za-z.\-+]*) \(0x[0-9a-fA-F]+\) \S+ initialized"),
+]
+
+# The same patterns with the API name captured up to the space, then its
+# "Request"/"Response" suffix checked and cut: "(?P<request>[A-Za-z]+)Request"
+# makes RE2 try every split of the word, which costs it twice the time.
+_ONE_PASS = {
+    name: (re.sub(r"\(\?P<request>\[A-Za-z\]\+\)(Request|Response) ", r"(?P<request>[A-Za-z]+) ", pat),
+           "Response" if name == "recv" else "Request")
+    for name, _, pat in _EVENTS if "(?P<request>" in pat
+}
+
+
+_EVENT_FIELDS = ("request", "api_version", "size_bytes", "corr_id", "rtt_ms", "detail")
+# Groups that may not take part in a match (RE2 then gives ""): null them.
+_OPTIONAL = {"retry": ("corr_id",)}
+
+# ---- the client libraries' own log output around librdkafka's message ----
+
+# Confluent.Kafka (.NET) Loggers.ConsoleLogger:
+#   var now = DateTime.Now.ToString("yyyy-MM-dd HH:mm:ss.fff");
+#   Console.Error.WriteLine($"{logInfo.Level}|{now}|{logInfo.Name}|{logInfo.Facility}| {logInfo.Message}");
+# Level is the SyslogLevel enum's name: Emergency = 0 ... Debug = 7.
+_DOTNET_LEVELS = ["Emergency", "Alert", "Critical", "Error", "Warning", "Notice", "Info", "Debug"]
+_DOTNET = (r"^(?P<lname>" + "|".join(_DOTNET_LEVELS) + r")\|"
+           r"(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2}) (?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})\.(?P<frac>[0-9]{3})\|"
+           r"(?P<client>[^|]*)\|(?P<facility>[A-Za-z0-9_\-]*)\| ")
+# confluent-kafka-go LogEvent.String():
+#   fmt.Sprintf("[%v][%s][%s][%d]%s", logEvent.Timestamp.Format(time.RFC3339),
+#               logEvent.Name, logEvent.Tag, logEvent.Level, logEvent.Message)
+# RFC 3339 prints whole seconds: too coarse to time a request, so not kept.
+_GO = (r"^.*?\[[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?:Z|[+\-][0-9]{2}:[0-9]{2})\]"
+       r"\[(?P<client>[^\]]*)\]\[(?P<facility>[A-Za-z0-9_\-]*)\]\[(?P<level>[0-7])\]")
+# JSON.stringify() of an event.log object: node-rdkafka's
+# { severity, fac, message }, confluent-kafka-javascript's adds name; the
+# KafkaJS-style logger's { message, fac, timestamp: Date.now(), name }.
+_JSON_LINE = r'^\s*\{.*"fac"\s*:\s*"'
+_JSON_MSG = r'"message"\s*:\s*"(?P<msg>(?:[^"\\]|\\.)*)"'
+_JSON_FIELDS = [
+    ("facility", r'"fac"\s*:\s*"(?P<v>[^"\\]*)"'),
+    ("level", r'"severity"\s*:\s*(?P<v>[0-7])\b'),
+    ("client", r'"name"\s*:\s*"(?P<v>[^"\\]*)"'),
+    ("ts_ms", r'"timestamp"\s*:\s*(?P<v>[0-9]{12,14})\b'),
+]
+# console.log() of the same objects: Node's util.inspect puts the object on
+# one line ("{ severity: 7, fac: 'SEND', message: '...' }") when it fits in
+# breakLength (80), else one property a line, indented two spaces, between
+# "{" and "}" lines. Strings are quoted ', else " or ` when they hold a '.
+_KEY = r"(?:^\{ |^  |, )"
+
+
+def _js_string(group: str) -> str:
+    return rf"(?P<{group}>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`(?:[^`\\]|\\.)*`)"
+
+
+_INSPECT_MSG = _KEY + "message: " + _js_string("m")
+_INSPECT_FIELDS = [
+    ("facility", _KEY + "fac: " + _js_string("v")),
+    ("level", _KEY + r"severity: (?P<v>[0-7])(?:,| \}|$)"),
+    ("client", _KEY + "name: " + _js_string("v")),
+    ("ts_ms", _KEY + r"timestamp: (?P<v>[0-9]{12,14})(?:,| \}|$)"),
+]
+_INSPECT_PART = r"^(?:\{|\}|  (?:severity|fac|name|timestamp): .*)$"
+# confluent-kafka (Python) log_cb:
+#   PyObject_CallMethod(h->logger, "log", "issss", level_map[level],
+#                       "%s [%s] %s", fac, rd_kafka_name(rk), buf);
+# so the record's message is "SEND [rdkafka#producer-1] [thrd:...]: ...",
+# under any logging format. rd_kafka_name() is "%s#%s-%i" (client.id,
+# producer or consumer, instance number): the "#type-N" anchors it.
+_PYTHON = r"(?P<facility>[A-Za-z0-9_]+) \[(?P<client>[^\]\s]*#[a-z_]+-[0-9]+)\] "
+_PYTHON_SPLIT = r"[A-Za-z0-9_]+ \[[^\]\s]*#[a-z_]+-[0-9]+\] "
+# %(asctime)s: "2026-11-22 04:42:32,123" (local time, no zone unless the
+# datefmt adds one); with a datefmt such as "%H:%M:%S" plus ",%(msecs)03d"
+# only the time of day.
+_PY_TIME = (r"(?:(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2})[ T])?(?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})"
+            r"(?:[.,](?P<frac>[0-9]{1,6}))?(?P<tz>Z|[+\-][0-9]{2}:?[0-9]{2}| [+\-][0-9]{4})?")
+# confluent-kafka maps syslog levels 0-2 to CRITICAL and 5-6 to INFO: only
+# DEBUG, WARNING and ERROR name one syslog level.
+_PY_LEVEL = r"(?:^|[^A-Za-z])(?P<v>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?:[^A-Za-z]|$)"
+_PY_LEVELS = {"DEBUG": 7, "WARNING": 4, "WARN": 4, "ERROR": 3}
+
+_COLS = (("ts_us", pa.int64()), ("level", pa.int8()), ("facility", pa.string()),
+         ("client", pa.string()), ("msg", pa.string()))

@@ -1,0 +1,48 @@
+"""The input formats kdiag reads: one ordered list of the parser modules
+that declare them (each module's ``FORMATS``, see ``kdiag.parsers.format``).
+
+Adding a format is one parser module with a ``FORMATS`` declaration plus
+its name here.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+
+from kdiag.parsers.format import Format
+
+# Detection order matters and is today's: recognition runs by magic bytes,
+# then by JSON keys, then by line score (kdiag.parsers.format), and within
+# each way in this order; of equal line scores the earlier module wins, so
+# rdkafka_log goes before strace, stats and sockets.
+FORMAT_MODULES = (
+    "tcp_probe",     # pcap (magic), probes_jsonl, handshakes_jsonl (JSON keys)
+    "rdkafka_log",
+    "strace",
+    "stats",
+    "sockets",
+)
+
+
+@functools.cache
+def formats() -> tuple[Format, ...]:
+    """Every declared format, in detection order."""
+    found: list[Format] = []
+    for module in FORMAT_MODULES:
+        found += importlib.import_module(f"{__package__}.{module}").FORMATS
+    return tuple(found)
+
+
+def format_named(name: str) -> Format:
+    for fmt in formats():
+        if fmt.name == name:
+            return fmt
+    raise KeyError(name)
+
+
+def table_schemas() -> dict:
+    """Each table any format fills -> its Arrow schema."""
+    out: dict = {}
+    for fmt in formats():
+        out.update(fmt.tables)
+    return out

@@ -1,0 +1,30 @@
+"""``syscalls`` rows -> table ``log_writes``: the librdkafka lines the
+producer wrote to stderr, as strace saw them.
+
+Its columns are rdkafka_events' (kdiag.parsers.rdkafka_log), plus ``pid``
+and a microsecond ``ts_us`` from strace, ``log_ts_us`` (librdkafka's own
+time of the line) and ``line_no`` pointing at the syscall row. This is what
+places a request's Sent/Received lines among its broker thread's syscalls.
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kdiag.parsers.rdkafka_log import parse_lines
+from kdiag.parsers.strace.schema import SCHEMA
+
+
+def log_writes(syscalls: pa.Table) -> pa.Table:
+    rows = syscalls.filter(pc.is_valid(syscalls["data"]))
+    text = pc.utf8_rtrim(rows["data"], characters="\n")
+    text = text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text
+    events, _ = parse_lines(text, 0)
+    # Lines that are not librdkafka's are other stderr output; not an error.
+    src = rows.select(["line_no", "pid", "ts_us"]).take(events["line_no"])
+    cols = {n: events[n] for n in events.column_names if n not in ("line_no", "ts_us")}
+    return pa.table({"line_no": src["line_no"], "pid": src["pid"], "ts_us": src["ts_us"],
+                     "log_ts_us": events["ts_us"], **cols})
+
+
+LOG_WRITES_SCHEMA = log_writes(SCHEMA.empty_table()).schema

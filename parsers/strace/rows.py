@@ -1,0 +1,185 @@
+"""Event rows -> the ``syscalls`` table: resumed calls joined to their
+start, the first fd and its annotation, what a write put on stdout/stderr."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kdiag.parsers.strace.events import _Events
+from kdiag.parsers.strace.grammar import _QUOTED, _UNUSUAL_ESCAPE
+from kdiag.parsers.strace.schema import _DETACHED, _EXIT, _KIND_NAMES, _RESUMED, SCHEMA, _empty_table
+from kdiag.parsers.strace.values import _ints, _scatter_str, unescape
+from kdiag.parsers.strings import cut as _cut
+from kdiag.parsers.strings import data_buffer as _data_buffer
+from kdiag.parsers.strings import first_last as _first_last
+from kdiag.parsers.strings import gather as _gather
+from kdiag.parsers.strings import offsets_data as _offsets_data
+from kdiag.parsers.strings import take_str as _take_str
+from kdiag.parsers.strings import views as _views
+
+ARGS_CAP = 4096
+
+# Calls whose first parameter is a file descriptor (or a directory fd), so an
+# integer there is an fd even when -y did not annotate it.
+_FD_FIRST = pa.array(sorted({
+    "read", "write", "pread64", "pwrite64", "readv", "writev", "preadv", "pwritev",
+    "preadv2", "pwritev2", "close", "fstat", "fstat64", "newfstatat", "fstatat64",
+    "fstatfs", "fstatfs64", "statx", "lseek", "_llseek", "ioctl", "fcntl", "fcntl64",
+    "fsync", "fdatasync", "ftruncate", "ftruncate64", "fchmod", "fchown", "flock",
+    "dup", "dup2", "dup3", "sendto", "recvfrom", "sendmsg", "recvmsg", "sendmmsg",
+    "recvmmsg", "send", "recv", "connect", "accept", "accept4", "bind", "listen",
+    "shutdown", "getsockname", "getpeername", "setsockopt", "getsockopt",
+    "epoll_ctl", "epoll_wait", "epoll_pwait", "epoll_pwait2", "sendfile", "sendfile64",
+    "splice", "tee", "getdents", "getdents64", "fadvise64", "fallocate", "openat",
+    "openat2", "mkdirat", "mknodat", "unlinkat", "renameat", "renameat2",
+    "faccessat", "faccessat2", "readlinkat", "fchmodat", "fchownat", "utimensat",
+    "futimesat", "linkat", "name_to_handle_at", "execveat", "inotify_add_watch",
+    "inotify_rm_watch", "timerfd_settime", "timerfd_gettime", "fanotify_mark",
+    "syncfs", "fchdir", "sync_file_range", "copy_file_range", "close_range",
+    "fgetxattr", "fsetxattr", "flistxattr", "fremovexattr", "io_uring_enter",
+    "io_uring_register", "signalfd", "signalfd4", "readahead",
+}))
+_WRITE_FAMILY = pa.array(["pwrite64", "sendmsg", "sendto", "write", "writev"])
+
+
+def emit_rows(ev: _Events, rows: np.ndarray, partner: np.ndarray, unfinished: np.ndarray) -> pa.Table:
+    """The table rows of events ``rows``; ``partner``: the resumed row each
+    one joins (-1 for none), ``unfinished``: whether it never resumed."""
+    n = len(rows)
+    if n == 0:
+        return _empty_table()
+    has_p = partner >= 0
+    src = np.where(has_p, partner, rows)
+    kind = ev.kind[rows]
+
+    a_start, a_len, a_buf = ev.a_start[rows], ev.a_len[rows], ev.a_buf[rows]
+    buffers = list(ev.buffers)
+    pj = np.flatnonzero(has_p)
+    if len(pj):
+        # Unfinished part + resumed part: the only strings built anew.
+        joined = pc.binary_join_element_wise(ev.args(rows[pj]), ev.args(partner[pj]), "")
+        joff, _ = _offsets_data(joined)
+        a_start[pj], a_len[pj], a_buf[pj] = joff[:-1], np.diff(joff), len(buffers)
+        buffers.append(_data_buffer(joined))
+    args = _views(a_start, a_len, a_buf, buffers)
+
+    ia = pa.array(rows, pa.int64())
+    name = ev.name.take(ia)
+    # A resumed line's arguments do not begin with the call's first one.
+    fd, fd_ok, fd_info = _first_fd(args, name, (kind <= _DETACHED) & (kind != _RESUMED))
+    data = _data(args, name, fd, fd_ok)
+    if (a_len > ARGS_CAP).any():
+        args = pc.utf8_slice_codeunits(args, 0, ARGS_CAP)
+    pid_ok = ev.pid_ok[rows]
+    # On stderr a call can start unprefixed and resume with a pid.
+    pid = np.where(pid_ok, ev.pid[rows], ev.pid[src])
+    pid_ok = pid_ok | ev.pid_ok[src]
+    return pa.table(
+        {
+            "line_no": pa.array(ev.line_no[rows]),
+            "pid": pa.array(pid.astype(np.int32), mask=~pid_ok),
+            "ts_us": pa.array(ev.ts[rows], mask=~ev.ts_ok[rows]),
+            "dur_us": pa.array(ev.dur[src], mask=~ev.dur_ok[src]),
+            "kind": _KIND_NAMES.take(pa.array(kind)),
+            "syscall": pc.if_else(pa.array(kind == _EXIT), pa.scalar(None, pa.string()), name),
+            "fd": pa.array(fd.astype(np.int32), mask=~fd_ok),
+            "fd_info": fd_info,
+            "args": args,
+            "ret": pa.array(ev.ret[src], mask=~ev.ret_ok[src]),
+            "errno": ev.errno.take(pa.array(src, pa.int64())),
+            "unfinished": pa.array(unfinished.astype(bool)),
+            "data": data,
+        },
+        schema=SCHEMA,
+    )
+
+
+
+def _first_fd(args: pa.Array, name: pa.Array, rows: np.ndarray):
+    """fd, fd-valid mask and -y annotation of each row's first argument:
+    "7<TCP:[...]>, " "3, " "3</etc/ld.so.cache>" "1</dev/pts/0<char 136:0>>, "
+    are fds; "0x7f...", "-1", "[{fd=7" are not."""
+    n = len(args)
+    fd = np.zeros(n, dtype=np.int64)
+    ok = np.zeros(n, dtype=bool)
+    info = pa.nulls(n, pa.string())
+    off, data = _offsets_data(args)
+    L = np.diff(off)
+    width = 10
+    ch = _gather(data, off[:-1], L, width)
+    isd = (ch >= ord("0")) & (ch <= ord("9")) & (np.arange(width) < L[:, None])
+    run = np.where(isd.all(axis=1), width, np.argmin(isd, axis=1))
+    nxt = ch[np.arange(n), np.minimum(run, width - 1)]
+    valid = rows & (run >= 1) & (run <= 9) & ((run == L) | (nxt == ord(",")) | (nxt == ord("<")))
+    annotated = valid & (run < L) & (nxt == ord("<"))
+    cand = np.flatnonzero(valid & ~annotated)
+    if len(cand):
+        known = np.asarray(pc.is_in(name.take(pa.array(cand)), value_set=_FD_FIRST).fill_null(False))
+        valid[cand[~known]] = False
+    vi = np.flatnonzero(valid)
+    if not len(vi):
+        return fd, ok, info
+    fd[vi] = _ints(_cut(args, vi, np.zeros(len(vi), np.int64), run[vi]))
+    ok[vi] = True
+    ai = np.flatnonzero(annotated)
+    if len(ai):
+        sub = _take_str(args, ai)
+        # The annotation ends at the '>' before ", " or at the very end:
+        # "TCP:[127.0.0.1:42018->127.0.0.1:19093]" holds a '>' of its own.
+        end = pc.find_substring(sub, ">, ").to_numpy()
+        _, last = _first_last(sub)
+        end = np.where(end >= 0, end, np.where(last == ord(">"), L[ai] - 1, -1))
+        good = end > run[ai]
+        gi = np.flatnonzero(good)
+        if len(gi):
+            info = _scatter_str(n, [(ai[gi], _cut(sub, gi, run[ai][gi] + 1, end[gi]))])
+    return fd, ok, info
+
+
+def _data(args: pa.Array, name: pa.Array, fd: np.ndarray, fd_ok: np.ndarray) -> pa.Array:
+    """The unescaped first quoted string of writes to stdout/stderr."""
+    n = len(args)
+    si = np.flatnonzero(fd_ok & ((fd == 1) | (fd == 2)))
+    if len(si):
+        w = np.asarray(pc.is_in(name.take(pa.array(si)), value_set=_WRITE_FAMILY).fill_null(False))
+        si = si[w]
+    if not len(si):
+        return pa.nulls(n, pa.string())
+    m = pc.extract_regex(_take_str(args, si), pattern=_QUOTED)
+    v = np.asarray(m.is_valid())
+    si = si[v]
+    q = m.field("q").filter(pa.array(v))
+    # Log lines escape only \n \t \r \" (no escaped backslash), so whole-array
+    # replaces decode them; anything else goes through unescape() one by one.
+    easy = q
+    for esc, ch in (('\\"', '"'), ("\\n", "\n"), ("\\t", "\t"), ("\\r", "\r")):
+        easy = pc.replace_substring(easy, esc, ch)
+    unusual = np.asarray(pc.match_substring_regex(q, _UNUSUAL_ESCAPE))
+    if unusual.any():
+        ui = np.flatnonzero(unusual)
+        hard = pa.array([unescape(s) for s in q.take(pa.array(ui)).to_pylist()], pa.string())
+        easy = pc.replace_with_mask(easy, pa.array(unusual), hard)
+    return _scatter_str(n, [(si, easy)])
+
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    """The tables' rows in line order."""
+    tables = [t for t in tables if t.num_rows]
+    if not tables:
+        return _empty_table()
+    t = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    line_no = np.concatenate([c.to_numpy() for c in t["line_no"].chunks])
+    if len(line_no) < 2 or (line_no[1:] >= line_no[:-1]).all():
+        return t
+    # Only calls that completed in a later block are out of place, so the
+    # sorted order is a few long runs of the current one: stitch slices
+    # together rather than copy every row with take().
+    perm = np.argsort(line_no, kind="stable")
+    breaks = np.flatnonzero(perm[1:] != perm[:-1] + 1) + 1
+    if len(breaks) > 4096:
+        return t.take(pa.array(perm))
+    starts = np.concatenate([[0], breaks])
+    ends = np.concatenate([breaks, [len(perm)]])
+    return pa.concat_tables([t.slice(int(perm[a]), int(b - a)) for a, b in zip(starts, ends)])

@@ -1,0 +1,50 @@
+"""The ``syscalls`` table (columns explained in the package docstring) and
+the kinds a line of strace output can be."""
+from __future__ import annotations
+
+import pyarrow as pa
+
+
+def _field(name: str, type_: pa.DataType, doc: str, unit: str | None = None) -> pa.Field:
+    meta = {"doc": doc}
+    if unit:
+        meta["unit"] = unit
+    return pa.field(name, type_, metadata=meta)
+
+
+SCHEMA = pa.schema(
+    [
+        _field("line_no", pa.int64(), "1-based input line number of the row's first line"),
+        _field("pid", pa.int32(), "pid/tid prefix; null when the line has none"),
+        _field("ts_us", pa.int64(), "timestamp: epoch (-ttt), since midnight (-tt/-t) or relative (-r); null without one", "us"),
+        _field("dur_us", pa.int64(), "time in the call (-T); null when not printed", "us"),
+        _field("kind", pa.string(), "syscall | signal | exit | killed"),
+        _field("syscall", pa.string(), "syscall name; signal name for signal/killed; null for exit"),
+        _field("fd", pa.int32(), "first argument when it is an integer fd; null otherwise"),
+        _field("fd_info", pa.string(), "-y/-yy annotation of that fd, without brackets; null when absent"),
+        _field("args", pa.string(), "arguments as printed (unfinished + resumed parts), at most 4096 chars"),
+        _field("ret", pa.int64(), "return value (exit status for exits); null for '?' or none"),
+        _field("errno", pa.string(), "error name such as EAGAIN; null when none"),
+        _field("unfinished", pa.bool_(), "true when the call never resumed before the end of input or its thread's exit"),
+        _field("data", pa.string(), "write-family calls on fd 1/2: first quoted string, unescaped; null otherwise"),
+    ],
+    metadata={"table": "syscalls", "source": "strace"},
+)
+
+# Per-line classification. Codes up to _KILLED are rows.
+_SYSCALL, _UNFINISHED, _RESUMED, _DETACHED, _SIGNAL, _EXIT, _KILLED = range(7)
+_CONT = 7  # the end of a line that an strace message or program output cut off
+_BLANK, _MESSAGE, _STACK, _UNRECOGNISED, _TRUNCATED, _PROGRAM = 8, 9, 10, 11, 12, 13
+_SKIP_REASON = {
+    _BLANK: "blank",
+    _MESSAGE: "strace_message",
+    _STACK: "stack_trace",
+    _UNRECOGNISED: "unrecognised",
+    _TRUNCATED: "truncated",
+    _PROGRAM: "program_output",
+}
+_KIND_NAMES = pa.array(["syscall", "syscall", "syscall", "syscall", "signal", "exit", "killed"])
+
+
+def _empty_table() -> pa.Table:
+    return SCHEMA.empty_table()

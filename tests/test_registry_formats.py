@@ -1,0 +1,133 @@
+"""The format registry holds together: every parser module that declares
+formats is listed and every listed one declares them, each declaration is
+complete, and detection recognises each format from a real capture."""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from conftest import FIXTURES, ROOT
+
+import kdiag.parsers
+from kdiag.bundle.archive import table_schemas
+from kdiag.ingest.detect import detect
+from kdiag.parsers.format import READS, RECOGNITION_ORDER, Format
+from kdiag.parsers.registry import FORMAT_MODULES, format_named, formats
+
+# One real capture per format. fixtures/ holds no socket samples or probe
+# files; fuzz/seeds/ has them, recorded from real runs (its README says how).
+SEEDS = ROOT / "fuzz" / "seeds"
+REAL_FILE = {
+    "rdkafka_log": FIXTURES / "captures" / "nagle_on" / "rdkafka.log",
+    "strace": FIXTURES / "captures" / "nagle_on" / "strace.txt",
+    "stats": FIXTURES / "captures" / "nagle_on" / "stats.jsonl",
+    "sockets": SEEDS / "sockets.jsonl",
+    "pcap": SEEDS / "probes.pcap",
+    "probes_jsonl": SEEDS / "probes.jsonl",
+    "handshakes_jsonl": SEEDS / "handshakes.jsonl",
+}
+
+
+def _declaring_modules() -> set[str]:
+    """Modules under kdiag.parsers that define FORMATS, found by walking
+    the package, not by reading the registry."""
+    found = set()
+    for info in pkgutil.walk_packages(kdiag.parsers.__path__, "kdiag.parsers."):
+        module = importlib.import_module(info.name)
+        if "FORMATS" in vars(module):
+            found.add(info.name)
+    return found
+
+
+def problems(fmt) -> list[str]:
+    """What is missing or wrong in one format's declaration."""
+    out = []
+    for f in dataclasses.fields(Format):
+        if getattr(fmt, f.name, None) is None:
+            out.append(f"{f.name} missing")
+    if out:
+        return out
+    if not isinstance(fmt.name, str) or not fmt.name:
+        out.append("name is not a name")
+    if fmt.recognised_by not in RECOGNITION_ORDER:
+        out.append(f"recognised_by {fmt.recognised_by!r} is none of {RECOGNITION_ORDER}")
+    if not callable(fmt.recognise) or not callable(fmt.parser):
+        out.append("recognise and parser must be callable")
+    if fmt.reads not in READS:
+        out.append(f"reads {fmt.reads!r} is none of {READS}")
+    if not isinstance(fmt.schema_version, int) or fmt.schema_version < 1:
+        out.append("schema_version is not a version")
+    if not fmt.tables:
+        out.append("fills no table")
+    for table, schema in fmt.tables.items():
+        if not isinstance(table, str) or not isinstance(schema, pa.Schema):
+            out.append(f"table {table!r}: not a name with a pyarrow schema")
+    return out
+
+
+def test_every_declaring_module_is_registered_and_the_other_way_round():
+    registered = {f"kdiag.parsers.{m}" for m in FORMAT_MODULES}
+    assert len(registered) == len(FORMAT_MODULES)
+    assert _declaring_modules() == registered
+
+
+@pytest.mark.parametrize("fmt", formats(), ids=lambda f: f.name)
+def test_each_format_declares_everything(fmt):
+    assert isinstance(fmt, Format)
+    assert problems(fmt) == []
+
+
+def test_a_format_that_omits_an_attribute_is_caught():
+    fmt = formats()[0]
+    for field in dataclasses.fields(Format):
+        assert problems(dataclasses.replace(fmt, **{field.name: None})), field.name
+    with pytest.raises(TypeError):
+        Format(name="x", recognised_by="lines", recognise=len, tables={"x": pa.schema([])},
+               reads="chunks", parser=len)   # no schema_version
+
+
+def test_names_are_unique_and_found_by_name():
+    names = [f.name for f in formats()]
+    assert len(names) == len(set(names))
+    for fmt in formats():
+        assert format_named(fmt.name) is fmt
+
+
+def test_a_table_filled_by_two_formats_has_one_schema():
+    seen: dict[str, pa.Schema] = {}
+    for fmt in formats():
+        for table, schema in fmt.tables.items():
+            assert seen.setdefault(table, schema).equals(schema, check_metadata=True), table
+
+
+def test_every_table_named_is_one_the_bundle_checks():
+    schemas = table_schemas()
+    for fmt in formats():
+        for table, schema in fmt.tables.items():
+            assert table in schemas, (fmt.name, table)
+            assert schemas[table].equals(schema, check_metadata=True), (fmt.name, table)
+
+
+def test_every_format_has_a_real_capture_here():
+    assert set(REAL_FILE) == {f.name for f in formats()}
+
+
+@pytest.mark.parametrize("name", sorted(REAL_FILE))
+def test_detection_recognises_each_format_from_a_real_capture(name, tmp_path):
+    # By content: the same bytes under a name that says nothing.
+    blind = tmp_path / "capture.bin"
+    blind.write_bytes(REAL_FILE[name].read_bytes())
+    assert detect(blind) == name
+
+
+@pytest.mark.parametrize("foreign", [
+    ROOT / "README.md",
+    ROOT / "pyproject.toml",
+    Path(kdiag.parsers.registry.__file__),
+], ids=lambda p: p.name)
+def test_a_foreign_file_is_no_format(foreign):
+    assert detect(foreign) is None
