@@ -10,7 +10,7 @@ import struct
 import pytest
 from conftest import CAPTURES
 
-from kdiag.bundle import pseudonym
+from kdiag.bundle.pseudonym import staging as pseudonym_staging
 from kdiag.bundle.pseudonym import PseudonymError, Pseudonyms, pseudonymise_manifest
 
 BROKER, CLIENT, ROUTER = "10.1.2.3", "192.168.7.9", "172.16.5.4"
@@ -161,8 +161,8 @@ def test_manifest(ps):
 
 @pytest.mark.parametrize("block", [61, 4096])
 def test_streaming_blocks_and_endless_lines(tmp_path, monkeypatch, block):
-    monkeypatch.setattr(pseudonym, "BLOCK", block)
-    monkeypatch.setattr(pseudonym, "MAX_LINE", 200)
+    monkeypatch.setattr(pseudonym_staging, "BLOCK", block)
+    monkeypatch.setattr(pseudonym_staging, "MAX_LINE", 200)
     lines = [f"{i} ssl://{BROKER}:9093/1 {CLIENT}->{BROKER} {FQDN}\n" for i in range(50)]
     endless = " ".join(f"[{BROKER}]:{i}" for i in range(100))   # no newline for 1.7 KB
     f = tmp_path / "raw" / "x.log"

@@ -236,13 +236,12 @@ class Verification:
 
 
 def table_schemas() -> dict:
-    """Each table's Arrow schema at schema_version 1, from the code that writes it."""
-    from kdiag.ingest.tables import log_writes
-    from kdiag.parsers import rdkafka_log, sockets, stats, strace, tcp_probe
+    """Each table's Arrow schema at schema_version 1, as the formats that
+    fill it declare it (kdiag.parsers.registry)."""
+    from kdiag.parsers.registry import formats
 
-    return {"rdkafka_events": rdkafka_log.SCHEMA, "syscalls": strace.SCHEMA,
-            "log_writes": log_writes(strace.SCHEMA.empty_table()).schema, "stats": stats.SCHEMA,
-            "probes": tcp_probe.PROBES_SCHEMA, "handshakes": tcp_probe.HANDSHAKES_SCHEMA, **sockets.SCHEMAS}
+    return {name: schema for fmt in formats() if fmt.schema_version == TABLE_SCHEMA_VERSION
+            for name, schema in fmt.tables.items()}
 
 
 def _is_table_file(name: str) -> bool:
@@ -371,17 +370,27 @@ def _known(value, known) -> bool:
 
 
 def _check_manifest(res: Verification, manifest_bytes: bytes | None, found: dict, facts: dict) -> None:
+    man = _read_manifest(res, manifest_bytes)
+    if man is None:
+        return
+    listed = _check_files(res, man, found)
+    _check_tables(res, man, listed, facts)
+
+
+def _read_manifest(res: Verification, manifest_bytes: bytes | None) -> dict | None:
+    """The manifest, when it is one whose files and tables can be checked:
+    JSON, a bundle format this kdiag reads, sealed."""
     if manifest_bytes is None:
         res.add(MANIFEST, "missing")
-        return
+        return None
     try:
         man = json.loads(manifest_bytes)
     except ValueError as e:
         res.add(MANIFEST, f"not valid JSON ({e})")
-        return
+        return None
     if not isinstance(man, dict):
         res.add(MANIFEST, "not a JSON object")
-        return
+        return None
     fmt = man.get("bundle_format", 1)
     res.bundle_format = fmt
     if not _known(fmt, FORMATS):
@@ -389,14 +398,20 @@ def _check_manifest(res: Verification, manifest_bytes: bytes | None, found: dict
         # against this one's rules would only add noise.
         res.add(MANIFEST, f"bundle_format {fmt!r} is not one this kdiag reads "
                           f"({', '.join(map(str, FORMATS))})")
-        return
+        return None
 
     if man.get("sealed") is False and "files" not in man:
         res.unsealed = True
         res.add(None, "unsealed: kdiag stopped before it listed and checksummed the files (killed, or the "
                       f"machine went down); replay reads it as it is, `kdiag bundle seal {res.path}` makes "
                       "it a bundle")
-        return
+        return None
+    return man
+
+
+def _check_files(res: Verification, man: dict, found: dict) -> dict:
+    """Every file the manifest lists against what was found, and nothing
+    unlisted; returns the listing."""
     listed = man.get("files")
     if not isinstance(listed, dict):
         res.add(MANIFEST, 'no "files" object listing the bundle\'s files')
@@ -419,7 +434,13 @@ def _check_manifest(res: Verification, manifest_bytes: bytes | None, found: dict
             res.add(name, "sha256 differs from the manifest")
     for name in sorted(set(found) - set(listed)):
         res.add(name, "not listed in the manifest")
+    return listed
 
+
+def _check_tables(res: Verification, man: dict, listed: dict, facts: dict) -> None:
+    """Each table the manifest names: a schema_version this kdiag reads,
+    its file there and readable, its columns and rows as recorded; and no
+    table file it does not name."""
     tables = man.get("tables", {})
     if not isinstance(tables, dict):
         res.add(MANIFEST, '"tables" is not an object')

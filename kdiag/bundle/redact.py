@@ -7,18 +7,79 @@ Two passes over every raw file before it is parsed or bundled:
 - by pattern: secrets kdiag was never told about, in a producer it only
   attached to (a properties file it read, a JAAS line it logged, a private
   key strace saw go by). The patterns are in ``PATTERNS``; each counts its
-  replacements for the manifest.""" 
+  replacements for the manifest.
+
+The rules (what a secret looks like) come first, as data; the code that
+applies them follows."""
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 REDACTED = "[REDACTED]"
+_REDACTED_BYTES = REDACTED.encode()
+
+# ---------------------------------------------------------------- the rules
+
 # librdkafka/Kafka property names that hold secrets.
-_SECRET_KEY = re.compile(r"(password|secret|token|jaas|\.key\.pem|private|credential)", re.I)
+_SECRET_PROPERTY = re.compile(r"(password|secret|token|jaas|\.key\.pem|private|credential)", re.I)
+# Shorter values would match by chance in binary captures.
+MIN_SECRET_LEN = 4
+
+# A secret-looking key: Kafka/librdkafka property names and the usual
+# spellings elsewhere (client_secret, apiKey, X-Auth-Token). Found by its
+# keyword, never by the key's free prefix: a pattern starting with that
+# backtracks over every start position of a megabyte-long word (quadratic).
+_SECRET_KEYWORD = re.compile(
+    rb"(?i)password|passwd|secret|token|credential|jaas\.config|api[_.\-]?key|private[_.\-]?key")
+# After the key: the rest of its name (possessive: no backtracking into
+# it), then '=', ':' or a JSON '": "' (with
+# strace's \" escapes), then the value, quoted or not.
+_QUOTED_VALUE = re.compile(rb"""[\w.\-]{0,64}+(?:\\?["'])?\s*[=:]\s*(\\?["'])(.*?)(?=\1|$)""")
+# Numbers and JSON literals are left: statistics counters named like keys
+# must stay valid JSON, and they are not secrets.
+_BARE_VALUE = re.compile(rb"""[\w.\-]{0,64}+(?:\\?["'])?\s*[=:]\s*(?![\\"'\[])"""
+                         rb"""(?!(?:-?\d+(?:\.\d+)?|true|false|null)(?![^\s"'\\,;&}]))([^\s"'\\,;&}]+)""")
+PATTERNS: dict[str, re.Pattern[bytes]] = {
+    # -----BEGIN RSA PRIVATE KEY----- ... to its END line, or to the end of a
+    # string strace cut short (-s 256), where \n is two characters.
+    "pem_private_key": re.compile(
+        rb'(-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----)(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY-----|[^"\n]*)'),
+    # A PEM body line written on its own (a key file read or echoed line by
+    # line): a whole line, or a whole strace string, of 40+ base64
+    # characters. Nothing kdiag analyses looks like that.
+    "base64_blob": re.compile(rb'(?m)(^|(?<=[(,] )")[A-Za-z0-9+/]{40,}={0,2}(?=(?:\\n)?"|\r?$)'),
+    "jwt": re.compile(rb"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"),
+    "bearer": re.compile(rb"(?i)(\b(?:bearer|basic)\s+)([A-Za-z0-9._~+/=\-]{8,})"),
+}
+_PEM_BEGIN = re.compile(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
+_PEM_END = re.compile(rb"-----END [A-Z0-9 ]*PRIVATE KEY-----")
+
+# Every line that can hold a secret holds one of these (searched in the
+# lowercased block: a case-insensitive alternation is several times
+# slower); the rest of a capture, nearly all of it, is copied without a
+# look at each line. "private key", not "private": strace prints
+# MAP_PRIVATE on every mmap().
+_LINE_MAY_HOLD_SECRET = (
+    re.compile(rb"passw|secret|token|credential|jaas|api[_.\-]?key|private[ _.\-]?key|eyj|bearer|basic"),
+    re.compile(rb'["\n][a-z0-9+/]{40}'),
+)
+_BASE64_AT_BLOCK_START = re.compile(rb"[a-z0-9+/]{40}")
+# Binary captures: a SYN probe carries no payload, and a pattern matched by
+# chance inside packet bytes would corrupt the file.
+_BINARY_SUFFIXES = (".pcap", ".pcapng", ".parquet")
+
+BLOCK = 8 << 20
+# A line longer than this is scrubbed in pieces of this size; a secret cut
+# by a piece's end can then survive.
+MAX_LINE = 64 << 20
+
+# ---------------------------------------------------------------- by key: configs and argv
 
 
 def is_secret_key(key: str) -> bool:
-    return bool(_SECRET_KEY.search(key))
+    return bool(_SECRET_PROPERTY.search(key))
 
 
 def config(cfg: dict) -> dict:
@@ -37,16 +98,14 @@ def argv(args: list[str]) -> list[str]:
     return out
 
 
-# Shorter values would match by chance in binary captures.
-MIN_SECRET_LEN = 4
-
+# ---------------------------------------------------------------- by value
 
 def secret_values(cfg: dict) -> list[str]:
     return sorted({str(v) for k, v in cfg.items() if is_secret_key(k) and len(str(v)) >= MIN_SECRET_LEN},
                   key=len, reverse=True)
 
 
-def _forms(value: str) -> list[bytes]:
+def _escaped_forms(value: str) -> list[bytes]:
     """The value as written, and as strace and JSON escape it."""
     raw = value.encode()
     forms = {raw, value.replace("\\", "\\\\").replace('"', '\\"').encode()}
@@ -55,8 +114,6 @@ def _forms(value: str) -> list[bytes]:
 
 def scrub_file(path, forms: list[bytes], block: int = 8 << 20) -> int:
     """Replace each form in the file, streaming; memory stays at one block."""
-    import os
-
     # A secret cut by the block's end starts within its last keep bytes:
     # those wait for the next block.
     keep = max(len(f) for f in forms) - 1
@@ -67,8 +124,8 @@ def scrub_file(path, forms: list[bytes], block: int = 8 << 20) -> int:
         while True:
             data = src.read(block)
             buf = tail + data
-            total += _replace_count(buf, forms)
-            out = _replace(buf, forms)
+            total += _count_forms(buf, forms)
+            out = _replace_forms(buf, forms)
             if not data or keep == 0:
                 dst.write(out)
                 tail = b""
@@ -84,72 +141,42 @@ def scrub_file(path, forms: list[bytes], block: int = 8 << 20) -> int:
     return total
 
 
-def _replace(data: bytes, forms: list[bytes]) -> bytes:
+def _replace_forms(data: bytes, forms: list[bytes]) -> bytes:
     for f in forms:
-        data = data.replace(f, REDACTED.encode())
+        data = data.replace(f, _REDACTED_BYTES)
     return data
 
 
-def _replace_count(data: bytes, forms: list[bytes]) -> int:
+def _count_forms(data: bytes, forms: list[bytes]) -> int:
     return sum(data.count(f) for f in forms)
 
 
 def scrub_tree(root, values: list[str]) -> int:
     """Replace every known secret value in every file under ``root``;
     returns the number of replacements."""
-    from pathlib import Path
-
     if not values:
         return 0
-    forms = [f for v in values for f in _forms(v)]
+    forms = [f for v in values for f in _escaped_forms(v)]
     return sum(scrub_file(p, forms) for p in sorted(Path(root).rglob("*")) if p.is_file())
 
 
-# A secret-looking key: Kafka/librdkafka property names and the usual
-# spellings elsewhere (client_secret, apiKey, X-Auth-Token). Found by its
-# keyword, never by the key's free prefix: a pattern starting with that
-# backtracks over every start position of a megabyte-long word (quadratic).
-_KEYWORD = re.compile(rb"(?i)password|passwd|secret|token|credential|jaas\.config|api[_.\-]?key|private[_.\-]?key")
-# After the key: the rest of its name (possessive: no backtracking into
-# it), then '=', ':' or a JSON '": "' (with
-# strace's \" escapes), then the value, quoted or not.
-_QUOTED = re.compile(rb"""[\w.\-]{0,64}+(?:\\?["'])?\s*[=:]\s*(\\?["'])(.*?)(?=\1|$)""")
-# Numbers and JSON literals are left: statistics counters named like keys
-# must stay valid JSON, and they are not secrets.
-_UNQUOTED = re.compile(rb"""[\w.\-]{0,64}+(?:\\?["'])?\s*[=:]\s*(?![\\"'\[])"""
-                       rb"""(?!(?:-?\d+(?:\.\d+)?|true|false|null)(?![^\s"'\\,;&}]))([^\s"'\\,;&}]+)""")
-PATTERNS: dict[str, re.Pattern[bytes]] = {
-    # -----BEGIN RSA PRIVATE KEY----- ... to its END line, or to the end of a
-    # string strace cut short (-s 256), where \n is two characters.
-    "pem_private_key": re.compile(
-        rb'(-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----)(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY-----|[^"\n]*)'),
-    # A PEM body line written on its own (a key file read or echoed line by
-    # line): a whole line, or a whole strace string, of 40+ base64
-    # characters. Nothing kdiag analyses looks like that.
-    "base64_blob": re.compile(rb'(?m)(^|(?<=[(,] )")[A-Za-z0-9+/]{40,}={0,2}(?=(?:\\n)?"|\r?$)'),
-    "jwt": re.compile(rb"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"),
-    "bearer": re.compile(rb"(?i)(\b(?:bearer|basic)\s+)([A-Za-z0-9._~+/=\-]{8,})"),
-}
-_PEM_BEGIN = re.compile(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
-_PEM_END = re.compile(rb"-----END [A-Z0-9 ]*PRIVATE KEY-----")
-_R = REDACTED.encode()
-
+# ---------------------------------------------------------------- by pattern
 
 def _key_values(line: bytes, counts: dict[str, int]) -> bytes:
     """``key=value``, ``key: value``, ``"key": "value"`` and JAAS
     ``password="..."`` with a secret-looking key lose the value."""
     out, last, pos = [], 0, 0
-    while (m := _KEYWORD.search(line, pos)) is not None:
-        q = _QUOTED.match(line, m.end())
+    while (m := _SECRET_KEYWORD.search(line, pos)) is not None:
+        q = _QUOTED_VALUE.match(line, m.end())
         if q is not None and q.group(2):
             kind, vs, ve = "quoted_value", q.start(2), q.end(2)
-        elif q is None and (u := _UNQUOTED.match(line, m.end())) is not None:
+        elif q is None and (u := _BARE_VALUE.match(line, m.end())) is not None:
             kind, vs, ve = "key_value", u.start(1), u.end(1)
         else:
             pos = m.end()
             continue
-        if line[vs:ve] != _R:
-            out += [line[last:vs], _R]
+        if line[vs:ve] != _REDACTED_BYTES:
+            out += [line[last:vs], _REDACTED_BYTES]
             last = ve
             counts[kind] = counts.get(kind, 0) + 1
         pos = max(ve, m.end())
@@ -164,36 +191,20 @@ def scrub_line(line: bytes, counts: dict[str, int]) -> bytes:
             counts[name] = counts.get(name, 0) + n
         return text
 
-    line = sub("pem_private_key", lambda m: m.group(1) + _R, line)
+    line = sub("pem_private_key", lambda m: m.group(1) + _REDACTED_BYTES, line)
     line = _key_values(line, counts)
-    line = sub("jwt", _R, line)
-    line = sub("base64_blob", lambda m: m.group(1) + _R, line)
-    line = sub("bearer", lambda m: m.group(1) + _R, line)
+    line = sub("jwt", _REDACTED_BYTES, line)
+    line = sub("base64_blob", lambda m: m.group(1) + _REDACTED_BYTES, line)
+    line = sub("bearer", lambda m: m.group(1) + _REDACTED_BYTES, line)
     return line
-
-
-# Every line that can hold a secret holds one of these (searched in the
-# lowercased block: a case-insensitive alternation is several times
-# slower); the rest of a capture, nearly all of it, is copied without a
-# look at each line. "private key", not "private": strace prints
-# MAP_PRIVATE on every mmap().
-_TRIGGERS = (
-    re.compile(rb"passw|secret|token|credential|jaas|api[_.\-]?key|private[ _.\-]?key|eyj|bearer|basic"),
-    re.compile(rb'["\n][a-z0-9+/]{40}'),
-)
-_FIRST_LINE_B64 = re.compile(rb"[a-z0-9+/]{40}")
-BLOCK = 8 << 20
-# A line longer than this is scrubbed in pieces of this size; a secret cut
-# by a piece's end can then survive.
-MAX_LINE = 64 << 20
 
 
 def _scrub_block(buf: bytes, counts: dict[str, int], in_pem: bool) -> tuple[bytes, bool, bool]:
     """(scrubbed block, whether anything changed, whether it ends inside a
     PEM block). ``buf`` ends at a line end, or is the file's last piece."""
     low = buf.lower()
-    found = {buf.rfind(b"\n", 0, m.start()) + 1 for rx in _TRIGGERS for m in rx.finditer(low)}
-    if _FIRST_LINE_B64.match(low):
+    found = {buf.rfind(b"\n", 0, m.start()) + 1 for rx in _LINE_MAY_HOLD_SECRET for m in rx.finditer(low)}
+    if _BASE64_AT_BLOCK_START.match(low):
         found.add(0)
     starts = sorted(found)
     parts: list[bytes] = []
@@ -221,7 +232,7 @@ def _scrub_block(buf: bytes, counts: dict[str, int], in_pem: bool) -> tuple[byte
         changed |= out != line
         parts.append(out)
         b = _PEM_BEGIN.search(out)
-        if b is not None and not _PEM_END.search(out, b.end()) and out.rstrip(b"\r\n").endswith(_R):
+        if b is not None and not _PEM_END.search(out, b.end()) and out.rstrip(b"\r\n").endswith(_REDACTED_BYTES):
             in_pem = True
         pos = le
         if pos >= n and not in_pem:
@@ -234,13 +245,12 @@ def scrub_patterns_file(path, counts: dict[str, int]) -> int:
     streaming in blocks; a PEM block written with real newlines is dropped
     from its BEGIN line to its END line. Returns the replacements made in
     this file."""
-    import os
+    # Lazy: the line reader brings numpy and pyarrow.
+    from kdiag.ingest.lines import line_blocks
 
     before = sum(counts.values())
     tmp = f"{path}.scrub"
     changed = in_pem = False
-    from kdiag.ingest.lines import line_blocks
-
     with open(path, "rb") as src, open(tmp, "wb") as dst:
         for buf in line_blocks(src, BLOCK, MAX_LINE):
             out, c, in_pem = _scrub_block(buf, counts, in_pem)
@@ -253,16 +263,9 @@ def scrub_patterns_file(path, counts: dict[str, int]) -> int:
     return sum(counts.values()) - before
 
 
-# Binary captures: a SYN probe carries no payload, and a pattern matched by
-# chance inside packet bytes would corrupt the file.
-_BINARY_SUFFIXES = (".pcap", ".pcapng", ".parquet")
-
-
 def scrub_tree_patterns(root) -> dict[str, int]:
     """``scrub_patterns_file`` on every text file under ``root``; the
     replacement counts by pattern."""
-    from pathlib import Path
-
     counts: dict[str, int] = {}
     for p in sorted(Path(root).rglob("*")):
         if p.is_file() and not p.name.endswith(_BINARY_SUFFIXES):
