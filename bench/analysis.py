@@ -342,8 +342,33 @@ def _stats_rows(sec, first_line: int) -> dict:
 
 # ---- the reference: DuckDB, the same work in SQL ----
 
-_SOCK = ("fd IS NOT NULL AND fd > 2 AND (fd_info IS NULL OR regexp_matches(fd_info, "
-         "'^(TCP|TCPv6|UDP|UDPv6|UNIX|UNIX-STREAM|NETLINK|socket:)'))")
+def _sock() -> str:
+    from kdiag.analysis.per_request import SOCKET_INFO
+
+    return f"fd IS NOT NULL AND fd > 2 AND (fd_info IS NULL OR regexp_matches(fd_info, '{SOCKET_INFO}'))"
+
+
+def _cause_case() -> str:
+    """The cause rules in SQL, as a CASE in the registry's rule order, for
+    the causes these tables can show: they hold no path RTT, TCP_NODELAY,
+    thread samples or throttle times, so no other rule can match."""
+    from kdiag.analysis import causes
+    from kdiag.analysis.thresholds import NAGLE_EXCESS_MAX_MS, NAGLE_EXCESS_MIN_MS, SLOW_MS
+
+    sql = {
+        "unexplained_slow": f"wait_ms IS NULL AND total_ms > {SLOW_MS}",
+        "nagle_delayed_ack": f"coalesce(n_writes, 0) >= 2 AND wait_ms >= {NAGLE_EXCESS_MIN_MS} "
+                             f"AND wait_ms <= {NAGLE_EXCESS_MAX_MS}",
+        "packet_loss": f"wait_ms > {SLOW_MS}",
+        "broker_slow": f"wait_ms > {SLOW_MS}",
+    }
+    whens, labels = [], set()
+    for cause in causes.CAUSES:
+        label = causes.label_of(cause)
+        if cause.NAME in sql and label not in labels:
+            labels.add(label)
+            whens.append(f"WHEN {sql[cause.NAME]} THEN '{label}'")
+    return "CASE " + " ".join(whens) + f" ELSE '{causes.OTHERWISE}' END"
 
 
 def _in(names) -> str:
@@ -380,7 +405,7 @@ _SPLIT_BUCKETED = """
            (r1.recv_us - agg.first_read_us) / 1000.0 read_ms, (r1.recv_us - r1.start_us) / 1000.0 total_ms
     FROM r1 LEFT JOIN agg USING (send_line, recv_line, send_us, recv_us)"""
 
-# kdiag's own way (kdiag.analysis.job.split_requests), in DuckDB's words: one
+# kdiag's own way (kdiag.analysis.per_request.split_requests), in DuckDB's words: one
 # pass in time order per thread with a marker per request; the run of
 # writes before each call and the next read after each marker.
 _SPLIT_SORTED = """
@@ -426,35 +451,8 @@ _SPLIT_SORTED = """
     FROM r1"""
 
 
-def duckdb_job(tables: Path, bucketed: bool = False) -> Timed:
-    """The reference: kdiag's analysis of the large tables, step for step, in
-    DuckDB SQL (2 threads, as Spark's local[2]): the input checks (repeated
-    rows by a hash of their content, clock steps per thread), Sent paired
-    with Received, the send bursts, the bucketed range join of each
-    request's window with its thread's waits and reads, the split, the
-    causes and the summary percentiles."""
-    import duckdb
-
-    from kdiag.analysis.job import (
-        NAGLE_EXCESS_MAX_MS,
-        NAGLE_EXCESS_MIN_MS,
-        READ_CALLS,
-        SLOW_MS,
-        WAIT_CALLS,
-        WRITE_CALLS,
-    )
-
-    t0 = time.monotonic()
-    con = duckdb.connect(config={"threads": 2, "memory_limit": DUCKDB_MEMORY,
-                                 "temp_directory": str(tables / "duckdb.tmp")})
-    con.execute("SET enable_progress_bar = false")
-    for name in ("syscalls", "log_writes", "rdkafka_events", "stats"):
-        con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{tables / (name + '.parquet')}')")
-
-    def one(sql: str):
-        return con.execute(sql).fetchone()
-
-    # input checks: candidates for repeated rows, then clock steps per thread
+def _duck_input_checks(one) -> None:
+    """The input checks: candidates for repeated rows, then clock steps per thread."""
     one("SELECT count(*) FROM (SELECT hash(pid, ts_us, dur_us, kind, syscall, fd, fd_info, args, ret, errno, "
         "unfinished, data) h FROM syscalls WHERE ts_us IS NOT NULL AND ts_us % 1000000 != 0 "
         "GROUP BY h HAVING count(*) > 1)")
@@ -474,6 +472,33 @@ def duckdb_job(tables: Path, bucketed: bool = False) -> Timed:
     one("SELECT count(*) FROM (SELECT line_no, ts_us, lag(line_no) OVER w a_line, lag(ts_us) OVER w a_ts "
         "FROM rdkafka_events WHERE ts_us IS NOT NULL WINDOW w AS (PARTITION BY client, thread ORDER BY line_no)) "
         "WHERE a_line IS NOT NULL AND line_no > a_line AND (ts_us - a_ts < -250000 OR ts_us - a_ts > 60000000)")
+
+
+def duckdb_job(tables: Path, bucketed: bool = False) -> Timed:
+    """The reference: kdiag's analysis of the large tables, step for step, in
+    DuckDB SQL (2 threads, as Spark's local[2]): the input checks (repeated
+    rows by a hash of their content, clock steps per thread), Sent paired
+    with Received, the send bursts, the bucketed range join of each
+    request's window with its thread's waits and reads, the split, the
+    causes and the summary percentiles."""
+    import duckdb
+
+    from kdiag.analysis import causes
+    from kdiag.analysis.causes import _slow_wait
+    from kdiag.analysis.per_request import READ_CALLS, WAIT_CALLS, WRITE_CALLS
+    from kdiag.analysis.thresholds import DOMINANT_SHARE, TAIL_TIME_SHARE
+
+    t0 = time.monotonic()
+    con = duckdb.connect(config={"threads": 2, "memory_limit": DUCKDB_MEMORY,
+                                 "temp_directory": str(tables / "duckdb.tmp")})
+    con.execute("SET enable_progress_bar = false")
+    for name in ("syscalls", "log_writes", "rdkafka_events", "stats"):
+        con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{tables / (name + '.parquet')}')")
+
+    def one(sql: str):
+        return con.execute(sql).fetchone()
+
+    _duck_input_checks(one)
     # Sent paired with the latest Received before it, by (client, broker, CorrId)
     con.execute("""
         CREATE TEMP TABLE reqs AS
@@ -495,8 +520,8 @@ def duckdb_job(tables: Path, bucketed: bool = False) -> Timed:
         CREATE TEMP TABLE sc AS
         SELECT *, {burst}
         FROM (SELECT line_no, pid, ts_us, dur_us, syscall, fd, fd_info, ret,
-                     coalesce(syscall IN {_in(WRITE_CALLS)} AND {_SOCK} AND ret > 0, false) sock_write,
-                     coalesce(syscall IN {_in(READ_CALLS)} AND {_SOCK} AND ret > 0, false) sock_read,
+                     coalesce(syscall IN {_in(WRITE_CALLS)} AND {_sock()} AND ret > 0, false) sock_write,
+                     coalesce(syscall IN {_in(READ_CALLS)} AND {_sock()} AND ret > 0, false) sock_read,
                      coalesce(syscall IN {_in(WAIT_CALLS)}, false) wait
               FROM syscalls WHERE kind = 'syscall')""")
     con.execute("SELECT line_no, pid, ts_us, dur_us, syscall, fd, fd_info, args, ret FROM syscalls "
@@ -506,15 +531,10 @@ def duckdb_job(tables: Path, bucketed: bool = False) -> Timed:
     one("SELECT count(*), quantile_cont(wait_ms, 0.5) FROM split WHERE n_writes = 1 AND wait_ms IS NOT NULL")
     con.execute(f"""
         CREATE TEMP TABLE rq AS
-        SELECT *, CASE
-            WHEN wait_ms IS NULL THEN CASE WHEN total_ms > {SLOW_MS} THEN 'unexplained_slow' ELSE 'healthy' END
-            WHEN coalesce(n_writes, 0) >= 2 AND wait_ms >= {NAGLE_EXCESS_MIN_MS}
-                 AND wait_ms <= {NAGLE_EXCESS_MAX_MS} THEN 'nagle_delayed_ack'
-            WHEN wait_ms > {SLOW_MS} THEN 'slow_wait' ELSE 'healthy' END cause
+        SELECT *, {_cause_case()} cause
         FROM split WHERE request = 'Produce'""")
-    n, k = one("SELECT count(*), count(*) FILTER (WHERE cause = 'slow_wait') FROM rq")
-    tail = n and k / n < 0.5
-    con.execute(f"UPDATE rq SET cause = '{'packet_loss' if tail else 'broker_slow'}' WHERE cause = 'slow_wait'")
+    n, k = one(f"SELECT count(*), count(*) FILTER (WHERE cause = '{_slow_wait.LABEL}') FROM rq")
+    con.execute(f"UPDATE rq SET cause = '{_slow_wait.resolve(n, k, None)}' WHERE cause = '{_slow_wait.LABEL}'")
     one("SELECT count(*), approx_quantile(total_ms, [0.5, 0.99]), approx_quantile(rtt_ms, [0.5, 0.99]), "
         "approx_quantile(send_ms, 0.5), approx_quantile(wait_ms, 0.5), approx_quantile(read_ms, 0.5), "
         "min(send_us), max(recv_us), list_sort(list(DISTINCT broker)) FROM rq")
@@ -528,8 +548,8 @@ def duckdb_job(tables: Path, bucketed: bool = False) -> Timed:
     all_time = sum(time_of.values()) or 1.0
     counts = {c: k for c, k, _, _ in per}
     top = max(counts, key=counts.get) if counts else None
-    verdict = top if top and counts[top] / n >= 0.5 and top != "healthy" else next(
-        (c for c in ("packet_loss", "client_cpu") if time_of.get(c, 0) / all_time >= 0.25), "healthy")
+    verdict = top if top and counts[top] / n >= DOMINANT_SHARE and top != causes.OTHERWISE else next(
+        (c for c in causes.TAIL_CAUSES if time_of.get(c, 0) / all_time >= TAIL_TIME_SHARE), causes.OTHERWISE)
     return Timed(secs, verdict, n)
 
 
@@ -553,7 +573,8 @@ def spark_job(spark, tables: Path, steps: dict[str, float] | None = None) -> Tim
 STEPS = {
     "drop_duplicates": "input checks", "clock_steps": "input checks", "_confirm_silence": "input checks",
     "exclude_spanning": "input checks", "exclude_negative": "pairing and split",
-    "facts": "facts and connections", "connections": "facts and connections",
+    "_facts": "facts and connections", "connections": "facts and connections",
+    "_handshake_waits": "facts and connections",
 }
 
 

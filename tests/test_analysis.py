@@ -1,5 +1,7 @@
 """The analysis rules on small hand-made frames."""
-from kdiag.analysis.job import _resolve_slow, classify, one_write_rules_out_nagle, requests, verdict_of
+from kdiag.analysis.causes import classify, resolve_slow, verdict_of
+from kdiag.analysis.judge import one_write_rules_out_nagle
+from kdiag.analysis.per_request import requests
 
 REQ = "client string, broker string, corr_id int, n_writes int, wait_ms double, total_ms double, nodelay boolean"
 
@@ -59,7 +61,7 @@ def test_pairing_by_client_broker_and_corr_id(spark):
 def resolved(spark, waits, retrans):
     rows = [("c", "b", i, 1, w, w + 0.5, True) for i, w in enumerate(waits)]
     df = classify(spark.createDataFrame(rows, REQ), 1.0)
-    return sorted({r.cause for r in _resolve_slow(df, retrans).collect()} - {"healthy"})
+    return sorted({r.cause for r in resolve_slow(df, retrans).collect()} - {"healthy"})
 
 
 def test_slow_tail_is_loss_slow_body_is_the_broker(spark):
@@ -99,7 +101,7 @@ def test_runq_of_credits_the_wait_where_it_ends(spark, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from kdiag.analysis.job import runq_of
+    from kdiag.analysis.samples import runq_of
 
     ms = 1000
     # thread 7 sampled every 100 ms; 70 ms of run-queue wait credited at t=300 ms

@@ -16,7 +16,7 @@ def test_analysis_under_spark_submit(tmp_path):
     parse_paths([d / "rdkafka.log", d / "strace.txt", d / "stats.jsonl"], tmp_path / "tables")
     out = tmp_path / "findings.json"
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
-    res = subprocess.run([submit, "--master", "local[1]", str(ROOT / "kdiag" / "analysis.py"),
+    res = subprocess.run([submit, "--master", "local[1]", str(ROOT / "kdiag" / "analysis" / "__main__.py"),
                           "--tables", str(tmp_path / "tables"), "--out", str(out)],
                          capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]

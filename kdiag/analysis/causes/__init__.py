@@ -1,0 +1,184 @@
+"""The causes kdiag names, one module each, and the classification built
+from them.
+
+A cause module declares:
+
+- ``NAME``: the cause as findings and the README name it;
+- ``rule(x: RuleInputs)``: the Spark Column condition a request meets to
+  take this cause, or ``None`` for a cause judged on the driver
+  (``client_queueing``) or given to what no rule takes (``healthy``);
+- ``LABEL`` (optional): the label the rule gives, when one rule serves two
+  causes told apart over the whole run (``slow_wait``, see ``_slow_wait``);
+- ``COLUMNS``: the request columns its rule reads;
+- ``SUMMED``: the columns summed over its requests for its evidence
+  (median and maximum in ``CauseAgg.p50`` / ``CauseAgg.max``);
+- ``EXAMPLE_COLUMNS``: the columns of its example request its evidence reads;
+- ``TAIL``: a few requests stalled long: named by its share of the time;
+- ``MEETS``: a request (column -> value, ``path_rtt_ms`` for the run's
+  path) that takes this cause, or None for a cause judged on the driver:
+  tests/test_registry_causes.py classifies it (a tail cause's request among
+  fast ones);
+- ``fix(version)``: librdkafka properties that fix it, for a version tuple
+  (or None when unknown);
+- ``evidence(facts)`` and ``fix_text(facts)``: the sentences users read.
+
+``ORDER`` names them in rule priority: a request takes the first cause
+whose rule it meets. Adding a cause is one module plus one line there.
+"""
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass, field
+from types import ModuleType
+
+from kdiag.analysis.thresholds import DOMINANT_SHARE, TAIL_TIME_SHARE
+
+ORDER = (
+    # Checked first: under KIP-219 a throttled broker answers at once, then
+    # stalls the next request, which would pass for any other cause.
+    "throttled",
+    "unexplained_slow",
+    # Before Nagle: a thread that waits for a core sees every other stall
+    # (a held send, a slow response) only late as well.
+    "client_cpu",
+    "nagle_in_path",
+    "nagle_delayed_ack",
+    "network_latency",
+    "packet_loss",
+    "broker_slow",
+    "client_queueing",
+    "healthy",
+)
+REQUIRED = ("NAME", "TAIL", "COLUMNS", "SUMMED", "EXAMPLE_COLUMNS", "MEETS", "rule", "fix", "evidence",
+            "fix_text")
+# What no rule takes.
+OTHERWISE = "healthy"
+# Every example request carries these (pid and the run's bounds fill in its
+# write sizes).
+EXAMPLE_BASE = ("cause", "broker", "corr_id", "n_writes", "write_sizes", "wait_ms", "rtt_ms", "send_line",
+                "recv_line", "fd", "pid")
+
+
+def load(names=ORDER) -> tuple[ModuleType, ...]:
+    return tuple(importlib.import_module(f"{__name__}.{name}") for name in names)
+
+
+CAUSES = load()
+BY_NAME = {c.NAME: c for c in CAUSES}
+TAIL_CAUSES = tuple(c.NAME for c in CAUSES if c.TAIL)
+FIXES = {c.NAME: c.fix(None) for c in CAUSES}
+
+
+def label_of(cause: ModuleType) -> str:
+    return getattr(cause, "LABEL", cause.NAME)
+
+
+def summed_columns() -> list[str]:
+    return list(dict.fromkeys(col for c in CAUSES for col in c.SUMMED))
+
+
+def example_columns() -> list[str]:
+    return list(dict.fromkeys([*EXAMPLE_BASE, *(col for c in CAUSES for col in c.EXAMPLE_COLUMNS)]))
+
+
+def version_tuple(v: str | None) -> tuple[int, ...] | None:
+    if not v:
+        return None
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", v)
+    return tuple(int(x) for x in m.groups()) if m else None
+
+
+@dataclass(frozen=True)
+class RuleInputs:
+    """What a rule is built from: the request's columns (null where the
+    frame lacks one: no thread samples, no statistics) and the run's facts."""
+    columns: frozenset
+    path_rtt_ms: float | None
+    nagle_possible: bool = True
+
+    def col(self, name: str):
+        from pyspark.sql import functions as F
+
+        return F.col(name) if name in self.columns else F.lit(None)
+
+    @property
+    def wait(self):
+        return self.col("wait_ms")
+
+    @property
+    def total(self):
+        return self.col("total_ms")
+
+    @property
+    def rtt(self):
+        from pyspark.sql import functions as F
+
+        return F.lit(self.path_rtt_ms).cast("double")
+
+
+@dataclass(frozen=True)
+class CauseAgg:
+    """One cause's requests, summed up."""
+    k: int
+    wait: list | None           # wait_ms p50, p99
+    total: float | None         # total_ms p50
+    wait_max: float | None
+    time: float | None          # total_ms summed
+    p50: dict = field(default_factory=dict)   # SUMMED column -> median
+    max: dict = field(default_factory=dict)   # SUMMED column -> maximum
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a cause's sentences read: its requests summed, its example
+    request and the run as a whole."""
+    agg: CauseAgg | None
+    example: dict
+    requests: int
+    path_rtt_ms: float | None
+    rtt_upper_bound: bool
+    version: str | None
+    default_nodelay: bool | None
+    summary: dict
+    meta: dict
+    client_ms: float | None = None
+
+
+def classify(produce, path_rtt: float | None, nagle_possible: bool = True):
+    """The cause of each request: the ``ORDER``ed rules folded into one
+    ``F.when`` chain; what none takes is healthy."""
+    from pyspark.sql import functions as F
+
+    x = RuleInputs(frozenset(produce.columns), path_rtt, nagle_possible)
+    chain, labels = None, set()
+    for cause in CAUSES:
+        label = label_of(cause)
+        if cause.rule is None or label in labels:
+            continue
+        labels.add(label)
+        cond = cause.rule(x)
+        chain = F.when(cond, label) if chain is None else chain.when(cond, label)
+    return produce.withColumn("cause", chain.otherwise(OTHERWISE))
+
+
+def resolve_slow(rq, retrans: int | None):
+    """``slow_wait`` told apart over the whole run (see ``_slow_wait``)."""
+    from pyspark.sql import functions as F
+
+    from kdiag.analysis.causes import _slow_wait
+
+    row = rq.agg(F.count("*").alias("n"),
+                 F.count(F.when(F.col("cause") == _slow_wait.LABEL, 1)).alias("k")).first()
+    name = _slow_wait.resolve(row.n, row.k, retrans)
+    return rq.withColumn("cause", F.when(F.col("cause") == _slow_wait.LABEL, F.lit(name)).otherwise(F.col("cause")))
+
+
+def verdict_of(findings: list[dict]) -> str:
+    """The cause of most requests; else a tail cause that takes a large share
+    of the time; else healthy."""
+    if findings and findings[0]["share"] >= DOMINANT_SHARE:
+        return findings[0]["cause"]
+    tails = [f for f in findings if f["cause"] in TAIL_CAUSES and f.get("time_share", 0) >= TAIL_TIME_SHARE]
+    tails.sort(key=lambda f: -f["time_share"])
+    return tails[0]["cause"] if tails else "healthy"

@@ -1,0 +1,37 @@
+"""The path is fast but responses are late: most requests wait on the broker."""
+from __future__ import annotations
+
+from kdiag.analysis.causes import _slow_wait
+from kdiag.analysis.frames import rounded
+from kdiag.analysis.thresholds import ONE_WRITE_MIN
+
+NAME = "broker_slow"
+TAIL = False
+LABEL = _slow_wait.LABEL
+COLUMNS = _slow_wait.COLUMNS
+SUMMED = ()
+EXAMPLE_COLUMNS = ()
+MEETS = {"wait_ms": 80.0, "total_ms": 80.5, "n_writes": 1}
+rule = _slow_wait.rule
+
+
+def fix(version: tuple[int, ...] | None) -> dict[str, str]:
+    return {}
+
+
+def evidence(facts) -> list[str]:
+    path_rtt, meta = facts.path_rtt_ms, facts.meta
+    ev = [f"requests waited {facts.agg.wait[0]:.1f} ms (median) for their response while the path round trip "
+          f"is {rounded(path_rtt, 3) if path_rtt is not None else 'unknown'} ms"]
+    one = meta.get("one_write") or {}
+    if (one.get("n") or 0) >= ONE_WRITE_MIN and not meta.get("nagle_possible", True):
+        ev.append(f"requests that left in one write waited as long ({one['wait_p50_ms']} ms, median of "
+                  f"{one['n']}): Nagle holds nothing back from those, so the wait is the broker's")
+    if not meta.get("has_stats"):
+        ev.append("no librdkafka statistics in the capture: a broker throttling this client (quotas) looks "
+                  "the same without them; set statistics.interval.ms to see its throttle times")
+    return ev
+
+
+def fix_text(facts) -> str:
+    return "look at the broker: request handling, disk, replication (acks=all waits for the ISR)"

@@ -1,0 +1,50 @@
+"""Messages wait in librdkafka's queue before their request is sent
+(statistics int_latency). Judged on the driver, not per request."""
+from __future__ import annotations
+
+from kdiag.analysis.thresholds import SLOW_MS
+
+NAME = "client_queueing"
+TAIL = False
+COLUMNS = ()
+SUMMED = ()
+EXAMPLE_COLUMNS = ()
+MEETS = None
+rule = None
+# librdkafka raised linger.ms (queue.buffering.max.ms) from 0.5 to 5 ms in v1.5.0.
+LINGER_DEFAULT_5MS_FROM = (1, 5, 0)
+
+
+def share_of(client_ms: float | None, summary: dict) -> float | None:
+    """Its share of a message's time, when the queue outweighs the request
+    itself; else None: not a cause."""
+    req_ms = summary.get("latency_p50_ms") or 0.0
+    if client_ms is None or client_ms < SLOW_MS or client_ms < req_ms:
+        return None
+    return client_ms / (client_ms + req_ms)
+
+
+def fix(version: tuple[int, ...] | None) -> dict[str, str]:
+    return {"linger.ms": "0"}
+
+
+def linger_default(version: tuple[int, ...] | None) -> str | None:
+    return None if version is None else ("5 ms" if version >= LINGER_DEFAULT_5MS_FROM else "0.5 ms")
+
+
+def evidence(facts) -> list[str]:
+    req_ms = facts.summary.get("latency_p50_ms") or 0.0
+    return [
+        f"messages waited {facts.client_ms:.1f} ms (median) in librdkafka's queue before their request was sent "
+        f"(statistics int_latency), while a request took {req_ms} ms",
+        "batching (linger.ms, batch.num.messages, batch.size) or the in-flight limit holds them in the client",
+    ]
+
+
+def fix_text(facts) -> str:
+    from kdiag.analysis.causes import version_tuple
+
+    default = linger_default(version_tuple(facts.version))
+    return ("lower linger.ms (queue.buffering.max.ms) for latency; "
+            + (f"librdkafka {facts.version} defaults it to {default}" if default else
+               "librdkafka defaults it to 5 ms since v1.5.0"))

@@ -1,0 +1,52 @@
+"""Nagle on the client socket holds a request's last TLS record until the
+broker's delayed ACK."""
+from __future__ import annotations
+
+from kdiag.analysis.causes import _nagle
+
+NAME = "nagle_delayed_ack"
+TAIL = False
+COLUMNS = _nagle.COLUMNS
+SUMMED = _nagle.SUMMED
+EXAMPLE_COLUMNS = ("connect_us", "connect_line", "peer")
+MEETS = {"wait_ms": 43.0, "total_ms": 43.5, "n_writes": 3, "nodelay": False}
+# librdkafka made socket.nagle.disable=true its default in v2.10.0; 0.9.3 to
+# 0.11.4 ignored the setting altogether.
+NAGLE_DEFAULT_FLIPPED = (2, 10, 0)
+
+
+def rule(x):
+    return _nagle.held_send(x)
+
+
+def fix(version: tuple[int, ...] | None) -> dict[str, str]:
+    # The same on every version: before v2.10.0 Nagle is on by default, from
+    # it on a socket with Nagle had socket.nagle.disable=false set.
+    return {"socket.nagle.disable": "true"}
+
+
+def evidence(facts) -> list[str]:
+    ev = _nagle.evidence(facts)
+    ex, version = facts.example, facts.version
+    if ex.get("connect_us") is not None and ex.get("connect_line") is None:
+        ev.append(f"TCP_NODELAY was off on fd {ex['fd']} to {ex['peer']}, as sampled live from the "
+                  f"socket (getsockopt through pidfd_getfd)")
+    elif ex.get("connect_us") is not None:
+        ev.append(f"TCP_NODELAY was not set on fd {ex['fd']}: no setsockopt(TCP_NODELAY) "
+                  f"before its connect() to {ex['peer']} (strace line {ex['connect_line']})")
+    elif facts.default_nodelay is False:
+        ev.append(f"TCP_NODELAY not seen (capture started after connect); librdkafka {version} "
+                  f"leaves Nagle on by default")
+    elif facts.default_nodelay is True:
+        ev.append(f"TCP_NODELAY not seen (capture started after connect); librdkafka {version} sets it "
+                  f"unless socket.nagle.disable=false was set: if it is set, the stall is in the path "
+                  f"(nagle_in_path)")
+    else:
+        ev.append("TCP_NODELAY not seen (capture started after connect)")
+    return ev
+
+
+def fix_text(facts) -> str:
+    return ("set socket.nagle.disable=true (librdkafka's default from v2.10.0); "
+            "it sets TCP_NODELAY so the last TLS record of a request is not held "
+            "until the broker's delayed ACK")

@@ -1,0 +1,42 @@
+"""A tail of requests stalls for the length of TCP's loss timers over an
+otherwise fast body."""
+from __future__ import annotations
+
+from kdiag.analysis.causes import _slow_wait
+from kdiag.analysis.frames import rounded
+
+NAME = "packet_loss"
+# Loss stalls a few requests for long (TCP's timers).
+TAIL = True
+LABEL = _slow_wait.LABEL
+COLUMNS = _slow_wait.COLUMNS
+SUMMED = ()
+EXAMPLE_COLUMNS = ()
+MEETS = {"wait_ms": 210.0, "total_ms": 210.5, "n_writes": 1}
+rule = _slow_wait.rule
+
+
+def fix(version: tuple[int, ...] | None) -> dict[str, str]:
+    return {}
+
+
+def evidence(facts) -> list[str]:
+    agg, path_rtt = facts.agg, facts.path_rtt_ms
+    ev = [f"{agg.k} of {facts.requests} Produce requests stalled: median wait {agg.wait[0]:.1f} ms, worst "
+          f"{agg.wait_max:.1f} ms, while the median request took {facts.summary['latency_p50_ms']} ms "
+          f"over a {rounded(path_rtt, 2) if path_rtt is not None else '?'} ms path"]
+    retrans = facts.meta.get("tcp_retrans")
+    if retrans:
+        ev.append(f"TCP retransmitted {retrans} segments during the run "
+                  f"(RetransSegs in the producer's network namespace, /proc/net/snmp)")
+    else:
+        ev.append("retransmissions were not sampled: judged from the latency shape (a fast body, "
+                  "a tail of stalls the size of TCP's loss timers)")
+    ev.append("TCP recovers a lost segment after a tail-loss probe (~2x the smoothed RTT, at least "
+              "10 ms) or a retransmission timeout (at least 200 ms on Linux)")
+    return ev
+
+
+def fix_text(facts) -> str:
+    return ("find the lossy link: drops and errors on each hop (ip -s link, ethtool -S), "
+            "congestion or a policer on the path")

@@ -1,0 +1,44 @@
+"""The broker enforces a quota on this client (KIP-219)."""
+from __future__ import annotations
+
+from kdiag.analysis.thresholds import SLOW_MS, THROTTLE_SHARE
+
+NAME = "throttled"
+TAIL = False
+COLUMNS = ("wait_ms", "total_ms", "throttle_ms")
+SUMMED = ("throttle_ms",)
+EXAMPLE_COLUMNS = ()
+MEETS = {"wait_ms": 100.0, "total_ms": 100.5, "throttle_ms": 95.0}
+
+
+def rule(x):
+    from pyspark.sql import functions as F
+
+    # A broker that reports throttle times about as long as the wait: under
+    # KIP-219 it answers at once, then reads nothing more from the client.
+    wait = F.coalesce(x.wait, x.total)
+    throttled = F.coalesce(x.col("throttle_ms") >= THROTTLE_SHARE * wait, F.lit(False))
+    return (wait > SLOW_MS) & throttled
+
+
+def fix(version: tuple[int, ...] | None) -> dict[str, str]:
+    return {}   # the quota is the broker's; fewer bytes help (fix_text)
+
+
+def evidence(facts) -> list[str]:
+    agg = facts.agg
+    wait50 = (agg.wait or [None])[0]
+    return [f"{agg.k} of {facts.requests} Produce requests waited "
+            f"{wait50 if wait50 is not None else agg.total:.1f} ms "
+            f"(median) for their response, while the broker ({facts.example.get('broker')}) reported throttle "
+            f"times of {agg.p50['throttle_ms']:.0f} ms (median), up to {agg.max['throttle_ms']:.0f} ms "
+            f"(librdkafka statistics, throttle window)",
+            "a broker over a client's quota answers at once with ThrottleTimeMs set, then reads nothing "
+            "more from that connection for as long (KIP-219, Kafka >= 2.0); the next request waits out the "
+            "throttle on the broker's side, on a fast path"]
+
+
+def fix_text(facts) -> str:
+    return ("the broker is enforcing a quota for this client.id or user: raise it "
+            "(kafka-configs --alter --entity-type clients --add-config producer_byte_rate=...), or "
+            "send fewer bytes (compression.type=lz4 or zstd) and fewer requests (a larger linger.ms)")

@@ -1,0 +1,224 @@
+"""Connections and the path: connect(), setsockopt(TCP_NODELAY) and the
+handshake wait per socket (a small table, joined back to the requests by fd
+and time), TCP_NODELAY sampled live from sockets, and the path's round trip."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from kdiag.analysis.frames import pctl, read_table
+from kdiag.analysis.per_request import WAIT_CALLS
+
+# A wait after connect() times its handshake only this soon after it.
+HANDSHAKE_WINDOW_US = 10_000_000
+MAX_HANDSHAKE_SPANS = 100
+
+_PEER = re.compile(r'sin6?_port=htons\((\d+)\).*?(?:inet_addr\("([^"]+)"\)|inet_pton\(AF_INET6, "([^"]+)")')
+
+
+def connections(syscalls) -> list[dict]:
+    """Per connect(): peer, TCP_NODELAY as set before it, handshake wait.
+
+    ``setsockopt(..., TCP_NODELAY, [1], ...)`` comes before ``connect()`` in
+    librdkafka; absent between the socket's previous close and the connect,
+    the socket kept Nagle on. Few rows: computed on the driver.
+
+    ``syscalls`` is best the table as read, so that the filters reach the
+    Parquet reader: row groups without one of these calls are skipped
+    unread, and of the waits (librdkafka polls with POLLOUT before most
+    sends) only those that can time a handshake are read at all: on their
+    connect()'s thread, within 10 s of it."""
+    from pyspark.sql import functions as F
+
+    cols = ["line_no", "pid", "ts_us", "dur_us", "syscall", "fd", "fd_info", "args", "ret"]
+    sc = syscalls.filter(F.col("kind") == "syscall")
+    rows = sc.filter(F.col("syscall").isin("connect", "setsockopt", "getsockopt", "close", "socket")).select(
+        *cols).collect()
+    rows += _handshake_waits(sc, rows, cols)
+    rows.sort(key=lambda r: (r.ts_us is not None, r.ts_us or 0, r.line_no is not None, r.line_no or 0))
+    return _walk(rows)
+
+
+def _handshake_waits(sc, rows: list, cols: list[str]) -> list:
+    """The POLLOUT waits that can time a handshake: on a connect()'s thread,
+    within HANDSHAKE_WINDOW_US of it (all of them in a reconnect storm)."""
+    from pyspark.sql import functions as F
+
+    spans: dict = {}
+    for r in rows:
+        if r.syscall == "connect" and r.fd is not None and "AF_INET" in (r.args or "") and r.ts_us is not None:
+            spans.setdefault(r.pid, []).append(r.ts_us)
+    near = []
+    for pid, starts in spans.items():
+        lo = hi = None
+        for t in sorted(starts):
+            if hi is not None and t <= hi + 1:
+                hi = t + HANDSHAKE_WINDOW_US - 1
+                continue
+            if lo is not None:
+                near.append((pid, lo, hi))
+            lo, hi = t, t + HANDSHAKE_WINDOW_US - 1
+        near.append((pid, lo, hi))
+    if len(near) > MAX_HANDSHAKE_SPANS:   # a reconnect storm: read them all
+        return sc.filter(F.col("syscall").isin(WAIT_CALLS) & F.col("args").contains("POLLOUT")).select(
+            *cols).collect()
+    if near:
+        cond = None
+        for pid, lo, hi in near:
+            c = F.col("pid").eqNullSafe(F.lit(pid).cast("int")) & F.col("ts_us").between(lo, hi)
+            cond = c if cond is None else cond | c
+        return sc.filter(F.col("syscall").isin(WAIT_CALLS) & cond & F.col("args").contains("POLLOUT")).select(
+            *cols).collect()
+    return []
+
+
+def _walk(rows: list) -> list[dict]:
+    """The connections, from the rows in time order: each close forgets the
+    fd's TCP_NODELAY, each connect() takes what was set since."""
+    conns: list[dict] = []
+    last_close: dict[int, int] = {}
+    nodelay_at: dict[int, tuple[int, int, bool]] = {}
+    for row in rows:
+        name, fd, args = row.syscall, row.fd, row.args or ""
+        if name == "close" and fd is not None:
+            last_close[fd] = row.ts_us
+            nodelay_at.pop(fd, None)
+        elif name == "setsockopt" and fd is not None and "TCP_NODELAY" in args:
+            nodelay_at[fd] = (row.ts_us, row.line_no, "[0]" not in args)
+        elif name == "connect" and fd is not None and "AF_INET" in args:
+            m = _PEER.search(args)
+            nd = nodelay_at.get(fd)
+            conns.append({
+                "fd": fd, "pid": row.pid, "connect_us": row.ts_us, "connect_line": row.line_no,
+                "peer": f"{m.group(2) or m.group(3)}:{m.group(1)}" if m else None,
+                "nodelay": nd[2] if nd else False,
+                "nodelay_line": nd[1] if nd else None,
+                "handshake_ms": None,
+            })
+        elif name == "getsockopt" and fd is not None and "SO_ERROR" in args:
+            # librdkafka asks SO_ERROR once the connecting socket is writable:
+            # the handshake ended with the last POLLOUT wait before it. (Its
+            # first wait may have woken for the wake-up pipe instead.)
+            c = _open_conn(conns, row.pid, fd, row.ts_us)
+            if c is not None and c["handshake_ms"] is None:
+                _set_handshake(c, c.pop("_last_wait", None), row.ts_us)
+        elif row.dur_us is not None:
+            for c in reversed(conns):
+                if c["pid"] == row.pid and c["handshake_ms"] is None and row.ts_us >= c["connect_us"] \
+                        and row.ts_us - c["connect_us"] < HANDSHAKE_WINDOW_US and f"fd={c['fd']}" in args:
+                    c["_last_wait"] = (row.ts_us, row.dur_us)
+                    c.setdefault("_first_wait", (row.ts_us, row.dur_us))
+                    break
+    for c in conns:
+        # A client that never asks SO_ERROR: its first POLLOUT wait is the
+        # best there is.
+        first = c.pop("_first_wait", None)
+        c.pop("_last_wait", None)
+        if c["handshake_ms"] is None and first is not None:
+            _set_handshake(c, first, None)
+    return conns
+
+
+def _open_conn(conns: list[dict], pid, fd: int, ts_us: int) -> dict | None:
+    for c in reversed(conns):
+        if c["pid"] == pid and c["fd"] == fd and c["connect_us"] <= ts_us:
+            return c
+    return None
+
+
+def _set_handshake(c: dict, wait: tuple[int, int] | None, confirmed_us: int | None) -> None:
+    """From connect() to the end of the wait that saw the socket writable. A
+    wait that returned at once began after the handshake was over: the
+    figure is then only an upper bound."""
+    if wait is not None:
+        ts, dur = wait
+        end = ts + dur
+        c["handshake_upper_bound"] = dur * 2 < (end - c["connect_us"])
+    else:
+        end = confirmed_us
+        c["handshake_upper_bound"] = True
+    c["handshake_ms"] = round((end - c["connect_us"]) / 1000.0, 3)
+
+
+def sampled_connections(tables_dir: Path, conns: list[dict]) -> list[dict]:
+    """TCP_NODELAY as the socket really had it (pidfd_getfd + getsockopt),
+    for sockets whose connect() the capture did not see. They stand for the
+    socket from before the capture began until its first connect() seen."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    path = Path(tables_dir) / "sockets.parquet"
+    if not path.exists():
+        return []
+    t = pq.read_table(path, columns=["ts_us", "fd", "remote", "nodelay"])
+    t = t.filter(pc.is_valid(t["nodelay"]))
+    seen = {c["fd"] for c in conns}
+    out: dict[int, dict] = {}
+    for r in t.to_pylist():
+        if r["fd"] in seen or r["fd"] in out:
+            continue
+        out[r["fd"]] = {"fd": r["fd"], "pid": None, "connect_us": 0, "connect_line": None, "peer": r["remote"],
+                        "nodelay": bool(r["nodelay"]), "nodelay_line": None, "handshake_ms": None,
+                        "sampled": True}
+    return list(out.values())
+
+
+
+def path_rows(tables_dir: Path) -> list[dict]:
+    """The traceroute-style table per broker; probes are a few hundred rows,
+    read on the driver."""
+    import pyarrow.parquet as pq
+
+    from kdiag.parsers.tcp_probe import path_table
+
+    path = Path(tables_dir) / "probes.parquet"
+    if not path.exists():
+        return []
+    return path_table(pq.read_table(path)).to_pylist()
+
+
+def attach_connections(spark, produce, conns: list[dict]):
+    """Each request gets the facts of the latest connect() on its fd before
+    it: a broadcast range join against a table of a few rows."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    cols = {"c_fd": "int", "connect_us": "long", "nodelay": "boolean", "connect_line": "long",
+            "peer": "string", "nodelay_line": "long"}
+    schema = ", ".join(f"{k} {t}" for k, t in cols.items())
+    rows = [(c["fd"], c["connect_us"], c["nodelay"], c["connect_line"], c["peer"], c["nodelay_line"]) for c in conns]
+    cdf = spark.createDataFrame(rows, schema)
+    cdf = cdf.withColumn("until_us", F.lead("connect_us").over(Window.partitionBy("c_fd").orderBy("connect_us")))
+    cond = ((F.col("fd") == F.col("c_fd")) & (F.col("send_us") >= F.col("connect_us"))
+            & (F.col("until_us").isNull() | (F.col("send_us") < F.col("until_us"))))
+    return produce.join(F.broadcast(cdf), cond, "left").drop("c_fd", "until_us")
+
+
+
+def path_rtt_of(spark, tables_dir, conns: list[dict]) -> tuple[float | None, str | None, bool]:
+    """The path round trip, from the best source there is: kdiag's own
+    connect() handshakes, then the SYN probe's answer from the broker port,
+    then the wait after the producer's own connect() in strace."""
+    from pyspark.sql import functions as F
+
+    if tables_dir is not None:
+        hs = read_table(spark, Path(tables_dir), "handshakes")
+        if hs is not None:
+            row = hs.filter(F.col("error").isNull() & F.col("rtt_ms").isNotNull()).agg(
+                F.count("*").alias("k"), F.percentile_approx("rtt_ms", 0.5, 100000).alias("m")).first()
+            if row.k:
+                return row.m, f"TCP connect() handshakes to the brokers by kdiag ({row.k})", False
+        pr = read_table(spark, Path(tables_dir), "probes")
+        if pr is not None:
+            row = pr.filter(F.col("answer").isin("open", "closed") & F.col("rtt_ms").isNotNull()).agg(
+                F.count("*").alias("k"), F.percentile_approx("rtt_ms", 0.5, 100000).alias("m")).first()
+            if row.k:
+                return row.m, f"SYN probes answered by the broker port ({row.k})", False
+    measured = [c for c in conns if c.get("handshake_ms") is not None]
+    if not measured:
+        return None, None, False
+    rtt = pctl([c["handshake_ms"] for c in measured], 0.5)
+    bound = all(c.get("handshake_upper_bound") for c in measured)
+    return rtt, ("strace: connect() to writable; an upper bound, the handshake was over before librdkafka "
+                 "polled" if bound else "strace: connect() to writable"), bound
+

@@ -1,0 +1,308 @@
+"""Judging: per-request causes in Spark; only aggregates and one example
+request per cause come back to the driver, however many requests there are.
+The causes' rules and sentences are in ``kdiag.analysis.causes``."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from kdiag.analysis import causes
+from kdiag.analysis.causes import BY_NAME, CauseAgg, Facts, classify, verdict_of, version_tuple
+from kdiag.analysis.causes import _slow_wait, client_queueing, healthy
+from kdiag.analysis.causes.nagle_delayed_ack import NAGLE_DEFAULT_FLIPPED
+from kdiag.analysis.connections import attach_connections, path_rtt_of
+from kdiag.analysis.frames import at_once, quantile, rounded
+from kdiag.analysis.per_request import fill_write_sizes
+from kdiag.analysis.samples import runq_of, throttle_of
+from kdiag.analysis.thresholds import CONTRIBUTING_SHARE, ONE_WRITE_MIN, ONE_WRITE_WAIT_SHARE, SLOW_MS
+
+EXAMPLE_SORT_MAX = 100_000
+EXAMPLE_BAND = 0.0005
+# More rows in a band than this (the waits tie): the cause is sorted whole.
+EXAMPLE_BAND_ROWS = 200_000
+
+
+def median_requests(rq, bands: dict, cols: list[str]) -> dict:
+    """cause -> its median request by (wait_ms, send_us), nulls first: the
+    one at floor(k / 2) + 1. ``bands``: cause -> (k, requests with a wait,
+    wait quantiles [.., .., 0.5 - EXAMPLE_BAND, 0.5 + EXAMPLE_BAND]), for
+    every cause when they are to be found by band; the causes a band misses
+    are sorted whole."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    found: dict = {}
+    banded = {}
+    for cause, (k, timed, wait) in bands.items():
+        want = k // 2 + 1 - (k - timed)        # rank among the requests with a wait
+        if wait and wait[2] is not None and timed > 1 and 0 < want \
+                and 0.5 - EXAMPLE_BAND < (want - 1) / (timed - 1) < 0.5 + EXAMPLE_BAND:
+            banded[cause] = (want, wait[2], wait[3])
+    if banded:
+        lo = F.create_map(*[x for c, (_, a, _) in banded.items() for x in (F.lit(c), F.lit(a))])[F.col("cause")]
+        hi = F.create_map(*[x for c, (_, _, b) in banded.items() for x in (F.lit(c), F.lit(b))])[F.col("cause")]
+        wait = F.col("wait_ms")
+        got = rq.filter(F.col("cause").isin(*banded)).groupBy("cause").agg(
+            F.count(F.when(wait < lo, 1)).alias("below"),
+            F.count(F.when((wait >= lo) & (wait <= hi), 1)).alias("n"),
+            F.collect_list(F.when((wait >= lo) & (wait <= hi), F.struct("wait_ms", "send_us", "send_line",
+                                                                         "recv_line"))).alias("band")).collect()
+        pick = {}
+        for g in got:
+            want = banded[g.cause][0]
+            band = sorted(g.band, key=lambda r: (r.wait_ms, r.send_us is not None, r.send_us or 0))
+            if g.n <= EXAMPLE_BAND_ROWS and 0 <= want - g.below - 1 < len(band):
+                pick[g.cause] = band[want - g.below - 1]
+        if pick:
+            cond = None
+            for cause, r in pick.items():
+                c = (F.col("cause") == cause) & (F.col("send_line").eqNullSafe(r.send_line)) & \
+                    (F.col("recv_line").eqNullSafe(r.recv_line)) & (F.col("wait_ms") == r.wait_ms)
+                cond = c if cond is None else cond | c
+            for r in rq.filter(cond).select(*cols).collect():
+                found.setdefault(r.cause, r.asDict(recursive=True))
+    if bands and set(found) >= set(bands):
+        return found
+    rest = rq if not found else rq.filter(~F.col("cause").isin(*found))
+    w = Window.partitionBy("cause").orderBy("wait_ms", "send_us")
+    found.update({r.cause: r.asDict(recursive=True) for r in rest.withColumn("_i", F.row_number().over(w))
+                  .withColumn("_n", F.count("*").over(Window.partitionBy("cause")))
+                  .filter(F.col("_i") == F.floor(F.col("_n") / 2) + 1).select(*cols).collect()})
+    return found
+
+
+
+
+def one_write_requests(reqs) -> dict:
+    """Requests of any kind that left in a single write, and how long they
+    waited for their response."""
+    from pyspark.sql import functions as F
+
+    row = reqs.filter((F.col("n_writes") == 1) & F.col("wait_ms").isNotNull()).agg(
+        F.count("*").alias("n"), quantile("wait_ms", 0.5).alias("m")).first()
+    return {"n": row.n, "wait_p50_ms": rounded(row.m, 3)}
+
+
+def one_write_rules_out_nagle(n_one: int, one_wait_p50_ms: float | None, split_wait_p50_ms: float | None) -> bool:
+    """Nagle holds back only what follows an unacknowledged segment: a
+    request that left in one write has nothing held. When enough of those
+    wait as long as the split ones, the wait is not Nagle's."""
+    return (n_one >= ONE_WRITE_MIN and one_wait_p50_ms is not None and split_wait_p50_ms is not None
+            and one_wait_p50_ms >= max(SLOW_MS, ONE_WRITE_WAIT_SHARE * split_wait_p50_ms))
+
+
+def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, source: str,
+          unknowns: list[str], meta: dict, syscalls=None, parallel: bool = False) -> dict:
+    """The findings of the Produce requests ``produce`` (``reqs``: of every
+    kind). ``parallel``: a small input, whose independent jobs run at once."""
+    vt = version_tuple(version)
+    default_nodelay = None if vt is None else vt >= NAGLE_DEFAULT_FLIPPED
+    pre, (path_rtt, rtt_source, rtt_bound) = _before_causes(spark, reqs, stats, conns, meta, parallel)
+    single = {"n": pre.n1, "wait_p50_ms": rounded(pre.m1, 3)}
+    client_ms = pre.client_ms if stats is not None else None
+    nagle_possible = not one_write_rules_out_nagle(single["n"], single["wait_p50_ms"], pre.multi_wait)
+    meta = {**meta, "one_write": single, "nagle_possible": nagle_possible, "has_stats": stats is not None}
+    # Statistics without one throttle time add nothing but a join.
+    throttles = stats if stats is not None and pre.throttled else None
+    rq, held = _classified(spark, produce, conns, throttles, path_rtt, nagle_possible, meta)
+    ex_cols = causes.example_columns() + [c for c in ("_run_lo", "_run_hi") if c in rq.columns]
+    examples = None
+    if parallel:   # few requests: sorted whole, beside the sums
+        rows, examples = at_once(True, [_sums(rq).collect, lambda: median_requests(rq, {}, ex_cols)])
+    else:
+        rows = _sums(rq).collect()
+    s, per, bands = _per_cause(rows, meta.get("tcp_retrans"))
+    n = s.k if s is not None else 0
+    summary = _summary(s, n, pre.all_kinds, source, client_ms, (path_rtt, rtt_source, rtt_bound), meta)
+    _unknowns(unknowns, s, client_ms, default_nodelay, version)
+    if n == 0:
+        unknowns.append("no Produce request completed in the capture")
+        if held:
+            rq.unpersist()
+        return result_of(meta, version, "healthy", [], summary, unknowns, no_data=True)
+
+    if examples is None:
+        examples = median_requests(rq, bands if n > EXAMPLE_SORT_MAX else {}, ex_cols)
+    if _slow_wait.LABEL in examples:
+        examples["packet_loss" if "packet_loss" in per else "broker_slow"] = examples.pop(_slow_wait.LABEL)
+    fill_write_sizes(syscalls, examples)
+    if held:
+        rq.unpersist()
+    facts = Facts(None, {}, n, path_rtt, rtt_bound, version, default_nodelay, summary, meta, client_ms)
+    findings = _findings(per, examples, facts, vt)
+    verdict = verdict_of(findings)
+    if verdict == "healthy":
+        k = per["healthy"].k if "healthy" in per else 0
+        findings.insert(0, {"cause": healthy.NAME, "share": round(k / n, 3), "requests": k,
+                            "evidence": healthy.evidence(facts), "fix": healthy.fix(vt),
+                            "fix_text": healthy.fix_text(facts)})
+    return result_of(meta, version, verdict, findings, summary, unknowns)
+
+
+def _before_causes(spark, reqs, stats, conns: list[dict], meta: dict, parallel: bool):
+    """Everything that comes before the causes, in one job (beside the
+    path's): the one-write requests, the split ones' wait, the statistics'
+    queueing and throttles; and the path RTT."""
+    from pyspark.sql import functions as F
+
+    one_write = (F.col("n_writes") == 1) & F.col("wait_ms").isNotNull()
+    pre = reqs.agg(F.count("*").alias("all_kinds"), F.count(F.when(one_write, 1)).alias("n1"),
+                   quantile(F.when(one_write, F.col("wait_ms")), 0.5).alias("m1"),
+                   quantile(F.when((F.col("request") == "Produce") & (F.col("n_writes") >= 2), F.col("wait_ms")),
+                            0.5).alias("multi_wait"))
+    if stats is not None:
+        pre = pre.crossJoin(stats.agg(F.percentile_approx("int_latency_p50_ms", 0.5).alias("client_ms"),
+                                      F.count(F.when(F.col("throttle_max_ms") > 0, 1)).alias("throttled")))
+    path, pre = at_once(parallel, [lambda: path_rtt_of(spark, meta.get("tables_dir"), conns), pre.first])
+    return pre, path
+
+
+def _classified(spark, produce, conns: list[dict], throttles, path_rtt, nagle_possible: bool, meta: dict):
+    """The requests with what the samplers saw joined on, and their cause;
+    cached (True) when the joins shuffle."""
+    from pyspark.sql import functions as F
+
+    produce = runq_of(spark, meta.get("tables_dir"), produce)
+    produce = throttle_of(throttles, produce) if throttles is not None else \
+        produce.withColumn("throttle_ms", F.lit(None).cast("double"))
+    rq = classify(attach_connections(spark, produce, conns), path_rtt, nagle_possible)
+    held = "runq_ms" in produce.columns and meta.get("tables_dir") and \
+        (Path(meta["tables_dir"]) / "threads.parquet").exists() or throttles is not None
+    if held:   # joins that shuffle: made once for the two jobs below
+        rq = rq.cache()
+    return rq, held
+
+
+def _sums(rq):
+    """The causes and the whole in one job: each request counted once as
+    itself and once under its cause, with only the columns each side is
+    summed over (a percentile costs per value it is given). slow_wait is
+    told apart later; all its requests get the same name."""
+    from pyspark.sql import functions as F
+
+    q = quantile
+    none = lambda t: F.lit(None).cast(t)  # noqa: E731
+    summed = causes.summed_columns()
+    whole = rq.select(none("string").alias("_g"), "total_ms", "wait_ms", "rtt_ms", "send_ms", "read_ms", "send_us",
+                      "recv_us", "broker", F.when(F.col("fd").isNotNull() & F.col("connect_us").isNull(),
+                                                  F.col("fd")).alias("_ufd"),
+                      *[none("double").alias(f"_s_{c}") for c in summed])
+    each = rq.select(F.col("cause").alias("_g"), "total_ms", "wait_ms", none("double").alias("rtt_ms"),
+                     none("double").alias("send_ms"), none("double").alias("read_ms"), none("long").alias("send_us"),
+                     none("long").alias("recv_us"), none("string").alias("broker"), none("int").alias("_ufd"),
+                     *[F.col(c).cast("double").alias(f"_s_{c}") for c in summed])
+    return whole.unionByName(each).groupBy("_g").agg(
+        F.count("*").alias("k"), F.count("wait_ms").alias("timed"),
+        q("total_ms", [0.5, 0.99]).alias("total"), q("rtt_ms", [0.5, 0.99]).alias("rtt"),
+        q("send_ms", 0.5).alias("send"), q("wait_ms", [0.5, 0.99, 0.5 - EXAMPLE_BAND, 0.5 + EXAMPLE_BAND]).alias("wait"),
+        q("read_ms", 0.5).alias("read"), F.min("send_us").alias("first"), F.max("recv_us").alias("last"),
+        F.sort_array(F.collect_set("broker")).alias("brokers"), F.sort_array(F.collect_set("_ufd")).alias("unknown_fds"),
+        F.max("wait_ms").alias("wait_max"), F.sum("total_ms").alias("time"),
+        *[q(f"_s_{c}", 0.5).alias(f"p50_{c}") for c in summed],
+        *[F.max(f"_s_{c}").alias(f"max_{c}") for c in summed])
+
+
+def _per_cause(rows, retrans: int | None):
+    """The whole's row, cause -> CauseAgg (slow_wait resolved) and cause ->
+    what ``median_requests`` finds its example by."""
+    summed = causes.summed_columns()
+    s = next((r for r in rows if r._g is None), None)
+    per = {r._g: CauseAgg(r.k, r.wait[:2] if r.wait else r.wait, r.total[0] if r.total else None, r.wait_max,
+                          r.time, {c: r[f"p50_{c}"] for c in summed}, {c: r[f"max_{c}"] for c in summed})
+           for r in rows if r._g is not None}
+    bands = {r._g: (r.k, r.timed, r.wait) for r in rows if r._g is not None}
+    n = s.k if s is not None else 0
+    if _slow_wait.LABEL in per:
+        slow = per.pop(_slow_wait.LABEL)
+        per[_slow_wait.resolve(n, slow.k, retrans)] = slow
+    return s, per, bands
+
+
+def _summary(s, n: int, all_kinds: int, source: str, client_ms, path: tuple, meta: dict) -> dict:
+    path_rtt, rtt_source, rtt_bound = path
+    two = lambda v, i: None if v is None else v[i]  # noqa: E731
+    return {
+        "requests": n,
+        "requests_all_kinds": all_kinds,
+        "brokers": list((s.brokers if s is not None else None) or []),
+        "source": source,
+        "rtt_p50_ms": rounded(two(s and s.rtt, 0)), "rtt_p99_ms": rounded(two(s and s.rtt, 1)),
+        "latency_p50_ms": rounded(two(s and s.total, 0)), "latency_p99_ms": rounded(two(s and s.total, 1)),
+        "split_ms": {
+            "client_queue": rounded(client_ms),
+            "socket_send": rounded(s and s.send, 3),
+            "wait_response": rounded(two(s and s.wait, 0), 3),
+            "read_response": rounded(s and s.read, 3),
+        },
+        "path_rtt_ms": rounded(path_rtt, 3),
+        "path_rtt_source": rtt_source,
+        "path_rtt_upper_bound": rtt_bound if path_rtt is not None else None,
+        "tcp_retransmits": meta.get("tcp_retrans"),
+        "first_send_us": s and s.first,
+        "last_recv_us": s and s.last,
+    }
+
+
+def _unknowns(unknowns: list[str], s, client_ms, default_nodelay: bool | None, version: str | None) -> None:
+    if client_ms is None:
+        unknowns.append("no statistics: time queued in the client before the send is unknown")
+    if s is not None and s.unknown_fds:
+        hint = ""
+        if default_nodelay is not None:
+            hint = (f"; librdkafka {version} defaults socket.nagle.disable to "
+                    f"{'true' if default_nodelay else 'false'}")
+        unknowns.append(f"TCP_NODELAY unknown on fd {list(s.unknown_fds)}: the capture started after connect(){hint}")
+
+
+def _findings(per: dict, examples: dict, run: Facts, vt) -> list[dict]:
+    """A finding per cause that explains enough requests or time, and the
+    client's queueing; the largest share first."""
+    n = run.requests
+    all_time = sum((a.time or 0.0) for a in per.values()) or 1.0
+    findings = []
+    for name, agg in per.items():
+        share = agg.k / n
+        time_share = (agg.time or 0.0) / all_time
+        # A tail cause is few requests but much of the time: listed by either.
+        if name == "healthy" or max(share, time_share) < CONTRIBUTING_SHARE:
+            continue
+        facts = Facts(agg, examples[name], n, run.path_rtt_ms, run.rtt_upper_bound, run.version,
+                      run.default_nodelay, run.summary, run.meta, run.client_ms)
+        f = finding(BY_NAME[name], facts, share, vt)
+        f["time_share"] = round(time_share, 3)
+        findings.append(f)
+    share = client_queueing.share_of(run.client_ms, run.summary)
+    if share is not None:
+        findings.append({"cause": client_queueing.NAME, "share": round(share, 3), "time_share": round(share, 3),
+                         "requests": run.summary.get("requests"), "evidence": client_queueing.evidence(run),
+                         "fix": client_queueing.fix(vt), "fix_text": client_queueing.fix_text(run)})
+    findings.sort(key=lambda f: (-f["share"], f["cause"]))
+    return findings
+
+
+def finding(cause, facts: Facts, share: float, vt) -> dict:
+    """One cause's finding: its share, its sentences, its fix and its
+    median request as the example."""
+    ex = facts.example
+    return {
+        "cause": cause.NAME,
+        "share": round(share, 3),
+        "requests": facts.agg.k,
+        "evidence": cause.evidence(facts),
+        "fix": cause.fix(vt),
+        "fix_text": cause.fix_text(facts),
+        "example": {k: ex.get(k) for k in ("broker", "corr_id", "n_writes", "write_sizes", "wait_ms",
+                                            "rtt_ms", "send_line", "recv_line", "fd")},
+    }
+
+
+def result_of(meta, version, verdict, findings, summary, unknowns, no_data=False) -> dict:
+    return {
+        "kdiag_version": meta.get("kdiag_version"),
+        "librdkafka_version": version,
+        # Nothing to judge is not "healthy": the verdict is then null.
+        "verdict": None if no_data else verdict,
+        "no_data": no_data,
+        "summary": summary,
+        "findings": findings,
+        "unknowns": unknowns,
+    }

@@ -1,0 +1,273 @@
+"""The per-request pipeline: Sent joined to Received, each request's send
+burst and wait found in its thread's syscalls (or requests inferred from
+the syscalls alone when the producer logs nothing).
+
+1. Requests: each Received line joined to its Sent line by
+   (client, broker, corr_id); correlation ids count per broker handle and a
+   retry gets a new one, so corr_id alone is not a key.
+2. Send burst: the socket writes on the broker thread right before the
+   ``Sent`` line (librdkafka logs it after the writes). Over TLS one request
+   is several records, several write()s: that is what Nagle holds back.
+3. Window: the thread's syscalls between the first write and the
+   ``Received`` line, in one sorted pass per thread, never a cross product.
+"""
+from __future__ import annotations
+
+WRITE_CALLS = ["write", "writev", "sendmsg", "sendto", "send", "pwrite64"]
+READ_CALLS = ["read", "readv", "recvmsg", "recvfrom", "recv"]
+WAIT_CALLS = ["poll", "ppoll", "epoll_wait", "epoll_pwait", "epoll_pwait2", "select", "pselect6"]
+# -yy names the endpoints; -y only says "socket:[inode]".
+SOCKET_INFO = r"^(TCP|TCPv6|UDP|UDPv6|UNIX|UNIX-STREAM|NETLINK|socket:)"
+
+
+def requests(spark, events):
+    """Sent joined to Received by (client, broker, corr_id); a Received pairs
+    with the latest Sent before it, so a reused name in a concatenated log
+    still pairs right."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    has_pid = "pid" in events.columns
+    pid = F.col("pid") if has_pid else F.lit(None).cast("int")
+    key = ["client", "broker", "corr_id"]
+    is_send = F.col("event") == "send"
+    # One pass in line order per key instead of a join and a window: each
+    # Received takes the latest Sent seen before it. At one line number a
+    # Received sorts first, so only a Sent on an earlier line pairs with it.
+    ev = events.filter(F.col("event").isin("send", "recv") & F.col("client").isNotNull()
+                       & F.col("broker").isNotNull() & F.col("corr_id").isNotNull()).select(
+        *key, F.col("line_no"), is_send.alias("_send"),
+        F.when(is_send, F.struct(F.col("request"), F.col("size_bytes").alias("req_bytes"),
+                                 F.col("ts_us").alias("send_us"), F.col("line_no").alias("send_line"),
+                                 pid.alias("pid"))).alias("_s"),
+        F.col("ts_us").alias("recv_us"), F.col("line_no").alias("recv_line"), "rtt_ms",
+        F.col("size_bytes").alias("resp_bytes"))
+    w = Window.partitionBy(*key).orderBy("line_no", "_send").rowsBetween(Window.unboundedPreceding, 0)
+    j = ev.withColumn("_s", F.last("_s", ignorenulls=True).over(w)).filter(~F.col("_send") & F.col("_s").isNotNull())
+    return j.select(*key, "recv_us", "recv_line", "rtt_ms", "resp_bytes", "_s.request", "_s.req_bytes",
+                    "_s.send_us", "_s.send_line", "_s.pid")
+
+
+def flag_syscalls(syscalls):
+    """The syscalls with socket writes, socket reads and waits flagged."""
+    from pyspark.sql import functions as F
+
+    sc = syscalls.filter(F.col("kind") == "syscall").select(
+        "line_no", "pid", "ts_us", "dur_us", "syscall", "fd", "fd_info", "ret")
+    is_sock = F.col("fd").isNotNull() & (F.col("fd") > 2) & (
+        F.col("fd_info").isNull() | F.col("fd_info").rlike(SOCKET_INFO))
+    sc = sc.withColumn("sock_write", F.col("syscall").isin(WRITE_CALLS) & is_sock & (F.col("ret") > 0))
+    sc = sc.withColumn("sock_read", F.col("syscall").isin(READ_CALLS) & is_sock & (F.col("ret") > 0))
+    return sc.withColumn("wait", F.col("syscall").isin(WAIT_CALLS))
+
+
+def prepare_syscalls(syscalls):
+    """Flagged syscalls with the bursts of socket writes numbered per thread
+    (for requests inferred from syscalls alone)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    sc = flag_syscalls(syscalls)
+    # burst: a run of socket writes; every other call on the thread starts a
+    # new one. The writes of a request share the burst just before its Sent line.
+    w = Window.partitionBy("pid").orderBy("ts_us", "line_no").rowsBetween(Window.unboundedPreceding, 0)
+    return sc.withColumn("burst", F.sum(F.when(F.col("sock_write"), 0).otherwise(1)).over(w))
+
+
+def _bursts(sc):
+    from pyspark.sql import functions as F
+
+    return sc.filter("sock_write").groupBy("pid", "burst").agg(
+        F.count("*").alias("n_writes"),
+        F.min("ts_us").alias("send_start_us"),
+        F.sum("ret").alias("written_bytes"),
+        F.sort_array(F.collect_list(F.struct("ts_us", "ret"))).alias("_w"),
+        F.first("fd").alias("fd"),
+        F.first("fd_info").alias("fd_info"),
+        F.max(F.col("ts_us") + F.coalesce(F.col("dur_us"), F.lit(0))).alias("send_end_us"),
+        F.min("line_no").alias("first_line"),
+    ).withColumn("write_sizes", F.col("_w.ret")).drop("_w")
+
+
+def split_requests(spark, reqs, sc):
+    """Attach each request's send burst and the first socket read of its
+    window (between its Sent and Received lines, both included).
+
+    Each thread's syscalls are sorted once, with a marker row for each
+    request at its Sent time, sorted before the thread's calls of that time.
+    Walking forward, each row gets running sums of the socket writes so far;
+    the call that ends a run of writes (every call but a socket write does)
+    sees its run as the sums since the call that ended the previous one.
+    The first socket read of a window is the next read after its marker (a
+    lead that skips what is not a read). A request left in the run right
+    before its Sent line's own write(2): a second, small sort of markers and
+    runs brings the two together by that line's number. No range join and
+    no syscall compared with a request: windows that overlap (pipelined
+    requests) cost nothing more.
+
+    ``write_sizes`` is left empty: it is only shown for the example
+    requests, filled in by ``fill_write_sizes`` from the run's bounds
+    (``_run_lo``, ``_run_hi``: (ts_us, line_no) of the calls around it)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    rows = _runs(_calls_and_marks(reqs, sc))
+    # A request meets its run by its Sent line's number.
+    pair = Window.partitionBy("pid", "_line").orderBy(F.col("_k").desc()).rowsBetween(Window.unboundedPreceding, 0)
+    rows = rows.withColumn("_b", F.first("_run", ignorenulls=True).over(pair)).filter(F.col("_k") == 0)
+    send, recv = F.col("_req.send_us"), F.col("_req.recv_us")
+    # A request without a thread is not matched with any syscall.
+    own = F.col("_req.pid").isNotNull()
+    burst = lambda c, name=None: F.when(own, F.col(f"_b.{c}")).alias(name or c)  # noqa: E731
+    r = rows.select(
+        "_req.*", *[burst(c) for c in ("n_writes", "send_start_us", "written_bytes")],
+        F.lit(None).cast("array<long>").alias("write_sizes"), burst("fd"), burst("fd_info"),
+        burst("lo", "_run_lo"), burst("hi", "_run_hi"),
+        F.when(own & send.isNotNull() & (F.col("_next_read") <= recv), F.col("_next_read")).alias("first_read_us"))
+    r = r.withColumn("start_us", F.coalesce("send_start_us", "send_us"))
+    ms = lambda a, b: (F.col(a) - F.col(b)) / 1000.0  # noqa: E731
+    return (r.withColumn("send_ms", ms("send_us", "start_us"))
+             .withColumn("wait_ms", ms("first_read_us", "send_us"))
+             .withColumn("read_ms", ms("recv_us", "first_read_us"))
+             .withColumn("total_ms", ms("recv_us", "start_us")))
+
+
+def _calls_and_marks(reqs, sc):
+    """The thread's calls and one marker row per request (``_k`` 0), in one
+    frame: the marker carries its request whole in ``_req``."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructField, StructType
+
+    req_t = StructType([StructField(f.name, f.dataType, True) for f in reqs.schema.fields])
+    flag = lambda c: F.coalesce(F.col(c), F.lit(False))  # noqa: E731
+    calls = sc.select(
+        "pid", F.col("ts_us").alias("_ts"), F.lit(1).alias("_k"), F.col("line_no").alias("_line"),
+        flag("sock_write").alias("_wr"), flag("sock_read").alias("_rd"), F.col("ret").alias("_ret"),
+        F.col("fd").alias("_fd"), F.when(flag("sock_write"), F.col("fd_info")).alias("_fdi"),
+        F.lit(None).cast(req_t).alias("_req"))
+    marks = reqs.select(
+        "pid", F.col("send_us").alias("_ts"), F.lit(0).alias("_k"), F.col("send_line").alias("_line"),
+        F.lit(False).alias("_wr"), F.lit(False).alias("_rd"), F.lit(None).cast("long").alias("_ret"),
+        F.lit(None).cast("int").alias("_fd"), F.lit(None).cast("string").alias("_fdi"),
+        F.struct(*[F.col(c) for c in reqs.columns]).cast(req_t).alias("_req"))
+    return calls.unionByName(marks)
+
+
+def _runs(rows):
+    """Each call that ends a run of writes gets the run (``_run``); every
+    marker keeps the next socket read after it (``_next_read``)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    fwd = Window.partitionBy("pid").orderBy("_ts", "_k", "_line")
+    upto = fwd.rowsBetween(Window.unboundedPreceding, 0)
+    one = lambda c: F.when(c, 1).otherwise(0)  # noqa: E731
+    wr, call = F.col("_wr"), F.col("_k") == 1
+    timed_wr = wr & F.col("_ts").isNotNull()
+    ends = call & ~wr
+    rows = rows.select(
+        "*", F.when(F.col("_rd"), F.col("_ts")).alias("_read_ts"),
+        F.when(call, F.struct(wr.alias("wr"), F.col("_ts").isNull().alias("untimed"))).alias("_as_call"))
+    rows = rows.select(
+        "*",
+        F.sum(one(wr)).over(upto).alias("_cw"),
+        F.sum(one(timed_wr)).over(upto).alias("_ctw"),
+        F.sum(F.when(wr, F.col("_ret")).otherwise(0)).over(upto).alias("_cb"),
+        F.expr("lead(_read_ts, 1, null, true)").over(fwd).alias("_next_read"),
+        F.expr("lag(_as_call, 1, null, true)").over(fwd).alias("_prev_call"))
+    # A run's first write follows a call that is not a write; its first
+    # timed write follows that or an untimed write (untimed rows sort first).
+    prev = F.col("_prev_call")
+    first = wr & (prev.isNull() | ~prev.getField("wr"))
+    first_timed = timed_wr & (prev.isNull() | ~prev.getField("wr") | prev.getField("untimed"))
+    pos = F.struct(F.col("_ts").alias("ts_us"), F.col("_line").alias("line_no"))
+    rows = rows.select(
+        "pid", "_k", "_line", "_req", "_next_read", "_cw", "_ctw", "_cb", pos.alias("_pos"),
+        F.last(F.when(first, F.struct("_fd", "_fdi")), ignorenulls=True).over(upto).alias("_fw"),
+        F.last(F.when(first_timed, F.col("_ts")), ignorenulls=True).over(upto).alias("_tw"),
+        F.last(F.when(ends, F.struct(pos.alias("at"), "_cw", "_ctw", "_cb")), ignorenulls=True).over(
+            fwd.rowsBetween(Window.unboundedPreceding, -1)).alias("_prev_end"))
+    pe = lambda c: F.coalesce(F.col("_prev_end").getField(c), F.lit(0))  # noqa: E731
+    n = F.col("_cw") - pe("_cw")
+    run = F.struct(n.alias("n_writes"),
+                   F.when(F.col("_ctw") > pe("_ctw"), F.col("_tw")).alias("send_start_us"),
+                   (F.col("_cb") - pe("_cb")).alias("written_bytes"),
+                   F.col("_fw._fd").alias("fd"), F.col("_fw._fdi").alias("fd_info"),
+                   F.col("_prev_end.at").alias("lo"), F.col("_pos").alias("hi"))
+    return rows.filter((F.col("_k") == 0) | (n > 0)).select(
+        "pid", "_k", "_line", "_req", "_next_read", F.when(F.col("_k") == 1, run).alias("_run"))
+
+
+def fill_write_sizes(syscalls, examples: dict) -> None:
+    """The sizes of each example request's writes, in time order: the
+    socket writes on its thread between the calls around its run (a few
+    rows, read with the table's own filters)."""
+    from pyspark.sql import functions as F
+
+    want = [e for e in examples.values() if e.get("write_sizes") is None and e.get("_run_hi") is not None
+            and e.get("pid") is not None and e.get("n_writes")]
+    if want and syscalls is not None:
+        cond = None
+        for e in want:
+            lo, hi = e["_run_lo"], e["_run_hi"]
+            c = F.col("pid") == e["pid"]
+            if hi["ts_us"] is not None:
+                c = c & (F.col("ts_us").isNull() | (F.col("ts_us") <= hi["ts_us"]))
+            if lo is not None and lo["ts_us"] is not None:
+                c = c & (F.col("ts_us") >= lo["ts_us"])
+            cond = c if cond is None else cond | c
+        got = flag_syscalls(syscalls.filter(cond)).filter("sock_write").select(
+            "pid", "ts_us", "line_no", "ret").collect()
+        key = lambda ts, line: (ts is not None, ts or 0, line)  # noqa: E731
+        for e in want:
+            lo, hi = e["_run_lo"], e["_run_hi"]
+            top = key(hi["ts_us"], hi["line_no"])
+            bottom = key(lo["ts_us"], lo["line_no"]) if lo is not None else None
+            mine = [(g.ts_us, g.ret) for g in got if g.pid == e["pid"]
+                    and key(g.ts_us, g.line_no) < top and (bottom is None or key(g.ts_us, g.line_no) > bottom)]
+            # sort_array of (ts_us, ret): nulls first
+            e["write_sizes"] = [ret for _, ret in sorted(mine, key=lambda x: (x[0] is not None, x[0] or 0,
+                                                                              x[1] is not None, x[1] or 0))]
+    for e in examples.values():
+        e.pop("_run_lo", None)
+        e.pop("_run_hi", None)
+
+
+def exchanges(sc):
+    """Requests inferred from syscalls alone, for producers that log no
+    Sent/Received lines: a burst of socket writes on a thread, then the
+    first socket read on that fd is its response (a synchronous producer has
+    one request in flight). No correlation ids: pipelined requests would
+    pair with the wrong response, which the findings say."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    b = _bursts(sc).select("pid", "fd", "fd_info", "n_writes", "write_sizes", "written_bytes",
+                           F.col("send_start_us"), F.col("send_end_us").alias("ts_us"),
+                           F.col("first_line").alias("send_line"), F.lit(None).cast("long").alias("read_us"),
+                           F.lit(None).cast("long").alias("read_line"))
+    reads = sc.filter("sock_read").select(
+        "pid", "fd", F.lit(None).cast("string").alias("fd_info"), F.lit(None).cast("long").alias("n_writes"),
+        F.lit(None).cast("array<long>").alias("write_sizes"), F.lit(None).cast("long").alias("written_bytes"),
+        F.lit(None).cast("long").alias("send_start_us"), "ts_us", F.lit(None).cast("long").alias("send_line"),
+        F.col("ts_us").alias("read_us"), F.col("line_no").alias("read_line"))
+    # The first read after each row: the last one seen walking backwards
+    # (a frame to the partition's end would be rescanned for every row).
+    ev = b.unionByName(reads).withColumn("_o", F.coalesce("send_line", "read_line"))
+    w = Window.partitionBy("pid", "fd").orderBy(F.col("ts_us").desc(), F.col("_o").desc()).rowsBetween(
+        Window.unboundedPreceding, -1)
+    nxt = F.last(F.when(F.col("read_us").isNotNull(), F.struct("read_us", "read_line")), ignorenulls=True).over(w)
+    ev = ev.withColumn("_n", nxt).withColumn("resp_us", F.col("_n.read_us")).withColumn("recv_line", F.col("_n.read_line"))
+    ms = lambda a, c: (F.col(a) - F.col(c)) / 1000.0  # noqa: E731
+    return (ev.filter(F.col("n_writes").isNotNull() & F.col("resp_us").isNotNull())
+              .select(F.lit(None).cast("string").alias("client"),
+                      F.coalesce(F.regexp_extract("fd_info", r"->([^\]]+)", 1), F.col("fd").cast("string")).alias("broker"),
+                      F.lit(None).cast("int").alias("corr_id"), F.lit("exchange").alias("request"),
+                      F.col("written_bytes").alias("req_bytes"), F.col("ts_us").alias("send_us"),
+                      F.col("resp_us").alias("recv_us"), F.lit(None).cast("double").alias("rtt_ms"),
+                      "pid", "fd", "n_writes", "write_sizes", "send_line", "recv_line", "send_start_us")
+              .withColumn("send_ms", ms("send_us", "send_start_us"))
+              .withColumn("wait_ms", ms("recv_us", "send_us"))
+              .withColumn("read_ms", F.lit(0.0))
+              .withColumn("total_ms", ms("recv_us", "send_start_us")))
+
