@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import shutil
 import signal
@@ -111,14 +112,13 @@ def _parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
 
     t = sub.add_parser("trace", help="trace a producer and name the cause of its latency",
-                       epilog=TRACE_EXAMPLES, formatter_class=fmt)
+                       epilog=_scenario_list() + "\n" + TRACE_EXAMPLES, formatter_class=fmt)
     t.add_argument("-b", "--brokers", help="bootstrap brokers HOST:PORT[,...]; default: a local lab")
     t.add_argument("-X", dest="props", action="append", default=[], metavar="PROP=VALUE",
                    help="librdkafka property for the probe producer (repeatable)")
     t.add_argument("-F", dest="prop_file", metavar="FILE", help="librdkafka properties file (key=value)")
     t.add_argument("--topic", default="kdiag-probe", help="topic the probe writes to (default %(default)s)")
-    t.add_argument("--messages", type=int,
-                   help="messages to produce (default 100; 600 for --scenario client-cpu)")
+    t.add_argument("--messages", type=int, help=f"messages to produce (default {_messages_defaults()})")
     t.add_argument("--size", type=int, default=2048, help="value size in bytes (default %(default)s)")
     t.add_argument("--rate", type=float, metavar="N",
                    help="produce asynchronously at N messages a second (default: one at a time, waiting for each)")
@@ -131,10 +131,7 @@ def _parser() -> argparse.ArgumentParser:
                         "strace would cost a busy producer a noticeable share of its throughput, or for a "
                         "command; strace otherwise and whenever bpftrace cannot run)")
     t.add_argument("--scenario", metavar="NAME",
-                   help="a lab scenario instead of the default: network-latency, packet-loss, clean (a "
-                        "multi-hop network in namespaces), nagle-proxy (a TLS terminator with Nagle), "
-                        "slow-broker (responses delayed 50 ms), throttled (a produce quota enforced as Kafka does), "
-                        "client-cpu (the probe under a CPU limit)")
+                   help="a lab scenario instead of the default (scenarios: below); it does not go with -b")
     t.add_argument("--no-path-probe", action="store_true", help="skip the TCP path probe of the brokers")
     t.add_argument("-o", "--output", type=Path, help="bundle path (default ./kdiag-YYYYmmdd-HHMMSS.tar.gz); "
                    "the capture is written beside it, in OUTPUT.partial/, until the bundle is sealed")
@@ -170,11 +167,29 @@ def _parser() -> argparse.ArgumentParser:
 
     lab = sub.add_parser("lab", help="start/stop the local lab broker", epilog=LAB_EXAMPLES, formatter_class=fmt)
     lab.add_argument("action", choices=["up", "down", "status", "matrix"])
-    lab.add_argument("cases", nargs="*", metavar="CASE", help="matrix: only these cases (default: all)")
+    lab.add_argument("cases", nargs="*", metavar="CASE",
+                     help="matrix: only these scenarios (default: all; kdiag trace --help lists them)")
     lab.add_argument("--messages", type=int, help="matrix: messages per case (default: each case's own)")
     lab.add_argument("-o", "--output", type=Path, help="matrix: directory for the bundles (default: a temporary one)")
     lab.add_argument("--json", action="store_true", help="matrix: the rows as one JSON object")
     return ap
+
+
+def _scenario_list() -> str:
+    """The --scenario names and their help lines, from the registry."""
+    from kdiag.lab import scenarios
+
+    width = max(len(n) for n in scenarios.names())
+    return "scenarios (--scenario NAME):\n" + "".join(
+        f"  {sc.name.ljust(width)}  {sc.help}\n" for sc in scenarios.all_scenarios())
+
+
+def _messages_defaults() -> str:
+    from kdiag.lab import scenarios
+
+    default = scenarios.get(None).messages
+    own = [f"{sc.messages} for --scenario {sc.name}" for sc in scenarios.all_scenarios() if sc.messages != default]
+    return "; ".join([str(default), *own])
 
 
 def _props(args) -> dict[str, str]:
@@ -208,17 +223,25 @@ def cmd_trace(args, env: Environment, argv: list[str], command: list[str]) -> Ex
         # The probe starts under strace --seccomp-bpf: only the calls kdiag
         # reads stop it, at ~22 msg/s that is a few hundred a second.
         raise UsageError("--tracer goes with --pid or -- CMD; kdiag's own probe always runs under strace")
-    if args.messages is None:
-        args.messages = trace.SCENARIO_MESSAGES.get(args.scenario, trace.DEFAULT_MESSAGES)
-    if args.messages < 1 or args.size < 0:
-        raise UsageError("--messages must be >= 1 and --size >= 0")
-    opts = trace.TraceOptions(brokers=args.brokers, props=_props(args), topic=args.topic,
-                              messages=args.messages, size=args.size, out=args.output,
-                              timeout_s=args.timeout, scenario=args.scenario, rate=args.rate,
-                              path_probe=not args.no_path_probe, argv=["kdiag", *argv],
-                              max_capture_mb=args.max_capture_mb, pseudonymise=args.pseudonymise)
     if args.scenario and args.brokers:
         raise UsageError("--scenario runs its own lab; it does not go with -b")
+    from kdiag.lab import scenarios
+
+    # An unknown name is a usage error that lists the known ones.
+    scenario = None if args.brokers else scenarios.get(args.scenario)
+    if args.messages is None:
+        args.messages = scenario.messages if scenario else scenarios.get(None).messages
+    if args.rate is None and scenario is not None:
+        args.rate = scenario.rate
+    if args.messages < 1 or args.size < 0:
+        raise UsageError("--messages must be >= 1 and --size >= 0")
+    # The scenario's own producer properties come with its lab's config; -X wins.
+    lab = None if args.brokers else functools.partial(scenarios.running, args.scenario)
+    opts = trace.TraceOptions(brokers=args.brokers, props=_props(args), topic=args.topic,
+                              messages=args.messages, size=args.size, out=args.output,
+                              timeout_s=args.timeout, lab=lab, rate=args.rate,
+                              path_probe=not args.no_path_probe, argv=["kdiag", *argv],
+                              max_capture_mb=args.max_capture_mb, pseudonymise=args.pseudonymise)
     with _sigterm_interrupts():
         res = trace.run(opts, log=env.say)
     return _trace_status(env, res, args.json)

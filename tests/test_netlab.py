@@ -22,10 +22,11 @@ import psutil
 import pytest
 
 from conftest import alive, need, need_tansu, wait_gone
+import kdiag
+from kdiag.lab import delayline as delayline_mod
+from kdiag.lab import netns
 from kdiag.lab import network as netlab
 
-from kdiag.lab import delayline as delayline_mod
-import kdiag
 REPO = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.e2e
@@ -118,7 +119,7 @@ def test_interface_and_config(latency_lab):
     assert lab.scenario == netlab.SCENARIOS["network-latency"]
     assert set(lab.namespaces) == {"client", "link", "router", "broker"}
     assert all(ns.startswith(lab.prefix) for ns in lab.namespaces.values())
-    assert all(len(name) <= 15 for name in netlab._ifnames(lab.prefix).values())
+    assert all(len(name) <= 15 for name in netns.ifnames(lab.prefix).values())
     assert lab.client_config() == {
         "bootstrap.servers": f"{lab.broker_addr}:{lab.tls_port}",
         "security.protocol": "ssl",
@@ -187,7 +188,7 @@ def test_two_labs_coexist_and_both_go_away(tools):
         assert not set(one.namespaces.values()) & set(two.namespaces.values())
         for lab in (one, two):
             assert netlab.call_in_netns(
-                lab.namespaces["client"], netlab._tls_handshake, lab.broker_addr, lab.tls_port, lab.ca_path, 5.0
+                lab.namespaces["client"], netns.tls_handshake, lab.broker_addr, lab.tls_port, lab.ca_path, 5.0
             )
     _assert_gone(one)
     _assert_gone(two)
@@ -289,7 +290,7 @@ def test_delay_line_keeps_order_under_jitter_and_exits_cleanly(tools, tmp_path):
     p = "kdt" + secrets.token_hex(3)
     a, link, b = f"{p}-a", f"{p}-l", f"{p}-b"
     stats = tmp_path / "stats.json"
-    run = netlab._run
+    run = netns.run
     delayline = receiver = None
     try:
         for ns in (a, link, b):
@@ -298,7 +299,7 @@ def test_delay_line_keeps_order_under_jitter_and_exits_cleanly(tools, tmp_path):
         run(["ip", "link", "add", f"{p}a", "netns", a, "type", "veth", "peer", "name", f"{p}la", "netns", link])
         run(["ip", "link", "add", f"{p}lb", "netns", link, "type", "veth", "peer", "name", f"{p}b", "netns", b])
         for ns, dev in ((a, f"{p}a"), (link, f"{p}la"), (link, f"{p}lb"), (b, f"{p}b")):
-            run(["ip", "netns", "exec", ns, "ethtool", "-K", dev, *netlab._OFFLOADS_OFF])
+            run(["ip", "netns", "exec", ns, "ethtool", "-K", dev, *netns.OFFLOADS_OFF])
             run(["ip", "-n", ns, "link", "set", dev, "up"])
         run(["ip", "-n", a, "addr", "add", "10.202.0.1/24", "dev", f"{p}a"])
         run(["ip", "-n", b, "addr", "add", "10.202.0.2/24", "dev", f"{p}b"])
@@ -343,4 +344,4 @@ def test_delay_line_keeps_order_under_jitter_and_exits_cleanly(tools, tmp_path):
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait(5)
-        netlab._delete_netns([a, link, b])
+        netns.delete_netns([a, link, b])

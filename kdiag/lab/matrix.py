@@ -8,36 +8,41 @@ still fires on this machine.
 """
 from __future__ import annotations
 
+import functools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+from kdiag.lab import scenarios
 
 
 @dataclass(frozen=True)
 class Case:
-    name: str
-    expected: str
-    how: str                                   # for the table: what the case sets up
-    scenario: str | None = None
-    props: dict[str, str] = field(default_factory=dict)
-    rate: float | None = None
-    messages: int | None = None
+    """One row of the matrix: a scenario of the registry."""
+
+    scenario: scenarios.Scenario
+
+    @property
+    def name(self) -> str:
+        return self.scenario.name
+
+    @property
+    def expected(self) -> str:
+        return self.scenario.cause
+
+    @property
+    def how(self) -> str:
+        """For the table: what the case sets up."""
+        return self.scenario.setup
+
+    @property
+    def messages(self) -> int:
+        return self.scenario.matrix_messages or self.scenario.messages
 
 
-CASES: tuple[Case, ...] = (
-    Case("nagle-on", "nagle_delayed_ack", "default lab, socket.nagle.disable=false"),
-    Case("nagle-off", "healthy", "default lab, socket.nagle.disable=true",
-         props={"socket.nagle.disable": "true"}),
-    Case("nagle-proxy", "nagle_in_path", "socat TLS terminator without nodelay", scenario="nagle-proxy"),
-    Case("slow-broker", "broker_slow", "proxy holds responses 50 ms", scenario="slow-broker"),
-    Case("throttled", "throttled", "proxy enforces a produce quota (KIP-219)", scenario="throttled", messages=30),
-    Case("client-queueing", "client_queueing", "--rate 20, linger.ms=200",
-         props={"linger.ms": "200", "socket.nagle.disable": "true"}, rate=20, messages=40),
-    Case("client-cpu", "client_cpu", "cgroup 0.2 core + busy neighbour", scenario="client-cpu", messages=600),
-    Case("network-latency", "network_latency", "15 ms each way, namespaces", scenario="network-latency",
-         messages=50),
-    Case("packet-loss", "packet_loss", "4 % loss each way, namespaces", scenario="packet-loss"),
-)
+def cases() -> tuple[Case, ...]:
+    """Every scenario of the registry, in its order."""
+    return tuple(Case(sc) for sc in scenarios.all_scenarios())
 
 
 @dataclass
@@ -65,8 +70,8 @@ def select(names: list[str] | None) -> list[Case]:
     from kdiag.errors import UsageError
 
     if not names:
-        return list(CASES)
-    known = {c.name: c for c in CASES}
+        return list(cases())
+    known = {c.name: c for c in cases()}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise UsageError(f"unknown case {', '.join(unknown)}; known: {', '.join(known)}")
@@ -77,8 +82,9 @@ def run_case(case: Case, out_dir: Path, messages: int | None, log) -> Row:
     from kdiag.capture import trace
     from kdiag.errors import KdiagError
 
-    opts = trace.TraceOptions(props=dict(case.props), scenario=case.scenario, rate=case.rate,
-                              messages=messages or case.messages or 100, out=out_dir / f"{case.name}.tar.gz",
+    # The scenario's own producer properties come with its lab's config.
+    opts = trace.TraceOptions(lab=functools.partial(scenarios.running, case.name), rate=case.scenario.rate,
+                              messages=messages or case.messages, out=out_dir / f"{case.name}.tar.gz",
                               argv=["kdiag", "lab", "matrix", case.name])
     row = Row(case)
     t0 = time.monotonic()

@@ -21,42 +21,39 @@ interfaces, so labs coexist. Its state lives in /tmp/kdiag-netlab/<prefix>/
 get SIGTERM from the kernel if the thread that started them dies; namespaces
 outlive a killed owner, so every start first removes the labs whose recorded
 owner is gone.
+
+The namespaces and veths themselves are built by kdiag.lab.netns; the link
+parameters of each scenario come from kdiag.lab.scenarios.
 """
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import json
 import os
 import re
 import secrets
 import shutil
-import socket
-import ssl
 import subprocess
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import psutil
 
-from kdiag.lab import broker as kl
-from kdiag.lab import delayline
 import kdiag
-from kdiag.errors import KdiagError
+from kdiag.lab import broker as kl
+from kdiag.lab import delayline, processes, state_file, tls
+from kdiag.lab.broker_start import ensure_topics
+from kdiag.lab.netns import (  # noqa: F401 (CLIENT_ADDR...: this module's API too)
+    BROKER_ADDR, CLIENT_ADDR, ROLES, ROUTER_ADDRS, NetLabError, build_network, call_in_netns, delete_netns,
+    ifnames, list_netns, netns_pids, run, tls_handshake,
+)
 
 STATE_ROOT = Path("/tmp/kdiag-netlab")
-ROLES = ("client", "link", "router", "broker")
 PREFIX_RE = re.compile(r"kd[0-9a-f]{6}")
 NS_RE = re.compile(r"(kd[0-9a-f]{6})-(client|link|router|broker)")
-
-CLIENT_ADDR = "10.201.1.2"
-ROUTER_ADDRS = ("10.201.1.1", "10.201.2.1")
-BROKER_ADDR = "10.201.2.2"
-PREFIX_LEN = 24
 TLS_PORT = 9093
 BROKER_PORT = 9092
 
@@ -64,14 +61,6 @@ READY_TIMEOUT = 30.0
 DELAYLINE_LOG = "delayline.log"
 DELAYLINE_STATS = "delayline.json"
 STATE_FORMAT = 1
-
-# Offloads that let the kernel hand a packet socket frames larger than the
-# MTU (GRO, GSO, TSO) or with the checksum not yet filled in (tx).
-_OFFLOADS_OFF = ("gro", "off", "gso", "off", "tso", "off", "tx", "off")
-
-
-class NetLabError(KdiagError):
-    """The network lab could not be built, started or torn down; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -83,14 +72,15 @@ class Scenario:
     description: str = ""
 
 
-SCENARIOS: dict[str, Scenario] = {
-    s.name: s
-    for s in (
-        Scenario("network-latency", 15.0, 0.0, description="15 ms each way (30 ms RTT), no loss"),
-        Scenario("packet-loss", 1.0, 4.0, description="1 ms each way, 4% of frames lost in each direction"),
-        Scenario("clean", 0.0, 0.0, description="no added delay or loss; the path still crosses a router"),
-    )
-}
+def _scenarios() -> dict[str, Scenario]:
+    from kdiag.lab import scenarios
+
+    return {name: Scenario(name, path.delay_ms, path.loss_pct, path.jitter_ms, path.description)
+            for name, path in scenarios.network_paths().items()}
+
+
+# The network lab's scenarios, as kdiag.lab.scenarios declares them.
+SCENARIOS: dict[str, Scenario] = _scenarios()
 
 
 @dataclass(frozen=True)
@@ -169,93 +159,6 @@ def get_scenario(name: str | Scenario) -> Scenario:
         raise NetLabError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}") from None
 
 
-# --- running code inside a namespace ------------------------------------------
-
-_CLONE_NEWNET = 0x40000000
-_libc = None
-
-
-def call_in_netns(ns: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """fn(*args, **kwargs) on a fresh thread that has joined network
-    namespace ns; sockets it opens, and threads it starts, live there.
-
-    Only the calling thread's namespace changes with setns(), so the
-    process as a whole stays where it is."""
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-    libc = _libc
-    out: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            try:
-                fd = os.open(f"/run/netns/{ns}", os.O_RDONLY | os.O_CLOEXEC)
-            except OSError as e:
-                raise NetLabError(f"no network namespace {ns}: {e.strerror}") from None
-            try:
-                if libc.setns(fd, _CLONE_NEWNET) != 0:
-                    raise NetLabError(f"cannot enter network namespace {ns}: {os.strerror(ctypes.get_errno())}")
-            finally:
-                os.close(fd)
-            out["value"] = fn(*args, **kwargs)
-        except BaseException as e:
-            out["error"] = e
-
-    t = threading.Thread(target=target, name=f"netns:{ns}", daemon=True)
-    t.start()
-    t.join()
-    if "error" in out:
-        raise out["error"]
-    return out.get("value")
-
-
-def _tls_handshake(host: str, port: int, ca: Path, timeout: float) -> bool:
-    ctx = ssl.create_default_context(cafile=str(ca))
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as raw:
-            with ctx.wrap_socket(raw, server_hostname=host):
-                return True
-    except (OSError, ssl.SSLError):
-        return False
-
-
-# --- commands ---------------------------------------------------------------
-
-
-def _run(cmd: Sequence[str], what: str | None = None) -> str:
-    try:
-        out = subprocess.run(list(cmd), capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise NetLabError(f"{what or ' '.join(cmd)} failed: {e}") from None
-    if out.returncode != 0:
-        detail = kl._one_line(out.stderr or out.stdout) or f"exit {out.returncode}"
-        raise NetLabError(f"{what or ' '.join(cmd)} failed: {detail}")
-    return out.stdout
-
-
-def list_netns() -> list[str]:
-    out = _run(["ip", "netns", "list"])
-    # Lines read "name" or "name (id: N)".
-    return [line.split()[0] for line in out.splitlines() if line.strip()]
-
-
-def _delete_netns(names: Sequence[str]) -> None:
-    present = set(list_netns())
-    for ns in names:
-        if ns in present:
-            with contextlib.suppress(NetLabError):
-                _run(["ip", "netns", "del", ns])
-
-
-def _netns_pids(ns: str) -> list[int]:
-    try:
-        out = _run(["ip", "netns", "pids", ns])
-    except NetLabError:
-        return []
-    return [int(x) for x in out.split() if x.isdigit()]
-
-
 # --- state and the stale-lab sweep ----------------------------------------------
 
 
@@ -268,7 +171,7 @@ def _owner_alive(owner: dict | None) -> bool:
         return False
     try:
         p = psutil.Process(int(owner["pid"]))
-        if abs(p.create_time() - float(owner["create_time"])) > kl._CREATE_TIME_SLACK:
+        if abs(p.create_time() - float(owner["create_time"])) > processes.CREATE_TIME_SLACK:
             return False
         return p.status() != psutil.STATUS_ZOMBIE
     except (psutil.Error, KeyError, TypeError, ValueError):
@@ -282,17 +185,17 @@ def _recorded_procs(state: dict) -> list[psutil.Process]:
     # Tansu's SIGTERM no longer hangs.
     for role in ("terminator", "tansu", "delayline"):
         ident = procs.get(role)
-        p = kl._verified(ident, str(ident.get("name", ""))) if isinstance(ident, dict) else None
+        p = processes.verified(ident, str(ident.get("name", ""))) if isinstance(ident, dict) else None
         if p is not None:
             found.append(p)
     return found
 
 
 def _destroy(state_dir: Path, state: dict) -> None:
-    kl._stop(_recorded_procs(state))
+    processes.stop(_recorded_procs(state))
     ours = [ns for ns in state.get("namespaces") or ()
             if (m := NS_RE.fullmatch(str(ns))) and m.group(1) == state_dir.name]
-    _delete_netns(ours)
+    delete_netns(ours)
     shutil.rmtree(state_dir, ignore_errors=True)
 
 
@@ -301,11 +204,11 @@ def sweep_stale(root: Path = STATE_ROOT) -> list[str]:
     processes (only those the state file names and that are still the same
     process), their namespaces and their state. Returns their prefixes."""
     removed: list[str] = []
-    with kl._locked(root):
+    with state_file.locked(root):
         for d in sorted(root.iterdir()):
             if not (d.is_dir() and PREFIX_RE.fullmatch(d.name)):
                 continue
-            state = kl._read_state(d)
+            state = state_file.read_state(d)
             if state is None:
                 state = {}
             if _owner_alive(state.get("owner")):
@@ -318,9 +221,9 @@ def sweep_stale(root: Path = STATE_ROOT) -> list[str]:
         # cleaned) goes too, but only while no process is inside it.
         for ns in list_netns():
             m = NS_RE.fullmatch(ns)
-            if m and not (root / m.group(1)).exists() and not _netns_pids(ns):
+            if m and not (root / m.group(1)).exists() and not netns_pids(ns):
                 with contextlib.suppress(NetLabError):
-                    _run(["ip", "netns", "del", ns])
+                    run(["ip", "netns", "del", ns])
                 if m.group(1) not in removed:
                     removed.append(m.group(1))
     return removed
@@ -334,68 +237,8 @@ def _new_prefix(root: Path) -> str:
             return prefix
 
 
-# --- building the network ------------------------------------------------------
-
-
-def _ifnames(prefix: str) -> dict[str, str]:
-    # At most 11 characters, inside IFNAMSIZ's 15.
-    return {
-        "client": f"{prefix}-c",
-        "link_a": f"{prefix}-la",
-        "link_b": f"{prefix}-lb",
-        "router_a": f"{prefix}-ra",
-        "router_b": f"{prefix}-rb",
-        "broker": f"{prefix}-b",
-    }
-
-
-def _build_network(ns: dict[str, str], ifs: dict[str, str]) -> None:
-    def nsexec(role: str, *cmd: str) -> str:
-        return _run(["ip", "netns", "exec", ns[role], *cmd])
-
-    for role in ROLES:
-        _run(["ip", "netns", "add", ns[role]])
-    for role in ROLES:
-        # IPv6 off before the veths exist, so that no router solicitation or
-        # DAD frame crosses the delay line or shows in its counters.
-        nsexec(role, "sysctl", "-q", "-w",
-               "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
-        _run(["ip", "-n", ns[role], "link", "set", "lo", "up"])
-    nsexec("router", "sysctl", "-q", "-w",
-           "net.ipv4.ip_forward=1",
-           # Without these, traceroute's parallel probes lose hops to ICMP
-           # rate limiting.
-           "net.ipv4.icmp_ratelimit=0", "net.ipv4.icmp_msgs_burst=10000")
-
-    for left, lrole, right, rrole in (
-        (ifs["client"], "client", ifs["link_a"], "link"),
-        (ifs["link_b"], "link", ifs["router_a"], "router"),
-        (ifs["router_b"], "router", ifs["broker"], "broker"),
-    ):
-        _run(["ip", "link", "add", left, "netns", ns[lrole], "type", "veth",
-              "peer", "name", right, "netns", ns[rrole]])
-
-    for role, dev in (("client", ifs["client"]), ("link", ifs["link_a"]),
-                      ("link", ifs["link_b"]), ("router", ifs["router_a"])):
-        _run(["ip", "netns", "exec", ns[role], "ethtool", "-K", dev, *_OFFLOADS_OFF],
-             what=f"turning offloads off on {dev} in {ns[role]}")
-
-    for role, dev, addr in (
-        ("client", ifs["client"], CLIENT_ADDR),
-        ("router", ifs["router_a"], ROUTER_ADDRS[0]),
-        ("router", ifs["router_b"], ROUTER_ADDRS[1]),
-        ("broker", ifs["broker"], BROKER_ADDR),
-    ):
-        _run(["ip", "-n", ns[role], "addr", "add", f"{addr}/{PREFIX_LEN}", "dev", dev])
-    for role, dev in (("client", ifs["client"]), ("link", ifs["link_a"]), ("link", ifs["link_b"]),
-                      ("router", ifs["router_a"]), ("router", ifs["router_b"]), ("broker", ifs["broker"])):
-        _run(["ip", "-n", ns[role], "link", "set", dev, "up"])
-    _run(["ip", "-n", ns["client"], "route", "add", "default", "via", ROUTER_ADDRS[0]])
-    _run(["ip", "-n", ns["broker"], "route", "add", "default", "via", ROUTER_ADDRS[1]])
-
-
 def _child_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in kl._TANSU_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in kl.TANSU_ENV}
     root = str(Path(kdiag.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     return env
@@ -405,8 +248,8 @@ def _spawn_in(ns: str, cmd: list[str], log: Path, env: dict[str, str]) -> subpro
     # `ip netns exec` execs the command in place (no fork), so the pid and
     # the parent-death signal set before it carry over to the real program.
     try:
-        return kl._spawn(["ip", "netns", "exec", ns, *cmd], log, detach=False, env=env)
-    except kl.LabError as e:
+        return processes.spawn(["ip", "netns", "exec", ns, *cmd], log, detach=False, env=env)
+    except processes.LabError as e:
         raise NetLabError(str(e)) from None
 
 
@@ -416,23 +259,23 @@ def _wait_ready(lab: NetLab, procs: dict[str, subprocess.Popen], logs: dict[str,
     while True:
         for role, proc in procs.items():
             if proc.poll() is not None:
-                raise NetLabError(f"{role} exited with code {proc.returncode}: {kl._log_tail(logs[role])}")
+                raise NetLabError(f"{role} exited with code {proc.returncode}: {processes.log_tail(logs[role])}")
         link_up = link_up or lab.link_stats_path.exists()
-        tansu_up = tansu_up or call_in_netns(ns["broker"], kl._accepts_tcp, lab.broker_port)
+        tansu_up = tansu_up or call_in_netns(ns["broker"], tls.accepts_tcp, lab.broker_port)
         if link_up and tansu_up:
             left = max(0.5, deadline - time.monotonic())
             # From the client, through delay line and router: proves the
             # whole path, the certificate and stunnel's reach to Tansu.
-            if call_in_netns(ns["client"], _tls_handshake, lab.broker_addr, lab.tls_port, lab.ca_path, min(5.0, left)):
+            if call_in_netns(ns["client"], tls_handshake, lab.broker_addr, lab.tls_port, lab.ca_path, min(5.0, left)):
                 return
         if time.monotonic() > deadline:
             if not link_up:
-                what = f"the delay line did not start: {kl._log_tail(logs['delayline'])}"
+                what = f"the delay line did not start: {processes.log_tail(logs['delayline'])}"
             elif not tansu_up:
-                what = f"tansu did not accept on 127.0.0.1:{lab.broker_port}: {kl._log_tail(logs['tansu'])}"
+                what = f"tansu did not accept on 127.0.0.1:{lab.broker_port}: {processes.log_tail(logs['tansu'])}"
             else:
                 what = (f"no TLS handshake from {ns['client']} with {lab.bootstrap}: "
-                        f"{kl._log_tail(logs['terminator'])}")
+                        f"{processes.log_tail(logs['terminator'])}")
             raise NetLabError(f"network lab not ready within {READY_TIMEOUT:g}s: {what}")
         time.sleep(0.02)
 
@@ -462,23 +305,23 @@ def _tools() -> _Tools:
         raise NetLabError("the network lab needs root (network namespaces, raw sockets)")
     try:
         for tool, pkg in (("ip", "iproute2"), ("ethtool", "ethtool")):
-            kl._tool(tool, f"apt-get install {pkg}")
+            processes.tool(tool, f"apt-get install {pkg}")
         tansu = str(kl.tansu_path())
-        stunnel = kl._tool(kl.TERMINATOR, "apt-get install stunnel4")
+        stunnel = processes.tool(kl.TERMINATOR, "apt-get install stunnel4")
         return _Tools(
             tansu=tansu,
             stunnel=stunnel,
-            openssl=kl._tool("openssl", "apt-get install openssl"),
-            tansu_version=kl._version_line([tansu, "--version"], r"\d+\.\d+"),
-            terminator_version=kl._version_line([stunnel, "-version"], r"^stunnel \d"),
+            openssl=processes.tool("openssl", "apt-get install openssl"),
+            tansu_version=processes.version_line([tansu, "--version"], r"\d+\.\d+"),
+            terminator_version=processes.version_line([stunnel, "-version"], r"^stunnel \d"),
         )
-    except kl.LabError as e:
+    except processes.LabError as e:
         raise NetLabError(str(e)) from None
 
 
 def _reserve(root: Path) -> _Build:
     sweep_stale(root)
-    with kl._locked(root):
+    with state_file.locked(root):
         prefix = _new_prefix(root)
         state_dir = root / prefix
         state_dir.mkdir(mode=0o700)
@@ -492,19 +335,19 @@ def _reserve(root: Path) -> _Build:
             "started_at": time.time(),
         }
         # Recorded before anything exists, so that a sweep finds all of it.
-        kl._write_state(state_dir, state)
+        state_file.write_state(state_dir, state)
     return _Build(prefix, state_dir.resolve(), namespaces, state)
 
 
 def _bring_up(b: _Build, sc: Scenario, topics: Sequence[str], seed: int | None, tools: _Tools) -> NetLab:
     deadline = time.monotonic() + READY_TIMEOUT
-    ifs = _ifnames(b.prefix)
-    _build_network(b.namespaces, ifs)
+    ifs = ifnames(b.prefix)
+    build_network(b.namespaces, ifs)
     try:
-        cert, key = kl._make_cert(tools.openssl, b.state_dir, ips=(BROKER_ADDR, "127.0.0.1"))
-    except kl.LabError as e:
+        cert, key = tls.make_cert(tools.openssl, b.state_dir, ips=(BROKER_ADDR, "127.0.0.1"))
+    except processes.LabError as e:
         raise NetLabError(str(e)) from None
-    conf = kl._stunnel_conf(b.state_dir, TLS_PORT, BROKER_PORT, cert, key, accept_host=BROKER_ADDR)
+    conf = tls.stunnel_conf(b.state_dir, TLS_PORT, BROKER_PORT, cert, key, accept_host=BROKER_ADDR)
     logs = {"delayline": b.state_dir / DELAYLINE_LOG, "tansu": b.state_dir / kl.TANSU_LOG,
             "terminator": b.state_dir / kl.STUNNEL_LOG}
     env = _child_env()
@@ -548,14 +391,14 @@ def _bring_up(b: _Build, sc: Scenario, topics: Sequence[str], seed: int | None, 
     # Only now are the identities the programs' own rather than those of
     # the `ip` they replaced.
     with contextlib.suppress(psutil.Error):
-        b.state["processes"] = {role: kl._identity(p.pid) for role, p in b.procs.items()}
+        b.state["processes"] = {role: processes.identity(p.pid) for role, p in b.procs.items()}
     lab = dataclasses.replace(lab, pids={role: p.pid for role, p in b.procs.items()})
     b.state["netlab"] = lab.to_dict()
-    kl._write_state(b.state_dir, b.state)
+    state_file.write_state(b.state_dir, b.state)
 
     try:
-        call_in_netns(ns["client"], kl._ensure_topics, lab, topics, deadline)
-    except kl.LabError as e:
+        call_in_netns(ns["client"], ensure_topics, lab, topics, deadline)
+    except processes.LabError as e:
         raise NetLabError(str(e)) from None
     return lab
 
@@ -569,10 +412,10 @@ def _teardown(b: _Build) -> None:
         if p is not None and p.poll() is None:
             with contextlib.suppress(psutil.Error):
                 procs.append(psutil.Process(p.pid))
-    kl._stop(procs)
+    processes.stop(procs)
     for p in b.procs.values():
-        kl._reap(p.pid)
-    _delete_netns(list(b.namespaces.values()))
+        processes.reap(p.pid)
+    delete_netns(list(b.namespaces.values()))
     shutil.rmtree(b.state_dir, ignore_errors=True)
 
 
@@ -593,7 +436,7 @@ def running(
     block. seed fixes the delay line's loss and jitter sequence."""
     sc = get_scenario(scenario)
     tools = _tools()
-    with kl.sigterm_exits() as hold_sigterm:
+    with processes.sigterm_exits() as hold_sigterm:
         build: _Build | None = None
         try:
             build = _reserve(STATE_ROOT)

@@ -1,0 +1,111 @@
+"""The scenario registry (kdiag.lab.scenarios) against everything that reads
+it: each module in the package is registered and declares what a scenario
+must, names are unique, each expects a cause the analysis can name, the lab
+knows how to start it, the help names it and the matrix runs it."""
+from __future__ import annotations
+
+import pkgutil
+import subprocess
+import sys
+import types
+
+import pytest
+
+from conftest import ROOT
+from kdiag.lab import scenarios
+
+
+def _scenario_modules() -> list[str]:
+    return sorted(m.name for m in pkgutil.iter_modules(scenarios.__path__) if not m.name.startswith("_"))
+
+
+def test_every_module_is_registered_and_every_registered_module_exists():
+    assert sorted(scenarios.ORDER) == _scenario_modules()
+    assert len(set(scenarios.ORDER)) == len(scenarios.ORDER)
+
+
+@pytest.mark.parametrize("module_name", scenarios.ORDER)
+def test_each_module_declares_every_required_attribute(module_name):
+    import importlib
+
+    module = importlib.import_module(f"{scenarios.__name__}.{module_name}")
+    # Declared by the module itself, not inherited from an import.
+    missing = [a for a in scenarios.REQUIRED if a not in vars(module)]
+    assert not missing, f"{module_name} does not declare {missing}"
+    sc = scenarios.from_module(module)
+    assert sc.name and sc.name.replace("-", "_") == module_name
+    assert sc.help and "\n" not in sc.help and sc.setup
+    assert isinstance(sc.messages, int) and sc.messages >= 1
+    assert sc.matrix_messages is None or sc.matrix_messages >= 1
+    assert sc.rate is None or sc.rate > 0
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in sc.props.items())
+    assert isinstance(sc.lab, (scenarios.Loopback, scenarios.NetworkPath))
+
+
+def test_a_module_that_omits_an_attribute_is_refused():
+    import importlib
+
+    for attr in scenarios.REQUIRED:
+        module = types.ModuleType("kdiag.lab.scenarios.incomplete")
+        source = importlib.import_module(f"{scenarios.__name__}.{scenarios.ORDER[0]}")
+        for a in scenarios.REQUIRED:
+            if a != attr:
+                setattr(module, a, getattr(source, a))
+        with pytest.raises(scenarios.ScenarioError, match=attr):
+            scenarios.from_module(module)
+
+
+def test_names_are_unique_and_the_default_is_one():
+    names = scenarios.names()
+    assert len(set(names)) == len(names) == len(scenarios.ORDER)
+    assert scenarios.DEFAULT in names and scenarios.get(None).name == scenarios.DEFAULT
+
+
+def test_expected_causes_are_the_analysis_causes():
+    from kdiag.analysis import causes
+
+    known = {m.NAME for m in causes.load()}
+    for sc in scenarios.all_scenarios():
+        assert sc.cause in known, f"{sc.name} expects {sc.cause!r}, not a cause: {sorted(known)}"
+
+
+def test_unknown_name_is_a_usage_error_listing_the_known_ones():
+    from kdiag.errors import UsageError
+
+    with pytest.raises(UsageError) as e:
+        scenarios.get("no-such-scenario")
+    assert all(n in str(e.value) for n in scenarios.names())
+
+
+def test_the_labs_start_what_the_scenarios_declare():
+    from kdiag.lab import broker, network, slowproxy
+
+    for sc in scenarios.all_scenarios():
+        if isinstance(sc.lab, scenarios.Loopback):
+            assert broker.VARIANTS[sc.lab.variant] == (sc.lab.terminator, sc.lab.proxy), sc.name
+            assert sc.lab.proxy in (None, slowproxy.PROCESS_NAME)
+        else:
+            path = network.SCENARIOS[sc.name]
+            assert (path.delay_ms, path.loss_pct, path.jitter_ms) == (sc.lab.delay_ms, sc.lab.loss_pct,
+                                                                     sc.lab.jitter_ms)
+    assert set(network.SCENARIOS) == {s.name for s in scenarios.all_scenarios()
+                                      if isinstance(s.lab, scenarios.NetworkPath)}
+
+
+def test_trace_help_names_every_scenario_with_its_help_line():
+    res = subprocess.run([sys.executable, "-m", "kdiag", "trace", "--help"], capture_output=True, text=True,
+                         cwd=ROOT, check=True)
+    text = " ".join(res.stdout.split())
+    for sc in scenarios.all_scenarios():
+        assert f"{sc.name} {' '.join(sc.help.split())}" in text, sc.name
+
+
+def test_the_matrix_runs_exactly_the_registry():
+    from kdiag.lab import matrix
+
+    cases = matrix.cases()
+    assert [c.name for c in cases] == scenarios.names()
+    for case, sc in zip(cases, scenarios.all_scenarios()):
+        assert (case.expected, case.how) == (sc.cause, sc.setup)
+        assert case.messages == (sc.matrix_messages or sc.messages)
+    assert [c.name for c in matrix.select(None)] == scenarios.names()
