@@ -146,6 +146,7 @@ class Bench:
         """Like kdiag trace --pid: the producer runs untraced, then is traced
         for the window, then detached."""
         from kdiag.capture import attach
+        from kdiag.collectors import strace as c_strace
 
         progress, trace = self._files(f"pid-{tool}{'-threads' if threads else ''}")
         proc = self._spawn(self.cmd(600, progress), progress)
@@ -168,12 +169,12 @@ class Bench:
                     if threads:
                         time.sleep(0.3)
                     else:
-                        attach._wait_traced(proc.pid, tracer.strace)
+                        c_strace.wait_traced(proc.pid, tracer.strace)
                 t0 = time.time()
                 time.sleep(self.window)
                 t1 = time.time()
                 if tracer.strace is not None:
-                    attach._detach(tracer.strace)
+                    c_strace.detach(tracer.strace)
                 else:
                     from kdiag.collectors import bpftrace
 
@@ -224,6 +225,7 @@ class Bench:
         """Like kdiag trace -- CMD: kdiag's shim stops itself before exec,
         the tracer attaches, the command runs traced from its first call."""
         from kdiag.capture import attach
+        from kdiag.collectors import strace as c_strace
 
         progress, trace = self._files(f"wrap-{tool}")
         shim = subprocess.Popen([sys.executable, "-c", attach._SHIM, *self.cmd(WARM_S + self.window, progress)],
@@ -237,11 +239,11 @@ class Bench:
                 if tracer is None:
                     raise RuntimeError(why)
                 if tracer.strace is not None:
-                    attach._wait_traced(shim.pid, tracer.strace)
+                    c_strace.wait_traced(shim.pid, tracer.strace)
                 os.kill(shim.pid, signal.SIGCONT)
                 shim.wait(300)
                 if tracer.strace is not None:
-                    attach._detach(tracer.strace)
+                    c_strace.detach(tracer.strace)
                 else:
                     from kdiag.collectors import bpftrace
 
@@ -255,7 +257,7 @@ class Bench:
 def _attach_flags() -> list[str]:
     from kdiag.collectors import strace
 
-    return [f for f in strace.FLAGS if f != "--seccomp-bpf"]
+    return strace.ATTACH_FLAGS
 
 
 def broker_threads(pid: int) -> list[int]:

@@ -12,7 +12,17 @@ Flags, and why each:
 """
 from __future__ import annotations
 
-from kdiag.collectors.base import CollectorStatus, Requirement, tool_version, unmet
+import contextlib
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from kdiag.collectors.base import (
+    COMMAND, MODES, PROBE, Collector, CollectorStatus, Requirement, cpu_s, dies_with_parent, proc_status_field,
+    settle, tool_version, unmet,
+)
 
 NAME = "strace"
 REQUIRES = (
@@ -23,6 +33,9 @@ REQUIRES = (
 # the socket calls that carry TCP_NODELAY and the connect handshake.
 TRACE_SET = "%desc,%network,exit_group"
 FLAGS = ["-f", "-ttt", "-T", "-yy", "-s", "256", "--seccomp-bpf", "-e", f"trace={TRACE_SET}"]
+# --seccomp-bpf does not apply to -p, and strace would say so on stderr.
+ATTACH_FLAGS = [f for f in FLAGS if f != "--seccomp-bpf"]
+FILE = "strace.txt"
 
 
 def version() -> str | None:
@@ -46,3 +59,126 @@ def wrap(cmd: list[str], out_path: str, flags: list[str] = FLAGS) -> tuple[list[
     status.command = ["strace", *flags, "-o", out_path, "--", *cmd]
     status.files = [out_path]
     return status.command, status
+
+
+def attach(pid: int, out_path: Path, flags: list[str], err_file) -> subprocess.Popen:
+    """strace -p ``pid``, dying with kdiag, in its own session (a Ctrl-C at
+    the terminal reaches kdiag only, and kdiag detaches)."""
+    cmd = ["strace", *flags, "-o", str(out_path), "-p", str(pid)]
+    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_file,
+                            preexec_fn=dies_with_parent, start_new_session=True)
+
+
+def detach(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """SIGINT makes strace detach from its tracees and exit. Only strace is
+    signalled, never its tracees."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        # strace is ours; a SIGKILLed tracer also releases its tracees.
+        proc.kill()
+        proc.wait()
+
+
+def wait_traced(pid: int, tracer: subprocess.Popen, timeout_s: float = 10.0) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end and tracer.poll() is None:
+        if proc_status_field(pid, "TracerPid") not in (None, "0"):
+            return True
+        time.sleep(0.005)
+    return False
+
+
+def failure(tracer: subprocess.Popen, err) -> str:
+    """strace's own last words: ``strace: attach: ptrace(PTRACE_SEIZE, 123):
+    Operation not permitted``."""
+    err.seek(0)
+    lines = [ln.strip() for ln in err.read().decode(errors="replace").splitlines() if ln.strip()]
+    words = next((ln for ln in reversed(lines) if "ptrace" in ln or "not permitted" in ln), None)
+    return words or (lines[-1] if lines else f"strace exited with status {tracer.returncode}")
+
+
+class Strace(Collector):
+    """kdiag's probe runs under strace from its first call; a producer kdiag
+    attaches to, or a command it starts, gets strace -p (see
+    ``kdiag.capture.attach`` for why a command is not started by strace)."""
+
+    name = NAME
+    raw_dir = "strace"
+    requirements = REQUIRES
+    modes = MODES
+    partial_without = MODES
+    syscall_tracer = True
+
+    def __init__(self, capture) -> None:
+        super().__init__(capture)
+        self.out_path = self.out_dir / FILE
+        self.proc: subprocess.Popen | None = None
+        self.cpu_at_start_s: float | None = None
+        self.cpu_used_s: float | None = None
+        self._err = None
+
+    def wrap(self, cmd: list[str]) -> list[str]:
+        full_cmd, self.record = wrap(cmd, str(self.out_path))
+        if self.record.state == "skipped":
+            self.out_dir.rmdir()
+            self.capture.log(f"strace skipped: {self.record.reason}")
+        return full_cmd
+
+    def start(self, pid: int) -> None:
+        if self.capture.mode == PROBE:
+            return
+        self.record = CollectorStatus(NAME, version=version())
+        # Without strace (not installed, not root) the sampler still reads
+        # the producer's sockets: TCP_NODELAY alone names a Nagle stall.
+        missing = check()
+        if missing:
+            self.record.state, self.record.reason = "skipped", missing
+            self.capture.log(f"strace skipped: {missing}; sampling the producer's sockets only")
+            return
+        self._err = tempfile.TemporaryFile()
+        self.proc = attach(pid, self.out_path, ATTACH_FLAGS, self._err)
+        self.cpu_at_start_s = cpu_s(self.proc.pid)
+        self.record.command = list(self.proc.args)
+        self.record.files = [str(self.out_path)]
+        if self.capture.mode == COMMAND and not wait_traced(pid, self.proc):
+            detach(self.proc)
+
+    def poll(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None and self.record.state == "pending":
+            # strace gave up (ptrace refused, the process gone): the sampler
+            # goes on for the window.
+            self.record.state, self.record.reason = "failed", failure(self.proc, self._err)
+            self.capture.log(f"strace stopped: {self.record.reason}")
+
+    def stop(self, started_us: int, ended_us: int, interrupted: bool) -> None:
+        if self.capture.mode == PROBE:
+            settle(self.record, started_us, ended_us, interrupted)
+            return
+        if self.proc is not None:
+            self._detach()
+        st = self.record
+        if st is None:      # another tracer ran
+            return
+        st.started_us, st.ended_us = started_us, ended_us
+        if st.state == "pending":
+            st.state = "partial" if interrupted else "ok"
+        st.bytes = self.out_path.stat().st_size if self.out_path.exists() else 0
+
+    def inputs(self) -> list[Path]:
+        return [self.out_path] if self.record is not None and self.out_path.exists() else []
+
+    def _detach(self) -> None:
+        end_cpu = cpu_s(self.proc.pid)
+        if end_cpu is not None and self.cpu_at_start_s is not None:
+            self.cpu_used_s = end_cpu - self.cpu_at_start_s
+        detach(self.proc)
+        if self.record.state == "pending" and self.proc.returncode not in (0, -signal.SIGINT):
+            why_failed = failure(self.proc, self._err)
+            if "ptrace" in why_failed or "Operation not permitted" in why_failed:
+                self.record.state, self.record.reason = "failed", why_failed
+        self._err.close()

@@ -20,7 +20,7 @@ The traced producer is never harmed:
 The tracer: strace -p stops the traced thread on every call (~23 us each);
 a producer at full speed over TLS makes ~13 k calls a second on its broker
 thread and loses most of its throughput to it. bpftrace
-(collectors/bpftrace.py) stops no thread and writes the same strace text.
+(kdiag.collectors.bpftrace) stops no thread and writes the same strace text.
 ``tracer`` (KDIAG_TRACER) is auto, strace or bpftrace; auto measures the
 producer's call rate for a second before attaching and takes bpftrace when
 strace would cost it a noticeable share of a core (kdiag.capture.overhead.choose),
@@ -33,21 +33,19 @@ and kdiag observes no more than strace would be allowed to. The manifest's
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kdiag import collectors
 from kdiag.collectors import bpftrace as c_bpf
 from kdiag.collectors import strace as c_strace
-from kdiag.collectors import sockets
-from kdiag.collectors.base import CollectorStatus, dies_with_parent
-from kdiag.capture import disk_budget as guard
+from kdiag.collectors.base import COMMAND, PID, Capture, Collector, gaps, proc_status_field
+from kdiag.capture import disk_budget
 from kdiag.capture import overhead
 from kdiag.bundle import redact
 from kdiag.errors import UsageError
@@ -68,15 +66,14 @@ class TargetOptions:
     duration_s: float | None = None
     out: Path | None = None
     argv: list[str] = field(default_factory=list)
-    max_capture_mb: float | None = guard.DEFAULT_CAP_MB
+    max_capture_mb: float | None = disk_budget.DEFAULT_CAP_MB
     pseudonymise: Path | None = None
     tracer: str | None = None       # auto, strace, bpftrace; None: $KDIAG_TRACER, else auto
 
 
 TRACERS = ("auto", "strace", "bpftrace")
 TRACER_ENV = "KDIAG_TRACER"
-# bpftrace compiles its probes before it traces: seconds of CPU on a busy host.
-BPF_READY_S = 60.0
+BPF_READY_S = c_bpf.READY_TIMEOUT_S
 
 
 def _alive(pid: int) -> bool:
@@ -86,21 +83,6 @@ def _alive(pid: int) -> bool:
             return f.read().rpartition(")")[2].split()[0] != "Z"
     except OSError:
         return False
-
-
-def _detach(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
-    """SIGINT makes strace detach from its tracees and exit. Only strace is
-    signalled, never its tracees."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        # strace is ours; a SIGKILLed tracer also releases its tracees.
-        proc.kill()
-        proc.wait()
 
 
 def run(opts: TargetOptions, log=lambda msg: None):
@@ -135,7 +117,8 @@ def tracer_setting(opts: TargetOptions) -> str:
 
 @dataclass
 class Tracer:
-    """The running tracer: strace -p, or the bpftrace collector."""
+    """A tracer started on its own (``start_tracer``), as the overhead
+    bench runs it: strace -p, or the bpftrace collector."""
     tool: str
     strace: subprocess.Popen | None = None
     bpf: c_bpf.Child | None = None
@@ -154,213 +137,198 @@ def start_tracer(tool: str, target: int, strace_out: Path, flags: list[str], err
     why it could not. The bpftrace collector's status, when it gave up, is
     in the reason."""
     if tool == "bpftrace":
-        child = c_bpf.spawn(target, strace_out)
-        if c_bpf.wait_ready(child, BPF_READY_S):
-            return Tracer("bpftrace", bpf=child), None
-        st = c_bpf.collect(child)
-        strace_out.unlink(missing_ok=True)
-        return None, st.get("reason") or f"bpftrace did not start ({st.get('state')})"
-    cmd = ["strace", *flags, "-o", str(strace_out), "-p", str(target)]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_file,
-                            preexec_fn=dies_with_parent, start_new_session=True)
+        child, why = c_bpf.start(target, strace_out, BPF_READY_S)
+        return (Tracer("bpftrace", bpf=child), None) if child is not None else (None, why)
+    proc = c_strace.attach(target, strace_out, flags, err_file)
     return Tracer("strace", strace=proc, cpu_at_start=overhead.cpu_s([proc.pid])), None
 
 
+@dataclass
+class Target:
+    """The producer being traced."""
+    pid: int
+    mode: str                                   # PID or COMMAND
+    window_s: float | None
+    wrapped: subprocess.Popen | None = None     # the shim kdiag started for -- CMD
+    untraced: overhead.Rates | None = None      # --pid: its call rate before tracing
+
+
+@dataclass
+class TracerChoice:
+    """Which syscall tracer runs, and why."""
+    tracer: Collector | None        # the strace or bpftrace collector that traces, if any
+    tool: str
+    setting: str
+    why: str
+    bpftrace_failed: str | None = None
+
+
+@dataclass
+class Window:
+    """The capture window as it went."""
+    started_us: int
+    ended_us: int = 0
+    interrupted: str | None = None
+    traced_from: overhead.Counters | None = None
+    traced_to: overhead.Counters | None = None
+
+
 def _run(opts: TargetOptions, staging: Path, out: Path, log):
-    from kdiag.capture.trace import TraceResult, _cap_bytes, collector_gaps, finish, start_spark
+    from kdiag.capture.trace import TraceResult, finish, start_spark
 
     setting = tracer_setting(opts)
-    raw = staging / "raw"
-    for d in ("rdkafka_log", "strace", "sockets"):
-        (raw / d).mkdir(parents=True)
+    mode = PID if opts.pid is not None else COMMAND
+    capture = Capture(raw=staging / "raw", mode=mode, log=log,
+                      window_s=(opts.duration_s or DEFAULT_ATTACH_S) if mode == PID else opts.duration_s)
+    active = collectors.for_capture(capture)
+    collectors.make_raw_dirs(capture.raw, active)
     spark_holder, warm = start_spark()
-    strace_out = raw / "strace" / "strace.txt"
-    st = CollectorStatus(c_strace.NAME, version=c_strace.version())
-    bpf_status: dict | None = None
-    stderr_log = None
-    # --seccomp-bpf does not apply to -p, and strace would say so on stderr.
-    flags = [f for f in c_strace.FLAGS if f != "--seccomp-bpf"]
-    wrapped = None
-    before = None
-    if opts.pid is not None:
-        mode, target = "attach", opts.pid
-        window = opts.duration_s or DEFAULT_ATTACH_S
-        # The producer untraced: what the tracer's cost is measured against,
-        # and what auto chooses the tracer by.
-        before = overhead.baseline(target)
-    else:
-        mode = "wrap"
-        window = opts.duration_s
-        stderr_log = raw / "rdkafka_log" / "stderr.log"
-        with open(stderr_log, "wb") as err:
-            wrapped = subprocess.Popen([sys.executable, "-c", _SHIM, *opts.command], stdin=subprocess.DEVNULL,
-                                       stderr=err)
-        target = wrapped.pid
-        if not _wait_state(target, "T"):
-            raise UsageError(f"{opts.command[0]}: did not start")
-    bpf_unusable = c_bpf.check() or may_trace(target)
-    tool, why = overhead.choose(setting, before, bpf_unusable)
-    fallback = None
-    missing = c_strace.check()
-    tracer = None
-    started = int(time.time() * 1e6)
-    with tempfile.TemporaryFile() as tracer_err:
-        if tool == "bpftrace":
-            log(f"tracing with bpftrace: {why}")
-            tracer, fallback = start_tracer("bpftrace", target, strace_out, flags, tracer_err, log)
-            if tracer is None:
-                log(f"bpftrace did not start ({fallback}); strace instead")
-                tool = "strace"
-        if tracer is None:
-            # Without strace (not installed, not root) the sampler still reads
-            # the producer's sockets: TCP_NODELAY alone names a Nagle stall.
-            if missing:
-                st.state, st.reason = "skipped", missing
-                log(f"strace skipped: {missing}; sampling the producer's sockets only")
-            else:
-                tracer, _ = start_tracer("strace", target, strace_out, flags, tracer_err, log)
-                st.command = redact.argv(tracer.strace.args)
-                st.files = [str(strace_out)]
-        if mode == "attach":
-            log(f"attaching to pid {opts.pid} for {window:g}s; it keeps running when kdiag detaches")
-        else:
-            log(f"running {opts.command[0]} (pid {target})" + (f" under {tool}" if tracer else "")
-                + (f" for {window:g}s" if window else " until it exits"))
-        if wrapped is not None:
-            if tracer is not None and tracer.strace is not None and not _wait_traced(target, tracer.strace):
-                _detach(tracer.strace)
-            os.kill(target, signal.SIGCONT)
-        traced_from = overhead.read_counters(target) if mode == "attach" else None
-        sampler = sockets.spawn(target, raw / "sockets" / "samples.jsonl", window) if target else None
-        interrupted = None
-        traced_to = None
-        tracer_cpu = None
-        with guard.CaptureGuard(raw, _cap_bytes(opts.max_capture_mb), lambda why: None) as g:
-            try:
-                deadline = None if window is None else time.monotonic() + window
-                while _alive(target) and not g.tripped:
-                    if deadline is not None and time.monotonic() >= deadline:
-                        break
-                    if tracer is not None and tracer.proc.poll() is not None and st.state == "pending" \
-                            and tracer.strace is not None:
-                        # strace gave up (ptrace refused, the process gone): the
-                        # sampler goes on for the window.
-                        st.state, st.reason = "failed", _tracer_failure(tracer.strace, tracer_err)
-                        log(f"strace stopped: {st.reason}")
-                    time.sleep(POLL_S)
-            except KeyboardInterrupt:
-                interrupted = "interrupted (Ctrl-C or SIGTERM)"
-                log("interrupted: detaching; the producer keeps running")
-            finally:
-                if mode == "attach":
-                    traced_to = overhead.read_counters(target)
-                if tracer is not None and tracer.strace is not None:
-                    end_cpu = tracer.cpu_s()
-                    tracer_cpu = None if end_cpu is None or tracer.cpu_at_start is None \
-                        else end_cpu - tracer.cpu_at_start
-                    _detach(tracer.strace)
-                elif tracer is not None:
-                    bpf_status = c_bpf.collect(tracer.bpf)
-                    tracer_cpu = bpf_status.get("cpu_s")
-                sampler_status = sockets.collect(sampler) if sampler is not None else None
-        if g.tripped:
-            interrupted = g.reason
-            log(f"stopped: {g.reason}; the producer keeps running")
-        if tracer is not None and tracer.strace is not None and st.state == "pending" \
-                and tracer.strace.returncode not in (0, -signal.SIGINT):
-            why_failed = _tracer_failure(tracer.strace, tracer_err)
-            if "ptrace" in why_failed or "Operation not permitted" in why_failed:
-                st.state, st.reason = "failed", why_failed
-    ended = int(time.time() * 1e6)
-    if bpf_status is not None:
-        st = CollectorStatus(c_bpf.NAME, **{k: bpf_status.get(k) for k in
-                                            ("state", "reason", "files", "bytes", "version", "command",
-                                             "started_us", "ended_us")})
-        if st.state == "ok" and interrupted:
-            st.state = "partial"
-    else:
-        st.started_us, st.ended_us = started, ended
-        if st.state == "pending":
-            st.state = "partial" if interrupted else "ok"
-        st.bytes = strace_out.stat().st_size if strace_out.exists() else 0
-    if wrapped is not None and wrapped.poll() is not None:
-        wrapped.wait()
-    producer_alive = target is not None and _alive(target)
-    log(f"detached; pid {target} is " + ("still running" if producer_alive else "no longer running"))
+    stderr_path = next((c.stderr_path() for c in active if c.stderr_path()), None)
+    target = _start_target(opts, capture, stderr_path)
+    window = Window(started_us=int(time.time() * 1e6))
+    choice = _start_tracer(setting, target, active, log)
+    _say_what_runs(opts, target, choice, log)
+    if target.wrapped is not None:
+        os.kill(target.pid, signal.SIGCONT)
+    # Only the tracer that runs is watched; stopping the other is a no-op.
+    watching = [c for c in active if not c.syscall_tracer or c is choice.tracer]
+    _watch(opts, capture, target, watching, active, window, log)
+    if target.wrapped is not None and target.wrapped.poll() is not None:
+        target.wrapped.wait()
+    producer_alive = _alive(target.pid)
+    log(f"detached; pid {target.pid} is " + ("still running" if producer_alive else "no longer running"))
 
-    cost = overhead.BPF_EVENT_US if tool == "bpftrace" else overhead.PTRACE_STOP_US
+    statuses = [st for st in (c.status() for c in active) if st is not None]
+    reasons = ([window.interrupted] if window.interrupted else []) + gaps(statuses, mode, active)
+    manifest = _manifest(opts, target, choice, window, statuses, reasons, producer_alive)
+    raw_inputs = [p for c in active for p in c.inputs()]
+    findings, out_path = finish(staging, raw_inputs, {}, spark_holder, warm, out, [], manifest,
+                                {"partial": bool(reasons), "target": manifest["target"]}, log, opts.pseudonymise)
+    return TraceResult(findings, out_path, None, bool(reasons), None, interrupted=window.interrupted is not None)
+
+
+def _start_target(opts: TargetOptions, capture: Capture, stderr_path: Path | None) -> Target:
+    """The producer to trace: the running one (measured untraced first: what
+    the tracer's cost is measured against, and what auto chooses the tracer
+    by), or the command, started stopped before its exec."""
+    if capture.mode == PID:
+        return Target(opts.pid, PID, capture.window_s, untraced=overhead.baseline(opts.pid))
+    with open(stderr_path, "wb") as err:
+        wrapped = subprocess.Popen([sys.executable, "-c", _SHIM, *opts.command], stdin=subprocess.DEVNULL,
+                                   stderr=err)
+    if not _wait_state(wrapped.pid, "T"):
+        raise UsageError(f"{opts.command[0]}: did not start")
+    return Target(wrapped.pid, COMMAND, capture.window_s, wrapped=wrapped)
+
+
+def _start_tracer(setting: str, target: Target, active: list[Collector], log) -> TracerChoice:
+    """bpftrace when ``overhead.choose`` takes it and it starts; strace
+    otherwise, or none when strace cannot run here (the sampler still does)."""
+    tracers = {c.name: c for c in active if c.syscall_tracer}
+    bpf, strace = tracers[c_bpf.NAME], tracers[c_strace.NAME]
+    tool, why = overhead.choose(setting, target.untraced, bpf.unmet() or may_trace(target.pid))
+    choice = TracerChoice(None, tool, setting, why)
+    if tool == c_bpf.NAME:
+        log(f"tracing with bpftrace: {why}")
+        bpf.start(target.pid)
+        if bpf.child is not None:
+            choice.tracer = bpf
+            return choice
+        choice.bpftrace_failed, choice.tool = bpf.failed_to_start, c_strace.NAME
+        log(f"bpftrace did not start ({bpf.failed_to_start}); strace instead")
+    strace.start(target.pid)
+    choice.tracer = strace if strace.proc is not None else None
+    return choice
+
+
+def _say_what_runs(opts: TargetOptions, target: Target, choice: TracerChoice, log) -> None:
+    if target.mode == PID:
+        log(f"attaching to pid {opts.pid} for {target.window_s:g}s; it keeps running when kdiag detaches")
+    else:
+        log(f"running {opts.command[0]} (pid {target.pid})" + (f" under {choice.tool}" if choice.tracer else "")
+            + (f" for {target.window_s:g}s" if target.window_s else " until it exits"))
+
+
+def _watch(opts: TargetOptions, capture: Capture, target: Target, watching: list[Collector],
+           active: list[Collector], window: Window, log) -> None:
+    """The capture window: until the producer exits, the window ends,
+    Ctrl-C, or the disk budget is spent. Then every collector stops."""
+    from kdiag.capture.trace import _cap_bytes
+
+    window.traced_from = overhead.read_counters(target.pid) if target.mode == PID else None
+    for c in watching:
+        if not c.syscall_tracer and not c.skipped:
+            c.start(target.pid)
+    with disk_budget.DiskBudget(capture.raw, _cap_bytes(opts.max_capture_mb), lambda why: None) as budget:
+        try:
+            deadline = None if target.window_s is None else time.monotonic() + target.window_s
+            while _alive(target.pid) and not budget.exceeded:
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                for c in watching:
+                    c.poll()
+                time.sleep(POLL_S)
+        except KeyboardInterrupt:
+            window.interrupted = "interrupted (Ctrl-C or SIGTERM)"
+            log("interrupted: detaching; the producer keeps running")
+        finally:
+            if target.mode == PID:
+                window.traced_to = overhead.read_counters(target.pid)
+            if budget.exceeded:
+                window.interrupted = budget.reason
+            window.ended_us = int(time.time() * 1e6)
+            # The tracer first: it detaches, and then the sampler's last sample.
+            for c in sorted(active, key=lambda c: not c.syscall_tracer):
+                c.stop(window.started_us, window.ended_us, window.interrupted is not None)
+    if budget.exceeded:
+        log(f"stopped: {budget.reason}; the producer keeps running")
+
+
+def _overhead(choice: TracerChoice, target: Target, window: Window) -> overhead.Overhead:
+    """What tracing cost the producer: measured against its untraced rate
+    (--pid), or estimated from the capture (-- CMD)."""
+    tracer = choice.tracer
     if tracer is None:
-        ovh = overhead.unknown(None, "no syscall tracer ran")
-    elif mode == "attach":
+        return overhead.unknown(None, "no syscall tracer ran")
+    bpf_status = getattr(tracer, "child_status", {})
+    tracer_cpu = bpf_status.get("cpu_s") if tracer.name == c_bpf.NAME else tracer.cpu_used_s
+    cost = overhead.BPF_EVENT_US if choice.tool == c_bpf.NAME else overhead.PTRACE_STOP_US
+    strace_out = tracer.out_path
+    if target.mode == PID:
         _, top = overhead.busiest_thread_lines(strace_out) if strace_out.exists() else (0, 0)
-        during = overhead.rates(traced_from, traced_to)
-        ovh = overhead.measured(tool, before, during, tracer_cpu, (bpf_status or {}).get("setup_cpu_s"),
-                                top / during.seconds if during and during.seconds else None, cost)
-    else:
-        t0 = (bpf_status or {}).get("ready_us") or started
-        t1 = (bpf_status or {}).get("stopped_us") or ended
-        ovh = overhead.for_capture(tool, strace_out, t0, t1, cost, tracer_cpu, (bpf_status or {}).get("setup_cpu_s"),
-                                   lower_bound=tool == "strace")
+        during = overhead.rates(window.traced_from, window.traced_to)
+        return overhead.measured(choice.tool, target.untraced, during, tracer_cpu, bpf_status.get("setup_cpu_s"),
+                                 top / during.seconds if during and during.seconds else None, cost)
+    t0 = bpf_status.get("ready_us") or window.started_us
+    t1 = bpf_status.get("stopped_us") or window.ended_us
+    return overhead.for_capture(choice.tool, strace_out, t0, t1, cost, tracer_cpu, bpf_status.get("setup_cpu_s"),
+                                lower_bound=choice.tool == c_strace.NAME)
 
-    raw_inputs = [p for p in (strace_out, stderr_log) if p is not None and p.exists()]
-    raw_inputs += sorted(p for p in (raw / "sockets").glob("*") if p.is_file())
-    reasons = ([interrupted] if interrupted else []) + collector_gaps([st])
-    if sampler_status and sampler_status.get("state") in ("skipped", "failed"):
-        reasons.append(f"sockets {sampler_status['state']}: {sampler_status.get('reason')}")
-    manifest = {
+
+def _manifest(opts: TargetOptions, target: Target, choice: TracerChoice, window: Window, statuses: list[dict],
+              reasons: list[str], producer_alive: bool) -> dict:
+    bpf_status = getattr(choice.tracer, "child_status", {})
+    return {
         "argv": redact.argv(opts.argv),
-        "mode": mode,
-        "target": {"pid": target, "command": redact.argv(opts.command) if opts.command else None,
+        "mode": "attach" if target.mode == PID else "wrap",
+        "target": {"pid": target.pid, "command": redact.argv(opts.command) if opts.command else None,
                    "running_at_detach": producer_alive},
         "partial": bool(reasons),
         "partial_reasons": reasons,
-        "versions": {"strace": c_strace.version(), "bpftrace": c_bpf.version() if tool == "bpftrace" else None},
-        "tracer": {"tool": tool if tracer is not None else None, "setting": setting, "why": why,
-                   "bpftrace_failed": fallback,
-                   "lost_events": (bpf_status or {}).get("lost_events"),
-                   "tracefs": (bpf_status or {}).get("tracefs")},
-        "overhead": ovh.to_dict(),
-        "collectors": [c for c in (st.to_dict(), sampler_status) if c is not None],
+        "versions": {"strace": c_strace.version(),
+                     "bpftrace": c_bpf.version() if choice.tool == c_bpf.NAME else None},
+        "tracer": {"tool": choice.tool if choice.tracer is not None else None, "setting": choice.setting,
+                   "why": choice.why, "bpftrace_failed": choice.bpftrace_failed,
+                   "lost_events": bpf_status.get("lost_events"), "tracefs": bpf_status.get("tracefs")},
+        "overhead": _overhead(choice, target, window).to_dict(),
+        "collectors": statuses,
     }
-    findings, out_path = finish(staging, raw_inputs, {}, spark_holder, warm, out, [], manifest,
-                                {"partial": bool(reasons), "target": manifest["target"]}, log, opts.pseudonymise)
-    return TraceResult(findings, out_path, None, bool(reasons), None, interrupted=interrupted is not None)
-
-
-def _tracer_failure(tracer: subprocess.Popen, err) -> str:
-    """strace's own last words: ``strace: attach: ptrace(PTRACE_SEIZE, 123):
-    Operation not permitted``."""
-    err.seek(0)
-    lines = [ln.strip() for ln in err.read().decode(errors="replace").splitlines() if ln.strip()]
-    words = next((ln for ln in reversed(lines) if "ptrace" in ln or "not permitted" in ln), None)
-    return words or (lines[-1] if lines else f"strace exited with status {tracer.returncode}")
-
-
-def _status_field(pid: int, name: str) -> str | None:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(name + ":"):
-                    return line.split()[1]
-    except OSError:
-        return None
-    return None
 
 
 def _wait_state(pid: int, state: str, timeout_s: float = 10.0) -> bool:
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
-        if _status_field(pid, "State") == state:
+        if proc_status_field(pid, "State") == state:
             return True
         time.sleep(0.005)
     return False
-
-
-def _wait_traced(pid: int, tracer: subprocess.Popen, timeout_s: float = 10.0) -> bool:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end and tracer.poll() is None:
-        if _status_field(pid, "TracerPid") not in (None, "0"):
-            return True
-        time.sleep(0.005)
-    return False
-

@@ -5,8 +5,8 @@ Two limits, checked by a thread four times a second:
   - a reserve of free space on the disk the bundle is written to, so that a
     capture never fills the disk the traced service may also log to.
 
-When one is reached the guard calls ``on_trip`` once, with the reason in
-words; the caller stops capturing (detaches strace, stops its own probe) and
+When one is reached the budget calls ``on_exceeded`` once, with the reason
+in words; the caller stops capturing (detaches strace, stops its own probe) and
 bundles what it has, marked partial. The check lags the disk by at most one
 interval: a capture at full strace speed (a few MB/s) overshoots the cap by
 a megabyte or two.
@@ -70,18 +70,18 @@ def over_limit(raw: Path, cap_bytes: int | None) -> str | None:
     return None
 
 
-class CaptureGuard:
-    """``with CaptureGuard(raw, cap, on_trip) as g: ...``; ``g.reason`` says
-    why it tripped, None if it did not."""
+class DiskBudget:
+    """``with DiskBudget(raw, cap, on_exceeded) as budget: ...``;
+    ``budget.reason`` says why it was exceeded, None if it was not."""
 
-    def __init__(self, raw: Path, cap_bytes: int | None, on_trip: Callable[[str], None],
+    def __init__(self, raw: Path, cap_bytes: int | None, on_exceeded: Callable[[str], None],
                  interval_s: float = INTERVAL_S) -> None:
-        self.raw, self.cap_bytes, self.on_trip, self.interval_s = Path(raw), cap_bytes, on_trip, interval_s
+        self.raw, self.cap_bytes, self.on_exceeded, self.interval_s = Path(raw), cap_bytes, on_exceeded, interval_s
         self.reason: str | None = None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="kdiag-guard", daemon=True)
+        self._thread = threading.Thread(target=self._watch, name="kdiag-disk-budget", daemon=True)
 
-    def __enter__(self) -> "CaptureGuard":
+    def __enter__(self) -> "DiskBudget":
         self._thread.start()
         return self
 
@@ -90,7 +90,7 @@ class CaptureGuard:
         self._thread.join()
 
     @property
-    def tripped(self) -> bool:
+    def exceeded(self) -> bool:
         return self.reason is not None
 
     def _watch(self) -> None:
@@ -98,5 +98,5 @@ class CaptureGuard:
             reason = over_limit(self.raw, self.cap_bytes)
             if reason:
                 self.reason = reason
-                self.on_trip(reason)
+                self.on_exceeded(reason)
                 return

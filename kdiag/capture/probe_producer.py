@@ -11,10 +11,14 @@ message, wait for its delivery, repeat.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 # The config (which may hold passwords) comes through the environment: strace
 # prints a file's contents as the probe reads it, and argv in execve(), but
@@ -148,6 +152,15 @@ def retransmits(summary: dict | None) -> int | None:
         return None
 
 
+def join_cgroup(cgroup_dir: str) -> None:
+    """Move this process (and the threads it starts later) into the cgroup
+    the lab made for it (a CPU limit)."""
+    try:
+        (Path(cgroup_dir) / "cgroup.procs").write_text("0")
+    except OSError as e:
+        raise SystemExit(f"cannot join the cgroup {cgroup_dir}: {e.strerror or e}") from e
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kdiag.capture.probe_producer")
     ap.add_argument("--config-env", default=CONFIG_ENV,
@@ -162,10 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cgroup", help="join this cgroup first (the client-cpu scenario's CPU limit)")
     a = ap.parse_args(argv)
     if a.cgroup:
-        from kdiag.lab.cpulimit import join
-
         # Before the producer exists, so that librdkafka's threads start inside.
-        join(a.cgroup)
+        join_cgroup(a.cgroup)
     config = json.loads(os.environ.get(a.config_env) or "{}")
     summary = run(config, a.topic, a.messages, a.size, a.stats, a.results, a.rate)
     if a.summary:
@@ -173,6 +184,81 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(summary, f)
     print(json.dumps(summary), file=sys.stdout)
     return 0 if summary["delivered"] else 1
+
+
+# --- kdiag trace's side: the probe as its child ----------------------------------
+
+def _probe_pid(proc: subprocess.Popen, timeout_s: float = 10.0) -> int | None:
+    """The probe's own pid, below strace and ``ip netns exec``."""
+    import psutil
+
+    import kdiag
+
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end and proc.poll() is None:
+        try:
+            for p in psutil.Process(proc.pid).children(recursive=True):
+                cmd = p.cmdline()
+                # strace's and ip's own command lines name the probe too: match
+                # only the process that runs it ("python -m kdiag.capture.probe_producer").
+                if cmd[1:3] == kdiag.python_m(sys.modules[__name__])[1:]:
+                    return p.pid
+        except psutil.Error:
+            pass
+        time.sleep(0.02)
+    return None
+
+
+def run_child(cmd: list[str], log_path: Path, timeout_s: float, log, env: dict, on_start=lambda pid: None,
+               raw: Path | None = None, cap_bytes: int | None = None) -> tuple[str | None, int | None]:
+    """Run the probe with its stderr (librdkafka's log) streaming to disk;
+    ``on_start`` gets the probe's pid. A disk budget on ``raw`` stops it at
+    ``cap_bytes`` or a nearly full disk. Returns (why it was stopped early
+    or None, exit code)."""
+    from kdiag.capture import disk_budget
+
+    stopped = None
+    with open(log_path, "wb") as err, contextlib.ExitStack() as stack:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=env)
+        budget = None
+        if raw is not None:
+            budget = stack.enter_context(disk_budget.DiskBudget(
+                raw, cap_bytes, lambda why: (log(f"stopping the probe: {why}"), _interrupt(proc))))
+        pid = _probe_pid(proc)
+        if pid is not None:
+            on_start(pid)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            log(f"probe still running after {timeout_s:.0f}s: stopping it")
+            stopped = f"the probe was stopped after --timeout {timeout_s:g}s"
+            _stop(proc)
+        except KeyboardInterrupt:
+            log("interrupted: stopping the probe and keeping what was captured")
+            stopped = "interrupted (Ctrl-C or SIGTERM)"
+            _stop(proc)
+        if budget is not None and budget.exceeded:
+            _stop(proc)
+            stopped = budget.reason
+    return stopped, proc.returncode
+
+
+def _interrupt(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    # Our own child (and its strace): SIGINT lets strace detach and flush.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 if __name__ == "__main__":

@@ -12,22 +12,20 @@ import errno
 import json
 import os
 import shutil
-import signal
-import subprocess
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, ContextManager, Protocol
 
-from kdiag.collectors import rdkafka_log as c_log
-from kdiag.collectors import strace as c_strace
-from kdiag.collectors.base import status_from_output
-from kdiag.collectors import tcp_probe as c_tcp_probe
+from kdiag import collectors
+from kdiag.collectors import probe_output
+from kdiag.collectors.base import PROBE, Capture, Collector, gaps
 import kdiag
 from kdiag import __version__
 from kdiag.bundle import archive as bundle
-from kdiag.capture import disk_budget as guard
+from kdiag.capture import disk_budget
 from kdiag.bundle import redact
 from kdiag.capture import probe_producer
 from kdiag.errors import KdiagError, UsageError
@@ -39,21 +37,17 @@ SMALL_PROBE_MESSAGES = 10_000
 # message.timeout.ms: a message that cannot be delivered fails in seconds,
 # not librdkafka's default five minutes.
 PROBE_DEFAULTS = {"acks": "all", "linger.ms": "0", "message.timeout.ms": "10000"}
-# librdkafka >= 2.10 disables Nagle by default; the lab reproduces the
-# producers that still have it on, so it sets the old default explicitly.
-LAB_DEFAULTS = {"socket.nagle.disable": "false"}
-# Scenarios run on the loopback lab, by its variant; the others are network
-# lab scenarios. The producer keeps librdkafka's defaults in both.
-LAB_VARIANTS = {"nagle-proxy": "nagle-proxy", "slow-broker": "slow-broker", "throttled": "throttled",
-                "client-cpu": "tls"}
-# client-cpu: the probe and a busy neighbour (the application's own work) in
-# a cgroup allowed this share of one core per 100 ms period, a Kubernetes-
-# style CPU limit below what the two use.
-CLIENT_CPU_CORES = 0.2
 DEFAULT_MESSAGES = 100
-# A request stalls only when the quota runs out while it is in flight, about
-# one period in ten here; 100 messages take 5 periods, 600 take 30.
-SCENARIO_MESSAGES = {"client-cpu": 600}
+
+
+class LabTarget(Protocol):
+    """A started lab, as the lab hands it to the trace (the product does not
+    import the lab: the caller passes ``TraceOptions.lab``)."""
+
+    config: dict[str, str]      # producer config for the lab's brokers, with the scenario's own
+    info: dict                  # the manifest's "lab" record
+    exec_prefix: list[str]      # runs the producer and the path probes where the lab's client is
+    cgroup: Path | None         # the cgroup the probe producer joins, else None
 
 
 @dataclass
@@ -61,15 +55,18 @@ class TraceOptions:
     brokers: str | None = None
     props: dict[str, str] = field(default_factory=dict)
     topic: str = PROBE_TOPIC
-    messages: int = 100
+    messages: int = DEFAULT_MESSAGES
     size: int = 2048
     out: Path | None = None
     timeout_s: float = 300.0
-    scenario: str | None = None     # a network lab scenario instead of the loopback lab
+    # Without brokers: starts the lab the probe runs against, given the
+    # topic and the log; the command line passes the scenario registry's
+    # ``running`` bound to a scenario's name.
+    lab: Callable[[str, Callable[[str], None]], ContextManager[LabTarget]] | None = None
     rate: float | None = None       # asynchronous probe at this many messages a second
     path_probe: bool = True
     argv: list[str] = field(default_factory=list)
-    max_capture_mb: float | None = guard.DEFAULT_CAP_MB
+    max_capture_mb: float | None = disk_budget.DEFAULT_CAP_MB
     pseudonymise: Path | None = None    # the map file, kept outside the bundle
 
 
@@ -129,7 +126,7 @@ def staging_path(out: Path) -> Path:
 @contextlib.contextmanager
 def staged(out: Path, argv: list[str], log):
     """The capture is written beside the bundle it becomes, as OUT.partial/:
-    the disk it fills is the one the guard watches, and a kdiag killed before
+    the disk it fills is the one the disk budget watches, and a kdiag killed before
     it sealed the bundle leaves an unsealed bundle there that ``kdiag replay``
     and ``kdiag bundle seal`` read. Removed once the bundle is written, and on
     failure when nothing was captured."""
@@ -147,7 +144,7 @@ def staged(out: Path, argv: list[str], log):
     try:
         yield staging
     except BaseException:
-        keep = guard.tree_bytes(staging / "raw") > 0
+        keep = disk_budget.tree_bytes(staging / "raw") > 0
         if keep:
             log(f"the captures so far are kept in {staging} (kdiag bundle seal {staging} makes a bundle of them)")
         raise
@@ -157,124 +154,139 @@ def staged(out: Path, argv: list[str], log):
             shutil.rmtree(staging, ignore_errors=True)
 
 
+@dataclass
+class ProbeRun:
+    """How kdiag's probe producer's run went."""
+
+    stopped: str | None         # why it was stopped early; None when it ran to its end
+    exit_code: int | None
+
+
 def _run(opts: TraceOptions, staging: Path, out: Path, log) -> TraceResult:
-    raw = staging / "raw"
-    for d in ("rdkafka_log", "strace", "stats", "probe", "tcp_probe", "sockets"):
-        (raw / d).mkdir(parents=True)
+    capture = Capture(raw=staging / "raw", mode=PROBE, log=log)
+    active = collectors.for_capture(capture)
+    collectors.make_raw_dirs(capture.raw, active)
     # The probe's own capture: tens of kilobytes a hundred messages.
     spark_holder, warm = start_spark(small=opts.messages <= SMALL_PROBE_MESSAGES)
 
     with contextlib.ExitStack() as stack:
-        lab_info = None
-        cgroup = None
-        prefix: list[str] = []   # runs the producer and the probes in the lab's client namespace
-        user = dict(opts.props)
-        if opts.brokers:
-            base = {"bootstrap.servers": opts.brokers}
-        elif opts.scenario in LAB_VARIANTS:
-            from kdiag.lab import broker as lab
-
-            variant = LAB_VARIANTS[opts.scenario]
-            log(f"starting the lab, scenario {opts.scenario}: Tansu behind {variant}")
-            the_lab = stack.enter_context(lab.running(topics=(opts.topic,), variant=variant))
-            lab_info = the_lab.to_dict()
-            base = the_lab.client_config()
-            if opts.scenario == "client-cpu":
-                from kdiag.lab import cpulimit
-
-                cgroup = stack.enter_context(cpulimit.limited(CLIENT_CPU_CORES))
-                stack.enter_context(cpulimit.busy(cgroup))
-                log(f"the probe and a busy neighbour run in {cgroup}, limited to {CLIENT_CPU_CORES:g} of a "
-                    f"core per {cpulimit.DEFAULT_PERIOD_US // 1000} ms")
-                lab_info = {**lab_info, "cpu_limit_cores": CLIENT_CPU_CORES, "cgroup": str(cgroup)}
-        elif opts.scenario:
-            from kdiag.lab import network as netlab
-
-            log(f"starting the network lab, scenario {opts.scenario}: client, delay line, router, "
-                f"Tansu behind TLS, each in its own network namespace")
-            nl = stack.enter_context(netlab.running(opts.scenario, topics=(opts.topic,)))
-            lab_info, prefix = nl.to_dict(), nl.exec_prefix("client")
-            base = nl.client_config()
-        else:
-            from kdiag.lab import broker as lab
-
-            log("starting the lab: Tansu behind a TLS terminator on loopback")
-            the_lab = stack.enter_context(lab.running(topics=(opts.topic,)))
-            lab_info = the_lab.to_dict()
-            base = {**the_lab.client_config(), **LAB_DEFAULTS}
-        config = c_log.producer_config({**PROBE_DEFAULTS, **base, **user})
-        # What a kdiag killed mid-run leaves must still say what ran.
-        import confluent_kafka
-
-        bundle.start(staging, {"kdiag_version": __version__, "created_us": int(time.time() * 1e6),
-                               "argv": redact.argv(opts.argv), "mode": "lab" if lab_info else "brokers",
-                               "producer_config": redact.config(config),
-                               "versions": {"librdkafka": confluent_kafka.libversion()[0]}})
-
-        paths = {
-            "log": raw / "rdkafka_log" / "rdkafka.log",
-            "strace": raw / "strace" / "strace.txt",
-            "stats": raw / "stats" / "stats.jsonl",
-            "results": raw / "probe" / "messages.jsonl",
-            "summary": raw / "probe" / "summary.json",
-        }
-        cmd = [*kdiag.python_m(probe_producer), "--topic", opts.topic,
-               "--messages", str(opts.messages), "--size", str(opts.size),
-               "--stats", str(paths["stats"]), "--results", str(paths["results"]),
-               "--summary", str(paths["summary"])] + (["--rate", str(opts.rate)] if opts.rate else [])
-        if cgroup is not None:
-            cmd += ["--cgroup", str(cgroup)]
-        full_cmd, st_strace = c_strace.wrap(cmd, str(paths["strace"]))
-        if st_strace.state == "skipped":
-            paths["strace"].parent.rmdir()
-            log(f"strace skipped: {st_strace.reason}")
-        st_log = c_log.status(str(paths["log"]), str(paths["stats"]))
-        log(f"probe: {opts.messages} x {opts.size} B to {config['bootstrap.servers']} "
-            f"(socket.nagle.disable={config.get('socket.nagle.disable', 'librdkafka default')})")
-        started = int(time.time() * 1e6)
-        env = {**os.environ, probe_producer.CONFIG_ENV: json.dumps(config)}
-        from kdiag.collectors import sockets
-
-        sampler: list = []
-        stopped, probe_rc = _run_probe(
-            prefix + full_cmd, paths["log"], opts.timeout_s, log, env,
-            on_start=lambda pid: sampler.append(sockets.spawn(pid, raw / "sockets" / "samples.jsonl")),
-            raw=raw, cap_bytes=_cap_bytes(opts.max_capture_mb))
-        sockets_status = sockets.collect(sampler[0]) if sampler else None
-        ended = int(time.time() * 1e6)
-        partial = stopped is not None
-        path_status = None
-        if opts.path_probe and not partial and paths["summary"].exists():
-            path_status = _probe_path(json.loads(paths["summary"].read_text()), config, raw / "tcp_probe", prefix, log)
-        for st in (st_strace, st_log):
-            st.started_us, st.ended_us = started, ended
-            if st.state != "skipped":
-                st.state = "partial" if partial else "ok"
-                st.bytes = sum(Path(f).stat().st_size for f in st.files if Path(f).exists())
+        lab_info, cgroup = _brokers(opts, capture, active, stack, log)
+        _record_start(staging, opts, capture.producer_config, lab_info)
+        run = _run_producer(opts, capture, active, cgroup, log)
+        if opts.path_probe and run.stopped is None:
+            summary = probe_output.read_summary(capture.raw)
+            for c in active:
+                if not c.skipped:
+                    c.after(summary)
     # The lab is down here: analysis needs no broker.
 
-    probe = json.loads(paths["summary"].read_text()) if paths["summary"].exists() else None
-    # A probe that failed still leaves its captures: they are analysed and
-    # bundled (marked partial) for whoever looks next, and the run fails.
-    probe_error = None
-    if probe is None and not partial:
-        probe_error = f"the probe producer exited with status {probe_rc} and no summary"
-    elif probe is not None and probe["delivered"] == 0:
-        probe_error = f"no message was delivered: {probe.get('first_error')}"
-    elif probe is not None and probe["failed"]:
-        probe_error = (f"{probe['failed']} of {probe['delivered'] + probe['failed']} messages were not delivered"
-                       + (" and the probe gave up" if probe.get("gave_up") else "") + f": {probe.get('first_error')}")
-    reasons = [stopped] if stopped else []
+    probe = probe_output.read_summary(capture.raw)
+    probe_error = _probe_error(probe, run)
+    reasons = [run.stopped] if run.stopped else []
     if probe_error:
         reasons.append(probe_error)
-        probe_error += "; librdkafka's last lines:\n" + _tail(paths["log"])
+        probe_error += "; librdkafka's last lines:\n" + _tail(next(c.stderr_path() for c in active if c.stderr_path()))
         log(probe_error)
-    reasons += collector_gaps([st_strace, st_log])
+    statuses = [st for st in (c.status() for c in active) if st is not None]
+    reasons += gaps(statuses, PROBE, active)
+
+    import confluent_kafka
 
     meta = {"librdkafka_version": confluent_kafka.libversion()[0], "tcp_retrans": probe_producer.retransmits(probe)}
-    raw_inputs = [p for k, p in paths.items() if k in ("log", "strace", "stats") and p.exists()]
-    raw_inputs += sorted(p for d in ("tcp_probe", "sockets") for p in (raw / d).glob("*") if p.is_file())
-    manifest = {
+    raw_inputs = [p for c in active for p in c.inputs()]
+    manifest = _manifest(opts, capture.producer_config, lab_info, statuses, reasons)
+    findings, out_path = finish(staging, raw_inputs, meta, spark_holder, warm, out,
+                                redact.secret_values(capture.producer_config), manifest,
+                                {"probe": probe, "partial": bool(reasons), "probe_error": probe_error}, log,
+                                opts.pseudonymise)
+    return TraceResult(findings, out_path, probe, bool(reasons), probe_error, interrupted=run.stopped is not None)
+
+
+def _brokers(opts: TraceOptions, capture: Capture, active: list[Collector], stack: contextlib.ExitStack,
+             log) -> tuple[dict | None, Path | None]:
+    """The brokers the probe produces to: the user's, or a lab started on
+    ``stack``. Sets the capture's producer config (with what the collectors
+    need) and where the producer runs; returns the lab's manifest record and
+    the cgroup the probe joins."""
+    lab_info, cgroup = None, None
+    if opts.brokers:
+        base = {"bootstrap.servers": opts.brokers}
+    elif opts.lab is not None:
+        target = stack.enter_context(opts.lab(opts.topic, log))
+        base, lab_info, cgroup = target.config, target.info, target.cgroup
+        capture.exec_prefix = list(target.exec_prefix)
+    else:
+        raise UsageError("no brokers to trace against: give -b BROKERS or run a lab scenario")
+    config = {**PROBE_DEFAULTS, **base, **opts.props}
+    for c in active:
+        config = c.producer_config(config)
+    capture.producer_config = config
+    return lab_info, cgroup
+
+
+def _record_start(staging: Path, opts: TraceOptions, config: dict, lab_info: dict | None) -> None:
+    # What a kdiag killed mid-run leaves must still say what ran.
+    import confluent_kafka
+
+    bundle.start(staging, {"kdiag_version": __version__, "created_us": int(time.time() * 1e6),
+                           "argv": redact.argv(opts.argv), "mode": "lab" if lab_info else "brokers",
+                           "producer_config": redact.config(config),
+                           "versions": {"librdkafka": confluent_kafka.libversion()[0]}})
+
+
+def _run_producer(opts: TraceOptions, capture: Capture, active: list[Collector], cgroup: Path | None,
+                  log) -> ProbeRun:
+    """kdiag's probe producer under the collectors, from its start to its
+    end (or to Ctrl-C, the timeout or the disk budget)."""
+    cmd = [*kdiag.python_m(probe_producer), "--topic", opts.topic,
+           "--messages", str(opts.messages), "--size", str(opts.size)]
+    for c in active:
+        cmd += c.producer_args()
+    cmd += ["--rate", str(opts.rate)] if opts.rate else []
+    if cgroup is not None:
+        cmd += ["--cgroup", str(cgroup)]
+    for c in active:
+        cmd = c.wrap(cmd)
+    config = capture.producer_config
+    log(f"probe: {opts.messages} x {opts.size} B to {config['bootstrap.servers']} "
+        f"(socket.nagle.disable={config.get('socket.nagle.disable', 'librdkafka default')})")
+    stderr_path = next(c.stderr_path() for c in active if c.stderr_path())
+    started = int(time.time() * 1e6)
+    env = {**os.environ, probe_producer.CONFIG_ENV: json.dumps(config)}
+
+    def start_all(pid: int) -> None:
+        for c in active:
+            if not c.skipped:
+                c.start(pid)
+
+    stopped, exit_code = probe_producer.run_child(capture.exec_prefix + cmd, stderr_path, opts.timeout_s, log, env,
+                                                   on_start=start_all, raw=capture.raw,
+                                                   cap_bytes=_cap_bytes(opts.max_capture_mb))
+    ended = int(time.time() * 1e6)
+    for c in active:
+        c.stop(started, ended, stopped is not None)
+    return ProbeRun(stopped, exit_code)
+
+
+def _probe_error(probe: dict | None, run: ProbeRun) -> str | None:
+    """Why the run fails. A probe that failed still leaves its captures:
+    they are analysed and bundled (marked partial) for whoever looks next."""
+    if probe is None and run.stopped is None:
+        return f"the probe producer exited with status {run.exit_code} and no summary"
+    if probe is not None and probe["delivered"] == 0:
+        return f"no message was delivered: {probe.get('first_error')}"
+    if probe is not None and probe["failed"]:
+        return (f"{probe['failed']} of {probe['delivered'] + probe['failed']} messages were not delivered"
+                + (" and the probe gave up" if probe.get("gave_up") else "") + f": {probe.get('first_error')}")
+    return None
+
+
+def _manifest(opts: TraceOptions, config: dict, lab_info: dict | None, statuses: list[dict],
+              reasons: list[str]) -> dict:
+    import confluent_kafka
+
+    strace_status = next((st for st in statuses if st.get("name") == "strace"), {})
+    return {
         "argv": redact.argv(opts.argv),
         "mode": "lab" if lab_info else "brokers",
         "partial": bool(reasons),
@@ -283,29 +295,16 @@ def _run(opts: TraceOptions, staging: Path, out: Path, log) -> TraceResult:
         "versions": {
             "librdkafka": confluent_kafka.libversion()[0],
             "confluent_kafka": confluent_kafka.__version__,
-            "strace": st_strace.version,
+            "strace": strace_status.get("version"),
             **({"tansu": lab_info["tansu_version"], "tls_terminator": lab_info["terminator_version"]} if lab_info else {}),
         },
         "lab": lab_info,
-        # Child collectors report their status as dicts already.
-        "collectors": [st_log.to_dict(), st_strace.to_dict()]
-                      + [d for d in (path_status, sockets_status) if d is not None],
+        "collectors": statuses,
     }
-    findings, out_path = finish(staging, raw_inputs, meta, spark_holder, warm, out,
-                                redact.secret_values(config), manifest,
-                                {"probe": probe, "partial": bool(reasons), "probe_error": probe_error}, log,
-                                opts.pseudonymise)
-    return TraceResult(findings, out_path, probe, bool(reasons), probe_error, interrupted=partial)
 
 
 def _cap_bytes(mb: float | None) -> int | None:
-    return None if mb is None or mb <= 0 else int(mb * guard.MIB)
-
-
-def collector_gaps(statuses) -> list[str]:
-    """A collector that could not run leaves the capture partial: in words."""
-    return [f"{st.name} {st.state}: {st.reason}" for st in statuses
-            if st is not None and st.state in ("skipped", "failed")]
+    return None if mb is None or mb <= 0 else int(mb * disk_budget.MIB)
 
 
 def finish(staging: Path, raw_inputs: list[Path], meta: dict, spark_holder: dict, warm: threading.Thread,
@@ -321,18 +320,7 @@ def finish(staging: Path, raw_inputs: list[Path], meta: dict, spark_holder: dict
     host = bundle.host_facts()
     pseudo = None
     if pseudonymise is not None:
-        # Once, on the raw captures: tables and findings come from them and
-        # so hold pseudonyms already (a second pass would map those again).
-        from kdiag.bundle.pseudonym import Pseudonyms, pseudonymise_manifest
-
-        with Pseudonyms.load_or_create(pseudonymise, outside=[staging]) as ps:
-            ps.hostname(host["hostname"])
-            ps.learn_obj(manifest)
-            ps.learn_obj(extra)
-            pseudo = {"map_id": ps.map_id, "keep_loopback": ps.keep_loopback, **ps.tree(staging / "raw")}
-            manifest = pseudonymise_manifest({**manifest, "host": host}, ps)
-            host = manifest.pop("host")
-            extra = ps.obj(extra)
+        manifest, extra, host, pseudo = _pseudonymise(staging, pseudonymise, manifest, extra, host)
         log(f"hosts and addresses pseudonymised; the map is {pseudonymise} (keep it out of the bundle)")
     warm.join()
     if "error" in spark_holder:
@@ -397,6 +385,24 @@ def finish(staging: Path, raw_inputs: list[Path], meta: dict, spark_holder: dict
     return findings, staging
 
 
+def _pseudonymise(staging: Path, map_path: Path, manifest: dict, extra: dict,
+                  host: dict) -> tuple[dict, dict, dict, dict]:
+    """Once, on the raw captures: tables and findings come from them and so
+    hold pseudonyms already (a second pass would map those again). The
+    manifest, extra findings and host facts pseudonymised, and the record of it."""
+    from kdiag.bundle.pseudonym import Pseudonyms, pseudonymise_manifest
+
+    with Pseudonyms.load_or_create(map_path, outside=[staging]) as ps:
+        ps.hostname(host["hostname"])
+        ps.learn_obj(manifest)
+        ps.learn_obj(extra)
+        pseudo = {"map_id": ps.map_id, "keep_loopback": ps.keep_loopback, **ps.tree(staging / "raw")}
+        manifest = pseudonymise_manifest({**manifest, "host": host}, ps)
+        host = manifest.pop("host")
+        extra = ps.obj(extra)
+    return manifest, extra, host, pseudo
+
+
 def _disk_full(e: OSError) -> bool:
     return e.errno in (errno.ENOSPC, errno.EDQUOT)
 
@@ -441,105 +447,6 @@ def start_spark(small: bool = False) -> tuple[dict, threading.Thread]:
     warm = threading.Thread(target=_warm_spark, args=(holder, small), daemon=True)
     warm.start()
     return holder, warm
-
-
-def probe_targets(summary: dict, config: dict) -> list[tuple[str, int, str | None]]:
-    """Every broker in the cluster metadata; the bootstrap list only when
-    the metadata could not be had."""
-    found = [(b["host"], int(b["port"]), f"{b['host']}:{b['port']}/{b['id']}")
-             for b in summary.get("brokers") or [] if "host" in b]
-    if found:
-        return found
-    out = []
-    for hp in config.get("bootstrap.servers", "").split(","):
-        host, _, port = hp.strip().rpartition(":")
-        if host and port.isdigit():
-            out.append((host.strip("[]"), int(port), None))
-    return out
-
-
-def _probe_path(summary: dict, config: dict, out_dir: Path, prefix: list[str], log):
-    """The TCP path probe, run where the producer ran (its namespace)."""
-    targets = probe_targets(summary, config)
-    if not targets:
-        return None
-    log(f"probing the path to {len(targets)} broker(s): " + ", ".join(f"{h}:{p}" for h, p, _ in targets))
-    spec = json.dumps([list(t) for t in targets])
-    cmd = prefix + [*kdiag.python_m(c_tcp_probe), "--out", str(out_dir), "--targets", spec]
-    res = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
-    status = status_from_output("tcp_probe", res.stdout, (res.stderr.strip().splitlines() or ["no output"])[-1])
-    if status.get("state") not in ("ok",):
-        log(f"path probe: {status.get('state')}: {status.get('reason')}")
-    return status
-
-
-def _probe_pid(proc: subprocess.Popen, timeout_s: float = 10.0) -> int | None:
-    """The probe's own pid, below strace and ``ip netns exec``."""
-    import psutil
-
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end and proc.poll() is None:
-        try:
-            for p in psutil.Process(proc.pid).children(recursive=True):
-                cmd = p.cmdline()
-                # strace's and ip's own command lines name the probe too: match
-                # only the process that runs it ("python -m kdiag.capture.probe_producer").
-                if cmd[1:3] == kdiag.python_m(probe_producer)[1:]:
-                    return p.pid
-        except psutil.Error:
-            pass
-        time.sleep(0.02)
-    return None
-
-
-def _run_probe(cmd: list[str], log_path: Path, timeout_s: float, log, env: dict, on_start=lambda pid: None,
-               raw: Path | None = None, cap_bytes: int | None = None) -> tuple[str | None, int | None]:
-    """Run the probe with its stderr (librdkafka's log) streaming to disk;
-    ``on_start`` gets the probe's pid. A guard on ``raw`` stops it at
-    ``cap_bytes`` or a nearly full disk. Returns (why it was stopped early
-    or None, exit code)."""
-    stopped = None
-    with open(log_path, "wb") as err, contextlib.ExitStack() as stack:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=env)
-        g = None
-        if raw is not None:
-            g = stack.enter_context(guard.CaptureGuard(
-                raw, cap_bytes, lambda why: (log(f"stopping the probe: {why}"), _interrupt(proc))))
-        pid = _probe_pid(proc)
-        if pid is not None:
-            on_start(pid)
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            log(f"probe still running after {timeout_s:.0f}s: stopping it")
-            stopped = f"the probe was stopped after --timeout {timeout_s:g}s"
-            _stop(proc)
-        except KeyboardInterrupt:
-            log("interrupted: stopping the probe and keeping what was captured")
-            stopped = "interrupted (Ctrl-C or SIGTERM)"
-            _stop(proc)
-        if g is not None and g.tripped:
-            _stop(proc)
-            stopped = g.reason
-    return stopped, proc.returncode
-
-
-def _interrupt(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGINT)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    # Our own child (and its strace): SIGINT lets strace detach and flush.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGINT)
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def _tail(path: Path, n: int = 5) -> str:
