@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # The config (which may hold passwords) comes through the environment: strace
@@ -27,6 +28,36 @@ CONFIG_ENV = "KDIAG_PROBE_CONFIG"
 # A probe that cannot deliver stops soon instead of waiting out every message.
 FLUSH_TIMEOUT_S = 15
 GIVE_UP_AFTER = 3
+
+
+@dataclass
+class Tally:
+    """Delivery reports, read in message order."""
+    delivered: int = 0
+    failed: int = 0
+    consecutive_failures: int = 0
+    first_error: str | None = None
+    latencies_us: list[int] = field(default_factory=list)
+
+    def add(self, t0_us: int, outcome: dict) -> None:
+        done = outcome.get("done_us")
+        ok = done is not None and outcome.get("err") is None
+        self.delivered += ok
+        self.failed += not ok
+        self.consecutive_failures = 0 if ok else self.consecutive_failures + 1
+        if ok:
+            self.latencies_us.append(done - t0_us)
+        elif self.first_error is None:
+            self.first_error = outcome.get("err") or f"no delivery report within {FLUSH_TIMEOUT_S}s"
+
+    @property
+    def hopeless(self) -> bool:
+        """Nothing ever delivered: the next message would only fail the same way."""
+        return self.consecutive_failures >= GIVE_UP_AFTER or bool(self.failed and not self.delivered)
+
+    def p50_ms(self) -> float | None:
+        lat = sorted(self.latencies_us)
+        return lat[len(lat) // 2] / 1000 if lat else None
 
 
 def run(config: dict, topic: str, messages: int, size: int, stats_path: str | None,
@@ -43,9 +74,7 @@ def run(config: dict, topic: str, messages: int, size: int, stats_path: str | No
     snmp_before = tcp_counters()
     results = open(results_path, "w", buffering=1) if results_path else None
     value = b"k" * size
-    delivered = failed = consecutive = 0
-    first_error = None
-    latencies_us: list[int] = []
+    tally = Tally()
     start = time.time()
     pending: list[tuple[int, int, dict]] = []
 
@@ -78,20 +107,11 @@ def run(config: dict, topic: str, messages: int, size: int, stats_path: str | No
                 outcome = send(i)
                 t0 = pending[-1][1]
                 producer.flush(FLUSH_TIMEOUT_S)
-            done = outcome.get("done_us")
-            ok = done is not None and outcome.get("err") is None
-            delivered += ok
-            failed += not ok
-            consecutive = 0 if ok else consecutive + 1
-            if ok:
-                latencies_us.append(done - t0)
-            elif first_error is None:
-                first_error = outcome.get("err") or f"no delivery report within {FLUSH_TIMEOUT_S}s"
+            tally.add(t0, outcome)
             if results is not None:
-                results.write(json.dumps({"seq": i, "produce_us": t0, "delivered_us": done,
+                results.write(json.dumps({"seq": i, "produce_us": t0, "delivered_us": outcome.get("done_us"),
                                           "error": outcome.get("err", "no delivery report")}) + "\n")
-            # Nothing ever delivered: the next message would only fail the same way.
-            if not rate and (consecutive >= GIVE_UP_AFTER or (failed and not delivered)):
+            if not rate and tally.hopeless:
                 break
     finally:
         producer.flush(5)
@@ -100,25 +120,22 @@ def run(config: dict, topic: str, messages: int, size: int, stats_path: str | No
             results.close()
         if stats_out is not None:
             stats_out.close()
-    snmp_after = tcp_counters()
-    latencies_us.sort()
-    p50 = latencies_us[len(latencies_us) // 2] / 1000 if latencies_us else None
     return {
         "messages": messages,
-        "delivered": delivered,
-        "failed": failed,
-        "first_error": first_error,
-        "gave_up": bool(consecutive >= GIVE_UP_AFTER or (failed and not delivered)),
+        "delivered": tally.delivered,
+        "failed": tally.failed,
+        "first_error": tally.first_error,
+        "gave_up": tally.hopeless,
         "elapsed_s": round(elapsed, 3),
-        "msgs_per_s": round(delivered / elapsed, 2) if elapsed > 0 else None,
-        "p50_delivery_ms": p50,
+        "msgs_per_s": round(tally.delivered / elapsed, 2) if elapsed > 0 else None,
+        "p50_delivery_ms": tally.p50_ms(),
         "size_bytes": size,
         "rate": rate,
         "brokers": metadata,
         # Counters of this network namespace (all its sockets): retransmits
         # during the run are evidence of loss on the path.
         "tcp_counters_before": snmp_before,
-        "tcp_counters_after": snmp_after,
+        "tcp_counters_after": tcp_counters(),
     }
 
 
