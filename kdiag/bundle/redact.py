@@ -7,7 +7,9 @@ Two passes over every raw file before it is parsed or bundled:
 - by pattern: secrets kdiag was never told about, in a producer it only
   attached to (a properties file it read, a JAAS line it logged, a private
   key strace saw go by). The patterns are in ``PATTERNS``; each counts its
-  replacements for the manifest.
+  replacements for the manifest;
+- by protocol: the SASL exchanges (PLAIN, SCRAM, OAUTHBEARER) strace saw
+  on the producer's sockets, by their wire format (``kdiag.bundle.sasl``).
 
 The rules (what a secret looks like) come first, as data; the code that
 applies them follows."""
@@ -17,13 +19,17 @@ import os
 import re
 from pathlib import Path
 
+from kdiag.bundle import sasl
+
 REDACTED = "[REDACTED]"
 _REDACTED_BYTES = REDACTED.encode()
 
 # ---------------------------------------------------------------- the rules
 
 # librdkafka/Kafka property names that hold secrets.
-_SECRET_PROPERTY = re.compile(r"(password|secret|token|jaas|\.key\.pem|private|credential)", re.I)
+# sasl.oauthbearer.config holds the unsecured token's extensions.
+_SECRET_PROPERTY = re.compile(r"(password|passwd|secret|token|jaas|\.key\.pem|private|credential"
+                              r"|oauthbearer\.config|api[_.\-]?key)", re.I)
 # Shorter values would match by chance in binary captures.
 MIN_SECRET_LEN = 4
 
@@ -52,6 +58,10 @@ PATTERNS: dict[str, re.Pattern[bytes]] = {
     "base64_blob": re.compile(rb'(?m)(^|(?<=[(,] )")[A-Za-z0-9+/]{40,}={0,2}(?=(?:\\n)?"|\r?$)'),
     "jwt": re.compile(rb"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"),
     "bearer": re.compile(rb"(?i)(\b(?:bearer|basic)\s+)([A-Za-z0-9._~+/=\-]{8,})"),
+    # sasl.oauthbearer.config=principal=x extension_k=v scope=...: its whole
+    # value, spaces and all, to the end of its quotes or line.
+    "oauthbearer_config": re.compile(
+        rb"""(?i)(oauthbearer[._]config(?:\\?["'])?\s*[=:]\s*(?:\\?["'])?)((?:[^"'\\\r\n]|\\[^"'nr])+)"""),
 }
 _PEM_BEGIN = re.compile(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
 _PEM_END = re.compile(rb"-----END [A-Z0-9 ]*PRIVATE KEY-----")
@@ -62,8 +72,10 @@ _PEM_END = re.compile(rb"-----END [A-Z0-9 ]*PRIVATE KEY-----")
 # look at each line. "private key", not "private": strace prints
 # MAP_PRIVATE on every mmap().
 _LINE_MAY_HOLD_SECRET = (
-    re.compile(rb"passw|secret|token|credential|jaas|api[_.\-]?key|private[ _.\-]?key|eyj|bearer|basic"),
+    re.compile(rb"passw|secret|token|credential|jaas|api[_.\-]?key|private[ _.\-]?key|eyj|bearer|basic"
+               rb"|oauthbearer"),
     re.compile(rb'["\n][a-z0-9+/]{40}'),
+    *sasl.PREFILTERS,
 )
 _BASE64_AT_BLOCK_START = re.compile(rb"[a-z0-9+/]{40}")
 # Binary captures: a SYN probe carries no payload, and a pattern matched by
@@ -87,22 +99,50 @@ def config(cfg: dict) -> dict:
 
 
 def argv(args: list[str]) -> list[str]:
-    """``-X sasl.password=s3cret`` and ``sasl.password=s3cret`` lose the value."""
-    out = []
+    """``-X sasl.password=s3cret``, ``sasl.password=s3cret`` and
+    ``--password s3cret`` lose the value; so does a secret by pattern inside
+    an argument (a JSON config, a JAAS line, a URL with a token)."""
+    out: list[str] = []
+    value_next = False
     for a in args:
+        if not isinstance(a, str):
+            out.append(a)
+            continue
+        if value_next and not a.startswith("-"):
+            out.append(REDACTED)
+            value_next = False
+            continue
+        value_next = False
         if "=" in a:
             k, _, _v = a.partition("=")
             if is_secret_key(k):
                 a = f"{k}={REDACTED}"
-        out.append(a)
+        elif a.startswith("-") and is_secret_key(a):
+            value_next = True
+        out.append(_scrub_text(a))
     return out
+
+
+def _scrub_text(text: str) -> str:
+    raw = text.encode("utf-8", "surrogateescape")
+    out = scrub_line(raw, {})
+    return text if out == raw else out.decode("utf-8", "surrogateescape")
 
 
 # ---------------------------------------------------------------- by value
 
 def secret_values(cfg: dict) -> list[str]:
-    return sorted({str(v) for k, v in cfg.items() if is_secret_key(k) and len(str(v)) >= MIN_SECRET_LEN},
-                  key=len, reverse=True)
+    """Every secret the config holds, longest first: each secret property's
+    value, and each value inside ``sasl.oauthbearer.config`` (its
+    extensions travel on the wire one by one)."""
+    values = set()
+    for k, v in cfg.items():
+        if not is_secret_key(k):
+            continue
+        values.add(str(v))
+        if "oauthbearer.config" in k.lower():
+            values.update(part.partition("=")[2] for part in str(v).split() if part.startswith("extension_"))
+    return sorted((v for v in values if len(v) >= MIN_SECRET_LEN), key=len, reverse=True)
 
 
 def _escaped_forms(value: str) -> list[bytes]:
@@ -191,7 +231,9 @@ def scrub_line(line: bytes, counts: dict[str, int]) -> bytes:
             counts[name] = counts.get(name, 0) + n
         return text
 
+    line = sasl.scrub_line(line, counts)
     line = sub("pem_private_key", lambda m: m.group(1) + _REDACTED_BYTES, line)
+    line = sub("oauthbearer_config", lambda m: m.group(1) + _REDACTED_BYTES, line)
     line = _key_values(line, counts)
     line = sub("jwt", _REDACTED_BYTES, line)
     line = sub("base64_blob", lambda m: m.group(1) + _REDACTED_BYTES, line)

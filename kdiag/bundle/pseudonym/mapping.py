@@ -48,9 +48,12 @@ class PseudonymMap:
         self.keep_loopback = bool(data.get("keep_loopback", True))
         self._created_us = data.get("created_us")
         self._pairs: dict[str, dict[str, str]] = {k: dict(data.get(k) or {})
-                                                  for k in ("ipv4", "ipv6", "hostnames")}
+                                                  for k in ("ipv4", "ipv6", "hostnames", "domains")}
         self._taken: dict[str, set[str]] = {k: set(v.values()) for k, v in self._pairs.items()}
-        self.hosts: set[str] = set(self._pairs["hostnames"])
+        # The parents of fully qualified hosts: a domain keeps one pseudonym,
+        # which its hosts' pseudonyms end in (sos's domain map).
+        self.domains: set[str] = set(self._pairs["domains"])
+        self.hosts: set[str] = set(self._pairs["hostnames"]) | self.domains
         self.seen: dict[str, set[str]] = {k: set() for k in KINDS}
         self.replaced: dict[str, int] = {k: 0 for k in KINDS}
         self._dirty = False
@@ -190,13 +193,28 @@ class PseudonymMap:
 
     def hostname(self, name: str) -> str:
         """One hostname's pseudonym; it is also learned, so text scanned
-        from now on has it replaced."""
+        from now on has it replaced. A name of three labels or more is a
+        host in a domain: ``host-<hash>.domain-<hash>.invalid``, the domain
+        part the same for every host in it and for the domain alone."""
         key = name.lower().rstrip(".")
         if key in KEPT_HOSTS or key.endswith(".invalid") or not key or is_ip(key):
             return name
         self.add_hostnames([key])
         self.seen["hostname"].add(key)
-        return self._derive("hostnames", key, lambda d: f"host-{d[:5].hex()}.invalid")
+        if key in self.domains:
+            return self.domain(key)
+        parent = key.split(".", 1)[1] if key.count(".") >= 2 else None
+        if parent is None or key in self._pairs["hostnames"]:
+            return self._derive("hostnames", key, lambda d: f"host-{d[:5].hex()}.invalid")
+        under = self.domain(parent)[:-len(".invalid")]
+        return self._derive("hostnames", key, lambda d: f"host-{d[:5].hex()}.{under}.invalid")
+
+    def domain(self, name: str) -> str:
+        """One domain's pseudonym, ``domain-<hash>.invalid``."""
+        key = name.lower().rstrip(".")
+        self.domains.add(key)
+        self.hosts.add(key)
+        return self._derive("domains", key, lambda d: f"domain-{d[:5].hex()}.invalid")
 
     def packed(self, raw: bytes) -> bytes:
         """A 4- or 16-byte address in network order -> its pseudonym's bytes."""
@@ -215,6 +233,10 @@ class PseudonymMap:
             if key and _NAME.match(key) and not is_ip(key) and key not in KEPT_HOSTS \
                     and not key.endswith(".invalid") and any(c.isalpha() for c in key):
                 self.hosts.add(key)
+                if key.count(".") >= 2:
+                    parent = key.split(".", 1)[1]
+                    self.domains.add(parent)
+                    self.hosts.add(parent)
 
 
 def _read_map_file(path: Path, keep_loopback: bool | None) -> dict:

@@ -10,9 +10,16 @@ stands as a host (before ``:port``, or as a whole quoted string), since a
 bare word would hit ordinary text. A name seen in no such context is not
 known to be a hostname and stays.
 
-Not covered: a hostname in DNS wire form (``\\6kafka1\\7example\\3com`` in
-the strace of a resolver's sendto/recvfrom), or inside another token
-(``kafka1.example.com.pem``, ``ip-10-1-2-3.ec2.internal``); an IPv6
+A whole capture is also read for names in free text (``names``): fully
+qualified names anywhere, cloud names that embed an address, bootstrap
+lists, /etc/hosts lines and DNS wire names, which are rewritten in wire
+form. A learned name without a dot that holds a digit, ``-`` or ``_``
+(``kafka-prod-7``) is replaced wherever it stands as a whole token: such a
+token is no ordinary word.
+
+Not covered: a hostname inside another token (``kafka1.example.com.pem``);
+a DNS name compressed into a pointer, or with a label of 32 characters or
+more (its length byte is printable, so no escape marks it); an IPv6
 address written with its port and no brackets (``fd00::1:9093`` is one
 valid address, so its port is mapped with it); MAC addresses.
 """
@@ -22,6 +29,8 @@ import ipaddress
 import re
 from collections import Counter
 from typing import TYPE_CHECKING
+
+from kdiag.bundle.pseudonym import names as free_names
 
 if TYPE_CHECKING:
     from kdiag.bundle.pseudonym.mapping import PseudonymMap
@@ -53,6 +62,8 @@ _HEX = frozenset(b"0123456789abcdefABCDEF")
 _LEFT_V4 = _WORD | {ord(".")}
 _LEFT_HOST = _WORD | {ord("."), ord("-")}
 _HOST_RIGHT = _WORD | {ord("-")}
+# A short name that no word of text is: it holds a digit, "-" or "_".
+_DISTINCT_SHORT = re.compile(rb"[0-9_\-]")
 # JSON keys whose string value is a list of brokers, or one host.
 _BROKER_LIST_KEYS = ("bootstrap.servers", "metadata.broker.list", "brokers", "target", "broker")
 _HOST_KEYS = ("host", "hostname", "nodename", "target_host")
@@ -111,14 +122,21 @@ class TextScanner:
             if config.get(k):
                 self.map.add_hostnames(hostnames_in(config[k]))
 
-    def learn_bytes(self, data: bytes) -> None:
+    def learn_bytes(self, data: bytes, free_text: bool = False) -> None:
+        """Hostnames in their host contexts; with ``free_text`` also every
+        fully qualified name (for whole captures: a single line of text
+        may hold a dotted name that is no host)."""
         names = set(_KEY_LEARN.findall(data)) | set(_SCHEME_LEARN.findall(data))
         if names:
             self.map.add_hostnames(n.decode("ascii", "replace") for n in names)
+        self.map.add_hostnames(free_names.hosts_named(data))
+        if free_text:
+            self.map.add_hostnames(free_names.fqdns(data.lower()))
 
     def learn_obj(self, obj) -> None:
         """Hostnames from a JSON-like value: keys that hold one, a config's
-        bootstrap list, ``-b``/``--brokers`` in an argv, and strings."""
+        bootstrap list, ``-b``/``--brokers`` in an argv, and strings (with
+        the fully qualified names in them)."""
         if isinstance(obj, dict):
             for k, v in obj.items():
                 if isinstance(v, str):
@@ -127,7 +145,7 @@ class TextScanner:
                     elif k in _HOST_KEYS:
                         self.map.add_hostnames([v])
                     else:
-                        self.learn_bytes(v.encode("utf-8", "surrogateescape"))
+                        self.learn_bytes(v.encode("utf-8", "surrogateescape"), free_text=True)
                 elif k == "argv" and isinstance(v, list):
                     self._learn_argv(v)
                     self.learn_obj(v)
@@ -137,7 +155,7 @@ class TextScanner:
             for v in obj:
                 self.learn_obj(v)
         elif isinstance(obj, str):
-            self.learn_bytes(obj.encode("utf-8", "surrogateescape"))
+            self.learn_bytes(obj.encode("utf-8", "surrogateescape"), free_text=True)
 
     def _learn_argv(self, argv: list) -> None:
         for i, a in enumerate(argv):
@@ -265,15 +283,27 @@ class TextScanner:
                         break
         for name in single:
             pos = 0
+            distinct = _DISTINCT_SHORT.search(name) is not None
             while (i := low.find(name, pos)) >= 0:
                 pos = i + 1
                 e = i + len(name)
                 nxt = data[e:e + 2]
-                if not (nxt[:1] in (b'"', b"'", b"]") or nxt in (b'\\"', b"\\'", b"\\n", b"\\t")
+                as_token = distinct and (e == n or (data[e] not in _HOST_RIGHT and not (
+                    data[e] == 0x2E and e + 1 < n and data[e + 1] in _HOST_RIGHT)))
+                if not (as_token or nxt[:1] in (b'"', b"'", b"]") or nxt in (b'\\"', b"\\'", b"\\n", b"\\t")
                         or (nxt[:1] == b":" and nxt[1:] and nxt[1] in _DIGITS)):
                     continue
                 if _left_ok(data, i, _LEFT_HOST):
                     self._span(spans, data[i:e], i, "hs")
+
+    def _find_wire(self, data: bytes, spans: list) -> None:
+        """Known names in DNS wire form, rewritten in wire form."""
+        if not self.map.hosts or not free_names.may_hold_wire(data):
+            return
+        known = self.map.hosts
+        for start, end, out, real in free_names.wire_spans(
+                data, lambda name: self.map.hostname(name) if name.lower() in known else None):
+            spans.append((start, end, (out, "hostname", real.lower())))
 
     def _token(self, s: str, group: str) -> tuple[bytes, str | None, str | None]:
         """(replacement, kind, the real value as the map keys it); kind None
@@ -312,6 +342,7 @@ class TextScanner:
         others: list = []
         self._find_v6(data, others)
         self._find_hosts(data, others)
+        self._find_wire(data, others)
         if others:
             spans = _outermost(spans + others)
         if not spans:

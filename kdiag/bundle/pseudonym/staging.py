@@ -104,7 +104,7 @@ class Pseudonyms(PseudonymMap):
         with open(path, "rb") as f:
             tail = b""
             while data := f.read(BLOCK):
-                self.scanner.learn_bytes(tail + data)
+                self.scanner.learn_bytes(tail + data, free_text=True)
                 tail = data[-keep:]
 
     def _text_file(self, path: Path) -> bool:
