@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from kdiag import __version__
+from kdiag.bundle import limits as bundle_limits
 from kdiag.errors import InputError, KdiagError, UsageError
 from kdiag.status import ExitStatus
 
@@ -151,6 +152,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print the findings as one JSON object")
     r.add_argument("--no-verify", action="store_true",
                    help="analyse a bundle that fails verification (a warning names the files)")
+    bundle_limits.add_options(r)
 
     b = sub.add_parser("bundle", help="check bundles against their manifests",
                        epilog=BUNDLE_EXAMPLES, formatter_class=fmt)
@@ -159,6 +161,7 @@ def _parser() -> argparse.ArgumentParser:
                         "kdiag trace left (OUTPUT.partial/) into the bundle it would have written")
     b.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="a .tar.gz bundle or an unpacked one")
     b.add_argument("--json", action="store_true", help="the results as one JSON object")
+    bundle_limits.add_options(b)
 
     p = sub.add_parser("parse", help="turn raw captures into Arrow tables (Parquet)",
                        epilog=PARSE_EXAMPLES, formatter_class=fmt)
@@ -276,6 +279,19 @@ def _sigterm_interrupts():
         signal.signal(signal.SIGTERM, old)
 
 
+@contextlib.contextmanager
+def _private_files():
+    """What kdiag (and its Spark JVM) writes while reading captures is
+    readable by its owner only: tables and temporary files hold traffic."""
+    import os
+
+    old = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
 def cmd_trace_target(args, env: Environment, argv: list[str], command: list[str]) -> ExitStatus:
     from kdiag.capture import attach
 
@@ -294,17 +310,19 @@ def cmd_trace_target(args, env: Environment, argv: list[str], command: list[str]
 def cmd_replay(args, env: Environment) -> ExitStatus:
     import tempfile
 
+    from kdiag.ingest.detect import readable_inputs
+    from kdiag.ingest.parquet_sink import reason
+
     from kdiag.bundle import archive as bundle
     from kdiag.analysis.pipeline import analyse
 
     paths = list(args.paths)
-    for p in paths:
-        if not p.exists():
-            raise UsageError(f"{p}: no such file or directory")
+    readable_inputs(paths)
     # Any tar archive is taken for a bundle: none is a raw capture, and one
     # whose manifest is missing or not first is what verification reports.
     bundles = [p for p in paths if bundle.is_bundle(p) or bundle.is_archive(p)]
-    checked = list(map(bundle.verify, bundles))
+    limits = bundle.Limits.resolve(args)
+    checked = [bundle.verify(p, limits) for p in bundles]
     for v in checked:
         if v.unsealed:
             env.say(f"warning: {v.path} is unsealed (kdiag was stopped before it finished); its captures are "
@@ -325,22 +343,26 @@ def cmd_replay(args, env: Environment) -> ExitStatus:
             if p in bundles:
                 from kdiag.capture.probe_producer import retransmits
 
-                d = bundle.unpack(p)
+                d = bundle.unpack(p, limits)
                 if d != p:
                     cleanup.callback(shutil.rmtree, d, ignore_errors=True)
-                man = bundle.manifest(d)
+                man = bundle.manifest(d, limits)
                 meta.setdefault("librdkafka_version", man.get("versions", {}).get("librdkafka"))
                 raw += [f for f in bundle.raw_files(d) if f.parent.name in bundle.ANALYSED_SOURCES]
-                summary = d / "raw" / "probe" / "summary.json"
-                if summary.exists():
-                    probe = json.loads(summary.read_text())
+                summary = bundle.probe_summary(d, limits)
+                if summary is not None:
+                    probe = summary
                     meta["tcp_retrans"] = retransmits(probe)
             elif p.is_dir():
                 raw += sorted(f for f in p.rglob("*") if f.is_file())
             else:
                 raw.append(p)
         tmp = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="kdiag-replay-"))
-        findings, _ = analyse(raw, Path(tmp) / "tables", meta)
+        try:
+            findings, _ = analyse(raw, Path(tmp) / "tables", meta)
+        except OSError as e:
+            raise KdiagError(f"cannot write the tables to {tmp}: {reason(e)} "
+                             "(set TMPDIR to a directory with room)") from None
     findings["probe"] = probe
     return _emit(env, findings, args.json)
 
@@ -351,14 +373,20 @@ def cmd_bundle(args, env: Environment) -> ExitStatus:
     for p in args.paths:
         if not p.exists():
             raise UsageError(f"{p}: no such file or directory")
+    limits = bundle.Limits.resolve(args)
     if args.action == "seal":
         from kdiag.capture.trace import seal
 
         for p in args.paths:
+            if p.is_dir():
+                # what seal reads and rewrites must be the directory's own
+                # files, never one a link points at
+                bundle.refuse_links(p, limits)
+                bundle.manifest(p, limits)
             out = seal(p, log=env.say)
             env.stdout.write(f"{out}\n")
         return ExitStatus.OK
-    results = [bundle.verify(p) for p in args.paths]
+    results = [bundle.verify(p, limits) for p in args.paths]
     if args.json:
         env.stdout.write(json.dumps({"bundles": [r.to_dict() for r in results]}) + "\n")
     else:
@@ -368,12 +396,16 @@ def cmd_bundle(args, env: Environment) -> ExitStatus:
 
 
 def cmd_parse(args, env: Environment) -> ExitStatus:
+    from kdiag.ingest.detect import readable_inputs
+    from kdiag.ingest.parquet_sink import reason
     from kdiag.ingest.tables import parse_paths
 
-    for p in args.paths:
-        if not p.exists():
-            raise UsageError(f"{p}: no such file or directory")
-    parsed = parse_paths(list(args.paths), args.output)
+    readable_inputs(list(args.paths))
+    try:
+        parsed = parse_paths(list(args.paths), args.output)
+    except OSError as e:
+        raise KdiagError(f"cannot write the tables to {args.output}: {reason(e)} "
+                         "(give -o a directory with room that kdiag may write)") from None
     for f in parsed.files:
         c = f.get("counts") or {}
         env.stdout.write(f"{f['path']}: {f['kind'] or 'not recognised'}; lines {c.get('lines', 0)}, "
@@ -452,9 +484,13 @@ def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
         if args.command == "trace":
             return cmd_trace(args, env, argv, command)
         if args.command == "replay":
-            return cmd_replay(args, env)
+            # SIGTERM as Ctrl-C: the temporary directories go, and the exit
+            # status is the documented 130.
+            with _sigterm_interrupts(), _private_files():
+                return cmd_replay(args, env)
         if args.command == "parse":
-            return cmd_parse(args, env)
+            with _sigterm_interrupts(), _private_files():
+                return cmd_parse(args, env)
         if args.command == "bundle":
             return cmd_bundle(args, env)
         return cmd_lab(args, env)

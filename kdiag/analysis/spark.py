@@ -56,9 +56,66 @@ def session(app: str = "kdiag", small: bool = False):
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    if not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        _watch_jvm()
     if archive is not None and archive.writing:
         atexit.register(archive.seal, spark)
     return spark
+
+
+# How long the JVM may take to stop on its own once kdiag is gone (it exits
+# when its stdin closes: a few hundred milliseconds measured) before the
+# watchdog kills it.
+JVM_GRACE_S = 10.0
+_WATCHDOG = r"""
+import os, signal, sys, time
+jvm, started, kdiag, grace_s = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+def same():
+    try:
+        with open(f"/proc/{jvm}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[19] == started and fields[0] != "Z"
+while os.getppid() == kdiag:
+    if not same():
+        sys.exit(0)
+    time.sleep(0.5)
+deadline = time.monotonic() + grace_s
+while same() and time.monotonic() < deadline:
+    time.sleep(0.2)
+if same():
+    os.kill(jvm, signal.SIGKILL)
+"""
+_watchdogs: list = []
+
+
+def _watch_jvm() -> None:
+    """A watchdog that kills the Spark JVM if it outlives kdiag. The JVM
+    exits when its stdin closes, but a process that inherited kdiag's end
+    of that pipe, or a JVM stuck in its shutdown, keeps it running for good.
+    PR_SET_PDEATHSIG cannot do it: the JVM is started from a thread, and the
+    signal comes when that thread ends. Nor can a pipe: whatever holds the
+    JVM's stdin would hold it too. So the watchdog, kdiag's child, polls its
+    parent (every 0.5 s; it is reparented when kdiag dies, killed or not),
+    gives the JVM JVM_GRACE_S to stop on its own, then kills it if it is
+    still the same process (its start time is checked)."""
+    import subprocess
+
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        with open(f"/proc/{proc.pid}/stat") as f:
+            started = f.read().rsplit(")", 1)[1].split()[19]
+        dog = subprocess.Popen(
+            [sys.executable, "-c", _WATCHDOG, str(proc.pid), started, str(os.getpid()), str(JVM_GRACE_S)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        return   # no /proc, or no process to spare: the JVM's own watch of its stdin remains
+    _watchdogs.append(dog)
 
 
 def _big_heap() -> str:

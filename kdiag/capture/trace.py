@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import shutil
@@ -123,21 +124,57 @@ def staging_path(out: Path) -> Path:
     return out.with_name(out.name + ".partial")
 
 
+def capture_running(staging: Path) -> bool:
+    """Whether a live kdiag holds ``staging`` (see ``_hold``). A kdiag that
+    died, even by SIGKILL, holds nothing: the kernel drops its lock."""
+    try:
+        fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def _hold(staging: Path) -> int:
+    """An flock on the staging directory itself, held while kdiag writes it:
+    nothing to clean up, and no file that could end up in the bundle."""
+    fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
 @contextlib.contextmanager
 def staged(out: Path, argv: list[str], log):
-    """The capture is written beside the bundle it becomes, as OUT.partial/:
-    the disk it fills is the one the disk budget watches, and a kdiag killed before
-    it sealed the bundle leaves an unsealed bundle there that ``kdiag replay``
-    and ``kdiag bundle seal`` read. Removed once the bundle is written, and on
-    failure when nothing was captured."""
+    """The capture is written beside the bundle it becomes, as OUT.partial/
+    (0700: it holds captured traffic): the disk it fills is the one the disk
+    budget watches, and a kdiag killed before it sealed the bundle leaves an
+    unsealed bundle there that ``kdiag replay`` and ``kdiag bundle seal``
+    read. Removed once the bundle is written, and on failure when nothing
+    was captured."""
     staging = staging_path(out)
     try:
-        staging.mkdir(parents=True)
+        staging.mkdir(parents=True, mode=0o700)
+        held = _hold(staging)
     except FileExistsError:
+        if capture_running(staging):
+            raise UsageError(f"{staging} is being written by a kdiag trace that is still running; "
+                             "give this one another -o") from None
         raise UsageError(f"{staging} exists: an earlier kdiag run stopped before sealing it. "
                          f"kdiag bundle seal {staging} makes it a bundle; or remove it") from None
     except OSError as e:
         raise UsageError(f"cannot write beside {out}: {e.strerror or e}") from None
+    try:
+        yield from _staged(staging, argv, log)
+    finally:
+        os.close(held)
+
+
+def _staged(staging: Path, argv: list[str], log):
     bundle.start(staging, {"kdiag_version": __version__, "created_us": int(time.time() * 1e6),
                            "argv": redact.argv(argv)})
     keep = False
@@ -412,6 +449,9 @@ def seal(staging: Path, out: Path | None = None, log=lambda msg: None) -> Path:
     left becomes the bundle it would have written, marked partial. Secrets
     are redacted by pattern only: the values kdiag was told died with it."""
     staging = Path(staging).resolve()
+    if capture_running(staging):
+        raise UsageError(f"{staging} is being written by a kdiag trace that is still running; "
+                         "it seals it itself when it stops")
     if not (staging / bundle.MANIFEST).is_file():
         raise UsageError(f"{staging}: not a directory kdiag trace left (no {bundle.MANIFEST})")
     if bundle.is_sealed_dir(staging):

@@ -10,8 +10,10 @@ tie goes to the format listed first.
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
 
+from kdiag.errors import UsageError
 from kdiag.ingest.lines import sniff
 
 # pcap's magic is 4 bytes; pcapng's byte-order magic is not read here (the
@@ -53,3 +55,19 @@ def detect(path: Path) -> str | None:
         return None
     score, name = max(scores, key=lambda s: s[0])
     return name if score >= LINE_SCORE_MIN else None
+
+
+def readable_inputs(paths: list[Path]) -> None:
+    """Each input exists and is not a stream: a FIFO or socket would block
+    the first read, and kdiag reads a file more than once (recognition,
+    then parsing). stat() never blocks, so this comes before any open()."""
+    for p in paths:
+        try:
+            mode = Path(p).stat().st_mode
+        except FileNotFoundError:
+            raise UsageError(f"{p}: no such file or directory") from None
+        except OSError as e:
+            raise UsageError(f"{p}: cannot read it ({e.strerror or e})") from None
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else None
+        if kind:
+            raise UsageError(f"{p}: {kind}, not a file; save what it carries to a file and give kdiag that")

@@ -1,6 +1,14 @@
-"""Tables -> one Parquet file each, written chunk by chunk."""
+"""Tables -> one Parquet file each, written chunk by chunk.
+
+The files are written in a private work directory inside the output one
+and renamed into place only when every table is complete: a full disk, a
+read-only directory or a signal leaves no truncated Parquet behind.
+"""
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,6 +25,7 @@ class TableSink:
 
     def __init__(self, out_dir: Path) -> None:
         self.out_dir = out_dir
+        self.work_dir: Path | None = None   # 0700, in out_dir: the rename into place stays on one disk
         self.writers: dict = {}
         self.rows: dict[str, int] = {}
         self._queue = None
@@ -29,8 +38,10 @@ class TableSink:
         if self._error is not None:
             raise self._error
         if name not in self.writers:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            self.writers[name] = pq.ParquetWriter(self.out_dir / f"{name}.parquet", table.schema)
+            if self.work_dir is None:
+                self.out_dir.mkdir(parents=True, exist_ok=True)
+                self.work_dir = Path(tempfile.mkdtemp(prefix=".kdiag-parse-", dir=self.out_dir))
+            self.writers[name] = pq.ParquetWriter(self.work_dir / f"{name}.parquet", table.schema)
             self.rows[name] = 0
         if len(table):
             self.rows[name] += len(table)
@@ -55,12 +66,53 @@ class TableSink:
                     self._error = e
 
     def close(self) -> dict[str, Path]:
+        """Finishes every file; they are still in the work directory
+        (``commit`` moves them into place, ``discard`` removes them)."""
         if self._thread is not None:
             self._queue.put(None)
             self._thread.join()
             self._thread = None
-        for w in self.writers.values():
-            w.close()
+        writers, self.writers = self.writers, {}
+        for w in writers.values():
+            try:
+                w.close()
+            except BaseException as e:  # noqa: BLE001 - the first error is the one to report
+                self._error = self._error or e
+        self.writers = dict.fromkeys(writers)
         if self._error is not None:
             raise self._error
-        return {name: self.out_dir / f"{name}.parquet" for name in self.writers}
+        return {name: self.work_dir / f"{name}.parquet" for name in self.writers}
+
+    def commit(self) -> dict[str, Path]:
+        """The finished files, renamed into the output directory, private (0600)."""
+        done = {}
+        for name in self.writers:
+            dest = self.out_dir / f"{name}.parquet"
+            os.chmod(self.work_dir / dest.name, 0o600)
+            os.replace(self.work_dir / dest.name, dest)
+            done[name] = dest
+        if self.work_dir is not None:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+            self.work_dir = None
+        return done
+
+    def discard(self) -> None:
+        """After a failure: the writing thread stopped, nothing left behind."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout=30)
+            self._thread = None
+        for w in self.writers.values():
+            if w is not None:
+                try:
+                    w.close()
+                except BaseException:  # noqa: BLE001,S110 - the file is removed next; the first error is raised
+                    pass
+        if self.work_dir is not None:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+            self.work_dir = None
+
+
+def reason(e: OSError) -> str:
+    """The system's words for a failed write; Arrow's own wrap them in a paragraph."""
+    return os.strerror(e.errno) if e.errno else (e.strerror or str(e)).splitlines()[0]

@@ -17,6 +17,7 @@ line numbers run on, times on the epoch clock): kdiag.ingest.strace_clock.
 """
 from __future__ import annotations
 
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,10 +62,28 @@ def _shown(path: Path, base: Path | None) -> str:
 def parse_paths(paths: list[Path], out_dir: Path, base: Path | None = None) -> Parsed:
     """Parse every file into ``out_dir/<table>.parquet``. ``base``: paths are
     reported relative to it (a bundle's root)."""
-    from kdiag.parsers.registry import format_named
-
     out = Parsed()
     sink = TableSink(Path(out_dir))
+    try:
+        strace_files = _parse_all(paths, base, out, sink)
+        out.paths = sink.close()
+        out.rows = sink.rows
+        if strace_files:
+            out.notes += put_on_epoch(out.paths, strace_files)
+        out.paths = sink.commit()
+    except BaseException:
+        sink.discard()
+        raise
+    if len(strace_files) > 1 and any(f.pid_from_name for f in strace_files):
+        out.notes.append("strace line numbers run on from one file to the next: " + ", ".join(
+            f"{f.shown} {f.offset + 1}-{f.offset + f.lines}" for f in strace_files))
+    return out
+
+
+def _parse_all(paths: list[Path], base: Path | None, out: Parsed, sink: TableSink) -> list[StraceFile]:
+    """Every recognised file into ``sink``; returns the strace files read."""
+    from kdiag.parsers.registry import format_named
+
     strace_files: list[StraceFile] = []
     found = _recognised(paths, base, out)
     # The packets are the record of SYN probes; the live results file then
@@ -83,14 +102,7 @@ def parse_paths(paths: list[Path], out_dir: Path, base: Path | None = None) -> P
             out.notes.append(
                 f"{shown}: {counts['skipped_total']} of {counts['lines']} lines not parsed "
                 f"({', '.join(f'{k} {v}' for k, v in sorted(counts['skipped'].items()))})")
-    out.paths = sink.close()
-    out.rows = sink.rows
-    if strace_files:
-        out.notes += put_on_epoch(out.paths, strace_files)
-    if len(strace_files) > 1 and any(f.pid_from_name for f in strace_files):
-        out.notes.append("strace line numbers run on from one file to the next: " + ", ".join(
-            f"{f.shown} {f.offset + 1}-{f.offset + f.lines}" for f in strace_files))
-    return out
+    return strace_files
 
 
 def _recognised(paths: list[Path], base: Path | None, out: Parsed) -> list[tuple]:
@@ -105,7 +117,13 @@ def _recognised(paths: list[Path], base: Path | None, out: Parsed) -> list[tuple
         entry = {"path": shown, "kind": None, "bytes": None}
         out.files.append(entry)
         try:
-            entry["bytes"] = path.stat().st_size
+            st = path.stat()
+            entry["bytes"] = st.st_size
+            if stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+                # Its first read would block; stat() does not.
+                entry["error"] = "a FIFO or socket, not a file"
+                out.notes.append(f"{shown}: {entry['error']}; skipped whole")
+                continue
             kind = detect(path)
         except OSError as e:
             entry["error"] = f"cannot read: {e.strerror or e}"

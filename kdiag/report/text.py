@@ -10,6 +10,17 @@ def _fmt(v, unit: str = "") -> str:
     return f"{v:g}{unit}" if isinstance(v, (int, float)) else str(v)
 
 
+def _probe_line(probe: dict) -> str:
+    """The probe's own summary. It comes from a bundle, which anyone may have
+    edited: any field may be missing or of another type."""
+    rate, p50 = probe.get("rate"), probe.get("p50_delivery_ms")
+    number = (int, float)
+    return (f"  PROBE       {_fmt(probe.get('delivered'))}/{_fmt(probe.get('messages'))} delivered, "
+            f"{_fmt(probe.get('msgs_per_s'))} msg/s, {_fmt(probe.get('size_bytes'))} B values, "
+            + (f"asynchronous at {rate:g}/s" if isinstance(rate, number) and rate else "one at a time")
+            + (f", delivery p50 {_fmt(p50)} ms" if isinstance(p50, number) and p50 else ""))
+
+
 def render(findings: dict, *, bundle: str | None = None, probe: dict | None = None) -> str:
     s = findings.get("summary", {})
     out: list[str] = []
@@ -22,11 +33,8 @@ def render(findings: dict, *, bundle: str | None = None, probe: dict | None = No
                f" (librdkafka {findings.get('librdkafka_version') or '?'}; request timing from {s.get('source') or '?'})")
     if findings.get("probe_error"):
         out.append(f"  PROBE FAILED {findings['probe_error'].splitlines()[0]}")
-    if probe:
-        out.append(f"  PROBE       {probe.get('delivered')}/{probe.get('messages')} delivered, "
-                   f"{_fmt(probe.get('msgs_per_s'))} msg/s, {probe.get('size_bytes')} B values, "
-                   + (f"asynchronous at {probe['rate']:g}/s" if probe.get("rate") else "one at a time")
-                   + (f", delivery p50 {_fmt(probe.get('p50_delivery_ms'))} ms" if probe.get("p50_delivery_ms") else ""))
+    if isinstance(probe, dict) and probe:
+        out.append(_probe_line(probe))
     out.append(f"  LATENCY(ms) p50 {_fmt(s.get('latency_p50_ms'))}  p99 {_fmt(s.get('latency_p99_ms'))}"
                f"   librdkafka rtt p50 {_fmt(s.get('rtt_p50_ms'))}  p99 {_fmt(s.get('rtt_p99_ms'))}")
     sp = s.get("split_ms", {})
