@@ -185,6 +185,21 @@ def test_seal_refuses_a_directory_holding_a_link(tmp_path):
     assert secret.read_text() == "OUTSIDE-SECRET 1.2.3.4\n"      # nor rewritten by redaction
 
 
+def test_seal_itself_and_the_redaction_follow_no_link(tmp_path):
+    """Beside the CLI's check: trace.seal, bundle.seal_dir and the redaction
+    passes never read or rewrite a file through a link."""
+    from kdiag.bundle import redact
+    from kdiag.capture import trace
+
+    staging, secret = _partial_with_link(tmp_path)
+    with pytest.raises(InputError, match="symbolic link"):
+        trace.seal(staging)
+    assert redact.scrub_tree(staging, ["OUTSIDE-SECRET"]) == 0
+    redact.scrub_tree_patterns(staging)
+    assert secret.read_text() == "OUTSIDE-SECRET 1.2.3.4\n"
+    assert "raw/strace/strace.txt" not in {str(p.relative_to(staging)) for p in bundle.seal_dir(staging, {})}
+
+
 def test_replay_and_verify_of_a_directory_read_no_link(tmp_path, monkeypatch):
     staging, secret = _partial_with_link(tmp_path)
     read = []

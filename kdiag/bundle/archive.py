@@ -76,7 +76,8 @@ def _private_member(ti: tarfile.TarInfo) -> tarfile.TarInfo:
 def seal_dir(staging: Path, manifest: dict) -> list[Path]:
     """Write the final manifest (sizes and SHA-256 of every file) into the
     directory; it is then a bundle as an archive's unpacked copy is."""
-    files = sorted(p for p in staging.rglob("*") if p.is_file() and p.name != MANIFEST)
+    # is_file() follows links: a link must not bring outside content in.
+    files = sorted(p for p in staging.rglob("*") if p.is_file() and not p.is_symlink() and p.name != MANIFEST)
     manifest = dict(manifest)
     manifest["bundle_format"] = FORMAT
     manifest["sealed"] = True

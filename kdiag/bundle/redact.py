@@ -197,7 +197,8 @@ def scrub_tree(root, values: list[str]) -> int:
     if not values:
         return 0
     forms = [f for v in values for f in _escaped_forms(v)]
-    return sum(scrub_file(p, forms) for p in sorted(Path(root).rglob("*")) if p.is_file())
+    # Never through a link: scrubbing rewrites the file in place.
+    return sum(scrub_file(p, forms) for p in sorted(Path(root).rglob("*")) if p.is_file() and not p.is_symlink())
 
 
 # ---------------------------------------------------------------- by pattern
@@ -310,6 +311,6 @@ def scrub_tree_patterns(root) -> dict[str, int]:
     replacement counts by pattern."""
     counts: dict[str, int] = {}
     for p in sorted(Path(root).rglob("*")):
-        if p.is_file() and not p.name.endswith(_BINARY_SUFFIXES):
+        if p.is_file() and not p.is_symlink() and not p.name.endswith(_BINARY_SUFFIXES):
             scrub_patterns_file(p, counts)
     return counts

@@ -454,6 +454,8 @@ def seal(staging: Path, out: Path | None = None, log=lambda msg: None) -> Path:
                          "it seals it itself when it stops")
     if not (staging / bundle.MANIFEST).is_file():
         raise UsageError(f"{staging}: not a directory kdiag trace left (no {bundle.MANIFEST})")
+    # A link would seal (and redact in place) a file from outside the capture.
+    bundle.refuse_links(staging)
     if bundle.is_sealed_dir(staging):
         raise UsageError(f"{staging}: already sealed; kdiag replay reads it")
     name = staging.name
@@ -472,10 +474,7 @@ def seal(staging: Path, out: Path | None = None, log=lambda msg: None) -> Path:
     manifest.update({"partial": True, "partial_reasons": reasons})
     holder, warm = start_spark()
     meta = {"librdkafka_version": (man.get("versions") or {}).get("librdkafka")}
-    summary = staging / "raw" / "probe" / "summary.json"
-    probe = None
-    with contextlib.suppress(OSError, ValueError):
-        probe = json.loads(summary.read_text())
+    probe = bundle.probe_summary(staging)
     _, out_path = finish(staging, raw_inputs, meta, holder, warm, out.resolve(), [], manifest,
                          {"partial": True, "probe": probe}, log)
     return out_path
