@@ -81,3 +81,22 @@ def state_dir(tmp_path, tools):
     d = tmp_path / "lab"
     yield d
     lab.down(d)
+
+
+def bundle_bytes(bundle: Path, tmp_path: Path) -> dict[str, bytes]:
+    """Every member of a bundle, and every column of its tables decoded: what
+    a grep for a secret or a name must search."""
+    import tarfile
+
+    import pyarrow.parquet as pq
+
+    members = {}
+    with tarfile.open(bundle) as tar:
+        for m in tar.getmembers():
+            if m.isfile():
+                members[m.name] = tar.extractfile(m).read()
+        tar.extractall(tmp_path / "x", filter="data")
+    for p in sorted((tmp_path / "x").rglob("*.parquet")):
+        t = pq.read_table(p)
+        members[f"{p.name} (decoded)"] = "\n".join(repr(t.column(c).to_pylist()) for c in t.column_names).encode()
+    return members

@@ -5,11 +5,10 @@ domains kept as a relation (sos's hostname and domain maps)."""
 import json
 import subprocess
 import sys
-import tarfile
 
 import pytest
 
-from conftest import ROOT, need
+from conftest import ROOT, bundle_bytes, need
 from kdiag.bundle.pseudonym import Pseudonyms
 from kdiag.bundle.pseudonym import names
 
@@ -86,16 +85,7 @@ def test_trace_names_no_host_in_any_file(tmp_path):
     res = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", *trace],
                          capture_output=True, text=True, cwd=ROOT, timeout=240)
     assert out.exists(), res.stderr
-    members = {}
-    with tarfile.open(out) as tar:
-        for m in tar.getmembers():
-            if m.isfile():
-                members[m.name] = tar.extractfile(m).read()
-        tar.extractall(tmp_path / "x", filter="data")
-    import pyarrow.parquet as pq
-    for p in sorted((tmp_path / "x").rglob("*.parquet")):
-        t = pq.read_table(p)
-        members[f"{p.name} (decoded)"] = "\n".join(repr(t.column(c).to_pylist()) for c in t.column_names).encode()
+    members = bundle_bytes(out, tmp_path)
     strace = members["raw/strace/strace.txt"]
     assert b"/etc/hosts" in strace and b"localhost" in strace, "the resolver's read was captured"
     assert b"\\0\\0\\1\\0\\1" in strace, "a DNS query was captured"

@@ -6,11 +6,10 @@ import os
 import re
 import subprocess
 import sys
-import tarfile
 
 import pytest
 
-from conftest import ROOT, need
+from conftest import ROOT, bundle_bytes, need
 from kdiag.bundle import redact, sasl
 
 R = redact.REDACTED.encode()
@@ -125,22 +124,6 @@ def _wire_secrets(tokens: list[bytes]) -> list[bytes]:
     return found
 
 
-def _every_byte(out, tmp_path) -> dict[str, bytes]:
-    """Every member of the bundle, and every column of its tables decoded."""
-    import pyarrow.parquet as pq
-
-    members = {}
-    with tarfile.open(out) as tar:
-        for m in tar.getmembers():
-            if m.isfile():
-                members[m.name] = tar.extractfile(m).read()
-        tar.extractall(tmp_path / "x", filter="data")
-    for p in sorted((tmp_path / "x").rglob("*.parquet")):
-        t = pq.read_table(p)
-        members[f"{p.name} (decoded)"] = "\n".join(repr(t.column(c).to_pylist()) for c in t.column_names).encode()
-    return members
-
-
 @pytest.mark.e2e
 def test_traced_sasl_producer_leaves_no_secret_in_the_bundle(tmp_path):
     need("strace", root=True)
@@ -157,7 +140,7 @@ def test_traced_sasl_producer_leaves_no_secret_in_the_bundle(tmp_path):
     # every mechanism authenticated: PLAIN, SCRAM's two rounds both ways, OAUTHBEARER
     assert any(t.startswith(b"n,,n=alice") for t in tokens) and any(t.startswith(b"v=") for t in tokens)
     assert b"PlainPw-9f3a71" in wire and any(w.startswith(b"eyJ") for w in wire) and len(wire) >= 8
-    members = _every_byte(out, tmp_path)
+    members = bundle_bytes(out, tmp_path)
     strace = members["raw/strace/strace.txt"]
     assert strace.count(b"SaslAuthenticate") >= 4 and strace.count(R) >= 8, "the exchanges were captured"
     assert b"alice" in strace, "the user name stays"
