@@ -210,14 +210,13 @@ def _run(opts: TraceOptions, staging: Path, out: Path, log) -> TraceResult:
         lab_info, cgroup = _brokers(opts, capture, active, stack, log)
         _record_start(staging, opts, capture.producer_config, lab_info)
         run = _run_producer(opts, capture, active, cgroup, log)
+        probe = probe_output.read_summary(capture.raw)
         if opts.path_probe and run.stopped is None:
-            summary = probe_output.read_summary(capture.raw)
             for c in active:
                 if not c.skipped:
-                    c.after(summary)
+                    c.after(probe)
     # The lab is down here: analysis needs no broker.
 
-    probe = probe_output.read_summary(capture.raw)
     probe_error = _probe_error(probe, run)
     reasons = [run.stopped] if run.stopped else []
     if probe_error:
