@@ -8,7 +8,7 @@ read from there. A format is recognised by content, never by file name.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
@@ -47,6 +47,18 @@ class Format:
     # A CHUNKS parser that keeps nothing from one chunk to the next but its
     # counts: chunks may be parsed in parallel, one parser each.
     stateless: bool = False
+    # Earlier schema versions of tables that changed: version -> table ->
+    # schema; a bundle written then still verifies. A table not named at an
+    # earlier version had the schema it has now.
+    older: Mapping[int, Mapping[str, pa.Schema]] = field(default_factory=dict)
+
+    def schema_at(self, table: str, version: int) -> pa.Schema | None:
+        """The table's schema at that version, None for a version it never had."""
+        if version == self.schema_version:
+            return self.tables[table]
+        if version in self.older:
+            return self.older[version].get(table, self.tables[table])
+        return None
 
     @property
     def table(self) -> str:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tarfile
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -87,7 +88,8 @@ def verify(path, *extra):
 def test_a_fresh_bundle_verifies(good, tmp_path):
     man = json.loads(members(good)[0][1])
     assert members(good)[0][0].name == "manifest.json" and man["bundle_format"] == bundle.FORMAT
-    assert {t["schema_version"] for t in man["tables"].values()} == {bundle.TABLE_SCHEMA_VERSION}
+    assert {name: t["schema_version"] for name, t in man["tables"].items()} == \
+        {name: v for name, v in bundle.table_versions().items() if name in man["tables"]}
     rc, lines = verify(good)
     assert rc == ExitStatus.OK
     n, m = len(man["files"]), len(man["tables"])
@@ -134,7 +136,7 @@ def test_versions_this_kdiag_does_not_know(good, tmp_path):
 
     rc, lines = verify(rewrite(good, tmp_path / "v99.tar.gz", lambda items: with_manifest(items, v99)))
     assert rc == ExitStatus.ERROR
-    assert lines[1:] == ["  tables/syscalls.parquet: schema_version 99 is not one this kdiag reads (1)"]
+    assert lines[1:] == ["  tables/syscalls.parquet: schema_version 99 is not one this kdiag reads (1, 2)"]
 
     rc, lines = verify(rewrite(good, tmp_path / "f2.tar.gz",
                                lambda items: with_manifest(items, lambda m: m.update(bundle_format=2))))
@@ -268,3 +270,21 @@ def test_replay_of_an_intact_bundle_says_nothing_of_verification(good, tmp_path,
     rc, out, err = run("replay", "--json", good)
     assert rc == ExitStatus.OK and err == "" and json.loads(out)["verdict"] is None
     assert sorted(seen) == ["raw/rdkafka_log/rdkafka.log", "raw/stats/stats.jsonl", STRACE]
+
+
+def test_bundles_of_either_schema_version_verify(tmp_path):
+    """rdkafka_events grew columns in schema version 2: a bundle written
+    before (version 1, fixtures/bundles/nagle_on.tar.gz) still verifies, and
+    one that claims version 2 with version 1's columns does not."""
+    old = Path(__file__).resolve().parent.parent / "fixtures" / "bundles" / "nagle_on.tar.gz"
+    man = json.loads(members(old)[0][1])
+    assert man["tables"]["rdkafka_events"]["schema_version"] == 1
+    rc, lines = verify(old)
+    assert rc == ExitStatus.OK, lines
+
+    def claim_v2(m):
+        m["tables"]["rdkafka_events"]["schema_version"] = 2
+
+    rc, lines = verify(rewrite(old, tmp_path / "v2.tar.gz", lambda items: with_manifest(items, claim_v2)))
+    assert rc == ExitStatus.ERROR
+    assert any("tables/rdkafka_events.parquet: columns differ from schema_version 2: missing" in ln for ln in lines)

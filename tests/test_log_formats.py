@@ -205,10 +205,14 @@ def test_record_cut_by_a_chunk_boundary_leaves_fields_null():
     t = pa.concat_tables([p.feed(pa.array(lines[:cut]), 1), p.feed(pa.array(lines[cut:]), cut + 1)])
     assert p.counts.lines == len(lines) == p.counts.parsed + p.counts.skipped_total
     whole, _ = parse_lines(lines)
-    # that one record loses fac and level (a record without fac is not
-    # read as librdkafka's), never borrowing them from a neighbour
-    assert len(t) == len(whole) - 1
-    assert t["facility"].null_count == 0
+    # that one record's message line is still read, as any line holding
+    # librdkafka's message is, but without the fac and level on the other
+    # side of the cut: never borrowed from a neighbour
+    assert len(t) == len(whole)
+    assert t["facility"].null_count == 1
+    cut_row = t.filter(pc.is_null(t["facility"])).to_pylist()[0]
+    assert cut_row["level"] is None and cut_row["line_no"] > cut
+    assert cut_row["text"] == whole.filter(pc.equal(whole["line_no"], cut_row["line_no"]))["text"][0].as_py()
 
 
 def test_quotes_and_escapes():
@@ -255,9 +259,12 @@ def replay(*paths):
 
 def test_replay_python_logging_log(spark):
     """A Python producer's logger= output alone: the requests are there,
-    40 ms each, but with no syscalls nothing can say why."""
+    40 ms each over TLS, the delayed-ACK band: Nagle, at low confidence,
+    with the likely causes ranked and the capture that decides."""
     rc, f = replay(LOGS / "python_asctime_levelname_name.log")
-    assert rc == 0 and f["verdict"] == "unexplained_slow", json.dumps(f["findings"], indent=1)
+    assert rc == 0 and f["verdict"] == "nagle_delayed_ack", json.dumps(f["findings"], indent=1)
+    assert f["confidence"].startswith("low") and f["likely"][0]["cause"] == "nagle_delayed_ack"
+    assert "strace" in f["likely"][0]["decide"]
     s = f["summary"]
     assert s["source"] == "log" and s["requests"] == 20 and len(s["brokers"]) == 1
     assert 35 < s["latency_p50_ms"] < 60 and 35 < s["rtt_p50_ms"] < 60

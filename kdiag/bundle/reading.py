@@ -20,8 +20,6 @@ MANIFEST = "manifest.json"
 # bundle_format values this kdiag reads. Bundles written before the field
 # existed have the same layout: a missing bundle_format means 1.
 FORMATS = (1,)
-# The table schema_versions verify accepts (see archive.TABLE_SCHEMA_VERSION).
-SCHEMA_VERSIONS = (1,)
 # raw/<source>/ directories whose files the analysis reads; raw/probe/ holds
 # the probe's own summary, read as metadata.
 ANALYSED_SOURCES = ("rdkafka_log", "strace", "stats", "tcp_probe", "sockets")

@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 
 from kdiag.bundle import schema
 from kdiag.bundle.limits import Limits
-from kdiag.bundle.reading import (FORMATS, MANIFEST, PROBE_SUMMARY, SCHEMA_VERSIONS, check_probe_summary, is_archive,
+from kdiag.bundle.reading import (FORMATS, MANIFEST, PROBE_SUMMARY, check_probe_summary, is_archive,
                                   members, open_regular, parse_manifest, unsafe_member)
 from kdiag.errors import InputError
 
@@ -391,7 +391,7 @@ def _check_tables(res: Verification, man: dict, listed: dict, facts: dict) -> No
         res.add(MANIFEST, '"tables" is not an object')
         tables = {}
     res.tables = len(tables)
-    from kdiag.bundle.archive import table_schemas
+    from kdiag.bundle.archive import known_versions, table_schemas
 
     expected = table_schemas() if tables else {}
     named = set()
@@ -402,9 +402,10 @@ def _check_tables(res: Verification, man: dict, listed: dict, facts: dict) -> No
             res.add(MANIFEST, f"table name {_short(name)} is not a file name")
             continue
         version = info.get("schema_version") if isinstance(info, dict) else None
-        if not _known(version, SCHEMA_VERSIONS):
+        versions = known_versions(name) or (1,)
+        if not _known(version, versions):
             res.add(rel, f"schema_version {_short(version)} is not one this kdiag reads "
-                         f"({', '.join(map(str, SCHEMA_VERSIONS))})")
+                         f"({', '.join(map(str, versions))})")
             continue
         got = facts.get(rel)
         if got is None:
@@ -416,7 +417,7 @@ def _check_tables(res: Verification, man: dict, listed: dict, facts: dict) -> No
             res.add(rel, f"not a readable Parquet file ({got})")
             continue
         schema, rows = got
-        want = expected.get(name)
+        want = table_schemas({name: version}).get(name) if expected else None
         if want is not None:
             res.problems += [Problem(rel, p) for p in _schema_problems(schema, want, version)]
         if _known(info.get("rows"), range(1 << 63)) and rows != info["rows"]:

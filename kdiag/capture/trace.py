@@ -384,6 +384,7 @@ def finish(staging: Path, raw_inputs: list[Path], meta: dict, spark_holder: dict
         findings["partial"] = True
     findings["partial_reasons"] = reasons
     findings["input_notes"] = [f"capture partial: {r}" for r in reasons] + list(findings.get("input_notes") or [])
+    versions = bundle.table_versions()
     manifest = {
         "kdiag_version": __version__,
         "created_us": int(time.time() * 1e6),
@@ -395,7 +396,7 @@ def finish(staging: Path, raw_inputs: list[Path], meta: dict, spark_holder: dict
         "pseudonyms": pseudo,
         "parse": parsed.files,
         "input_checks": findings.get("input_checks", []),
-        "tables": {name: {"rows": n, "schema_version": bundle.TABLE_SCHEMA_VERSION} for name, n in parsed.rows.items()},
+        "tables": {name: {"rows": n, "schema_version": versions.get(name, 1)} for name, n in parsed.rows.items()},
     }
     try:
         (staging / "findings.json").write_text(json.dumps(findings, indent=2, default=str) + "\n")

@@ -38,9 +38,17 @@ these are read, recognised by content, line by line (a file may mix them):
   ``record_part`` (a record cut by a chunk boundary loses the fields on the
   other side: null).
 
-The message wording of librdkafka 0.9.2 to current is read (Sent lines
-without `` @ offset`` before 0.9.2; Retrying lines without ``prev CorrId``
-before 0.11.4; broker names with or without a ``proto://`` scheme).
+* any other wrapper (wrapped.py): Java, Go, C++ and Node loggers, syslog,
+  journald JSON, logfmt; librdkafka's message is found by its ``[thrd:...]: ``
+  or its broker name and first words, the prefix searched for a timestamp
+  (its resolution kept), a level, the facility and the client name. Lines
+  mangled by chat or markdown (``> `` quoting, autolinks, backticks, HTML
+  escapes) are undone first.
+
+The message wording of librdkafka 0.8 to current is read (no API version
+and no rtt before 0.8.5; Sent lines without `` @ offset`` before 0.9.2;
+Retrying lines without ``prev CorrId`` before 0.11.4; broker names with or
+without a ``proto://`` scheme).
 
 One row per librdkafka line, every line kept (``event`` = ``other`` when it
 is not one of the kinds below):
@@ -69,15 +77,32 @@ thread          string    the ``[thrd:...]`` name (librdkafka cuts it short)
 broker          string    broker handle name, ``ssl://host:port/nodeid``,
                           ``host:port/nodeid`` (plaintext)
 event           string    send, send_partial, recv, retry, unknown_corrid,
-                          state, connect, connected, init, other
+                          state, connect, connected, init, timeout (one
+                          request timed out), timeouts (REQTMOUT's count),
+                          fail (a disconnect), msgset (a MessageSet
+                          delivered or failed), produce (a MessageSet
+                          built), xmit_queue, reqerr, other
 request         string    API name without Request/Response: ``Produce``
 api_version     int16     request/response version (``v10``)
 size_bytes      int64     request or response size
 corr_id         int32     correlation id (for ``retry``: the previous one)
-rtt_ms          float64   librdkafka's rtt (``recv`` only)
+rtt_ms          float64   librdkafka's rtt (``recv``), the average rtt it
+                          states when it disconnects (``fail``)
 detail          string    state ``UP -> DOWN``, connect address, retry
                           ``1/2 in 100ms``, library version for ``init``
 text            string    the message after the broker name
+ts_resolution_us int32    what ts_us can resolve: 1000 for librdkafka's own
+                          and a ``.fff`` wrapper time, 1 for microseconds;
+                          null without ts_us (added in schema version 2, as
+                          are the columns below)
+msgs            int32     messages in a MessageSet or a transmit queue
+count           int32     requests timed out (timeouts, fail), messages
+                          added to the transmit queue (xmit_queue)
+topic           string    topic and partition of a MessageSet or queue
+partition       int32
+error           string    the error a MessageSet or request met
+elapsed_ms      float64   how long the request was in flight (timeout), the
+                          state lasted (fail)
 ==============  ========  =====================================================
 """
 from __future__ import annotations
@@ -87,9 +112,9 @@ import pyarrow as pa
 from kdiag.parsers.base import ParseCounts
 from kdiag.parsers.format import BY_LINES, CHUNKS, Format
 from kdiag.parsers.rdkafka_log.parser import RdkafkaLogParser
-from kdiag.parsers.rdkafka_log.patterns import SCHEMA
+from kdiag.parsers.rdkafka_log.patterns import SCHEMA, SCHEMA_V1
 
-__all__ = ["FORMATS", "SCHEMA", "RdkafkaLogParser", "looks_like", "parse_lines"]
+__all__ = ["FORMATS", "SCHEMA", "SCHEMA_V1", "RdkafkaLogParser", "looks_like", "parse_lines"]
 
 
 def parse_lines(lines, first_line_no: int = 1) -> tuple[pa.Table, ParseCounts]:
@@ -112,5 +137,6 @@ def looks_like(sample: list[str]) -> float:
 
 FORMATS = (
     Format(name="rdkafka_log", recognised_by=BY_LINES, recognise=looks_like, tables={"rdkafka_events": SCHEMA},
-           schema_version=1, reads=CHUNKS, parser=RdkafkaLogParser, stateless=True),
+           schema_version=2, reads=CHUNKS, parser=RdkafkaLogParser, stateless=True,
+           older={1: {"rdkafka_events": SCHEMA_V1}}),
 )

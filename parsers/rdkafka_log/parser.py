@@ -33,6 +33,8 @@ from kdiag.parsers.rdkafka_log.patterns import (
     _JSON_FIELDS,
     _JSON_LINE,
     _JSON_MSG,
+    _ANYWHERE,
+    _BY_FACILITY,
     _OPTIONAL,
     _PY_LEVEL,
     _PY_LEVELS,
@@ -44,6 +46,22 @@ from kdiag.parsers.rdkafka_log.patterns import (
     _THREAD_STRIP,
 )
 from kdiag.parsers.rdkafka_log.plain import _plain_lines
+from kdiag.parsers.rdkafka_log.wrapped import unmangle, unquoted, wrapped
+
+
+def _resolution(ts: pa.Array, us: int) -> pa.Array:
+    """``us`` where the line has a timestamp, else null."""
+    return pc.if_else(pc.is_valid(ts), pa.scalar(us, pa.int32()), pa.scalar(None, pa.int32()))
+
+
+def _frac_resolution(ts: pa.Array, frac: pa.Array) -> pa.Array:
+    """A printed fraction of a second's resolution: 3 digits, 1000 us."""
+    digits = pc.min_element_wise(pc.utf8_length(pc.fill_null(frac, "")), 6)
+    us = pc.power(pa.scalar(10, pa.int32()), pc.subtract(pa.scalar(6, pa.int32()), pc.cast(digits, pa.int32())))
+    return pc.if_else(pc.is_valid(ts), pc.cast(us, pa.int32()), pa.scalar(None, pa.int32()))
+
+
+_FAIL_TEXT = r"^[0-9]+ request\(s\) timed out"
 
 
 class RdkafkaLogParser:
@@ -64,6 +82,7 @@ class RdkafkaLogParser:
         self.counts.lines += n
         if n == 0:
             return SCHEMA.empty_table()
+        lines = unmangle(lines)
         if not self.fast:
             return self._feed_regex(lines, np.arange(first_line_no, first_line_no + n, dtype=np.int64))
         simple, fast = _plain_lines(lines)
@@ -123,7 +142,7 @@ class RdkafkaLogParser:
         lvl_f, ts_f, fac_f, client_f, msg = (pc.list_element(parts, i) for i in range(5))
         ts_ms = pc.cast(pc.replace_substring(ts_f, ".", ""), pa.int64())
         return {"ts_us": pc.multiply(ts_ms, 1000), "level": pc.cast(pc.utf8_slice_codeunits(lvl_f, -1), pa.int8()),
-                "facility": fac_f, "client": client_f, "msg": msg}
+                "facility": fac_f, "client": client_f, "msg": msg, "ts_resolution_us": _resolution(ts_ms, 1000)}
 
     def _other_formats(self, lines: pa.Array, rest: np.ndarray, pieces: list) -> np.ndarray:
         """Rows of the client libraries' formats, appended to pieces as
@@ -131,11 +150,13 @@ class RdkafkaLogParser:
         the other parts of multi-line records."""
         parts = np.zeros(0, np.int64)
         left = rest
-        for fmt in ("dotnet", "go", "json", "inspect", "python"):
+        for fmt in ("dotnet", "go", "json", "inspect", "python", "wrapped"):
             if not len(left):
                 break
             if fmt == "inspect":
                 left, parts = self._inspect(lines, left, pieces)
+            elif fmt == "wrapped":   # any other wrapper: last, as it asks least of a line
+                left = wrapped(lines, left, pieces)
             else:
                 left = getattr(self, "_" + fmt)(lines, left, pieces)
         return parts
@@ -159,7 +180,7 @@ class RdkafkaLogParser:
             ts = _local_ts(_field(got, "date"), _field(got, "time"), _field(got, "frac"), None)
             pieces.append((hit, {"ts_us": ts, "level": pc.cast(lv, pa.int8()),
                                  "facility": _field(got, "facility"), "client": _field(got, "client"),
-                                 "msg": msg}))
+                                 "msg": msg, "ts_resolution_us": _resolution(ts, 1000)}))
         return left
 
     def _go(self, lines, idx, pieces) -> np.ndarray:
@@ -172,7 +193,7 @@ class RdkafkaLogParser:
             pieces.append((hit, {"ts_us": pa.nulls(len(hit), pa.int64()),
                                  "level": pc.cast(_field(got, "level"), pa.int8()),
                                  "facility": _field(got, "facility"), "client": _field(got, "client"),
-                                 "msg": msg}))
+                                 "msg": msg, "ts_resolution_us": pa.nulls(len(hit), pa.int32())}))
         return left
 
     def _json(self, lines, idx, pieces) -> np.ndarray:
@@ -190,9 +211,10 @@ class RdkafkaLogParser:
 
     @staticmethod
     def _object_cols(vals: dict, msg: pa.Array) -> dict:
-        ts = vals["ts_ms"]
-        return {"ts_us": pc.multiply(pc.cast(ts, pa.int64()), 1000), "level": pc.cast(vals["level"], pa.int8()),
-                "facility": vals["facility"], "client": vals["client"], "msg": msg}
+        ts = pc.multiply(pc.cast(vals["ts_ms"], pa.int64()), 1000)
+        return {"ts_us": ts, "level": pc.cast(vals["level"], pa.int8()),
+                "facility": vals["facility"], "client": vals["client"], "msg": msg,
+                "ts_resolution_us": _resolution(ts, 1000)}
 
     def _inspect(self, lines, idx, pieces) -> tuple[np.ndarray, np.ndarray]:
         sub = lines.take(pa.array(idx))
@@ -262,11 +284,12 @@ class RdkafkaLogParser:
         got = pc.extract_regex(sub.filter(mask), _PYTHON)
         t = pc.extract_regex(prefix, _PY_TIME)
         ts = _local_ts(_opt(t, "date"), _field(t, "time"), _opt(t, "frac"), _opt(t, "tz"))
-        lname = _field(pc.extract_regex(prefix, _PY_LEVEL), "v")
+        lname = pc.utf8_upper(_field(pc.extract_regex(prefix, _PY_LEVEL), "v"))
         level = pc.index_in(lname, pa.array(list(_PY_LEVELS)))
         level = pc.take(pa.array(list(_PY_LEVELS.values()), pa.int8()), level)
         pieces.append((hit, {"ts_us": ts, "level": level, "facility": _field(got, "facility"),
-                             "client": _field(got, "client"), "msg": msg}))
+                             "client": _field(got, "client"), "msg": unquoted(prefix, msg),
+                             "ts_resolution_us": _frac_resolution(ts, _opt(t, "frac"))}))
         return left
 
     def _events(self, line_no: pa.Array, cols: dict, m: int) -> pa.Table:
@@ -287,7 +310,16 @@ class RdkafkaLogParser:
         rows: list[np.ndarray] = []
         found: list[pa.StructArray] = []
         for name, prefix, pattern in _EVENTS:
-            idx = np.flatnonzero(pc.starts_with(text, prefix).to_numpy(zero_copy_only=False))
+            if name in _BY_FACILITY:
+                # A wrapper may drop the facility: the timeout's own words then.
+                fac_is = pc.fill_null(pc.equal(cols["facility"], _BY_FACILITY[name]), False)
+                found_at = pc.and_(pc.or_(fac_is, pc.fill_null(pc.match_substring_regex(text, _FAIL_TEXT), False)),
+                                   pa.array(codes == 0))
+            elif name in _ANYWHERE:
+                found_at = pc.match_substring(text, prefix)
+            else:
+                found_at = pc.starts_with(text, prefix)
+            idx = np.flatnonzero(_mask(found_at))
             if not len(idx):
                 continue
             got, hit = _extract_event(text.take(idx), name, pattern, self.fast)
@@ -311,8 +343,10 @@ class RdkafkaLogParser:
                 "thread": cols["thread"],
                 "broker": cols["broker"],
                 "event": event,
-                **ev_cols,
+                **{f: ev_cols[f] for f in _EVENT_FIELDS[:6]},
                 "text": text,
+                "ts_resolution_us": cols["ts_resolution_us"],
+                **{f: ev_cols[f] for f in _EVENT_FIELDS[6:]},
             },
             schema=SCHEMA,
         )

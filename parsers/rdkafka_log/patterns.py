@@ -25,12 +25,24 @@ SCHEMA = pa.schema(
         ("rtt_ms", pa.float64()),
         ("detail", pa.string()),
         ("text", pa.string()),
+        ("ts_resolution_us", pa.int32()),
+        ("msgs", pa.int32()),
+        ("count", pa.int32()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("error", pa.string()),
+        ("elapsed_ms", pa.float64()),
     ]
 )
+# Schema version 1 (kdiag before the columns after "text"): bundles that
+# carry it still verify.
+SCHEMA_V1 = pa.schema(list(SCHEMA)[:15])
 
 # "%7|1795314017.477|SEND|rdkafka#producer-1| <message>"; anything before the
-# "%" (a wrapper's own prefix without "|") is tolerated.
-_HEADER = r"^[^|]*%[0-7]\|[0-9]{1,12}\.[0-9]{3}\|[A-Za-z0-9_\-]*\|[^|]*\| "
+# "%" (a wrapper's own prefix without "|") is tolerated, unless it opens a
+# JSON object or a quote: the message then ends before the line does, and
+# wrapped.py reads it.
+_HEADER = r"^[^|{\"']*%[0-7]\|[0-9]{1,12}\.[0-9]{3}\|[A-Za-z0-9_\-]*\|[^|]*\| "
 # rd_kafka_dbg() prefixes "[thrd:%s]: "; rd_rkb_dbg() adds the broker name
 # "%s: ": "ssl://h:p/111", "sasl_ssl://h:p/bootstrap", ":0/internal", and
 # for plaintext no scheme at all (rd_kafka_mk_brokername() omits it):
@@ -46,18 +58,21 @@ _BROKER_STRIP = r"^" + _BROKER_NAME + ": "
 # Each pattern quotes the format string in rdkafka_broker.c it matches.
 _EVENTS: list[tuple[str, str, str]] = [
     # "Sent %sRequest (v%hd, %zu bytes @ %zu, CorrId %d)"; before v0.9.2
-    # "Sent %sRequest (v%hd, %zd bytes, CorrId %d)".
+    # "Sent %sRequest (v%hd, %zd bytes, CorrId %d)"; before v0.8.5 (2014)
+    # "Sent %sRequest (%zd bytes, CorrId %"PRId32")".
     ("send", "Sent ",
-     (r"^Sent (?P<request>[A-Za-z]+)Request \(v(?P<api_version>[0-9]{1,4}), "
+     (r"^Sent (?P<request>[A-Za-z]+)Request \((?:v(?P<api_version>[0-9]{1,4}), )?"
       r"(?P<size_bytes>[0-9]{1,18}) bytes(?: @ [0-9]+)?, CorrId (?P<corr_id>-?[0-9]{1,10})\)")),
     # "Sent partial %sRequest (v%hd, %zd+%zd/%zu bytes, CorrId %d)"
     ("send_partial", "Sent partial ",
      (r"^Sent partial (?P<request>[A-Za-z]+)Request \(v(?P<api_version>[0-9]{1,4}), "
       r"(?P<detail>[0-9]+\+[0-9]+)/(?P<size_bytes>[0-9]{1,18}) bytes, CorrId (?P<corr_id>-?[0-9]{1,10})\)")),
-    # "Received %sResponse (v%hd, %zu bytes, CorrId %d, rtt %.2fms)"
+    # "Received %sResponse (v%hd, %zu bytes, CorrId %d, rtt %.2fms)"; before
+    # v0.8.5 (2014) "Received %sResponse (%zd bytes, CorrId %"PRId32")".
     ("recv", "Received ",
-     (r"^Received (?P<request>[A-Za-z]+)Response \(v(?P<api_version>[0-9]{1,4}), "
-      r"(?P<size_bytes>[0-9]{1,18}) bytes, CorrId (?P<corr_id>-?[0-9]{1,10}), rtt (?P<rtt_ms>[0-9]{1,12}(?:\.[0-9]{1,6})?)ms\)")),
+     (r"^Received (?P<request>[A-Za-z]+)Response \((?:v(?P<api_version>[0-9]{1,4}), )?"
+      r"(?P<size_bytes>[0-9]{1,18}) bytes, CorrId (?P<corr_id>-?[0-9]{1,10})"
+      r"(?:, rtt (?P<rtt_ms>[0-9]{1,12}(?:\.[0-9]{1,6})?)ms)?\)")),
     # "Retrying %sRequest (v%hd, %zu bytes, retry %d/%d, prev CorrId %d) in %dms";
     # before v0.11.4 "Retrying %sRequest (v%hd, %zu bytes, retry %d/%d)".
     ("retry", "Retrying ",
@@ -75,6 +90,50 @@ _EVENTS: list[tuple[str, str, str]] = [
      r"^Connecting to (?P<detail>\S+ \([a-z_]+\)) with socket [0-9]+"),
     # "Connected to %s"
     ("connected", "Connected to ", r"^Connected to (?P<detail>\S+)"),
+    # rd_kafka_broker_bufq_timeout_scan(), REQTMOUT: since v1.0.0 (2018-12)
+    # "Timed out %sRequest %s (after %"PRId64"ms, timeout #%d)%s", %s being
+    # "in flight", "in retry queue" or "in output queue"; v0.11.6 (2018-11)
+    # "Timed out #%d %sRequest %s (after %"PRId64"ms)".
+    ("timeout", "Timed out ",
+     (r"^Timed out (?:#[0-9]+ )?(?P<request>[A-Za-z]+)Request (?P<detail>[a-z][a-z ]*[a-z]) "
+      r"\(after (?P<elapsed_ms>[0-9]{1,12})ms")),
+    # REQTMOUT's summary: since v0.11.6 "Timed out %i in-flight, %i
+    # retry-queued, %i out-queue, %i partially-sent requests"; v0.9.2 to
+    # v0.11.5 "Timed out %i+%i+%i requests" (in-flight, retry, queued).
+    ("timeouts", "Timed out ",
+     (r"^Timed out (?P<detail>(?P<count>[0-9]{1,9})(?: in-flight, [0-9]+ retry-queued, [0-9]+ out-queue, "
+      r"[0-9]+ partially-sent|(?:\+[0-9]+){1,2})) requests")),
+    # rd_kafka_broker_fail(), FAIL: "%s: %s" (broker, errstr) at log level and
+    # "%s (%s)%s%s" (errstr, error name, ...) at debug; errstr for timeouts
+    # is "%i request(s) timed out: disconnect%s" with " (average rtt
+    # %.3fms)" since v0.9.5 (2017-03), and since v1.0.0 " (after %dms in
+    # state %s)" at its end. Matched on the facility, not a prefix.
+    ("fail", "",
+     (r"^(?P<detail>(?:(?P<count>[0-9]{1,9}) request\(s\) timed out)?.*?)"
+      r"(?: \(average rtt (?P<rtt_ms>[0-9]{1,12}(?:\.[0-9]{1,6})?)ms\))?"
+      r"(?: \(after (?P<elapsed_ms>[0-9]{1,12})ms in state [A-Z_]+[^)]*\))?"
+      r"(?: \(_?[A-Z_]+\))?(?:: identical to last error)?(?:: error log suppressed)?\s*$")),
+    # rd_kafka_handle_Produce_error() / rd_kafka_msgbatch_handle_Produce_result(),
+    # MSGSET: "%s [%"PRId32"]: MessageSet with %i message(s) (MsgId %"PRIu64",
+    # BaseSeq %"PRId32") encountered error: %s (actions %s)%s" and "... delivered";
+    # before idempotence (v1.0.0) without the "(MsgId ..., BaseSeq ...)".
+    ("msgset", "MessageSet with ",
+     (r"^(?P<topic>\S+) \[(?P<partition>-?[0-9]{1,10})\]: MessageSet with (?P<msgs>[0-9]{1,9}) message\(s\)"
+      r"(?: \([^)]*\))? (?:delivered|encountered error: (?P<error>.*?) \(actions (?P<detail>[^)]*)\))")),
+    # rd_kafka_msgset_writer_finalize(), PRODUCE: "%s [%"PRId32"]: Produce
+    # MessageSet with %i message(s) (%"PRIusz" bytes, ApiVersion %d, ..."
+    ("produce", "Produce MessageSet with ",
+     (r"^(?P<topic>\S+) \[(?P<partition>-?[0-9]{1,10})\]: Produce MessageSet with (?P<msgs>[0-9]{1,9}) "
+      r"message\(s\) \((?P<size_bytes>[0-9]{1,18}) bytes")),
+    # rd_kafka_toppar_producer_serve(), TOPPAR: "%.*s [%"PRId32"] %d
+    # message(s) in xmit queue (%d added from partition queue)"
+    ("xmit_queue", " in xmit queue",
+     (r"^(?P<topic>\S+) \[(?P<partition>-?[0-9]{1,10})\] (?P<msgs>[0-9]{1,9}) message\(s\) in xmit queue "
+      r"\((?P<count>[0-9]{1,9}) added")),
+    # rd_kafka_err_action(), REQERR: "%sRequest failed: %s: actions %s" (and
+    # "... explicit actions %s").
+    ("reqerr", "Request failed: ",
+     (r"^(?P<request>[A-Za-z]+)Request failed: (?P<error>.*): (?:explicit )?actions (?P<detail>.*)")),
     # "librdkafka v%s (0x%x) %s initialized (builtin.features ..."
     ("init", "librdkafka v",
      r"^librdkafka v(?P<detail>[0-9][0-9A-Za-z.\-+]*) \(0x[0-9a-fA-F]+\) \S+ initialized"),
@@ -88,11 +147,17 @@ _ONE_PASS = {
            "Response" if name == "recv" else "Request")
     for name, _, pat in _EVENTS if "(?P<request>" in pat
 }
+# Events found by their facility, whatever the text begins with.
+_BY_FACILITY = {"fail": "FAIL"}
+# Events whose text begins with a topic or an API name: found by a substring.
+_ANYWHERE = frozenset({"msgset", "produce", "xmit_queue", "reqerr"})
 
 
-_EVENT_FIELDS = ("request", "api_version", "size_bytes", "corr_id", "rtt_ms", "detail")
+_EVENT_FIELDS = ("request", "api_version", "size_bytes", "corr_id", "rtt_ms", "detail", "msgs", "count", "topic",
+                 "partition", "error", "elapsed_ms")
 # Groups that may not take part in a match (RE2 then gives ""): null them.
-_OPTIONAL = {"retry": ("corr_id",)}
+_OPTIONAL = {"retry": ("corr_id",), "send": ("api_version",), "recv": ("api_version", "rtt_ms"),
+             "fail": ("count", "rtt_ms", "elapsed_ms"), "msgset": ("error", "detail")}
 
 # ---- the client libraries' own log output around librdkafka's message ----
 
@@ -155,8 +220,8 @@ _PY_TIME = (r"(?:(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2})[ T])?(?P<time>[0-9]{2}:[0-
             r"(?:[.,](?P<frac>[0-9]{1,6}))?(?P<tz>Z|[+\-][0-9]{2}:?[0-9]{2}| [+\-][0-9]{4})?")
 # confluent-kafka maps syslog levels 0-2 to CRITICAL and 5-6 to INFO: only
 # DEBUG, WARNING and ERROR name one syslog level.
-_PY_LEVEL = r"(?:^|[^A-Za-z])(?P<v>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?:[^A-Za-z]|$)"
+_PY_LEVEL = r"(?i)(?:^|[^A-Za-z])(?P<v>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?:[^A-Za-z]|$)"
 _PY_LEVELS = {"DEBUG": 7, "WARNING": 4, "WARN": 4, "ERROR": 3}
 
 _COLS = (("ts_us", pa.int64()), ("level", pa.int8()), ("facility", pa.string()),
-         ("client", pa.string()), ("msg", pa.string()))
+         ("client", pa.string()), ("msg", pa.string()), ("ts_resolution_us", pa.int32()))

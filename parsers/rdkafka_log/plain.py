@@ -122,4 +122,5 @@ def _plain_lines(lines: pa.Array) -> tuple[np.ndarray, dict]:
         "thread": _strings(lines, p4 + 8, close, has_thrd, start),
         "broker": broker,
         "text": _strings(lines, text_at, end),
+        "ts_resolution_us": pa.array(np.full(len(idx), 1000, dtype=np.int32)),
     }

@@ -11,8 +11,13 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kdiag.parsers.rdkafka_log import SCHEMA as EVENTS_SCHEMA
+from kdiag.parsers.rdkafka_log import SCHEMA_V1 as EVENTS_SCHEMA_V1
 from kdiag.parsers.rdkafka_log import parse_lines
 from kdiag.parsers.strace.schema import SCHEMA
+
+
+_GROWN = set(EVENTS_SCHEMA.names) - set(EVENTS_SCHEMA_V1.names)
 
 
 def log_writes(syscalls: pa.Table) -> pa.Table:
@@ -28,3 +33,5 @@ def log_writes(syscalls: pa.Table) -> pa.Table:
 
 
 LOG_WRITES_SCHEMA = log_writes(SCHEMA.empty_table()).schema
+# Before rdkafka_events grew its columns after "text" (schema version 1).
+LOG_WRITES_SCHEMA_V1 = pa.schema([f for f in LOG_WRITES_SCHEMA if f.name not in _GROWN])
