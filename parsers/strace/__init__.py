@@ -23,8 +23,11 @@ syscall, signal and process exit. The table:
                       -ff, -r deltas span files and one file's sum is not a
                       clock.)
   dur_us      int64   time spent in the call, -T ``<0.000123>``, microseconds.
-                      Null when not printed (no -T, calls that never returned,
-                      signals, exits).
+                      Without -T, a call split into ``<unfinished ...>`` and
+                      ``<... resumed>`` lines gets the time between their
+                      timestamps (strace stamps the call's entry and its
+                      return; not with -t's whole seconds). Null otherwise
+                      (no -T, calls that never returned, signals, exits).
   kind        string  "syscall", "signal" (``--- SIGCHLD {...} ---``), "exit"
                       (``+++ exited with 0 +++``, ``+++ superseded by execve
                       ... +++``) or "killed" (``+++ killed by SIGKILL +++``).
@@ -66,11 +69,15 @@ that matters.
 Lines that give no row are counted in ``counts.skipped`` by reason:
 ``blank``, ``strace_message`` (``strace: Process 123 attached``,
 ``[ Process PID=123 runs in x32 mode. ]``), ``stack_trace`` (the
-`` > /lib/...`` lines of -k), ``unrecognised`` (not strace output), ``truncated`` (starts like strace output but the end is missing or
-unreadable), ``program_output`` (without -o, strace shares stderr with the
-traced program, whose text lands inside strace's lines: the text is cut
-out, the line's rest on the next line joined back to it, and text lines of
-their own are counted here; see _join_program_output). A ``<... resumed>``
+`` > /lib/...`` lines of -k), ``unrecognised`` (not strace output),
+``truncated`` (starts like strace output but the end is missing or
+unreadable), ``markup`` (a pasted excerpt's code fences; its quote
+markers "> " are taken off the lines), ``cut_at_start`` (an excerpt's
+first line cut inside its head; see ``markup``), ``program_output``
+(without -o, strace shares stderr with the traced program, whose text
+lands inside strace's lines: the text is cut out, the line's rest on the
+next line joined back to it, and text lines of their own are counted
+here; see _join_program_output). A ``<... resumed>``
 line with no pending call on its pid still
 gives a row (what it knows: its own time, the resumed arguments, ret, errno,
 dur) but is counted as skipped ``orphan_resumed`` rather than parsed.
@@ -86,8 +93,9 @@ that did not parse, the search for program output in them.
 
 Modules: ``grammar`` (the line formats, as RE2 patterns), ``line_fields``
 (a block's lines -> per-line fields; the line layout), ``values``
-(numbers, timestamps, escapes), ``program_output`` (lines cut by strace's
-messages or the program's output), ``events`` (pairing unfinished calls
+(numbers, timestamps, escapes), ``markup`` (what a paste adds or cuts),
+``program_output`` (lines cut by strace's messages or the program's
+output), ``events`` (pairing unfinished calls
 with their resumption), ``rows`` (the table rows), ``parser`` (the
 incremental parser), ``log_writes`` (the librdkafka lines among the
 writes).
@@ -98,7 +106,7 @@ import pyarrow as pa
 
 from kdiag.parsers.base import ParseCounts
 from kdiag.parsers.format import BY_LINES, CHUNKS, Format
-from kdiag.parsers.strace.log_writes import LOG_WRITES_SCHEMA, log_writes
+from kdiag.parsers.strace.log_writes import LOG_WRITES_SCHEMA, LOG_WRITES_SCHEMA_V1, log_writes
 from kdiag.parsers.strace.parser import StraceParser, _as_string_array
 from kdiag.parsers.strace.rows import _concat
 from kdiag.parsers.strace.schema import SCHEMA
@@ -129,10 +137,12 @@ def looks_like(sample: list[str]) -> float:
         p.feed(pa.array(lines, pa.string()), 1)
         p.finish()
         c = p.counts
-        nonblank = c.lines - c.skipped.get("blank", 0)
+        # A pasted excerpt's code fences say nothing either way.
+        nonblank = c.lines - c.skipped.get("blank", 0) - c.skipped.get("markup", 0)
         if nonblank <= 0:
             return 0.0
-        good = c.parsed + sum(c.skipped.get(k, 0) for k in ("strace_message", "orphan_resumed", "program_output"))
+        good = c.parsed + sum(c.skipped.get(k, 0) for k in ("strace_message", "orphan_resumed", "program_output",
+                                                            "cut_at_start"))
         return max(0.0, min(1.0, good / nonblank))
     except Exception:  # a guess about an arbitrary file must never raise
         return 0.0
@@ -141,5 +151,7 @@ def looks_like(sample: list[str]) -> float:
 FORMATS = (
     Format(name="strace", recognised_by=BY_LINES, recognise=looks_like,
            tables={"syscalls": SCHEMA, "log_writes": LOG_WRITES_SCHEMA},
-           schema_version=1, reads=CHUNKS, parser=StraceParser),
+           schema_version=2, reads=CHUNKS, parser=StraceParser,
+           # log_writes carries rdkafka_events' columns, which grew in version 2.
+           older={1: {"log_writes": LOG_WRITES_SCHEMA_V1}}),
 )

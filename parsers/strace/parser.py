@@ -10,6 +10,7 @@ import pyarrow.compute as pc
 from kdiag.parsers.base import EXAMPLES_KEPT, ParseCounts
 from kdiag.parsers.strace.events import _Events, pair
 from kdiag.parsers.strace.line_fields import Layout, learn_layout, line_fields
+from kdiag.parsers.strace.markup import HEAD_SAMPLE, cut_first_line, fences, unquote
 from kdiag.parsers.strace.program_output import (
     OUTPUT_LOOKBACK,
     _held_tail,
@@ -17,7 +18,16 @@ from kdiag.parsers.strace.program_output import (
     _join_program_output,
 )
 from kdiag.parsers.strace.rows import _concat, emit_rows
-from kdiag.parsers.strace.schema import _BLANK, _CONT, _KILLED, _PROGRAM, _SKIP_REASON, _empty_table
+from kdiag.parsers.strace.schema import (
+    _BLANK,
+    _CONT,
+    _CUT_START,
+    _KILLED,
+    _MARKUP,
+    _PROGRAM,
+    _SKIP_REASON,
+    _empty_table,
+)
 from kdiag.parsers.strings import data_buffer as _data_buffer
 from kdiag.parsers.strings import offsets_data as _offsets_data
 
@@ -51,6 +61,8 @@ class StraceParser:
         self._rel_half_us = -1
         # What prepare() did ahead for the next block.
         self._ahead = None
+        # Only the input's first block can begin with a line cut at its start.
+        self._first_block = True
 
     # -- public ---------------------------------------------------------------
 
@@ -67,6 +79,11 @@ class StraceParser:
             else:  # what they waited for is not next: they stay cut
                 out.append(self._feed_block(held, no))
         n = len(lines)
+        if self._first_block and 0 < n < HEAD_SAMPLE:
+            # Whether the first line was cut shows against the lines after
+            # it: the input's first lines are judged together, however fed.
+            self._carry = (pa.array(lines.to_pylist(), pa.string()), first)
+            return _concat(out)
         s = 0
         while s < n:
             block = lines.slice(s, BLOCK_LINES)
@@ -125,8 +142,12 @@ class StraceParser:
         n = len(lines)
         if n == 0:
             return _empty_table()
+        cut = -1
+        if self._first_block:
+            self._first_block = False
+            cut = cut_first_line(lines)
         if self._layout is None:
-            self._layout = learn_layout(lines)
+            self._layout = learn_layout(lines.slice(cut + 1))
         line_no = np.arange(first, first + n, dtype=np.int64)
         ahead, self._ahead = self._ahead, None
         if ahead is not None and ahead[0] == (first, n):
@@ -134,10 +155,16 @@ class StraceParser:
         else:
             lines, joined_to = _join_cut_lines(lines)
             p = line_fields(lines, self._layout)
+        fence = fences(lines)
+        p["kind"][fence] = _MARKUP
         joined, program = _join_program_output(lines, p["kind"], joined_to, self._context)
         if joined is not None:
             lines = joined
             p = line_fields(lines, self._layout)
+            p["kind"][fence] = _MARKUP
+        if cut >= 0:
+            p["kind"][cut] = _CUT_START
+            p["ts_ok"][cut] = False
         keep = 2 * OUTPUT_LOOKBACK
         self._context = (self._context + [x or "" for x in lines.slice(max(0, n - keep)).to_pylist()])[-keep:]
         kind = p["kind"]
@@ -230,4 +257,4 @@ def _as_string_array(lines) -> pa.Array:
         lines = lines.fill_null("")
     if len(lines) and pc.any(pc.ends_with(lines, "\r")).as_py():  # CRLF files
         lines = pc.utf8_rtrim(lines, "\r")
-    return lines
+    return unquote(lines)

@@ -71,6 +71,7 @@ def emit_rows(ev: _Events, rows: np.ndarray, partner: np.ndarray, unfinished: np
     data = _data(args, name, fd, fd_ok)
     if (a_len > ARGS_CAP).any():
         args = pc.utf8_slice_codeunits(args, 0, ARGS_CAP)
+    dur, dur_ok = _durations(ev, rows, src, has_p)
     pid_ok = ev.pid_ok[rows]
     # On stderr a call can start unprefixed and resume with a pid.
     pid = np.where(pid_ok, ev.pid[rows], ev.pid[src])
@@ -80,7 +81,7 @@ def emit_rows(ev: _Events, rows: np.ndarray, partner: np.ndarray, unfinished: np
             "line_no": pa.array(ev.line_no[rows]),
             "pid": pa.array(pid.astype(np.int32), mask=~pid_ok),
             "ts_us": pa.array(ev.ts[rows], mask=~ev.ts_ok[rows]),
-            "dur_us": pa.array(ev.dur[src], mask=~ev.dur_ok[src]),
+            "dur_us": pa.array(dur, mask=~dur_ok),
             "kind": _KIND_NAMES.take(pa.array(kind)),
             "syscall": pc.if_else(pa.array(kind == _EXIT), pa.scalar(None, pa.string()), name),
             "fd": pa.array(fd.astype(np.int32), mask=~fd_ok),
@@ -94,6 +95,20 @@ def emit_rows(ev: _Events, rows: np.ndarray, partner: np.ndarray, unfinished: np
         schema=SCHEMA,
     )
 
+
+
+def _durations(ev: _Events, rows: np.ndarray, src: np.ndarray, has_p: np.ndarray):
+    """-T's duration; without it, a call split into ``<unfinished ...>`` and
+    ``<... resumed>`` lasted from its first line's time to its second's
+    (strace stamps the one at the call's entry, the other at its return).
+    Not from whole seconds (-t): their difference says nothing of a call."""
+    dur, dur_ok = ev.dur[src].copy(), ev.dur_ok[src].copy()
+    start, end = ev.ts[rows], ev.ts[src]
+    timed = has_p & ~dur_ok & ev.ts_ok[rows] & ev.ts_ok[src] & (end >= start)
+    timed &= (start % 1_000_000 != 0) | (end % 1_000_000 != 0)
+    dur[timed] = (end - start)[timed]
+    dur_ok |= timed
+    return dur, dur_ok
 
 
 def _first_fd(args: pa.Array, name: pa.Array, rows: np.ndarray):

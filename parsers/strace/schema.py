@@ -17,7 +17,7 @@ SCHEMA = pa.schema(
         _field("line_no", pa.int64(), "1-based input line number of the row's first line"),
         _field("pid", pa.int32(), "pid/tid prefix; null when the line has none"),
         _field("ts_us", pa.int64(), "timestamp: epoch (-ttt), since midnight (-tt/-t) or relative (-r); null without one", "us"),
-        _field("dur_us", pa.int64(), "time in the call (-T); null when not printed", "us"),
+        _field("dur_us", pa.int64(), "time in the call (-T, else between an unfinished line and its resumption); null when unknown", "us"),
         _field("kind", pa.string(), "syscall | signal | exit | killed"),
         _field("syscall", pa.string(), "syscall name; signal name for signal/killed; null for exit"),
         _field("fd", pa.int32(), "first argument when it is an integer fd; null otherwise"),
@@ -35,6 +35,8 @@ SCHEMA = pa.schema(
 _SYSCALL, _UNFINISHED, _RESUMED, _DETACHED, _SIGNAL, _EXIT, _KILLED = range(7)
 _CONT = 7  # the end of a line that an strace message or program output cut off
 _BLANK, _MESSAGE, _STACK, _UNRECOGNISED, _TRUNCATED, _PROGRAM = 8, 9, 10, 11, 12, 13
+# A pasted excerpt's code fences, and its first line when cut inside its head.
+_MARKUP, _CUT_START = 14, 15
 _SKIP_REASON = {
     _BLANK: "blank",
     _MESSAGE: "strace_message",
@@ -42,6 +44,8 @@ _SKIP_REASON = {
     _UNRECOGNISED: "unrecognised",
     _TRUNCATED: "truncated",
     _PROGRAM: "program_output",
+    _MARKUP: "markup",
+    _CUT_START: "cut_at_start",
 }
 _KIND_NAMES = pa.array(["syscall", "syscall", "syscall", "syscall", "signal", "exit", "killed"])
 

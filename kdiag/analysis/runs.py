@@ -1,0 +1,144 @@
+"""An strace excerpt beside a librdkafka log it does not hold the lines of,
+and what an excerpt's timestamps cannot say.
+
+Users paste an strace excerpt and a librdkafka log that were often taken
+in different runs. Then no logged request may be split by the syscalls of
+another run: the requests are the log's, each with its own time, and the
+syscalls give the producer's typical exchange (how many writes a request
+left in, the last one's size, the time spent writing and reading), the one
+thing two runs of the same producer and configuration share. Whether the
+two are from one run is told by their clocks: an strace on the epoch
+clock whose span meets the log's is the same run, whose librdkafka lines
+strace's ``-s`` cut short (the default -s 32 keeps no ``Sent ...`` line).
+"""
+from __future__ import annotations
+
+from kdiag.analysis.frames import quantile, rounded
+from kdiag.analysis.per_request import exchanges, prepare_syscalls
+
+# An epoch timestamp (-ttt, or a time of day dated from librdkafka's lines)
+# is past this; -r sums and undated times of day are far below it.
+EPOCH_US_MIN = 10**15
+UNSPLIT = "no librdkafka Sent lines inside an strace capture"
+COLUMNS = {"n_writes": "long", "send_ms": "double", "read_ms": "double", "wait_ms": "double",
+           "written_bytes": "long", "last_write_bytes": "long", "n_writes_lower_bound": "boolean",
+           "write_sizes": "array<long>"}
+
+
+def timing_unknowns(syscalls) -> list[str]:
+    """What the strace's timestamps leave unknown: all of the time when it
+    has none; the calls' durations without -T. One small job when every
+    call has both."""
+    from pyspark.sql import functions as F
+
+    if syscalls is None:
+        return []
+    calls = syscalls.filter(F.col("kind") == "syscall")
+    if calls.filter(F.col("ts_us").isNotNull() & F.col("dur_us").isNotNull()).limit(1).count():
+        return []
+    row = calls.agg(F.count("*").alias("n"), F.count("ts_us").alias("timed"),
+                    F.count("dur_us").alias("durations")).first()
+    if not row.n:
+        return []
+    if not row.timed:
+        return ["the strace lines have no timestamps (strace without -t, -tt, -ttt or -r): they show the calls' "
+                "order, not their times, so no wait or send time comes from them; capture with "
+                "strace -f -ttt -T -yy -s 256"]
+    split = (f"only for the {row.durations} of {row.n} calls split into <unfinished ...> and <... resumed> lines"
+             if row.durations else "for none of them")
+    return [f"strace without -T: a call's duration is known {split}; a call lasted at most until its thread's "
+            "next line, an upper bound"]
+
+
+def typical_exchange(syscalls) -> dict | None:
+    """The median exchange of the strace's own requests (a burst of socket
+    writes, the wait, the read), inferred from its syscalls; None when it
+    holds none."""
+    from pyspark.sql import functions as F
+
+    ex = exchanges(prepare_syscalls(syscalls))
+    row = ex.agg(F.count("*").alias("k"), quantile("n_writes", 0.5).alias("n_writes"),
+                 quantile("send_ms", 0.5).alias("send_ms"), quantile("wait_ms", 0.5).alias("wait_ms"),
+                 quantile("read_ms", 0.5).alias("read_ms"), quantile("last_write_bytes", 0.5).alias("last"),
+                 F.max(F.col("n_writes_lower_bound").cast("int")).alias("bound"),
+                 F.min("send_start_us").alias("first_us"), F.max("recv_us").alias("last_us")).first()
+    if not row.k:
+        return None
+    sizes = ex.filter(F.col("n_writes") == row.n_writes).select("write_sizes").limit(1).collect()
+    return {"k": row.k, "n_writes": row.n_writes, "send_ms": row.send_ms, "wait_ms": row.wait_ms,
+            "read_ms": row.read_ms, "last_write_bytes": row.last, "lower_bound": bool(row.bound),
+            "write_sizes": sizes[0].write_sizes if sizes else None, "first_us": row.first_us,
+            "last_us": row.last_us}
+
+
+def same_run(typical: dict, reqs) -> bool | None:
+    """Whether the strace and the log overlap in time; None when the
+    strace's clock is not the epoch's (-r undated, no timestamps)."""
+    from pyspark.sql import functions as F
+
+    lo, hi = typical["first_us"], typical["last_us"]
+    if lo is None or hi is None or lo < EPOCH_US_MIN:
+        return None
+    row = reqs.agg(F.min("send_us").alias("lo"), F.max("recv_us").alias("hi")).first()
+    if row.lo is None or row.hi is None:
+        return None
+    return row.lo <= hi and lo <= row.hi
+
+
+def split_by_typical(reqs, syscalls, unknowns: list[str]):
+    """The log's requests, each split as the strace's typical exchange
+    (see the module docstring), when the strace holds one; else as given.
+    ``split_from`` says where the split came from."""
+    from pyspark.sql import functions as F
+
+    typical = typical_exchange(syscalls)
+    if typical is None:
+        return reqs
+    same = same_run(typical, reqs)
+    unknowns[:] = [u for u in unknowns if not u.startswith(UNSPLIT)]
+    shape = (f"{typical['n_writes']:.0f}{' or more' if typical['lower_bound'] else ''} writes "
+             f"(e.g. {typical['write_sizes']} bytes), then {rounded(typical['wait_ms'], 3)} ms waiting "
+             f"(median of {typical['k']})")
+    if same:
+        unknowns.append(f"the strace holds no librdkafka Sent lines (strace -s cut them: use -s 256), so no logged "
+                        f"request is matched to its own syscalls; each is split as the strace's typical exchange: "
+                        f"{shape}")
+    else:
+        why = "their times do not overlap" if same is False else "the strace's times are not on the log's clock"
+        unknowns.append(f"the strace excerpt and the librdkafka log are from different runs ({why}): no request is "
+                        f"split by the syscalls of another run; each logged request keeps its own time and is split "
+                        f"as the strace's typical exchange: {shape}")
+    total = F.coalesce(F.col("total_ms"), F.col("rtt_ms"))
+    read = F.lit(typical["read_ms"] or 0.0)
+    values = {
+        "n_writes": F.lit(typical["n_writes"]), "send_ms": F.lit(typical["send_ms"]), "read_ms": read,
+        "wait_ms": F.greatest(total - F.lit(typical["send_ms"] or 0.0) - read, F.lit(0.0)),
+        "written_bytes": F.lit(None), "last_write_bytes": F.lit(typical["last_write_bytes"]),
+        "n_writes_lower_bound": F.lit(typical["lower_bound"]),
+        "write_sizes": F.lit(None),
+    }
+    for name, value in values.items():
+        reqs = reqs.withColumn(name, value.cast(COLUMNS[name]))
+    if typical["write_sizes"] is not None:
+        reqs = reqs.withColumn("write_sizes", F.array(*[F.lit(x).cast("long") for x in typical["write_sizes"]]))
+    return reqs.withColumn("split_from", F.lit("same run, typical exchange" if same else "another run"))
+
+
+def log_of_another_run(log, log_writes, source: str | None) -> list[str]:
+    """When the requests come from the strace's own librdkafka lines, a log
+    given beside it none of whose Sent lines strace saw written is of
+    another run: it is left out, and the findings say so."""
+    from pyspark.sql import functions as F
+
+    if source != "strace" or log is None or log_writes is None:
+        return []
+    key = ["broker", "corr_id", "ts_us"]
+    sent = log.filter(F.col("event") == "send").select(*key)
+    if not sent.limit(1).count():
+        return []
+    seen = log_writes.filter(F.col("event") == "send").select("broker", "corr_id", F.col("log_ts_us").alias("ts_us"))
+    if sent.join(seen, key, "left_semi").limit(1).count():
+        return []
+    return ["the librdkafka log and the strace are from different runs (none of the log's Sent lines is among "
+            "those the strace saw written): the requests are the strace's own, split by its syscalls; the log's "
+            "are left out"]
