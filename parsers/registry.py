@@ -21,6 +21,12 @@ FORMAT_MODULES = (
     "strace",
     "stats",
     "sockets",
+    # The user's own path tools, last: read only a file no format above
+    # scores as high (their hop lines hold no librdkafka or strace line).
+    "traceroute",    # tcptraceroute, traceroute -T / UDP / ICMP listings
+    "mtr",           # mtr --report / --report-wide / --json
+    "ping",
+    "ss",            # ss -ti socket listings -> the sockets table
 )
 
 

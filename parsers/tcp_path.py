@@ -115,8 +115,9 @@ def format_path_table(table: pa.Table) -> str:
         w_addr = max(len("ADDRESS"), *(len(c[1]) for c in cells))
         w_rtt = max(len("RTT(ms)"), *(len(c[2]) for c in cells))
         last = rows[-1]
-        reached = last["answer"] in ("open", "closed")
-        title = f"{host}:{port}" + (f" (broker {broker})" if broker else "") + f", {method or 'unknown'} probes, "
+        reached = last["answer"] in ("open", "closed", "reply")   # reply: the host answered a ping
+        title = f"{host}" + (f":{port}" if port is not None else "")   # a ping has no port
+        title += (f" (broker {broker})" if broker else "") + f", {method or 'unknown'} probes, "
         title += f"{len(rows)} hop{'s' if len(rows) != 1 else ''}" if reached else f"target not reached in {len(rows)} hops"
         if out:
             out.append("")

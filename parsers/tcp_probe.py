@@ -54,11 +54,18 @@ answer        string   ``time_exceeded`` (ICMP type 11 from a router),
                        ``open`` (SYN-ACK from the target), ``closed`` (RST
                        from the target), ``unreachable`` (ICMP type 3, or a
                        local routing error for ``connect``), ``none`` (no
-                       answer before the probing ended)
+                       answer before the probing ended); ``reply`` only from
+                       the user's tools: the target host answered a ping or
+                       a UDP/ICMP traceroute
 rtt_ms        float64  probe sent to answer received, milliseconds; null when
                        no answer
 method        string   ``syn`` (raw SYN packets) or ``connect`` (non-blocking
-                       connect() with IP_TTL and IP_RECVERR, no raw socket)
+                       connect() with IP_TTL and IP_RECVERR, no raw socket);
+                       the user's own tools' output gives ``tcptraceroute``,
+                       ``traceroute_t``, ``traceroute_udp``, ``traceroute_icmp``,
+                       ``traceroute``, ``mtr_tcp``, ``mtr_udp``, ``mtr_icmp``,
+                       ``mtr``, ``icmp_ping`` (kdiag.parsers.traceroute, .mtr,
+                       .ping)
 ============  =======  ========================================================
 
 Table ``handshakes``: one row per timed connect().

@@ -29,6 +29,10 @@ REAL_FILE = {
     "pcap": SEEDS / "probes.pcap",
     "probes_jsonl": SEEDS / "probes.jsonl",
     "handshakes_jsonl": SEEDS / "handshakes.jsonl",
+    "traceroute": FIXTURES / "path" / "tcptraceroute_latency.txt",
+    "mtr": FIXTURES / "path" / "mtr_report_latency.txt",
+    "ping": FIXTURES / "path" / "ping_latency.txt",
+    "ss": FIXTURES / "path" / "ss_tinp_nagle_loopback.txt",
 }
 
 

@@ -23,19 +23,26 @@ def time_buckets(start: str, end: str, bucket_us: int):
 
 def socket_held(tables_dir, fd) -> dict | None:
     """What the sampled socket showed: bytes not yet sent while a segment
-    waits for its ACK is Nagle caught in the act (``ss``: notsent, unacked)."""
+    waits for its ACK is Nagle caught in the act (``ss``: notsent, unacked).
+    Without samples of that fd, the user's pasted ``ss -ti`` listings (rows
+    without a time) stand for the producer's sockets; ``source`` says
+    which."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     path = Path(tables_dir) / "sockets.parquet" if tables_dir else None
-    if path is None or fd is None or not path.exists():
+    if path is None or not path.exists():
         return None
-    t = pq.read_table(path, columns=["fd", "notsent_bytes", "unacked", "ato_ms"])
-    t = t.filter(pc.fill_null(pc.equal(t["fd"], fd), False))
+    t = pq.read_table(path, columns=["ts_us", "fd", "notsent_bytes", "unacked", "ato_ms"])
+    source = "sampled"
+    mine = t.filter(pc.fill_null(pc.equal(t["fd"], fd), False)) if fd is not None else t.slice(0, 0)
+    if not len(mine):
+        mine, source = t.filter(pc.is_null(t["ts_us"])), "ss"
+    t = mine
     if not len(t):
         return None
     held = t.filter(pc.fill_null(pc.and_(pc.greater(t["notsent_bytes"], 0), pc.greater(t["unacked"], 0)), False))
-    return {"samples": len(t), "held": len(held),
+    return {"samples": len(t), "held": len(held), "source": source,
             "notsent_bytes": pctl(held["notsent_bytes"].to_pylist(), 0.5) if len(held) else None,
             "ato_ms": pctl(t["ato_ms"].to_pylist(), 0.5)}
 

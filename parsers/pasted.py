@@ -1,0 +1,59 @@
+"""Lines of a tool's output as users paste them into tickets and chats.
+
+A pasted listing reaches kdiag with what the chat or the markdown did to
+it: CRLF line ends, trailing spaces, a quote marker (``> ``) in front,
+code fences around it, the shell prompt line that ran the command, and
+addresses made into links (``<10.0.0.1>``, ``[10.0.0.1](http://10.0.0.1)``,
+Slack's ``<http://host|host>``). ``clean`` undoes that; the parsers of the
+user's own tools (traceroute, mtr, ping, ss) read what it returns.
+"""
+from __future__ import annotations
+
+import re
+
+_QUOTE = re.compile(r"^\s{0,3}(?:>\s?)+")
+_FENCE = re.compile(r"^\s*(?:```|~~~)")
+# A shell prompt before a command: "$ mtr ...", "root@host:~# ping ...",
+# "[user@host ~]$ ss -tin", "PS C:\\> tcping ...". Bounded: a long line of
+# colons must not cost quadratic time.
+_PROMPT = re.compile(r"^\s*(?:\[[^\]]{0,128}\]|[\w.-]{1,64}@[\w.-]{1,64}(?::[^\s$#%]{0,128})?)?"
+                     r"\s*(?:[$#%]|PS [^>]{0,128}>)\s+\S")
+# Bounded, and none of them spans its own opening character, so that a
+# line of a thousand "[" or "<" costs linear time, not quadratic.
+_SLACK_LINK = re.compile(r"<(?:https?|mailto)://[^<|>\s]{0,2048}\|([^<>\s]{1,255})>")
+_MD_LINK = re.compile(r"\[([^\[\]\s]{1,255})\]\((?:https?|mailto):[^()\s]{0,2048}\)")
+_ANGLE_LINK = re.compile(r"<(?:https?://)?([A-Za-z0-9][\w.:%-]{0,254}?)/?>")
+_BARE_SCHEME = re.compile(r"\bhttps?://([A-Za-z0-9][\w.-]{0,254})/?(?=[\s)]|$)")
+
+# What a cleaned line is, beside a line to read.
+MARKUP = "markup"     # a code fence or a blank line between quoted blocks
+PROMPT = "prompt"     # the command line the user ran
+
+
+def clean(raw) -> tuple[str, str | None]:
+    """(text, what): the line as the tool printed it, and ``None``; or
+    ``("", MARKUP)`` / ``(text, PROMPT)`` for lines that are the paste's
+    own. Never raises on any string."""
+    if not isinstance(raw, str):
+        return "", MARKUP
+    text = raw.replace("\r", "").rstrip()
+    text = _QUOTE.sub("", text, count=1)
+    if _FENCE.match(text):
+        return "", MARKUP
+    text = _SLACK_LINK.sub(r"\1", text)
+    text = _MD_LINK.sub(r"\1", text)
+    text = _ANGLE_LINK.sub(r"\1", text)
+    text = _BARE_SCHEME.sub(r"\1", text)
+    if _PROMPT.match(text):
+        return text, PROMPT
+    return text, None
+
+
+def cleaned(sample: list[str]) -> list[str]:
+    """The sample's lines that are the tool's own, cleaned, for scoring."""
+    out = []
+    for s in sample:
+        text, what = clean(s)
+        if what is None and text.strip():
+            out.append(text)
+    return out
