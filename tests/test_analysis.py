@@ -18,11 +18,27 @@ def test_cause_rules(spark):
         ("c", "b", 3, 1, 43.0, 43.5, False),  # one write: Nagle cannot hold it
         ("c", "b", 4, 3, 0.4, 0.8, False),    # fast
         ("c", "b", 5, 3, 400.0, 401.0, False),  # far beyond TCP_DELACK_MAX
-        ("c", "b", 6, None, None, 50.0, None),  # no syscall evidence
+        ("c", "b", 6, None, None, 50.0, None),  # no syscalls, but a fast path measured: the broker's
         ("c", "b", 7, None, None, 2.0, None),
     ]
     assert causes(spark, rows, 0.1) == ["nagle_delayed_ack", "nagle_in_path", "slow_wait", "healthy",
-                                        "slow_wait", "unexplained_slow", "healthy"]
+                                        "slow_wait", "slow_wait", "healthy"]
+
+
+def test_log_only_rules(spark):
+    """Requests known only from librdkafka's lines (no syscalls): the rtt
+    band over TLS is Nagle's; the path decides the rest; without it,
+    unexplained."""
+    tls, plain = "ssl://h:9093/1", "h:9092/1"
+    rows = [
+        ("c", tls, 1, None, None, 43.5, None),     # TLS, 40 ms band
+        ("c", plain, 2, None, None, 43.5, None),   # plaintext: one write, Nagle holds nothing
+        ("c", tls, 3, None, None, 400.0, None),    # far beyond the band
+        ("c", tls, 4, None, None, 0.8, None),      # fast
+    ]
+    assert causes(spark, rows, None) == ["nagle_delayed_ack", "unexplained_slow", "unexplained_slow", "healthy"]
+    assert causes(spark, rows, 1.0) == ["nagle_delayed_ack", "slow_wait", "slow_wait", "healthy"]
+    assert causes(spark, rows, 40.0)[:3] == ["network_latency", "network_latency", "slow_wait"]
 
 
 def test_one_write_requests_rule_out_nagle_only_when_there_are_enough():

@@ -44,7 +44,12 @@ def test_log_alone_says_what_it_cannot_know(spark):
     assert rc == 0
     assert f["summary"]["source"] == "log" and f["summary"]["requests"] == 30
     assert any("no librdkafka Sent lines inside an strace capture" in u for u in f["unknowns"])
-    assert f["verdict"] != "nagle_delayed_ack"  # not provable from the log alone
+    # Not provable from the log alone: named from the rtt band over TLS, at
+    # low confidence, saying what it did not see and the capture that would.
+    assert f["verdict"] == "nagle_delayed_ack" and f["confidence"].startswith("low")
+    nagle = next(x for x in f["findings"] if x["cause"] == "nagle_delayed_ack")
+    assert any("the held send itself is not seen" in e for e in nagle["evidence"])
+    assert f["likely"][0]["cause"] == "nagle_delayed_ack" and "strace" in f["likely"][0]["decide"]
 
 
 def test_strace_alone_is_enough(spark):

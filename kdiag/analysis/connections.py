@@ -195,12 +195,25 @@ def attach_connections(spark, produce, conns: list[dict]):
 
 
 
+# Probe methods of the user's own tools (kdiag.parsers.traceroute, .mtr,
+# .ping) that reach the broker's port, and what each is called in a source.
+USER_TCP_METHODS = ("tcptraceroute", "traceroute_t", "mtr_tcp")
+USER_TOOL_NAMES = {"tcptraceroute": "tcptraceroute", "traceroute_t": "traceroute -T", "mtr_tcp": "mtr --tcp",
+                   "traceroute_udp": "traceroute (UDP)", "traceroute_icmp": "traceroute -I",
+                   "traceroute": "traceroute", "mtr_udp": "mtr --udp", "mtr_icmp": "mtr", "mtr": "mtr",
+                   "icmp_ping": "ping"}
+
+
 def path_rtt_of(spark, tables_dir, conns: list[dict]) -> tuple[float | None, str | None, bool]:
     """The path round trip, from the best source there is: kdiag's own
-    connect() handshakes, then the SYN probe's answer from the broker port,
-    then the wait after the producer's own connect() in strace."""
+    connect() handshakes, then its SYN probes' answers from the broker port,
+    then the user's own TCP tool output to the broker port (tcptraceroute,
+    traceroute -T, mtr --tcp), then the wait after the producer's own
+    connect() in strace, then the user's ping or UDP/ICMP traceroute to the
+    broker's host, then ``ss -ti``'s RTT of the producer's sockets."""
     from pyspark.sql import functions as F
 
+    by_method: dict = {}
     if tables_dir is not None:
         hs = read_table(spark, Path(tables_dir), "handshakes")
         if hs is not None:
@@ -210,15 +223,59 @@ def path_rtt_of(spark, tables_dir, conns: list[dict]) -> tuple[float | None, str
                 return row.m, f"TCP connect() handshakes to the brokers by kdiag ({row.k})", False
         pr = read_table(spark, Path(tables_dir), "probes")
         if pr is not None:
-            row = pr.filter(F.col("answer").isin("open", "closed") & F.col("rtt_ms").isNotNull()).agg(
-                F.count("*").alias("k"), F.percentile_approx("rtt_ms", 0.5, 100000).alias("m")).first()
-            if row.k:
-                return row.m, f"SYN probes answered by the broker port ({row.k})", False
+            # One job for every source in the table: kdiag's probes have method syn or connect.
+            by_method = {r.method: (r.k, r.m) for r in pr.filter(
+                F.col("answer").isin("open", "closed", "reply") & F.col("rtt_ms").isNotNull()).groupBy(
+                F.when(F.col("method").isin(*USER_TOOL_NAMES), F.col("method")).alias("method")).agg(
+                F.count("*").alias("k"), F.percentile_approx("rtt_ms", 0.5, 100000).alias("m")).collect()}
+            if None in by_method:
+                k, m = by_method[None]
+                return m, f"SYN probes answered by the broker port ({k})", False
+    tcp = _user_path(by_method, USER_TCP_METHODS, "answers from the broker's port")
+    if tcp:
+        return tcp
     measured = [c for c in conns if c.get("handshake_ms") is not None]
+    bound = bool(measured) and all(c.get("handshake_upper_bound") for c in measured)
+    if measured and not bound:
+        return pctl([c["handshake_ms"] for c in measured], 0.5), "strace: connect() to writable", False
+    host = _user_path(by_method, tuple(m for m in USER_TOOL_NAMES if m not in USER_TCP_METHODS),
+                      "answers from the broker's host, not its port")
+    if host:
+        return host
+    held = _ss_rtt(tables_dir)
+    if held:
+        return held
     if not measured:
         return None, None, False
-    rtt = pctl([c["handshake_ms"] for c in measured], 0.5)
-    bound = all(c.get("handshake_upper_bound") for c in measured)
-    return rtt, ("strace: connect() to writable; an upper bound, the handshake was over before librdkafka "
-                 "polled" if bound else "strace: connect() to writable"), bound
+    return (pctl([c["handshake_ms"] for c in measured], 0.5), "strace: connect() to writable; an upper bound, "
+            "the handshake was over before librdkafka polled", True)
 
+
+def _user_path(by_method: dict, methods: tuple, reached: str) -> tuple[float, str, bool] | None:
+    """The median RTT of the user's tool of these methods with the most
+    answers from the target, and a source that names the tool."""
+    got = [(by_method[m][0], m) for m in methods if m in by_method]
+    if not got:
+        return None
+    k, method = max(got)
+    return by_method[method][1], f"{USER_TOOL_NAMES[method]} output (user's), {k} {reached}", False
+
+
+def _ss_rtt(tables_dir) -> tuple[float, str, bool] | None:
+    """RTT from pasted ``ss -ti`` listings (sockets rows without a time):
+    minrtt where ss printed it; else the smoothed rtt, an upper bound, as a
+    send held by Nagle inflates it."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    path = Path(tables_dir) / "sockets.parquet" if tables_dir else None
+    if path is None or not path.exists():
+        return None
+    t = pq.read_table(path, columns=["ts_us", "min_rtt_ms", "rtt_ms"])
+    t = t.filter(pc.is_null(t["ts_us"]))
+    for col, what, bound in (("min_rtt_ms", "minrtt", False), ("rtt_ms", "smoothed rtt; an upper bound, a held "
+                                                                          "send inflates it", True)):
+        vals = [v for v in t[col].to_pylist() if v is not None]
+        if vals:
+            return pctl(vals, 0.5), f"ss -ti output (user's), {what} of {len(vals)} socket(s)", bound
+    return None

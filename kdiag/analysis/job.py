@@ -23,8 +23,10 @@ from pathlib import Path
 
 from kdiag.analysis.connections import connections, path_rows, sampled_connections
 from kdiag.analysis.frames import any_rows, at_once, cached, read_table, release
-from kdiag.analysis.judge import judge, result_of
+from kdiag.analysis.judge import judge
 from kdiag.analysis.per_request import exchanges, flag_syscalls, prepare_syscalls, requests, split_requests
+from kdiag.analysis.signals import signals
+from kdiag.analysis.runs import log_of_another_run, split_by_typical, timing_unknowns
 
 _SOURCE_NAMES = {"syscalls": "the strace output", "rdkafka_events": "the librdkafka log"}
 # The input checks, each with a Quality of its own, merged in this order:
@@ -71,17 +73,63 @@ def _analyze(spark, tables_dir: Path, meta: dict | None, q) -> dict:
 
     meta = {**(meta or {}), "tables_dir": str(tables_dir)}
     inp = _inputs(spark, tables_dir, meta, q)
+    # What librdkafka said besides Sent/Received: timeouts, retries, batches.
+    meta["signals"] = signals(inp.log_writes if any_rows(inp.log_writes) else inp.log)
     if inp.source is None:
         for table, name in _SOURCE_NAMES.items():
             quality.exclude_spanning(spark, None, table, q, name)
-        return result_of(meta, inp.version, "healthy", [], {"requests": 0},
-                         ["no librdkafka Sent/Received lines and no syscalls in the inputs: nothing to analyse"],
-                         no_data=True)
+        result = _judge_signals(spark, inp)
+        result["signals"] = meta["signals"]
+        _rank_when_thin(result)
+        return result
     if inp.source == "syscalls":
         result = _judge_exchanges(spark, inp, q)
     else:
         result = _judge_logged(spark, inp, q)
+    timing = timing_unknowns(inp.syscalls)
+    result["unknowns"] += timing + log_of_another_run(inp.log, inp.log_writes, inp.source)
+    if timing and str(result.get("confidence", "")).startswith("high"):
+        # Syscalls in order but without their times back the split less.
+        untimed = "no timestamps" in timing[0]
+        result["confidence"] = ("low: the strace shows the calls' order, not their times" if untimed else
+                                "medium: strace without -T, the calls' durations are upper bounds")
     result["paths"] = path_rows(tables_dir)
+    result["signals"] = meta["signals"]
+    _rank_when_thin(result)
+    return result
+
+
+def _rank_when_thin(result: dict) -> None:
+    """Without syscalls, the path evidence decides how sure a verdict is;
+    the likely causes are ranked, each with the capture that decides it."""
+    from kdiag.analysis.likely import rank
+
+    if str(result.get("confidence", "")).startswith("high"):
+        return
+    if str(result.get("confidence", "")).startswith("low") and result["summary"].get("path_rtt_ms") is not None:
+        result["confidence"] = "medium: librdkafka's log and a measured path, no syscalls"
+    result["likely"] = rank(result)
+
+
+def _judge_signals(spark, inp: _Inputs) -> dict:
+    """No Sent line and no syscalls: librdkafka's other lines (timeouts,
+    disconnects, retries) are judged alone, or there is nothing to judge."""
+    from kdiag.analysis.causes import Facts, version_tuple
+    from kdiag.analysis.causes.nagle_delayed_ack import NAGLE_DEFAULT_FLIPPED
+    from kdiag.analysis.connections import path_rtt_of
+    from kdiag.analysis.judge import from_signals_only
+
+    unknowns = ["no librdkafka Sent/Received lines and no syscalls in the inputs: no request to split"]
+    vt = version_tuple(inp.version)
+    path_rtt, source, bound = path_rtt_of(spark, str(inp.tables_dir), inp.conns)
+    summary = {"requests": 0, "path_rtt_ms": path_rtt, "path_rtt_source": source,
+               "path_rtt_upper_bound": bound if path_rtt is not None else None}
+    run = Facts(None, {}, 0, path_rtt, bound, inp.version, None if vt is None else vt >= NAGLE_DEFAULT_FLIPPED,
+                summary, {**inp.meta, "completed_ms": 0.0}, None)
+    result = from_signals_only(run, vt, unknowns)
+    if result["no_data"]:
+        result["unknowns"] = ["no librdkafka Sent/Received lines and no syscalls in the inputs: nothing to analyse"]
+    result["confidence"] = "low: librdkafka's log lines other than Sent/Received"
     return result
 
 
@@ -203,7 +251,10 @@ def _judge_logged(spark, inp: _Inputs, q) -> dict:
     else:
         reqs = _checked(spark, reqs, "syscalls" if inp.source == "strace" else "rdkafka_events", q)
         conns = []
-        reqs = cached(_unsplit(reqs, unknowns), q)
+        reqs = _unsplit(reqs, unknowns)
+        if inp.syscalls is not None:   # an strace without these requests' lines: see runs
+            reqs = split_by_typical(reqs, inp.syscalls, unknowns)
+        reqs = cached(reqs, q)
     produce = reqs.filter(F.col("request") == "Produce")
     result = judge(spark, produce, reqs, conns, inp.stats, inp.version, inp.source, unknowns, inp.meta,
                    inp.read.get("syscalls"), inp.small)

@@ -112,13 +112,15 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
         rows = _sums(rq).collect()
     s, per, bands = _per_cause(rows, meta.get("tcp_retrans"))
     n = s.k if s is not None else 0
+    meta["completed_ms"] = (s.time if s is not None else None) or 0.0
     summary = _summary(s, n, pre.all_kinds, source, client_ms, (path_rtt, rtt_source, rtt_bound), meta)
     _unknowns(unknowns, s, client_ms, default_nodelay, version)
     if n == 0:
         unknowns.append("no Produce request completed in the capture")
         if held:
             rq.unpersist()
-        return result_of(meta, version, "healthy", [], summary, unknowns, no_data=True)
+        facts = Facts(None, {}, 0, path_rtt, rtt_bound, version, default_nodelay, summary, meta, client_ms)
+        return from_signals_only(facts, vt, unknowns)
 
     if examples is None:
         examples = median_requests(rq, bands if n > EXAMPLE_SORT_MAX else {}, ex_cols)
@@ -275,8 +277,39 @@ def _findings(per: dict, examples: dict, run: Facts, vt) -> list[dict]:
         findings.append({"cause": client_queueing.NAME, "share": round(share, 3), "time_share": round(share, 3),
                          "requests": run.summary.get("requests"), "evidence": client_queueing.evidence(run),
                          "fix": client_queueing.fix(vt), "fix_text": client_queueing.fix_text(run)})
+    signal_findings(findings, run, vt)
     findings.sort(key=lambda f: (-f["share"], f["cause"]))
     return findings
+
+
+def signal_findings(findings: list[dict], run: Facts, vt) -> None:
+    """The causes judged over the run from librdkafka's other lines
+    (``from_signals``): a new finding each, or more evidence for a finding
+    the requests already gave."""
+    by_cause = {f["cause"]: f for f in findings}
+    for cause in causes.CAUSES:
+        judged = getattr(cause, "from_signals", None)
+        got = judged(run) if judged is not None else None
+        if got is None or max(got["share"], got["time_share"]) < CONTRIBUTING_SHARE:
+            continue
+        said = getattr(cause, "signal_evidence", cause.evidence)(run)
+        if cause.NAME in by_cause:
+            by_cause[cause.NAME]["evidence"] += said
+            continue
+        findings.append({"cause": cause.NAME, "share": round(got["share"], 3),
+                         "time_share": round(got["time_share"], 3), "requests": got["requests"], "evidence": said,
+                         "fix": cause.fix(vt), "fix_text": cause.fix_text(run)})
+
+
+def from_signals_only(run: Facts, vt, unknowns: list[str]) -> dict:
+    """No completed Produce request: the run's other lines are all there is
+    to judge (requests that timed out, retries, errors)."""
+    findings: list[dict] = []
+    signal_findings(findings, run, vt)
+    findings.sort(key=lambda f: (-f["share"], f["cause"]))
+    if not findings:
+        return result_of(run.meta, run.version, "healthy", [], run.summary, unknowns, no_data=True)
+    return result_of(run.meta, run.version, findings[0]["cause"], findings, run.summary, unknowns)
 
 
 def finding(cause, facts: Facts, share: float, vt) -> dict:

@@ -10,12 +10,25 @@ the syscalls alone when the producer logs nothing).
    is several records, several write()s: that is what Nagle holds back.
 3. Window: the thread's syscalls between the first write and the
    ``Received`` line, in one sorted pass per thread, never a cross product.
+4. Excerpts: lines without a pid are one thread's; a request whose writes
+   the excerpt cut (fewer bytes seen than it had) left in at least one
+   write more (``n_writes_lower_bound``, ``unseen_bytes``); the size of its
+   last write is ``last_write_bytes`` (a TLS record's tail, under 100
+   bytes, before a ~40 ms wait is Nagle's signature).
 """
 from __future__ import annotations
 
 WRITE_CALLS = ["write", "writev", "sendmsg", "sendto", "send", "pwrite64"]
 READ_CALLS = ["read", "readv", "recvmsg", "recvfrom", "recv"]
 WAIT_CALLS = ["poll", "ppoll", "epoll_wait", "epoll_pwait", "epoll_pwait2", "select", "pselect6"]
+# The fds a wait names: "poll([{fd=7, events=POLLIN}, ...", and those added
+# to an epoll set: "epoll_ctl(5, EPOLL_CTL_ADD, 7, {...".
+WAITED_FD = r"(?:fd=|EPOLL_CTL_(?:ADD|MOD), )(\d+)"
+# No Produce request is smaller: a request header (14 bytes and the client
+# id), the acks, timeout and topic fields (about 25 and the topic's name),
+# a RecordBatch header (61) and one record. A burst of writes smaller than
+# this is only the tail of a request (a TLS record's last bytes).
+MIN_PRODUCE_BYTES = 100
 # -yy names the endpoints; -y only says "socket:[inode]".
 SOCKET_INFO = r"^(TCP|TCPv6|UDP|UDPv6|UNIX|UNIX-STREAM|NETLINK|socket:)"
 
@@ -34,17 +47,23 @@ def requests(spark, events):
     # One pass in line order per key instead of a join and a window: each
     # Received takes the latest Sent seen before it. At one line number a
     # Received sorts first, so only a Sent on an earlier line pairs with it.
-    ev = events.filter(F.col("event").isin("send", "recv") & F.col("client").isNotNull()
+    # A wrapper that drops the client name (node-rdkafka, some loggers)
+    # leaves one unnamed client: its lines pair among themselves.
+    ev = events.filter(F.col("event").isin("send", "recv")
                        & F.col("broker").isNotNull() & F.col("corr_id").isNotNull()).select(
-        *key, F.col("line_no"), is_send.alias("_send"),
+        F.coalesce(F.col("client"), F.lit("")).alias("client"), "broker", "corr_id", F.col("line_no"),
+        is_send.alias("_send"),
         F.when(is_send, F.struct(F.col("request"), F.col("size_bytes").alias("req_bytes"),
                                  F.col("ts_us").alias("send_us"), F.col("line_no").alias("send_line"),
                                  pid.alias("pid"))).alias("_s"),
         F.col("ts_us").alias("recv_us"), F.col("line_no").alias("recv_line"), "rtt_ms",
-        F.col("size_bytes").alias("resp_bytes"))
+        F.col("size_bytes").alias("resp_bytes"), F.col("request").alias("_request"))
     w = Window.partitionBy(*key).orderBy("line_no", "_send").rowsBetween(Window.unboundedPreceding, 0)
-    j = ev.withColumn("_s", F.last("_s", ignorenulls=True).over(w)).filter(~F.col("_send") & F.col("_s").isNotNull())
-    return j.select(*key, "recv_us", "recv_line", "rtt_ms", "resp_bytes", "_s.request", "_s.req_bytes",
+    # A Received line whose Sent line the excerpt lacks is a request still:
+    # librdkafka states its rtt.
+    j = ev.withColumn("_s", F.last("_s", ignorenulls=True).over(w)).filter(~F.col("_send"))
+    return j.select(*key, "recv_us", "recv_line", "rtt_ms", "resp_bytes",
+                    F.coalesce(F.col("_s.request"), F.col("_request")).alias("request"), "_s.req_bytes",
                     "_s.send_us", "_s.send_line", "_s.pid")
 
 
@@ -63,15 +82,44 @@ def flag_syscalls(syscalls):
 
 def prepare_syscalls(syscalls):
     """Flagged syscalls with the bursts of socket writes numbered per thread
-    (for requests inferred from syscalls alone)."""
+    (for requests inferred from syscalls alone).
+
+    Without -y no fd says what it is: a socket is then an fd that a wait
+    names (librdkafka polls its broker sockets), when any wait names one.
+    Without -T a call lasted at most until its thread's next line: such a
+    ``dur_us`` is an upper bound (``dur_upper_bound``)."""
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
     sc = flag_syscalls(syscalls)
+    waited = waited_fds(syscalls)
+    if waited:
+        on = F.col("fd").isin(waited)
+        sc = sc.withColumn("sock_write", F.col("sock_write") & on).withColumn("sock_read", F.col("sock_read") & on)
+    order = Window.partitionBy("pid").orderBy("ts_us", "line_no")
+    nxt = F.lead("ts_us").over(order)
+    sc = (sc.withColumn("dur_upper_bound", F.col("dur_us").isNull() & F.col("ts_us").isNotNull() & nxt.isNotNull())
+            .withColumn("dur_us", F.coalesce(F.col("dur_us"), nxt - F.col("ts_us"))))
     # burst: a run of socket writes; every other call on the thread starts a
-    # new one. The writes of a request share the burst just before its Sent line.
-    w = Window.partitionBy("pid").orderBy("ts_us", "line_no").rowsBetween(Window.unboundedPreceding, 0)
+    # new one. The writes of a request share the burst just before its Sent
+    # line. Burst 0 began before the thread's first call in the capture.
+    w = order.rowsBetween(Window.unboundedPreceding, 0)
     return sc.withColumn("burst", F.sum(F.when(F.col("sock_write"), 0).otherwise(1)).over(w))
+
+
+def waited_fds(syscalls) -> list[int] | None:
+    """The fds the waits name, when no fd carries a -y annotation (one
+    small job); None when fds are annotated or no wait names one."""
+    from pyspark.sql import functions as F
+
+    named = F.expr(f"regexp_extract_all(args, '{WAITED_FD.replace(chr(92), chr(92) * 2)}', 1)")
+    row = syscalls.filter(F.col("kind") == "syscall").agg(
+        F.count("fd_info").alias("annotated"),
+        F.array_distinct(F.flatten(F.collect_list(
+            F.when(F.col("syscall").isin(*WAIT_CALLS, "epoll_ctl"), named)))).alias("fds")).first()
+    if row.annotated or not row.fds:
+        return None
+    return sorted({int(x) for x in row.fds if x})
 
 
 def _bursts(sc):
@@ -81,7 +129,7 @@ def _bursts(sc):
         F.count("*").alias("n_writes"),
         F.min("ts_us").alias("send_start_us"),
         F.sum("ret").alias("written_bytes"),
-        F.sort_array(F.collect_list(F.struct("ts_us", "ret"))).alias("_w"),
+        F.sort_array(F.collect_list(F.struct("ts_us", "line_no", "ret"))).alias("_w"),
         F.first("fd").alias("fd"),
         F.first("fd_info").alias("fd_info"),
         F.max(F.col("ts_us") + F.coalesce(F.col("dur_us"), F.lit(0))).alias("send_end_us"),
@@ -116,20 +164,37 @@ def split_requests(spark, reqs, sc):
     pair = Window.partitionBy("pid", "_line").orderBy(F.col("_k").desc()).rowsBetween(Window.unboundedPreceding, 0)
     rows = rows.withColumn("_b", F.first("_run", ignorenulls=True).over(pair)).filter(F.col("_k") == 0)
     send, recv = F.col("_req.send_us"), F.col("_req.recv_us")
-    # A request without a thread is not matched with any syscall.
-    own = F.col("_req.pid").isNotNull()
-    burst = lambda c, name=None: F.when(own, F.col(f"_b.{c}")).alias(name or c)  # noqa: E731
+    # A request logged on a line without a pid (strace without -f, or one
+    # thread attached with -p) is walked with the calls without one: the
+    # same stream.
+    burst = lambda c, name=None: F.col(f"_b.{c}").alias(name or c)  # noqa: E731
     r = rows.select(
-        "_req.*", *[burst(c) for c in ("n_writes", "send_start_us", "written_bytes")],
+        "_req.*", *[burst(c) for c in ("n_writes", "send_start_us", "written_bytes", "last_write_bytes")],
         F.lit(None).cast("array<long>").alias("write_sizes"), burst("fd"), burst("fd_info"),
         burst("lo", "_run_lo"), burst("hi", "_run_hi"),
-        F.when(own & send.isNotNull() & (F.col("_next_read") <= recv), F.col("_next_read")).alias("first_read_us"))
-    r = r.withColumn("start_us", F.coalesce("send_start_us", "send_us"))
+        F.when(send.isNotNull() & (F.col("_next_read") <= recv), F.col("_next_read")).alias("first_read_us"))
+    r = _short_runs(r).withColumn("start_us", F.coalesce("send_start_us", "send_us"))
     ms = lambda a, b: (F.col(a) - F.col(b)) / 1000.0  # noqa: E731
     return (r.withColumn("send_ms", ms("send_us", "start_us"))
              .withColumn("wait_ms", ms("first_read_us", "send_us"))
              .withColumn("read_ms", ms("recv_us", "first_read_us"))
-             .withColumn("total_ms", ms("recv_us", "start_us")))
+             # strace without timestamps: librdkafka's rtt is the time there is.
+             .withColumn("total_ms", F.coalesce(ms("recv_us", "start_us"), F.col("rtt_ms"))))
+
+
+def _short_runs(r):
+    """A run of writes shorter than the request librdkafka logged (its
+    ``Sent ... (v7, 2219 bytes ...)``) did not carry it all: the request's
+    first writes came before the capture began (an excerpt cut inside the
+    request) or before a wait (a partial send). It left in at least one
+    write more than the run, ``unseen_bytes`` of it unseen (TLS adds its own
+    bytes to the seen ones, so at least that many)."""
+    from pyspark.sql import functions as F
+
+    short = F.coalesce(F.col("written_bytes") < F.col("req_bytes"), F.lit(False))
+    return (r.withColumn("n_writes_lower_bound", short)
+             .withColumn("n_writes", F.col("n_writes") + F.when(short, 1).otherwise(0))
+             .withColumn("unseen_bytes", F.when(short, F.col("req_bytes") - F.col("written_bytes"))))
 
 
 def _calls_and_marks(reqs, sc):
@@ -184,6 +249,7 @@ def _runs(rows):
     rows = rows.select(
         "pid", "_k", "_line", "_req", "_next_read", "_cw", "_ctw", "_cb", pos.alias("_pos"),
         F.last(F.when(first, F.struct("_fd", "_fdi")), ignorenulls=True).over(upto).alias("_fw"),
+        F.last(F.when(wr, F.col("_ret")), ignorenulls=True).over(upto).alias("_lw"),
         F.last(F.when(first_timed, F.col("_ts")), ignorenulls=True).over(upto).alias("_tw"),
         F.last(F.when(ends, F.struct(pos.alias("at"), "_cw", "_ctw", "_cb")), ignorenulls=True).over(
             fwd.rowsBetween(Window.unboundedPreceding, -1)).alias("_prev_end"))
@@ -193,6 +259,7 @@ def _runs(rows):
                    F.when(F.col("_ctw") > pe("_ctw"), F.col("_tw")).alias("send_start_us"),
                    (F.col("_cb") - pe("_cb")).alias("written_bytes"),
                    F.col("_fw._fd").alias("fd"), F.col("_fw._fdi").alias("fd_info"),
+                   F.col("_lw").alias("last_write_bytes"),
                    F.col("_prev_end.at").alias("lo"), F.col("_pos").alias("hi"))
     return rows.filter((F.col("_k") == 0) | (n > 0)).select(
         "pid", "_k", "_line", "_req", "_next_read", F.when(F.col("_k") == 1, run).alias("_run"))
@@ -205,12 +272,12 @@ def fill_write_sizes(syscalls, examples: dict) -> None:
     from pyspark.sql import functions as F
 
     want = [e for e in examples.values() if e.get("write_sizes") is None and e.get("_run_hi") is not None
-            and e.get("pid") is not None and e.get("n_writes")]
+            and e.get("n_writes")]
     if want and syscalls is not None:
         cond = None
         for e in want:
             lo, hi = e["_run_lo"], e["_run_hi"]
-            c = F.col("pid") == e["pid"]
+            c = F.col("pid").eqNullSafe(F.lit(e["pid"]).cast("int"))
             if hi["ts_us"] is not None:
                 c = c & (F.col("ts_us").isNull() | (F.col("ts_us") <= hi["ts_us"]))
             if lo is not None and lo["ts_us"] is not None:
@@ -223,11 +290,10 @@ def fill_write_sizes(syscalls, examples: dict) -> None:
             lo, hi = e["_run_lo"], e["_run_hi"]
             top = key(hi["ts_us"], hi["line_no"])
             bottom = key(lo["ts_us"], lo["line_no"]) if lo is not None else None
-            mine = [(g.ts_us, g.ret) for g in got if g.pid == e["pid"]
+            mine = [g for g in got if g.pid == e["pid"]
                     and key(g.ts_us, g.line_no) < top and (bottom is None or key(g.ts_us, g.line_no) > bottom)]
-            # sort_array of (ts_us, ret): nulls first
-            e["write_sizes"] = [ret for _, ret in sorted(mine, key=lambda x: (x[0] is not None, x[0] or 0,
-                                                                              x[1] is not None, x[1] or 0))]
+            # as sort_array of (ts_us, line_no, ret): untimed first, then in line order
+            e["write_sizes"] = [g.ret for g in sorted(mine, key=lambda g: key(g.ts_us, g.line_no))]
     for e in examples.values():
         e.pop("_run_lo", None)
         e.pop("_run_hi", None)
@@ -242,13 +308,17 @@ def exchanges(sc):
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
-    b = _bursts(sc).select("pid", "fd", "fd_info", "n_writes", "write_sizes", "written_bytes",
+    b = _cut_bursts(_bursts(sc)).select(
+                           "pid", "fd", "fd_info", "n_writes", "write_sizes", "written_bytes", "last_write_bytes",
+                           "n_writes_lower_bound", "unseen_bytes",
                            F.col("send_start_us"), F.col("send_end_us").alias("ts_us"),
                            F.col("first_line").alias("send_line"), F.lit(None).cast("long").alias("read_us"),
                            F.lit(None).cast("long").alias("read_line"))
     reads = sc.filter("sock_read").select(
         "pid", "fd", F.lit(None).cast("string").alias("fd_info"), F.lit(None).cast("long").alias("n_writes"),
         F.lit(None).cast("array<long>").alias("write_sizes"), F.lit(None).cast("long").alias("written_bytes"),
+        F.lit(None).cast("long").alias("last_write_bytes"), F.lit(None).cast("boolean").alias("n_writes_lower_bound"),
+        F.lit(None).cast("long").alias("unseen_bytes"),
         F.lit(None).cast("long").alias("send_start_us"), "ts_us", F.lit(None).cast("long").alias("send_line"),
         F.col("ts_us").alias("read_us"), F.col("line_no").alias("read_line"))
     # The first read after each row: the last one seen walking backwards
@@ -265,9 +335,23 @@ def exchanges(sc):
                       F.lit(None).cast("int").alias("corr_id"), F.lit("exchange").alias("request"),
                       F.col("written_bytes").alias("req_bytes"), F.col("ts_us").alias("send_us"),
                       F.col("resp_us").alias("recv_us"), F.lit(None).cast("double").alias("rtt_ms"),
-                      "pid", "fd", "n_writes", "write_sizes", "send_line", "recv_line", "send_start_us")
+                      "pid", "fd", "n_writes", "write_sizes", "send_line", "recv_line", "send_start_us",
+                      "last_write_bytes", "n_writes_lower_bound", "unseen_bytes")
               .withColumn("send_ms", ms("send_us", "send_start_us"))
               .withColumn("wait_ms", ms("recv_us", "send_us"))
               .withColumn("read_ms", F.lit(0.0))
               .withColumn("total_ms", ms("recv_us", "send_start_us")))
 
+
+def _cut_bursts(b):
+    """A burst that began before the capture (burst 0) and is smaller than
+    any Produce request is the tail of one whose first writes the capture
+    cut off: it left in at least one write more than is seen, of bytes
+    unknown."""
+    from pyspark.sql import functions as F
+
+    cut = (F.col("burst") == 0) & (F.col("written_bytes") < MIN_PRODUCE_BYTES)
+    return (b.withColumn("last_write_bytes", F.element_at("write_sizes", -1))
+             .withColumn("n_writes_lower_bound", cut)
+             .withColumn("n_writes", F.col("n_writes") + F.when(cut, 1).otherwise(0))
+             .withColumn("unseen_bytes", F.lit(None).cast("long")))

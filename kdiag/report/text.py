@@ -21,6 +21,17 @@ def _probe_line(probe: dict) -> str:
             + (f", delivery p50 {_fmt(p50)} ms" if isinstance(p50, number) and p50 else ""))
 
 
+def _path_title(paths: list[dict]) -> str:
+    """Whose probes the PATH listing holds: kdiag's, the user's tools', or both."""
+    methods = {r.get("method") for r in paths if isinstance(r, dict)}
+    users = sorted(m for m in methods - {"syn", "connect", None} if isinstance(m, str))
+    if not users:
+        return "  PATH (TCP SYN probes to each broker's port, like traceroute -T)"
+    if set(users) == methods:
+        return f"  PATH (the user's own tool output: {', '.join(users)})"
+    return f"  PATH (kdiag's probes to each broker's port, and the user's own tool output: {', '.join(users)})"
+
+
 def render(findings: dict, *, bundle: str | None = None, probe: dict | None = None) -> str:
     s = findings.get("summary", {})
     out: list[str] = []
@@ -49,7 +60,7 @@ def render(findings: dict, *, bundle: str | None = None, probe: dict | None = No
 
         from kdiag.parsers.tcp_probe import PATH_SCHEMA, format_path_table
 
-        out.append("  PATH (TCP SYN probes to each broker's port, like traceroute -T)")
+        out.append(_path_title(findings["paths"]))
         table = format_path_table(pa.Table.from_pylist(findings["paths"], schema=PATH_SCHEMA))
         out.extend("    " + ln for ln in table.splitlines())
     out.append("")
@@ -66,6 +77,13 @@ def render(findings: dict, *, bundle: str | None = None, probe: dict | None = No
             out.append("    fix: " + " ".join(f"-X {k}={v}" for k, v in f["fix"].items()))
         if f.get("fix_text"):
             out.append(f"    ({f['fix_text']})")
+    if findings.get("confidence"):
+        out.append(f"CONFIDENCE: {findings['confidence']}")
+    if findings.get("likely"):
+        out.append("LIKELY CAUSES (most likely first; the capture that decides each):")
+        for i, lk in enumerate(findings["likely"], 1):
+            out.append(f"  {i}. {lk.get('cause')}: {lk.get('support')}")
+            out.append(f"     decide: {lk.get('decide')}")
     if findings.get("unknowns"):
         out.append("NOT KNOWN:")
         out.extend(f"  - {u}" for u in findings["unknowns"])

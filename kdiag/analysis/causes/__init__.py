@@ -38,7 +38,6 @@ ORDER = (
     # Checked first: under KIP-219 a throttled broker answers at once, then
     # stalls the next request, which would pass for any other cause.
     "throttled",
-    "unexplained_slow",
     # Before Nagle: a thread that waits for a core sees every other stall
     # (a held send, a slow response) only late as well.
     "client_cpu",
@@ -47,7 +46,15 @@ ORDER = (
     "network_latency",
     "packet_loss",
     "broker_slow",
+    # A request without syscalls that none of the above takes from its rtt
+    # and the path: slow, and nothing here to say why.
+    "unexplained_slow",
     "client_queueing",
+    # Judged over the run from librdkafka's other lines (signals.py), not
+    # per completed request: an excerpt may hold no completed request.
+    "request_timeout",
+    "retry_backoff",
+    "small_batches",
     "healthy",
 )
 REQUIRED = ("NAME", "TAIL", "COLUMNS", "SUMMED", "EXAMPLE_COLUMNS", "MEETS", "rule", "fix", "evidence",
@@ -109,6 +116,16 @@ class RuleInputs:
     @property
     def total(self):
         return self.col("total_ms")
+
+    @property
+    def unsplit(self):
+        """A request known only from librdkafka's lines: no syscalls split it."""
+        return self.wait.isNull() & self.total.isNotNull()
+
+    @property
+    def tls(self):
+        """The broker handle's name says TLS: "ssl://" or "sasl_ssl://"."""
+        return self.col("broker").rlike("^(sasl_)?ssl://")
 
     @property
     def rtt(self):

@@ -19,7 +19,42 @@ def held_send(x):
     return several & (excess >= NAGLE_EXCESS_MIN_MS) & (excess <= NAGLE_EXCESS_MAX_MS) & F.lit(x.nagle_possible)
 
 
+def rtt_band(x):
+    """A request known only from librdkafka's lines, over TLS, whose rtt
+    beyond the path is the delayed-ACK timer: the stall as the log alone
+    shows it. Over plaintext librdkafka sends a request in one write and
+    Nagle holds nothing back."""
+    from pyspark.sql import functions as F
+
+    excess = x.total - F.coalesce(x.rtt, F.lit(0.0))
+    return (x.unsplit & x.tls & (excess >= NAGLE_EXCESS_MIN_MS) & (excess <= NAGLE_EXCESS_MAX_MS)
+            & F.lit(x.nagle_possible))
+
+
+def log_only_evidence(facts) -> list[str]:
+    """The sentences for requests the log alone shows in the band."""
+    agg, path_rtt = facts.agg, facts.path_rtt_ms
+    le = "<= " if facts.rtt_upper_bound else ""
+    ev = [f"{agg.k} of {facts.requests} Produce requests took {agg.total:.1f} ms (median) by librdkafka's rtt, "
+          f"about the delayed-ACK timer ({DELAYED_ACK_MS:.0f} ms) plus the path RTT "
+          f"({le + '%.3f ms' % path_rtt if path_rtt is not None else 'unknown'}), over TLS: librdkafka writes a "
+          f"request as several TLS records, and Nagle holds the last until the broker's delayed ACK"]
+    if path_rtt is not None:
+        ev.append(f"the path itself is fast: {le}{path_rtt:.3f} ms ({facts.summary['path_rtt_source']}); "
+                  f"a healthy path beside a 40 ms rtt is the sign of a held send, not of a slow network")
+    ev.append("no syscalls in the inputs: the held send itself is not seen (capture strace with -f -tt -T -yy "
+              "-s 256 of the producer, or run kdiag trace --pid PID, to see the writes and the 40 ms poll())")
+    held = socket_held(facts.meta.get("tables_dir"), None)   # a pasted ss -ti: no fd to match
+    if held and held["held"]:
+        ev.append(f"the user's ss -ti showed the client socket holding {held['notsent_bytes']} bytes unsent behind "
+                  f"an unacknowledged segment in {held['held']} of {held['samples']} socket lines (ato "
+                  f"{held['ato_ms']} ms): Nagle waiting for the ACK, seen on the socket itself")
+    return ev
+
+
 def evidence(facts) -> list[str]:
+    if facts.agg.wait is None or facts.agg.wait[0] is None:
+        return log_only_evidence(facts)
     agg, ex, n, path_rtt = facts.agg, facts.example, facts.requests, facts.path_rtt_ms
     le = "<= " if facts.rtt_upper_bound else ""
     wait50, wait99 = (agg.wait or [None, None])

@@ -21,8 +21,10 @@ def fix(version: tuple[int, ...] | None) -> dict[str, str]:
 
 def evidence(facts) -> list[str]:
     path_rtt, meta = facts.path_rtt_ms, facts.meta
-    ev = [f"requests waited {facts.agg.wait[0]:.1f} ms (median) for their response while the path round trip "
-          f"is {rounded(path_rtt, 3) if path_rtt is not None else 'unknown'} ms"]
+    waited = (f"requests waited {facts.agg.wait[0]:.1f} ms (median) for their response"
+              if facts.agg.wait and facts.agg.wait[0] is not None else
+              f"requests took {facts.agg.total:.1f} ms (median) by librdkafka's rtt")
+    ev = [f"{waited} while the path round trip is {rounded(path_rtt, 3) if path_rtt is not None else 'unknown'} ms"]
     one = meta.get("one_write") or {}
     if (one.get("n") or 0) >= ONE_WRITE_MIN and not meta.get("nagle_possible", True):
         ev.append(f"requests that left in one write waited as long ({one['wait_p50_ms']} ms, median of "
@@ -35,3 +37,18 @@ def evidence(facts) -> list[str]:
 
 def fix_text(facts) -> str:
     return "look at the broker: request handling, disk, replication (acks=all waits for the ISR)"
+
+
+def from_signals(facts) -> dict | None:
+    """Requests whose send phase stalled (``Sent partial`` lines spread over
+    time) over a path that does not explain it: the broker is not reading."""
+    from kdiag.analysis.causes import _send_stall
+
+    return _send_stall.share(facts, slow_path=False)
+
+
+def signal_evidence(facts) -> list[str]:
+    from kdiag.analysis.causes import _send_stall
+
+    return _send_stall.evidence(facts, "the broker did not read fast enough: its socket's receive window "
+                                       "stayed full")

@@ -16,7 +16,10 @@ NAGLE_DEFAULT_FLIPPED = (2, 10, 0)
 
 
 def rule(x):
-    return _nagle.held_send(x)
+    # From a log alone the client socket's TCP_NODELAY is unknown: the
+    # client's setting is the likelier one, and its fix is harmless to try
+    # (the evidence names nagle_in_path when the version defaults it on).
+    return _nagle.held_send(x) | _nagle.rtt_band(x)
 
 
 def fix(version: tuple[int, ...] | None) -> dict[str, str]:
@@ -28,6 +31,14 @@ def fix(version: tuple[int, ...] | None) -> dict[str, str]:
 def evidence(facts) -> list[str]:
     ev = _nagle.evidence(facts)
     ex, version = facts.example, facts.version
+    if ex.get("wait_ms") is None and ex.get("n_writes") is None:
+        ev.append(f"librdkafka {version} leaves Nagle on by default (socket.nagle.disable=false before v2.10.0)"
+                  if facts.default_nodelay is False else
+                  f"librdkafka {version} sets TCP_NODELAY by default: if socket.nagle.disable=false is not set "
+                  f"in the producer's config, the stall is in a proxy or TLS terminator (nagle_in_path)"
+                  if facts.default_nodelay else
+                  "librdkafka's version is unknown: before v2.10.0 it leaves Nagle on by default")
+        return ev
     if ex.get("connect_us") is not None and ex.get("connect_line") is None:
         ev.append(f"TCP_NODELAY was off on fd {ex['fd']} to {ex['peer']}, as sampled live from the "
                   f"socket (getsockopt through pidfd_getfd)")

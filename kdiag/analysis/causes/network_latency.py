@@ -12,7 +12,11 @@ MEETS = {"wait_ms": 31.0, "total_ms": 31.5, "n_writes": 1, "path_rtt_ms": 30.0}
 
 
 def rule(x):
-    return (x.wait > SLOW_MS) & x.rtt.isNotNull() & (x.rtt >= x.wait * NETWORK_RTT_SHARE)
+    from pyspark.sql import functions as F
+
+    # Without syscalls the request's whole time stands for its wait.
+    wait = F.coalesce(x.wait, x.total)
+    return (wait > SLOW_MS) & x.rtt.isNotNull() & (x.rtt >= wait * NETWORK_RTT_SHARE)
 
 
 def fix(version: tuple[int, ...] | None) -> dict[str, str]:
@@ -20,9 +24,27 @@ def fix(version: tuple[int, ...] | None) -> dict[str, str]:
 
 
 def evidence(facts) -> list[str]:
+    if facts.agg.wait is None or facts.agg.wait[0] is None:
+        return [f"median request {facts.agg.total:.1f} ms by librdkafka's rtt; the path round trip alone is "
+                f"{facts.path_rtt_ms:.1f} ms ({facts.summary['path_rtt_source']})"]
     return [f"median wait {facts.agg.wait[0]:.1f} ms; the path round trip alone is {facts.path_rtt_ms:.1f} ms "
             f"({facts.summary['path_rtt_source']})"]
 
 
 def fix_text(facts) -> str:
     return "the path is slow: move the producer closer to the brokers, or raise linger/batching for throughput"
+
+
+def from_signals(facts) -> dict | None:
+    """Requests whose send phase stalled over a slow path: the window
+    drains one round trip at a time."""
+    from kdiag.analysis.causes import _send_stall
+
+    return _send_stall.share(facts, slow_path=True)
+
+
+def signal_evidence(facts) -> list[str]:
+    from kdiag.analysis.causes import _send_stall
+
+    return _send_stall.evidence(facts, "the path's round trip paces the send: each window of data waits for "
+                                       "the ACKs of the last")

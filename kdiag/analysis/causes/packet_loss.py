@@ -22,8 +22,11 @@ def fix(version: tuple[int, ...] | None) -> dict[str, str]:
 
 def evidence(facts) -> list[str]:
     agg, path_rtt = facts.agg, facts.path_rtt_ms
-    ev = [f"{agg.k} of {facts.requests} Produce requests stalled: median wait {agg.wait[0]:.1f} ms, worst "
-          f"{agg.wait_max:.1f} ms, while the median request took {facts.summary['latency_p50_ms']} ms "
+    if agg.wait is None or agg.wait[0] is None:   # the log alone: librdkafka's rtt
+        stalled = f"median {agg.total:.1f} ms by librdkafka's rtt"
+    else:
+        stalled = f"median wait {agg.wait[0]:.1f} ms, worst {agg.wait_max:.1f} ms"
+    ev = [f"{agg.k} of {facts.requests} Produce requests stalled: {stalled}, while the median request took {facts.summary['latency_p50_ms']} ms "
           f"over a {rounded(path_rtt, 2) if path_rtt is not None else '?'} ms path"]
     retrans = facts.meta.get("tcp_retrans")
     if retrans:

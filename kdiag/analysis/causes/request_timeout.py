@@ -1,0 +1,69 @@
+"""Requests timed out in flight: the broker did not answer within
+request.timeout.ms, and librdkafka disconnected. Judged over the run from
+librdkafka's REQTMOUT and FAIL lines (signals.py), not per completed
+request: an excerpt may hold no completed request at all."""
+from __future__ import annotations
+
+from kdiag.analysis.thresholds import SLOW_MS
+
+NAME = "request_timeout"
+TAIL = True
+COLUMNS = ()
+SUMMED = ()
+EXAMPLE_COLUMNS = ()
+MEETS = None
+rule = None
+# librdkafka raised request.timeout.ms from 5 s to 30 s in v1.5.2.
+TIMEOUT_30S_FROM = (1, 5, 2)
+
+
+def timeout_default_ms(version: tuple[int, ...] | None) -> int | None:
+    return None if version is None else (30000 if version >= TIMEOUT_30S_FROM else 5000)
+
+
+def from_signals(facts) -> dict | None:
+    sig, completed, completed_ms = facts.meta.get("signals") or {}, facts.requests, facts.meta.get("completed_ms") or 0.0
+    """Its requests and shares: each timed-out request cost its timeout."""
+    k = sig.get("timed_out") or 0
+    if not k:
+        return None
+    spent = k * (sig.get("timeout_after_ms") or 0.0)
+    return {"requests": k, "share": k / (k + completed),
+            "time_share": spent / (spent + completed_ms) if spent else 1.0}
+
+
+def fix(version: tuple[int, ...] | None) -> dict[str, str]:
+    return {}   # nothing in the client makes a broker answer
+
+
+def evidence(facts) -> list[str]:
+    sig = facts.meta.get("signals") or {}
+    after = sig.get("timeout_after_ms")
+    ev = [f"{sig['timed_out']} request(s) timed out in flight"
+          + (f" after {after:.0f} ms (median; a request's timeout is socket.timeout.ms, or what is left of "
+             f"message.timeout.ms)" if after else "")
+          + ": librdkafka logged REQTMOUT and gave up on them"]
+    if sig.get("disconnects"):
+        rtt = sig.get("fail_avg_rtt_ms")
+        ev.append(f"librdkafka then disconnected ({sig['disconnects']} FAIL line(s): "
+                  f"\"{sig.get('fail_detail') or 'request(s) timed out: disconnect'}\")"
+                  + (f"; the average rtt it states before that is {rtt:.1f} ms: "
+                     + ("the broker was answering slowly before it stopped answering" if rtt > SLOW_MS else
+                        "the broker answered fast, then not at all: a stall (a paused or overloaded broker, "
+                        "a path that dropped the connection), not a slow broker")
+                     if rtt else ""))
+    if facts.requests:
+        ev.append(f"{facts.requests} other Produce request(s) completed in the capture")
+    else:
+        ev.append("no Produce request completed in the excerpt: every request in it was still waiting")
+    return ev
+
+
+def fix_text(facts) -> str:
+    from kdiag.analysis.causes import version_tuple
+
+    default = timeout_default_ms(version_tuple(facts.version))
+    return ("look at the broker (request handling, disk, replication: acks=all waits for the ISR) and at the "
+            "path: raising request.timeout.ms only hides the stall"
+            + (f" (librdkafka {facts.version} defaults it to {default} ms)" if default else
+               " (30 s by default since v1.5.2, 5 s before)"))

@@ -1,0 +1,61 @@
+"""Errors and the retries they cause add the latency: each retry waits
+retry.backoff.ms before the request is sent again. Judged over the run from
+librdkafka's Retrying, MSGSET and REQERR lines (signals.py)."""
+from __future__ import annotations
+
+NAME = "retry_backoff"
+TAIL = True
+COLUMNS = ()
+SUMMED = ()
+EXAMPLE_COLUMNS = ()
+MEETS = None
+rule = None
+# v2.3.0 made the backoff exponential, from retry.backoff.ms (100 ms) up to
+# retry.backoff.max.ms (1000 ms); before it, each retry waited
+# retry.backoff.ms.
+EXPONENTIAL_FROM = (2, 3, 0)
+BACKOFF_MS = 100.0
+
+
+def from_signals(facts) -> dict | None:
+    sig, completed, completed_ms = facts.meta.get("signals") or {}, facts.requests, facts.meta.get("completed_ms") or 0.0
+    k = sig.get("retries") or 0
+    errors = sig.get("errors") or 0
+    if not k and not errors:
+        return None
+    spent = max(k, errors) * BACKOFF_MS
+    n = max(k, errors)
+    return {"requests": n, "share": min(1.0, n / max(completed, 1)),
+            "time_share": spent / (spent + completed_ms) if spent else 0.0}
+
+
+def fix(version: tuple[int, ...] | None) -> dict[str, str]:
+    # Shorter waits between retries help only once the error is understood;
+    # the first backoff is what every retried request pays.
+    return {"retry.backoff.ms": "20"} if version is not None and version >= EXPONENTIAL_FROM else {}
+
+
+def evidence(facts) -> list[str]:
+    sig = facts.meta.get("signals") or {}
+    ev = []
+    if sig.get("retries"):
+        ev.append(f"{sig['retries']} Produce request(s) were retried (Retrying lines): each retry waits "
+                  f"retry.backoff.ms ({BACKOFF_MS:.0f} ms by default) before it is sent again")
+    if sig.get("errors"):
+        names = ", ".join(f'"{e}"' for e in sig.get("error_names") or [])
+        ev.append(f"{sig['errors']} error(s) in the responses: {names}")
+    return ev
+
+
+def fix_text(facts) -> str:
+    from kdiag.analysis.causes import version_tuple
+
+    vt = version_tuple(facts.version)
+    names = " ".join(facts.meta.get("signals", {}).get("error_names") or [])
+    why = ("the leader moved: librdkafka refreshes metadata and retries; frequent leader changes are the "
+           "cluster's" if "leader" in names.lower() else
+           "the broker throttles this client (quotas)" if "throttl" in names.lower() else
+           "find what the errors are from")
+    backoff = ("since v2.3.0 the backoff grows exponentially up to retry.backoff.max.ms (1000 ms)"
+               if vt is not None and vt >= EXPONENTIAL_FROM else "each retry waits retry.backoff.ms")
+    return f"{why}; {backoff}"

@@ -1,0 +1,60 @@
+"""Many Produce requests with few messages each while messages wait in the
+partition queue: each request's overhead (a round trip, acks) is paid per
+message. Judged over the run from librdkafka's PRODUCE and TOPPAR lines
+(signals.py, debug=msg)."""
+from __future__ import annotations
+
+NAME = "small_batches"
+TAIL = False
+COLUMNS = ()
+SUMMED = ()
+EXAMPLE_COLUMNS = ()
+MEETS = None
+rule = None
+# A batch this small carries a request's overhead for almost every message.
+SMALL_BATCH_MSGS = 2
+# Requests seen before small batches are a pattern, not one quiet moment.
+MIN_BATCHES = 5
+# Messages waiting in the queue while those batches left: more than a batch
+# could have taken.
+QUEUED_MIN_MSGS = 10
+# v1.6.0 brought the sticky partitioner (sticky.partitioning.linger.ms) for
+# keyless messages; before it they were spread over the partitions one by
+# one, and each partition's batch stayed small.
+STICKY_FROM = (1, 6, 0)
+
+
+def from_signals(facts) -> dict | None:
+    sig, completed, completed_ms = facts.meta.get("signals") or {}, facts.requests, facts.meta.get("completed_ms") or 0.0
+    p50, batches, queued = sig.get("batch_msgs_p50"), sig.get("batches") or 0, sig.get("queued_msgs_max") or 0
+    if p50 is None or batches < MIN_BATCHES or p50 > SMALL_BATCH_MSGS or queued < QUEUED_MIN_MSGS:
+        return None
+    return {"requests": batches, "share": 1.0, "time_share": 1.0}
+
+
+def fix(version: tuple[int, ...] | None) -> dict[str, str]:
+    fix = {"linger.ms": "10"}
+    if version is not None and version >= STICKY_FROM:
+        fix["sticky.partitioning.linger.ms"] = "20"
+    return fix
+
+
+def evidence(facts) -> list[str]:
+    sig = facts.meta.get("signals") or {}
+    return [f"{sig['batches']} Produce MessageSets carried {sig['batch_msgs_p50']:.0f} message(s) (median, at most "
+            f"{sig['batch_msgs_max']}) while up to {sig['queued_msgs_max']} messages waited in a partition's "
+            f"transmit queue: each message pays a request's round trip",
+            "larger batches amortise it: linger.ms lets a batch fill; keyless messages spread over many partitions "
+            "make each partition's batch small unless the sticky partitioner keeps them on one"]
+
+
+def fix_text(facts) -> str:
+    from kdiag.analysis.causes import version_tuple
+
+    vt = version_tuple(facts.version)
+    sticky = ("sticky.partitioning.linger.ms keeps keyless messages on one partition per batch"
+              if vt is None or vt >= STICKY_FROM else
+              f"librdkafka {facts.version} predates the sticky partitioner (v1.6.0): upgrade, or give "
+              f"messages keys that group them")
+    return (f"raise linger.ms (and batch.size; batch.num.messages if it was lowered) so requests carry more "
+            f"messages; {sticky}")

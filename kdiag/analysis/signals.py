@@ -1,0 +1,69 @@
+"""What librdkafka's lines say besides Sent/Received pairs, summed over the
+run in one Spark job: requests that timed out in flight and the
+disconnects they caused (with the average rtt librdkafka states), retries
+and the errors behind them, how many messages each Produce request carried
+and how many waited in the partition queue, and requests whose send phase
+stalled (``Sent partial`` lines spread over time: the socket is not
+drained). An excerpt of only such lines has no completed request, and is
+judged from these alone (the run-level causes' ``from_signals``).
+"""
+from __future__ import annotations
+
+from kdiag.analysis.frames import quantile, rounded
+
+# Errors named in the findings, most frequent first.
+ERRORS_SHOWN = 5
+
+
+def signals(events) -> dict:
+    """The run's signals from an rdkafka_events-shaped DataFrame (the log, or
+    the lines written under strace); empty for None."""
+    from pyspark.sql import functions as F
+
+    if events is None:
+        return {}
+    ev, produce = F.col("event"), F.col("request") == "Produce"
+    row = events.agg(
+        F.count(F.when(ev == "timeout", 1)).alias("timeout_lines"),
+        F.sum(F.when(ev == "timeouts", F.col("count"))).alias("timed_out"),
+        quantile(F.when(ev == "timeout", F.col("elapsed_ms")), 0.5).alias("timeout_after_ms"),
+        F.max(F.when(ev == "fail", F.col("count"))).alias("fail_timeouts"),
+        F.max(F.when(ev == "fail", F.col("rtt_ms"))).alias("fail_avg_rtt_ms"),
+        F.count(F.when(ev == "fail", 1)).alias("disconnects"),
+        F.first(F.when(ev == "fail", F.col("detail")), ignorenulls=True).alias("fail_detail"),
+        F.count(F.when((ev == "retry") & produce, 1)).alias("retries"),
+        F.count(F.when(ev == "retry", 1)).alias("retries_all"),
+        F.count(F.when(F.col("error").isNotNull(), 1)).alias("errors"),
+        F.slice(F.sort_array(F.collect_set(F.col("error"))), 1, ERRORS_SHOWN).alias("error_names"),
+        F.count(F.when(ev == "produce", 1)).alias("batches"),
+        quantile(F.when(ev == "produce", F.col("msgs")), 0.5).alias("batch_msgs_p50"),
+        F.max(F.when(ev == "produce", F.col("msgs"))).alias("batch_msgs_max"),
+        F.max(F.when(ev == "xmit_queue", F.col("msgs"))).alias("queued_msgs_max"),
+        F.count(F.when(ev == "send_partial", 1)).alias("partial_sends"),
+        F.count(F.when((ev == "recv") & produce, 1)).alias("produce_responses"),
+        F.count(F.when((ev == "send") & produce, 1)).alias("produce_sends"),
+        F.max(F.col("ts_resolution_us")).alias("ts_resolution_us"),
+        F.count(F.when(F.col("ts_us").isNull() & ev.isin("send", "recv"), 1)).alias("untimed"),
+    ).first().asDict()
+    if row["partial_sends"]:
+        row.update(_send_stalls(events))
+    row["timed_out"] = max(row["timed_out"] or 0, row["timeout_lines"] or 0, row["fail_timeouts"] or 0)
+    for k in ("timeout_after_ms", "fail_avg_rtt_ms", "batch_msgs_p50"):
+        row[k] = rounded(row[k], 3)
+    return row
+
+
+def _send_stalls(events) -> dict:
+    """Produce requests that left in several ``Sent partial`` pieces: the
+    time from the first piece to the whole request's ``Sent`` line."""
+    from pyspark.sql import functions as F
+
+    key = ["client", "broker", "corr_id"]
+    span = (events.filter(F.col("event").isin("send_partial", "send") & (F.col("request") == "Produce"))
+            .groupBy(*key).agg(F.min(F.when(F.col("event") == "send_partial", F.col("ts_us"))).alias("first"),
+                               F.max(F.when(F.col("event") == "send", F.col("ts_us"))).alias("sent"))
+            .filter(F.col("first").isNotNull())
+            .select(((F.col("sent") - F.col("first")) / 1000.0).alias("stall_ms")))
+    row = span.agg(F.count("*").alias("n"), quantile("stall_ms", 0.5).alias("p50"),
+                   F.max("stall_ms").alias("max")).first()
+    return {"stalled_sends": row.n, "send_stall_p50_ms": rounded(row.p50, 3), "send_stall_max_ms": rounded(row.max, 3)}
