@@ -152,6 +152,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print the findings as one JSON object")
     r.add_argument("--no-verify", action="store_true",
                    help="analyse a bundle that fails verification (a warning names the files)")
+    r.add_argument("--no-warm", action="store_true",
+                   help="analyse in this process (start Spark here) instead of in the warm analysis server "
+                        "that a small replay starts on first use and reuses; also KDIAG_WARM=0")
     bundle_limits.add_options(r)
 
     b = sub.add_parser("bundle", help="check bundles against their manifests",
@@ -359,7 +362,10 @@ def cmd_replay(args, env: Environment) -> ExitStatus:
                 raw.append(p)
         tmp = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="kdiag-replay-"))
         try:
-            findings, _ = analyse(raw, Path(tmp) / "tables", meta)
+            from kdiag.analysis.warm import wanted
+
+            warm = {"warm": True, "say": env.say} if wanted(args.no_warm) else {}
+            findings, _ = analyse(raw, Path(tmp) / "tables", meta, **warm)
         except OSError as e:
             raise KdiagError(f"cannot write the tables to {tmp}: {reason(e)} "
                              "(set TMPDIR to a directory with room)") from None

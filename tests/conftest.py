@@ -9,6 +9,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
 CAPTURES = FIXTURES / "captures"
+# Replays in the suite analyse in their own process: none may start a warm
+# analysis server that outlives the suite or that a later test comes to rely
+# on (tests/test_warm.py starts its own, in a directory of its own).
+os.environ.setdefault("KDIAG_WARM", "0")
 
 
 def need(tool: str | None = None, root: bool = False) -> None:

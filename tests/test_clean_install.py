@@ -43,6 +43,7 @@ def venv(tmp_path_factory) -> Path:
 def _clean_env(env_dir: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "KDIAG_"))}
     env["PATH"] = f"{env_dir / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["KDIAG_WARM"] = "0"   # no warm analysis server outlives the test
     return env
 
 

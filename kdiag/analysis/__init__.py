@@ -11,4 +11,5 @@
 - ``judge``: causes summed up into findings and the verdict;
 - ``input_checks``, ``spark`` (the session), ``pipeline`` (raw files ->
   findings).
+- ``warm``: the warm analysis server that small replays share.
 """

@@ -2,11 +2,21 @@
 the length of one analysis, running independent jobs at once."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 # Spark jobs started at once on a small input (2 cores: planning is one
 # core's work per job, the JVM compiles on the other).
 PARALLEL_JOBS = 3
+
+
+# A table this small (uncompressed, from the Parquet footer) is read here and
+# handed to Spark as rows in the plan (a LocalRelation): a filter and first()
+# over it run in the driver without a Spark job, and the jobs that remain skip
+# the Parquet scan's setup. On a 100-request capture's events, warm: first()
+# 1 job 0.33 s -> 0 jobs 0.13 s, count() 0.57 -> 0.33 s. Larger tables are
+# scanned by the executors: rows in the plan are shipped with every task.
+LOCAL_TABLE_BYTES = 8 << 20
 
 
 def read_table(spark, tables: Path, name: str, drop: tuple[str, ...] = ()):
@@ -19,9 +29,15 @@ def read_table(spark, tables: Path, name: str, drop: tuple[str, ...] = ()):
     path = tables / f"{name}.parquet"
     if not path.exists():
         return None
-    schema = pq.read_schema(path)
-    schema = pa.schema([f.remove_metadata() for f in schema if f.name not in drop])
-    return spark.read.schema(from_arrow_schema(schema)).parquet(str(path))
+    meta = pq.read_metadata(path)
+    schema = pa.schema([f.remove_metadata() for f in meta.schema.to_arrow_schema() if f.name not in drop])
+    spark_schema = from_arrow_schema(schema)
+    local_bytes = int(os.environ.get("KDIAG_LOCAL_TABLE_BYTES", LOCAL_TABLE_BYTES))
+    if sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)) <= local_bytes:
+        table = pq.read_table(path, columns=schema.names).replace_schema_metadata(None)
+        if table.num_rows:
+            return spark.createDataFrame(table.cast(schema), schema=spark_schema)
+    return spark.read.schema(spark_schema).parquet(str(path))
 
 
 # id(Quality of an analysis) -> the DataFrames it cached.
@@ -59,7 +75,9 @@ def at_once(parallel: bool, tasks: list) -> list:
 
 
 def any_rows(df) -> bool:
-    return df is not None and df.limit(1).count() > 0
+    # take(1), not limit(1).count(): over a table read into the plan (see
+    # read_table) a filter and take run in the driver, without a Spark job.
+    return df is not None and len(df.take(1)) > 0
 
 
 def pctl(values: list[float], q: float) -> float | None:

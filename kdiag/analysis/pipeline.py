@@ -2,28 +2,85 @@
 so a bundle replayed elsewhere gives the findings it gave on the host."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Callable
 
 from kdiag import __version__
 from kdiag.ingest.tables import Parsed, parse_paths
 
 
 def analyse(raw: list[Path], tables_dir: Path, meta: dict | None = None, spark=None,
-            base: Path | None = None) -> tuple[dict, Parsed]:
-    starting = None if spark is not None else start_session(raw)
+            base: Path | None = None, warm: bool = False,
+            say: Callable[[str], None] | None = None) -> tuple[dict, Parsed]:
+    """``warm``: a small input goes to the warm analysis server (started on
+    first use, see ``warm``), which runs the same ``job.analyze`` in a JVM
+    that is already up; when it cannot, the analysis runs here, after a
+    one-line note to ``say``."""
+    server = _warm_server(raw, say) if warm and spark is None else None
+    starting = None if spark is not None or server is not None else start_session(raw)
     parsed = parse_paths(raw, tables_dir, base=base)
     meta = {"kdiag_version": __version__, **(meta or {})}
-    if starting is not None:
-        spark = starting.result()
-    from kdiag.analysis.job import analyze
+    findings = None
+    if server is not None:
+        from kdiag.analysis.warm import WarmUnavailable
 
-    findings = analyze(spark, tables_dir, meta)
+        try:
+            findings = server.analyze(tables_dir, meta)
+        except WarmUnavailable as e:
+            _note(say, f"note: {e}; analysing in this process instead")
+    if findings is None:
+        if spark is None:
+            spark = (starting or start_session(raw)).result()
+        from kdiag.analysis.job import analyze
+
+        findings = analyze(spark, tables_dir, meta)
     findings["input_notes"] = parsed.notes
     findings["inputs"] = parsed.files
     from kdiag.analysis.input_checks import name_inputs
 
     findings["input_checks"] = name_inputs(findings.get("input_checks") or [], parsed.files)
     return findings, parsed
+
+
+def _note(say, msg: str) -> None:
+    if say is not None:
+        say(msg)
+    else:
+        print(f"kdiag: {msg}", file=sys.stderr)
+
+
+def _warm_server(raw: list[Path], say):
+    """The warm server, starting, for a small input in a process without a
+    Spark session of its own (one that has one is warm already); else None."""
+    from kdiag.analysis.spark import SMALL_RAW_BYTES
+
+    if _raw_bytes(raw) >= SMALL_RAW_BYTES or _has_session():
+        return None
+    from kdiag.analysis.warm import Server, WarmUnavailable
+
+    try:
+        server = Server()
+        server.start()
+        return server
+    except (WarmUnavailable, OSError) as e:
+        _note(say, f"note: no warm analysis server ({e}); analysing in this process")
+        return None
+
+
+def _has_session() -> bool:
+    spark_sql = sys.modules.get("pyspark.sql")
+    return spark_sql is not None and spark_sql.SparkSession.getActiveSession() is not None
+
+
+def _raw_bytes(raw: list[Path]) -> int:
+    size = 0
+    for p in raw:
+        try:
+            size += Path(p).stat().st_size
+        except OSError:
+            pass
+    return size
 
 
 def start_session(raw: list[Path]):
@@ -33,13 +90,7 @@ def start_session(raw: list[Path]):
 
     from kdiag.analysis.spark import SMALL_RAW_BYTES, session
 
-    size = 0
-    for p in raw:
-        try:
-            size += Path(p).stat().st_size
-        except OSError:
-            pass
     pool = ThreadPoolExecutor(1, thread_name_prefix="kdiag-spark")
-    future = pool.submit(session, small=size < SMALL_RAW_BYTES)
+    future = pool.submit(session, small=_raw_bytes(raw) < SMALL_RAW_BYTES)
     pool.shutdown(wait=False)
     return future

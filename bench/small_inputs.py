@@ -1,0 +1,120 @@
+"""Small inputs to a verdict: ``kdiag replay`` of a 20-line librdkafka
+excerpt, the 30-request fixture bundle and a 100-request bundle, wall time
+from the command to its exit, cold (``KDIAG_WARM=0``: Spark starts in the
+replay's own process) and warm (the warm analysis server already up).
+
+    python -m bench.small_inputs [-n 5] [--bundle100 B.tar.gz] [--work DIR]
+
+Without ``--bundle100`` a 100-request bundle is made first with
+``kdiag trace --messages 100`` (the lab: root, strace, stunnel4, Tansu).
+Bundles are replayed with ``--no-verify``: verification still runs (and is
+timed), a bundle written before a table gained columns only warns.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import ROOT, Figure
+
+GOAL_S = 3.0
+EXCERPT_LINES = 20
+
+
+def make_excerpt(out: Path) -> Path:
+    """The init line and the first 19 Produce request and response lines of
+    the nagle_on capture: what a user pastes from a debug log."""
+    log = (ROOT / "fixtures" / "captures" / "nagle_on" / "rdkafka.log").read_text().splitlines()
+    lines = [ln for ln in log if "|INIT|" in ln][:1]
+    lines += [ln for ln in log if "ProduceRequest" in ln or "ProduceResponse" in ln][:EXCERPT_LINES - len(lines)]
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def make_bundle100(work: Path) -> Path:
+    out = work / "b100.tar.gz"
+    subprocess.run([sys.executable, "-m", "kdiag", "trace", "--messages", "100", "-o", str(out)],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, timeout=600)
+    return out
+
+
+def replay_s(path: Path, env: dict, cwd: Path) -> float:
+    t0 = time.monotonic()
+    run = subprocess.run([sys.executable, "-m", "kdiag", "replay", "--no-verify", str(path)], env=env, cwd=cwd,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+    took = time.monotonic() - t0
+    if run.returncode != 0 or "VERDICT:" not in run.stdout:
+        raise RuntimeError(f"replay of {path} failed ({run.returncode}): {run.stderr.strip()[-300:]}")
+    if "note:" in run.stderr and env.get("KDIAG_WARM") == "1":
+        raise RuntimeError(f"the warm replay of {path} fell back: {run.stderr.strip()[-300:]}")
+    return took
+
+
+def measure(inputs: dict[str, Path], n: int, work: Path) -> list[dict]:
+    from kdiag.analysis.warm import LOCK_NAME, Server
+
+    warm_dir = work / "warm"
+    warm_dir.mkdir(mode=0o700, exist_ok=True)
+    cold_env = {**os.environ, "KDIAG_WARM": "0"}
+    warm_env = {**os.environ, "KDIAG_WARM": "1", "KDIAG_WARM_DIR": str(warm_dir)}
+    rows = []
+    for name, path in inputs.items():
+        cold = [replay_s(path, cold_env, work) for _ in range(n)]
+        rows.append({"input": name, "mode": "cold", "runs": cold})
+    first = replay_s(inputs["excerpt"], warm_env, work)   # starts the server
+    pid = (warm_dir / LOCK_NAME).read_text().split()[0]
+    rows.append({"input": "excerpt", "mode": "first use (starts the server)", "runs": [first]})
+    try:
+        for name, path in inputs.items():
+            rows.append({"input": name, "mode": "warm", "runs": [replay_s(path, warm_env, work) for _ in range(n)]})
+        if (warm_dir / LOCK_NAME).read_text().split()[0] != pid:
+            raise RuntimeError("the warm server was restarted during the runs (its code changed): measure again")
+    finally:
+        Server(warm_dir).stop()
+    return rows
+
+
+def run(smoke: bool = False, work: Path | None = None, n: int = 5, bundle100: Path | None = None) -> list[Figure]:
+    work = Path(work or tempfile.mkdtemp(prefix="kdiag-bench-small-"))
+    work.mkdir(parents=True, exist_ok=True)
+    inputs = {"excerpt": make_excerpt(work / "excerpt20.log"),
+              "bundle30": ROOT / "fixtures" / "bundles" / "nagle_on.tar.gz"}
+    if not smoke:
+        inputs["bundle100"] = bundle100 or make_bundle100(work)
+    rows = measure(inputs, 1 if smoke else n, work)
+    figures = []
+    for r in rows:
+        med = statistics.median(r["runs"])
+        figures.append(Figure("small_inputs", f"replay {r['input']}, {r['mode']}: median s", round(med, 2), "s",
+                              goal=f"<= {GOAL_S}", met=med <= GOAL_S,
+                              command="python -m bench.small_inputs",
+                              note=f"runs {', '.join(f'{x:.2f}' for x in r['runs'])}; max {max(r['runs']):.2f}"))
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.small_inputs", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-n", type=int, default=5, help="runs per input and mode (default 5)")
+    ap.add_argument("--bundle100", type=Path, help="a 100-request bundle (default: make one in the lab)")
+    ap.add_argument("--work", type=Path, help="scratch directory (default: a new temporary one)")
+    a = ap.parse_args(argv)
+    print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
+    figures = run(work=a.work, n=a.n, bundle100=a.bundle100)
+    print("| input | mode | runs (s) | median | max |\n|---|---|---|---|---|")
+    for f in figures:
+        what, mode = f.name.removeprefix("replay ").removesuffix(": median s").split(", ", 1)
+        print(f"| {what} | {mode} | {f.note.split(';')[0].removeprefix('runs ')} | **{f.value:.2f}** "
+              f"| {f.note.split('max ')[1]} |")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

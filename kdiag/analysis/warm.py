@@ -1,0 +1,408 @@
+"""A warm analysis server: one long-lived process that holds a SparkSession,
+so that a small ``kdiag replay`` spends its time on the analysis, not on
+starting a JVM (4-7 s on 2 cores) and warming it up.
+
+Why kdiag's own server and not pyspark's bundled Spark Connect server: the
+Spark Connect client needs grpcio, grpcio-status, googleapis-common-protos
+and protobuf, four new dependencies, and a Connect session is not the
+classic session the analysis is written against (``sparkContext``, its
+status tracker and ``cache``/``unpersist`` semantics differ), so the job
+would need a second code path. This server runs the very same
+``job.analyze`` in a classic session; its whole protocol is one JSON line
+each way over a Unix socket, with the standard library only.
+
+- The client (``Server``) parses the captures itself and sends the tables'
+  directory and the run's meta; the server answers with the findings. A
+  request it cannot serve (gone, crashed, hung past the timeout, refused)
+  makes the client analyse in its own process instead, with a one-line note:
+  the server never costs a replay its verdict.
+- The socket lives in a private directory (``KDIAG_WARM_DIR``, default
+  ``$TMPDIR/kdiag-warm-UID``): 0700 and owned by the user, the socket 0600
+  and owned by the user, or neither is used. The server also checks each
+  peer's uid (SO_PEERCRED).
+- One server per directory: it holds an exclusive lock on ``server.lock``
+  while it lives, and a client starts one only when that lock is free.
+- It stops by itself after ``KDIAG_WARM_IDLE_S`` (600) seconds without a
+  request, after a request that ran past ``KDIAG_WARM_TIMEOUT_S`` (120; it
+  may be hung), and when the code it runs is not the client's (kdiag was
+  upgraded or edited; ``code_key``): the client then starts a fresh one.
+- ``kdiag replay --no-warm`` or ``KDIAG_WARM=0``: no server at all.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+SOCKET_NAME = "analysis.sock"
+LOCK_NAME = "server.lock"
+LOG_NAME = "server.log"
+IDLE_S = 600.0
+# A small input is analysed in seconds, warm; a first request waits for the
+# server's JVM to start (4-7 s on 2 cores, more under load).
+REQUEST_TIMEOUT_S = 120.0
+START_TIMEOUT_S = 60.0
+# A request or an answer larger than this is not from a kdiag peer.
+MAX_LINE_BYTES = 64 << 20
+
+
+class WarmUnavailable(Exception):
+    """The server cannot serve this request; the message says why, in one line."""
+
+
+def wanted(no_warm: bool = False) -> bool:
+    return not no_warm and os.environ.get("KDIAG_WARM", "1") != "0"
+
+
+def warm_dir() -> Path:
+    if os.environ.get("KDIAG_WARM_DIR"):
+        return Path(os.environ["KDIAG_WARM_DIR"])
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"kdiag-warm-{os.geteuid()}"
+
+
+def _env_s(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def private_dir(path: Path) -> Path:
+    """``path``, created 0700 if absent; refused unless it is a directory (not
+    a link) owned by this user that nobody else can enter."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = path.lstat()
+    except OSError as e:
+        raise WarmUnavailable(f"cannot make {path}: {e.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise WarmUnavailable(f"{path} is not a directory; remove it or set KDIAG_WARM_DIR")
+    _private(path, st, "directory")
+    return path
+
+
+def _private(path: Path, st: os.stat_result, what: str) -> None:
+    if st.st_uid != os.geteuid():
+        raise WarmUnavailable(f"the {what} {path} is owned by uid {st.st_uid}, not by this user "
+                              f"({os.geteuid()}): not used; remove it or set KDIAG_WARM_DIR")
+    if st.st_mode & 0o077:
+        raise WarmUnavailable(f"the {what} {path} is open to others (mode {stat.S_IMODE(st.st_mode):o}): "
+                              "not used; remove it or set KDIAG_WARM_DIR")
+
+
+def check_socket(path: Path) -> None:
+    """Refuses a socket that is not a socket, not this user's or open to others."""
+    try:
+        st = path.lstat()
+    except OSError as e:
+        raise WarmUnavailable(f"no analysis server at {path}: {e.strerror}") from None
+    if not stat.S_ISSOCK(st.st_mode):
+        raise WarmUnavailable(f"{path} is not a socket; remove it or set KDIAG_WARM_DIR")
+    _private(path, st, "socket")
+
+
+def code_key() -> str:
+    """What the server runs: this interpreter and kdiag's modules (names,
+    sizes, mtimes). A server whose key is not the client's is stale.
+    KDIAG_WARM_KEY sets it instead: a tree whose files change while its
+    tests run (they only need the server they started themselves)."""
+    if os.environ.get("KDIAG_WARM_KEY"):
+        return os.environ["KDIAG_WARM_KEY"]
+    from importlib.util import find_spec
+
+    h = hashlib.sha256(sys.executable.encode())
+    roots = set()
+    for name in ("kdiag", "kdiag.collectors", "kdiag.parsers"):
+        spec = find_spec(name)
+        roots.update(Path(p).resolve() for p in ((spec and spec.submodule_search_locations) or []))
+    for root in sorted(roots):
+        for p in sorted(root.rglob("*.py")):
+            st = p.stat()
+            h.update(f"{p}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
+def _lock_held(lock_path: Path) -> bool:
+    """Whether a server holds the directory's lock (is alive)."""
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+class Server:
+    """The client's handle on the server of one directory."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self.dir = directory or warm_dir()
+        self.sock_path = self.dir / SOCKET_NAME
+        self.lock_path = self.dir / LOCK_NAME
+        self.idle_s = _env_s("KDIAG_WARM_IDLE_S", IDLE_S)
+        self.timeout_s = _env_s("KDIAG_WARM_TIMEOUT_S", REQUEST_TIMEOUT_S)
+        self.start_timeout_s = _env_s("KDIAG_WARM_START_S", START_TIMEOUT_S)
+        self.key = code_key()
+        self.started = False
+
+    def start(self) -> None:
+        """Starts a server unless one is alive; does not wait for it to be ready."""
+        import kdiag
+
+        private_dir(self.dir)
+        if _lock_held(self.lock_path):
+            return
+        if self.sock_path.exists() or self.sock_path.is_symlink():
+            # A new server would replace it: only a dead server's own is replaced.
+            check_socket(self.sock_path)
+        log = os.open(self.dir / LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            # The launcher takes the lock, forks the server and exits: the
+            # server is nobody's child, and holds the lock from the start.
+            launcher = subprocess.Popen(
+                [*kdiag.python_m(sys.modules[__name__]), "--dir", str(self.dir), "--idle-s", str(self.idle_s),
+                 "--timeout-s", str(self.timeout_s), "--key", self.key],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, cwd="/", start_new_session=True,
+                env=_server_env())
+        finally:
+            os.close(log)
+        try:
+            launcher.wait(timeout=self.start_timeout_s)
+        except subprocess.TimeoutExpired:
+            launcher.kill()
+            launcher.wait()
+            raise WarmUnavailable("the analysis server's launcher did not return") from None
+        self.started = True
+
+    def analyze(self, tables_dir: Path, meta: dict) -> dict:
+        """The findings, from the server; WarmUnavailable when it cannot give them."""
+        request = {"op": "analyze", "tables": str(Path(tables_dir).resolve()), "meta": meta, "key": self.key}
+        answer = self.call(request, self.timeout_s)
+        if answer.get("stale"):
+            # It runs other code and is stopping: start the current one.
+            self._wait_gone()
+            self.start()
+            answer = self.call(request, self.timeout_s)
+        if not answer.get("ok"):
+            raise WarmUnavailable(answer.get("error") or "the analysis server refused the request")
+        return answer["findings"]
+
+    def call(self, request: dict, timeout_s: float) -> dict:
+        conn = self._connect()
+        try:
+            conn.settimeout(timeout_s)
+            conn.sendall(json.dumps(request, default=str).encode() + b"\n")
+            line = _read_line(conn)
+        except socket.timeout:
+            raise WarmUnavailable(f"the analysis server gave no answer within {timeout_s:g} s") from None
+        except OSError as e:
+            raise WarmUnavailable(f"the analysis server dropped the connection ({e.strerror or e})") from None
+        finally:
+            conn.close()
+        if not line:
+            raise WarmUnavailable("the analysis server closed the connection without an answer (it may have "
+                                  f"crashed; see {self.dir / LOG_NAME})")
+        try:
+            return json.loads(line)
+        except ValueError:
+            raise WarmUnavailable("the analysis server's answer is not JSON") from None
+
+    def _connect(self) -> socket.socket:
+        """A connection, waiting for a server that is starting."""
+        private_dir(self.dir)   # whoever owns the directory could swap the socket
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            error = None
+            if self.sock_path.exists() or self.sock_path.is_symlink():
+                check_socket(self.sock_path)
+                conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    conn.connect(str(self.sock_path))
+                    return conn
+                except OSError as e:
+                    conn.close()
+                    error = e.strerror
+            if not _lock_held(self.lock_path):
+                # No server lives: the socket, if any, is a dead one's.
+                raise WarmUnavailable(f"no analysis server is running in {self.dir}"
+                                      + (f" ({error})" if error else "")
+                                      + (f"; see {self.dir / LOG_NAME}" if self.started else ""))
+            if time.monotonic() > deadline:
+                raise WarmUnavailable(f"the analysis server did not start within {self.start_timeout_s:g} s")
+            time.sleep(0.05)
+
+    def _wait_gone(self) -> None:
+        deadline = time.monotonic() + 30
+        while _lock_held(self.lock_path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Asks a running server to stop, and waits until it has."""
+        try:
+            self.call({"op": "stop"}, 10)
+        except WarmUnavailable:
+            pass
+        self._wait_gone()
+
+
+def _server_env() -> dict:
+    """The client's environment, with the kdiag it runs first on the path:
+    the server starts in / (it holds no directory of the user's), where the
+    client's working directory no longer puts kdiag on the path."""
+    import kdiag
+
+    top = str(Path(kdiag.__file__).resolve().parents[1])
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": f"{top}{os.pathsep}{path}" if path else top}
+
+
+def _read_line(conn: socket.socket) -> bytes:
+    chunks, size = [], 0
+    while True:
+        chunk = conn.recv(1 << 16)
+        if not chunk:
+            return b""
+        nl = chunk.find(b"\n")
+        if nl >= 0:
+            chunks.append(chunk[:nl])
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_LINE_BYTES:
+            raise OSError("line too long")
+
+
+def _peer_uid(conn: socket.socket) -> int:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
+def serve(directory: Path, idle_s: float, timeout_s: float, key: str) -> int:
+    """The launcher: takes the lock, forks the server, returns at once."""
+    os.umask(0o077)
+    private_dir(directory)
+    lock_fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return 0   # another server lives
+    if os.fork():
+        return 0
+    os.ftruncate(lock_fd, 0)
+    os.write(lock_fd, f"{os.getpid()}\n".encode())
+    try:
+        _run(directory, idle_s, timeout_s, key)
+    finally:
+        os._exit(0)
+
+
+def _run(directory: Path, idle_s: float, timeout_s: float, key: str) -> None:
+    from kdiag.analysis.spark import session
+
+    # C1 only, as in-process: measured on 2 cores (bench/RESULTS.md), a
+    # server with C2 as well took 20.3 s against 11.4 s on first use, and
+    # its next five replays of each small input were slower (excerpt
+    # median 4.0 against 2.2 s).
+    spark = session("kdiag-warm", small=True)
+    path = directory / SOCKET_NAME
+    # We hold the lock: whatever socket is there is a dead server's.
+    path.unlink(missing_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    os.chmod(path, 0o600)
+    listener.listen(16)
+    try:
+        _loop(spark, listener, idle_s, timeout_s, key)
+    finally:
+        listener.close()
+        path.unlink(missing_ok=True)
+        spark.stop()
+
+
+def _loop(spark, listener: socket.socket, idle_s: float, timeout_s: float, key: str) -> None:
+    while True:
+        listener.settimeout(idle_s)
+        try:
+            conn, _ = listener.accept()
+        except socket.timeout:
+            return   # idle
+        with conn:
+            if _peer_uid(conn) != os.geteuid():
+                continue
+            conn.settimeout(10)
+            try:
+                request = json.loads(_read_line(conn) or b"{}")
+            except (OSError, ValueError):
+                continue
+            op = request.get("op")
+            if op == "stop":
+                _answer(conn, {"ok": True})
+                return
+            if request.get("key") != key:
+                _answer(conn, {"ok": False, "stale": True, "error": "the analysis server runs other code"})
+                return
+            if op == "ping":
+                _answer(conn, {"ok": True, "pid": os.getpid()})
+            elif op == "analyze":
+                _answer(conn, _analyze(spark, request, timeout_s))
+
+
+def _analyze(spark, request: dict, timeout_s: float) -> dict:
+    from kdiag.analysis.job import analyze
+
+    # A request that runs past the client's timeout may be hung: the client
+    # has gone to analyse in-process, and the server must not hold the next
+    # one's requests, so it ends itself (its JVM's watchdog follows).
+    hung = threading.Timer(timeout_s, os._exit, args=(3,))
+    hung.daemon = True
+    hung.start()
+    try:
+        findings = analyze(spark, Path(request["tables"]), request.get("meta") or {})
+        return {"ok": True, "findings": findings}
+    except Exception as e:  # noqa: BLE001 - the client re-runs it in-process, where the error is its own
+        return {"ok": False, "error": f"the analysis failed in the server: {type(e).__name__}: {e}".splitlines()[0]}
+    finally:
+        hung.cancel()
+
+
+def _answer(conn: socket.socket, answer: dict) -> None:
+    try:
+        conn.sendall(json.dumps(answer, default=str).encode() + b"\n")
+    except OSError:
+        pass   # the client gave up; it analyses in-process
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m kdiag.analysis.warm")
+    ap.add_argument("--dir", type=Path, default=None)
+    ap.add_argument("--idle-s", type=float, default=IDLE_S)
+    ap.add_argument("--timeout-s", type=float, default=REQUEST_TIMEOUT_S)
+    ap.add_argument("--key", default=None)
+    a = ap.parse_args(argv)
+    try:
+        return serve(a.dir or warm_dir(), a.idle_s, a.timeout_s, a.key or code_key())
+    except WarmUnavailable as e:
+        print(f"kdiag: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
