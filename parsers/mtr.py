@@ -230,11 +230,7 @@ def looks_like(sample: list[str]) -> float:
         return 0.0
 
 
-def _file(lines: list[str], brokers: dict) -> tuple[pa.Table, ParseCounts]:
-    return parse_report(lines, brokers)
-
-
 FORMATS = (
     Format(name="mtr", recognised_by=BY_LINES, recognise=looks_like, tables={"probes": PROBES_SCHEMA},
-           schema_version=1, reads=TEXT, parser=_file),
+           schema_version=1, reads=TEXT, parser=parse_report),
 )
