@@ -92,3 +92,15 @@ def _as(arr, typ: pa.DataType) -> pa.Array:
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     return arr if arr.type == typ else pc.cast(arr, typ)
+
+
+def _resolution(ts: pa.Array, us: int) -> pa.Array:
+    """``us`` where the line has a timestamp, else null."""
+    return pc.if_else(pc.is_valid(ts), pa.scalar(us, pa.int32()), pa.scalar(None, pa.int32()))
+
+
+def _frac_resolution(ts: pa.Array, frac: pa.Array) -> pa.Array:
+    """A printed fraction of a second's resolution: 3 digits, 1000 us."""
+    digits = pc.min_element_wise(pc.utf8_length(pc.fill_null(frac, "")), 6)
+    us = pc.power(pa.scalar(10, pa.int32()), pc.subtract(pa.scalar(6, pa.int32()), pc.cast(digits, pa.int32())))
+    return pc.if_else(pc.is_valid(ts), pc.cast(us, pa.int32()), pa.scalar(None, pa.int32()))

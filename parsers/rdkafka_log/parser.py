@@ -10,9 +10,11 @@ from kdiag.parsers.rdkafka_log.columns import (
     _as,
     _extract_event,
     _field,
+    _frac_resolution,
     _local_ts,
     _mask,
     _opt,
+    _resolution,
     _typed,
     _unescape,
     _unquote,
@@ -47,18 +49,6 @@ from kdiag.parsers.rdkafka_log.patterns import (
 )
 from kdiag.parsers.rdkafka_log.plain import _plain_lines
 from kdiag.parsers.rdkafka_log.wrapped import unmangle, unquoted, wrapped
-
-
-def _resolution(ts: pa.Array, us: int) -> pa.Array:
-    """``us`` where the line has a timestamp, else null."""
-    return pc.if_else(pc.is_valid(ts), pa.scalar(us, pa.int32()), pa.scalar(None, pa.int32()))
-
-
-def _frac_resolution(ts: pa.Array, frac: pa.Array) -> pa.Array:
-    """A printed fraction of a second's resolution: 3 digits, 1000 us."""
-    digits = pc.min_element_wise(pc.utf8_length(pc.fill_null(frac, "")), 6)
-    us = pc.power(pa.scalar(10, pa.int32()), pc.subtract(pa.scalar(6, pa.int32()), pc.cast(digits, pa.int32())))
-    return pc.if_else(pc.is_valid(ts), pc.cast(us, pa.int32()), pa.scalar(None, pa.int32()))
 
 
 _FAIL_TEXT = r"^[0-9]+ request\(s\) timed out"

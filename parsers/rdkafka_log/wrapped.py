@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kdiag.parsers.rdkafka_log.columns import _local_ts, _mask, _opt, _unescape
+from kdiag.parsers.rdkafka_log.columns import _frac_resolution, _local_ts, _mask, _opt, _resolution, _unescape
 from kdiag.parsers.rdkafka_log.patterns import _BROKER_NAME
 
 # The messages a line without "[thrd:" must begin with, after the broker's
@@ -162,13 +162,8 @@ def timestamps(text: pa.Array) -> tuple[pa.Array, pa.Array]:
 
     def take(found_us: pa.Array, digits: pa.Array | int) -> None:
         nonlocal ts, res
-        if isinstance(digits, int):
-            r = pc.if_else(pc.is_valid(found_us), pa.scalar(10 ** (6 - digits), pa.int32()),
-                           pa.scalar(None, pa.int32()))
-        else:
-            d = pc.cast(pc.min_element_wise(pc.utf8_length(digits), 6), pa.int32())
-            r = pc.if_else(pc.is_valid(found_us), pc.cast(pc.power(10, pc.subtract(6, d)), pa.int32()),
-                           pa.scalar(None, pa.int32()))
+        r = (_resolution(found_us, 10 ** (6 - digits)) if isinstance(digits, int) else
+             _frac_resolution(found_us, digits))
         fresh = pc.and_(pc.is_null(ts), pc.is_valid(found_us))
         ts = pc.if_else(fresh, found_us, ts)
         res = pc.if_else(fresh, r, res)
