@@ -142,7 +142,9 @@ def build_class_archive() -> Path | None:
     fixture = Path(__file__).resolve().parents[2] / "fixtures" / "captures" / "nagle_on"
     if not fixture.is_dir():
         return None
-    env = {**os.environ, "KDIAG_SPARK_CDS": "write"}
+    # In this process, not the warm server: the JVM that records must be
+    # the one stopped and waited for at this run's exit.
+    env = {**os.environ, "KDIAG_SPARK_CDS": "write", "KDIAG_WARM": "0"}
     subprocess.run([sys.executable, "-m", "kdiag", "replay", str(fixture)], env=env, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, timeout=600, check=False)
     return archive.path if archive.path.exists() else None
