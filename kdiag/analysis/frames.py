@@ -74,6 +74,39 @@ def at_once(parallel: bool, tasks: list) -> list:
         return [f.result() for f in [pool.submit(t) for t in tasks]]
 
 
+class Later:
+    """Jobs whose results are wanted only further on. ``later(fn)`` returns
+    a function that gives fn's result. Parallel (a small input): fn starts
+    now in a thread, beside the jobs on the way to where its result is
+    read; each job there is mostly the JVM planning and scheduling, one
+    core's work. Else fn runs when its result is first asked for, as it
+    would have in line. Results never asked for still finish before the
+    ``with`` block ends, so no job outlives the analysis."""
+
+    def __init__(self, parallel: bool) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(PARALLEL_JOBS, thread_name_prefix="kdiag-later") if parallel else None
+
+    def __enter__(self) -> "Later":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    def __call__(self, fn):
+        if self._pool is not None:
+            return self._pool.submit(fn).result
+        done: list = []
+        return lambda: done[0] if done else done.append(fn()) or done[0]
+
+
+def resolved(value):
+    """A value that may still be coming from ``Later``."""
+    return value() if callable(value) else value
+
+
 def any_rows(df) -> bool:
     # take(1), not limit(1).count(): over a table read into the plan (see
     # read_table) a filter and take run in the driver, without a Spark job.

@@ -51,6 +51,13 @@ class Quality:
     checks: list[dict] = field(default_factory=list)
     # table -> step observations (driver-side dicts), for excluding requests
     steps: dict[str, list[dict]] = field(default_factory=dict)
+    # Checks whose counts come from jobs still running (see frames.Later):
+    # each adds its check when called, in the order they were begun.
+    pending: list = field(default_factory=list)
+
+    def settle(self) -> None:
+        while self.pending:
+            self.pending.pop(0)()
 
     def add(self, table: str, check: str, count: int, detail: str, excluded: int = 0, **extra) -> dict:
         c = {"input": table, "table": table, "check": check, "count": int(count), "detail": detail,
@@ -68,20 +75,26 @@ def with_order(df):
     return None if df is None else df.withColumn("_id", F.monotonically_increasing_id())
 
 
-def drop_duplicates(df, table: str, q: Quality):
-    """The rows that repeat an earlier row in everything but line_no, dropped;
-    the first copy stays. A 64-bit hash finds the candidates with one narrow
-    aggregate; only those are compared column by column."""
+def copy_candidates(df, table: str):
+    """Hashes that more than one row of ``table`` has (in everything but
+    line_no): the candidates ``drop_duplicates`` compares column by column.
+    A 64-bit hash finds them with one narrow aggregate."""
     from pyspark.sql import functions as F
-    from pyspark.sql.window import Window
 
     if df is None:
-        return df
+        return None
     content = [c for c in df.columns if c not in ("line_no", "_id")]
     # Rows equal in every column are equal in these, so hashing only these
     # finds every copy; the text columns hold most of a table's bytes (args:
     # 684 of 780 MB of 5 M strace rows), which the hash then need not read.
     narrow = [c for c in content if c not in WIDE_COLUMNS] or content
+    return df.filter(_copy_scope(table)).groupBy(F.xxhash64(*narrow).alias("_h")).count() \
+        .filter("count > 1").select("_h")
+
+
+def _copy_scope(table: str):
+    from pyspark.sql import functions as F
+
     scope = F.col("ts_us").isNotNull()
     if table == "rdkafka_events":
         scope = scope & F.col("event").isin(*_CORR_EVENTS) & F.col("corr_id").isNotNull()
@@ -89,13 +102,31 @@ def drop_duplicates(df, table: str, q: Quality):
         # strace -t prints whole seconds: one thread's identical calls in one
         # second are real, not copies.
         scope = scope & (F.col("ts_us") % 1_000_000 != 0)
-    h = df.withColumn("_h", F.xxhash64(*narrow))
-    cand = h.filter(scope).groupBy("_h").count().filter("count > 1").select("_h")
-    if not cand.limit(1).count():
-        return df
+    return scope
+
+
+def tables_with_copies(candidates: dict) -> set[str]:
+    """The tables that have copy candidates, in one job for all of them."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    parts = [c.limit(1).select(F.lit(t).alias("table")) for t, c in candidates.items() if c is not None]
+    return {r.table for r in reduce(lambda a, b: a.unionByName(b), parts).collect()} if parts else set()
+
+
+def drop_duplicates(df, table: str, q: Quality, candidates):
+    """The rows that repeat an earlier row in everything but line_no, dropped;
+    the first copy stays. Only the rows whose hash is among ``candidates``
+    (copy_candidates) are compared column by column."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    content = [c for c in df.columns if c not in ("line_no", "_id")]
+    narrow = [c for c in content if c not in WIDE_COLUMNS] or content
     w = Window.partitionBy(*content).orderBy("_id")
-    drop = (h.filter(scope).join(cand, "_h").withColumn("_rn", F.row_number().over(w))
-            .filter("_rn > 1").select("_id", "line_no")).cache()
+    drop = (df.filter(_copy_scope(table)).withColumn("_h", F.xxhash64(*narrow)).join(candidates, "_h")
+            .withColumn("_rn", F.row_number().over(w)).filter("_rn > 1").select("_id", "line_no")).cache()
     stats = drop.agg(F.count("*").alias("n"), F.min("line_no").alias("first"), F.max("line_no").alias("last")).first()
     if not stats.n:
         return df
@@ -113,17 +144,30 @@ def drop_duplicates(df, table: str, q: Quality):
     return df.join(drop.select("_id"), "_id", "left_anti")
 
 
-def clock_steps(spark, df, table: str, q: Quality) -> None:
+def clock_steps(spark, dfs: dict, q: Quality) -> None:
     """Per thread, in file order: a timestamp behind the previous one by more
     than the tolerance is a step back; a gap after the previous call's end
     longer than FORWARD_GAP_US, in which no other thread did anything
     either, is a jump forward. One step seen by several threads counts once
-    (their intervals of rows overlap)."""
+    (their intervals of rows overlap). ``dfs``: table -> DataFrame, whose
+    observations are found in one job."""
+    from functools import reduce
+
+    obs = {t: _step_observations(df, t) for t, df in dfs.items() if df is not None}
+    if not obs:
+        return
+    firsts = [o.orderBy("a_id").limit(MAX_OBSERVATIONS + 1) for o in obs.values()]
+    rows = [r.asDict() for r in reduce(lambda a, b: a.unionByName(b), firsts).collect()]
+    for table, o in obs.items():
+        mine = sorted((r for r in rows if r["table"] == table), key=lambda r: r["a_id"])
+        if mine:
+            _steps_of(spark, dfs[table], table, o, mine, q)
+
+
+def _step_observations(df, table: str):
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
-    if df is None:
-        return
     if table == "syscalls":
         group, tol = ["pid"], STRACE_BACK_TOLERANCE_US
         end = F.col("ts_us") + F.coalesce(F.col("dur_us"), F.lit(0))
@@ -138,13 +182,15 @@ def clock_steps(spark, df, table: str, q: Quality) -> None:
     t = t.filter(F.col("a_line").isNotNull() & (F.col("line_no") > F.col("a_line")))
     back = F.col("ts_us") - F.col("a_ts") < -tol
     fwd = F.col("ts_us") - F.col("a_end") > FORWARD_GAP_US
-    obs = t.filter(back | fwd).select(
-        F.when(back, "clock_backwards").otherwise("clock_jump_forward").alias("kind"),
+    return t.filter(back | fwd).select(
+        F.lit(table).alias("table"), F.when(back, "clock_backwards").otherwise("clock_jump_forward").alias("kind"),
         "a_id", F.col("_id").alias("b_id"), "a_line", F.col("line_no").alias("b_line"), "a_ts", "a_end",
         F.col("ts_us").alias("b_ts"))
-    rows = [r.asDict() for r in obs.orderBy("a_id").limit(MAX_OBSERVATIONS + 1).collect()]
-    if not rows:
-        return
+
+
+def _steps_of(spark, df, table: str, obs, rows: list[dict], q: Quality) -> None:
+    """The steps that ``table``'s observations ``rows`` (the first of
+    ``obs``) make, into q.steps; past MAX_OBSERVATIONS, an unusable clock."""
     if len(rows) > MAX_OBSERVATIONS:
         n = obs.count()
         c = q.add(table, "clock_backwards", n,
@@ -248,22 +294,29 @@ def exclude_spanning(spark, reqs, table: str, q: Quality, source_name: str):
     return reqs.join(hit.select(*key).distinct(), key, "left_anti")
 
 
-def exclude_negative(reqs, table: str, q: Quality, source_name: str):
+def exclude_negative(reqs, table: str, q: Quality, source_name: str, later=None):
     """A response stamped before its request (a step smaller than the
-    tolerance, or the two lines' clocks disagree): no latency to take."""
+    tolerance, or the two lines' clocks disagree): no latency to take. The
+    requests are filtered at once; how many went is counted by a job of
+    ``later`` (frames.Later), added to q when it settles."""
     from pyspark.sql import functions as F
 
-    neg = F.col("recv_us") < F.col("send_us")
-    row = reqs.agg(F.count(F.when(neg, 1)).alias("n"),
-                   F.count(F.when(neg & (F.col("request") == "Produce"), 1)).alias("p"),
-                   F.min(F.when(neg, F.col("recv_line"))).alias("line"),
-                   F.min(F.when(neg, F.col("recv_us") - F.col("send_us"))).alias("worst")).first()
-    if not row.n:
-        return reqs
-    q.add(table, "negative_latency", row.n,
-          f"{row.n} response(s) in {source_name} are stamped before their request (first at line {row.line}, "
-          f"by up to {_dur(-row.worst)}); {row.n} request(s) ({row.p} Produce) left out", excluded=row.n)
+    # Null when either time is missing: such a request is not negative.
+    neg = F.coalesce(F.col("recv_us") < F.col("send_us"), F.lit(False))
+    count = lambda: reqs.agg(  # noqa: E731
+        F.count(F.when(neg, 1)).alias("n"), F.count(F.when(neg & (F.col("request") == "Produce"), 1)).alias("p"),
+        F.min(F.when(neg, F.col("recv_line"))).alias("line"),
+        F.min(F.when(neg, F.col("recv_us") - F.col("send_us"))).alias("worst")).first()
+    row = later(count) if later is not None else count
+    q.pending.append(lambda: _report_negative(row(), table, q, source_name))
     return reqs.filter(~neg)
+
+
+def _report_negative(row, table: str, q: Quality, source_name: str) -> None:
+    if row.n:
+        q.add(table, "negative_latency", row.n,
+              f"{row.n} response(s) in {source_name} are stamped before their request (first at line {row.line}, "
+              f"by up to {_dur(-row.worst)}); {row.n} request(s) ({row.p} Produce) left out", excluded=row.n)
 
 
 def _dur(us: int) -> str:

@@ -22,16 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kdiag.analysis.connections import connections, path_rows, sampled_connections
-from kdiag.analysis.frames import any_rows, at_once, cached, read_table, release
+from kdiag.analysis.frames import Later, any_rows, at_once, cached, read_table, release, resolved
 from kdiag.analysis.judge import judge
 from kdiag.analysis.per_request import exchanges, flag_syscalls, prepare_syscalls, requests, split_requests
 from kdiag.analysis.signals import signals
 from kdiag.analysis.runs import log_of_another_run, split_by_typical, timing_unknowns
 
 _SOURCE_NAMES = {"syscalls": "the strace output", "rdkafka_events": "the librdkafka log"}
-# The input checks, each with a Quality of its own, merged in this order:
-# they run at once on a small input (see at_once).
-_CHECKS = ("dup_events", "dup_syscalls", "dup_lw", "dup_stats", "steps_syscalls", "steps_events")
+# The tables the analysis reads, in the order their input checks are reported.
+_TABLES = ("rdkafka_events", "syscalls", "log_writes", "stats")
 
 
 def analyze(spark, tables_dir: Path, meta: dict | None = None) -> dict:
@@ -69,32 +68,44 @@ class _Inputs:
 
 
 def _analyze(spark, tables_dir: Path, meta: dict | None, q) -> dict:
-    from kdiag.analysis import input_checks as quality
-
     meta = {**(meta or {}), "tables_dir": str(tables_dir)}
     inp = _inputs(spark, tables_dir, meta, q)
+    # The jobs whose results only the findings read start now, beside the
+    # judge's (on a small input; see Later).
+    with Later(inp.small) as later:
+        result = _judged(spark, inp, q, later)
+        q.settle()
+    return result
+
+
+def _judged(spark, inp: _Inputs, q, later: Later) -> dict:
+    from kdiag.analysis import input_checks as quality
+
     # What librdkafka said besides Sent/Received: timeouts, retries, batches.
-    meta["signals"] = signals(inp.log_writes if any_rows(inp.log_writes) else inp.log)
+    # The judge reads it with its findings (see resolved).
+    inp.meta["signals"] = later(lambda: signals(inp.log_writes if any_rows(inp.log_writes) else inp.log))
     if inp.source is None:
         for table, name in _SOURCE_NAMES.items():
             quality.exclude_spanning(spark, None, table, q, name)
         result = _judge_signals(spark, inp)
-        result["signals"] = meta["signals"]
+        result["signals"] = resolved(inp.meta["signals"])
         _rank_when_thin(result)
         return result
+    timing = later(lambda: timing_unknowns(inp.syscalls))
+    other_run = later(lambda: log_of_another_run(inp.log, inp.log_writes, inp.source))
+    paths = later(lambda: path_rows(inp.tables_dir))
     if inp.source == "syscalls":
-        result = _judge_exchanges(spark, inp, q)
+        result = _judge_exchanges(spark, inp, q, later)
     else:
-        result = _judge_logged(spark, inp, q)
-    timing = timing_unknowns(inp.syscalls)
-    result["unknowns"] += timing + log_of_another_run(inp.log, inp.log_writes, inp.source)
-    if timing and str(result.get("confidence", "")).startswith("high"):
+        result = _judge_logged(spark, inp, q, later)
+    result["unknowns"] += timing() + other_run()
+    if timing() and str(result.get("confidence", "")).startswith("high"):
         # Syscalls in order but without their times back the split less.
-        untimed = "no timestamps" in timing[0]
+        untimed = "no timestamps" in timing()[0]
         result["confidence"] = ("low: the strace shows the calls' order, not their times" if untimed else
                                 "medium: strace without -T, the calls' durations are upper bounds")
-    result["paths"] = path_rows(tables_dir)
-    result["signals"] = meta["signals"]
+    result["paths"] = paths()
+    result["signals"] = resolved(inp.meta["signals"])
     _rank_when_thin(result)
     return result
 
@@ -125,7 +136,7 @@ def _judge_signals(spark, inp: _Inputs) -> dict:
     summary = {"requests": 0, "path_rtt_ms": path_rtt, "path_rtt_source": source,
                "path_rtt_upper_bound": bound if path_rtt is not None else None}
     run = Facts(None, {}, 0, path_rtt, bound, inp.version, None if vt is None else vt >= NAGLE_DEFAULT_FLIPPED,
-                summary, {**inp.meta, "completed_ms": 0.0}, None)
+                summary, {**inp.meta, "signals": resolved(inp.meta["signals"]), "completed_ms": 0.0}, None)
     result = from_signals_only(run, vt, unknowns)
     if result["no_data"]:
         result["unknowns"] = ["no librdkafka Sent/Received lines and no syscalls in the inputs: nothing to analyse"]
@@ -149,41 +160,25 @@ def _inputs(spark, tables_dir: Path, meta: dict, q) -> _Inputs:
     small = tables_bytes(tables_dir) < SMALL_INPUT_BYTES
     # data is the text of a write to stdout/stderr, already in args: it
     # neither tells copies apart nor is read below.
-    read = {name: read_table(spark, tables_dir, name, ("data",) if name == "syscalls" else ())
-            for name in ("rdkafka_events", "syscalls", "log_writes", "stats")}
-    qs = {k: quality.Quality() for k in _CHECKS}
-
-    def checked(name: str, key: str, steps: str | None = None):
-        return lambda: _checked_table(spark, read, name, qs[key], qs[steps] if steps else None,
-                                      q if small else None)
-
+    read = {name: read_table(spark, tables_dir, name, ("data",) if name == "syscalls" else ()) for name in _TABLES}
     raw_syscalls = read["syscalls"]
-    log, syscalls, lw, stats, (version, source), conns = at_once(small, [
-        checked("rdkafka_events", "dup_events", "steps_events"),
-        checked("syscalls", "dup_syscalls", "steps_syscalls"), checked("log_writes", "dup_lw"),
-        checked("stats", "dup_stats"), lambda: _facts(read, meta),
+    ordered = {name: quality.with_order(df) for name, df in read.items()}
+    candidates = {name: quality.copy_candidates(df, name) for name, df in ordered.items()}
+    copied, (version, source), conns = at_once(small, [
+        lambda: quality.tables_with_copies(candidates), lambda: _facts(read, meta),
         lambda: connections(raw_syscalls) if raw_syscalls is not None else []])
-    for k in _CHECKS:
-        q.checks += qs[k].checks
-        q.steps.update(qs[k].steps)
+    checked = {}
+    for name in _TABLES:
+        df = ordered[name]
+        if name in copied:   # every later read must drop the copies too
+            df = read[name] = quality.drop_duplicates(df, name, q, candidates[name])
+        checked[name] = cached(df, q) if small else df
+    # Clock steps are found per thread in file order, after the copies went.
+    quality.clock_steps(spark, {"syscalls": checked["syscalls"], "rdkafka_events": checked["rdkafka_events"]}, q)
     if read["syscalls"] is not raw_syscalls:   # its copies were dropped: they are not connections
         conns = connections(read["syscalls"])
-    return _Inputs(tables_dir, meta, small, read, log, syscalls, lw, stats, version, source, conns)
-
-
-def _checked_table(spark, read: dict, name: str, dups, steps, q):
-    """The table without its copies (cached for the analysis of ``q``
-    unless q is None), its clock steps found into ``steps``."""
-    from kdiag.analysis import input_checks as quality
-
-    ordered = quality.with_order(read[name])
-    df = quality.drop_duplicates(ordered, name, dups)
-    if df is not ordered:   # copies dropped: every later read must drop them too
-        read[name] = df
-    df = cached(df, q) if q is not None else df
-    if steps is not None:
-        quality.clock_steps(spark, df, name, steps)
-    return df
+    return _Inputs(tables_dir, meta, small, read, checked["rdkafka_events"], checked["syscalls"],
+                   checked["log_writes"], checked["stats"], version, source, conns)
 
 
 def _facts(read: dict, meta: dict) -> tuple[str | None, str | None]:
@@ -209,7 +204,7 @@ def _facts(read: dict, meta: dict) -> tuple[str | None, str | None]:
     return version, source
 
 
-def _checked(spark, reqs, table: str, q):
+def _checked(spark, reqs, table: str, q, later: Later):
     """Requests of ``table``'s clock without those a clock step or a response
     stamped before its request leaves without a true latency."""
     from kdiag.analysis import input_checks as quality
@@ -219,12 +214,12 @@ def _checked(spark, reqs, table: str, q):
         if other != table:   # steps there are reported; no request rests on them
             quality.exclude_spanning(spark, None, other, q, other_name)
     reqs = quality.exclude_spanning(spark, reqs, table, q, name)
-    return quality.exclude_negative(reqs, table, q, name)
+    return quality.exclude_negative(reqs, table, q, name, later)
 
 
-def _judge_exchanges(spark, inp: _Inputs, q) -> dict:
+def _judge_exchanges(spark, inp: _Inputs, q, later: Later) -> dict:
     """A producer that logs nothing: its requests inferred from syscalls."""
-    reqs = _checked(spark, exchanges(prepare_syscalls(inp.syscalls)), "syscalls", q)
+    reqs = _checked(spark, exchanges(prepare_syscalls(inp.syscalls)), "syscalls", q, later)
     conns = inp.conns + sampled_connections(inp.tables_dir, inp.conns)
     unknowns = ["the producer logged no librdkafka Sent/Received lines: requests were inferred from "
                 "its syscalls (a burst of socket writes, then the first read of the response); "
@@ -235,7 +230,7 @@ def _judge_exchanges(spark, inp: _Inputs, q) -> dict:
     return result
 
 
-def _judge_logged(spark, inp: _Inputs, q) -> dict:
+def _judge_logged(spark, inp: _Inputs, q, later: Later) -> dict:
     """Requests from librdkafka's Sent/Received lines: split by the syscalls
     when the lines were seen in strace, else timed by the log alone."""
     from pyspark.sql import functions as F
@@ -246,10 +241,11 @@ def _judge_logged(spark, inp: _Inputs, q) -> dict:
     if inp.source == "strace" and inp.syscalls is not None:
         # Cached before the input checks: their counts and every later
         # action read one computation of the split.
-        reqs = _checked(spark, cached(split_requests(spark, reqs, flag_syscalls(inp.syscalls)), q), "syscalls", q)
+        reqs = _checked(spark, cached(split_requests(spark, reqs, flag_syscalls(inp.syscalls)), q), "syscalls", q,
+                        later)
         conns = inp.conns + sampled_connections(inp.tables_dir, inp.conns)
     else:
-        reqs = _checked(spark, reqs, "syscalls" if inp.source == "strace" else "rdkafka_events", q)
+        reqs = _checked(spark, reqs, "syscalls" if inp.source == "strace" else "rdkafka_events", q, later)
         conns = []
         reqs = _unsplit(reqs, unknowns)
         if inp.syscalls is not None:   # an strace without these requests' lines: see runs

@@ -10,7 +10,7 @@ from kdiag.analysis.causes import BY_NAME, CauseAgg, Facts, classify, verdict_of
 from kdiag.analysis.causes import _slow_wait, client_queueing, healthy
 from kdiag.analysis.causes.nagle_delayed_ack import NAGLE_DEFAULT_FLIPPED
 from kdiag.analysis.connections import attach_connections, path_rtt_of
-from kdiag.analysis.frames import at_once, quantile, rounded
+from kdiag.analysis.frames import at_once, quantile, resolved, rounded
 from kdiag.analysis.per_request import fill_write_sizes
 from kdiag.analysis.samples import runq_of, throttle_of
 from kdiag.analysis.thresholds import CONTRIBUTING_SHARE, ONE_WRITE_MIN, ONE_WRITE_WAIT_SHARE, SLOW_MS
@@ -100,7 +100,8 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
     single = {"n": pre.n1, "wait_p50_ms": rounded(pre.m1, 3)}
     client_ms = pre.client_ms if stats is not None else None
     nagle_possible = not one_write_rules_out_nagle(single["n"], single["wait_p50_ms"], pre.multi_wait)
-    meta = {**meta, "one_write": single, "nagle_possible": nagle_possible, "has_stats": stats is not None}
+    meta = {**meta, "one_write": single, "nagle_possible": nagle_possible, "has_stats": stats is not None,
+            "signals": resolved(meta.get("signals"))}
     # Statistics without one throttle time add nothing but a join.
     throttles = stats if stats is not None and pre.throttled else None
     rq, held = _classified(spark, produce, conns, throttles, path_rtt, nagle_possible, meta)
