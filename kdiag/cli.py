@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import functools
 import json
+import os
 import shutil
 import signal
 import sys
@@ -171,6 +172,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+", type=Path, metavar="FILE")
     p.add_argument("-o", "--output", type=Path, required=True, help="directory for <table>.parquet")
 
+    for spark_user in (t, r):
+        spark_user.add_argument("-v", "--verbose", action="store_true",
+                                help="let Spark's and the JVM's own output through (default: into "
+                                     "~/.cache/kdiag/logs/); also KDIAG_VERBOSE=1")
     lab = sub.add_parser("lab", help="start/stop the local lab broker", epilog=LAB_EXAMPLES, formatter_class=fmt)
     lab.add_argument("action", choices=["up", "down", "status", "matrix"])
     lab.add_argument("cases", nargs="*", metavar="CASE",
@@ -484,6 +489,8 @@ def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
     if args.command is None:
         ap.print_help(env.stdout)
         return ExitStatus.USAGE
+    if getattr(args, "verbose", False):
+        os.environ["KDIAG_VERBOSE"] = "1"   # read where the JVM starts (analysis/jvm.py)
     try:
         if command and args.command != "trace":
             raise UsageError("'-- CMD' goes with kdiag trace only")

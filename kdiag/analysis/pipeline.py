@@ -57,7 +57,10 @@ def _warm_server(raw: list[Path], say):
 
     if _raw_bytes(raw) >= SMALL_RAW_BYTES or _has_session():
         return None
+    from kdiag.analysis.jvm import java_or_fail
     from kdiag.analysis.warm import Server, WarmUnavailable
+
+    java_or_fail()   # the server could not start either: say what to install
 
     try:
         server = Server()

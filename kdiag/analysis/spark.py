@@ -33,15 +33,15 @@ def session(app: str = "kdiag", small: bool = False):
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.appName(app)
     java = [f"-Dlog4j2.configurationFile={LOG4J}"]
     archive = None
+    options = {"spark.app.name": app}
     # Under spark-submit the JVM already runs (its gateway port is in the
     # environment) with the master the user gave it: keep that.
-    if not os.environ.get("PYSPARK_GATEWAY_PORT"):
-        builder = builder.master(os.environ.get("KDIAG_SPARK_MASTER", "local[2]"))
-        builder = builder.config("spark.driver.memory",
-                                 os.environ.get("KDIAG_SPARK_MEMORY") or ("1g" if small else _big_heap()))
+    launching = not os.environ.get("PYSPARK_GATEWAY_PORT")
+    if launching:
+        options["spark.master"] = os.environ.get("KDIAG_SPARK_MASTER", "local[2]")
+        options["spark.driver.memory"] = os.environ.get("KDIAG_SPARK_MEMORY") or ("1g" if small else _big_heap())
         if small:
             # C1 alone gets a 48 MB code cache, which a session that runs
             # many analyses (the warm server, the tests) fills: its sweeper
@@ -51,22 +51,32 @@ def session(app: str = "kdiag", small: bool = False):
             archive = _class_archive()
             if archive is not None:
                 java += archive.java_options()
-    spark = (
-        builder.config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", os.environ.get("KDIAG_SHUFFLE_PARTITIONS", "4"))
-        .config("spark.sql.session.timeZone", "UTC")
+    options.update({
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": os.environ.get("KDIAG_SHUFFLE_PARTITIONS", "4"),
+        "spark.sql.session.timeZone": "UTC",
         # PySpark would otherwise send each Column function's Python call
         # site to the JVM (for error messages), four more round trips per
         # function wherever the session is active: with the side jobs in
         # threads (frames.Later), 11,900 py4j calls an analysis of the
         # 30-request bundle, 4,800 without.
-        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
-        .config("spark.driver.extraJavaOptions", " ".join(java))
-        .getOrCreate()
-    )
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
+        "spark.driver.extraJavaOptions": " ".join(java),
+    })
+    if launching:
+        from pyspark import SparkConf, SparkContext
+
+        from kdiag.analysis.jvm import launch
+
+        if SparkContext._gateway is None:   # else this process's JVM is up already
+            launch(SparkConf().setAll(list(options.items())))
+    builder = SparkSession.builder
+    for k, v in options.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    if not os.environ.get("PYSPARK_GATEWAY_PORT"):
+    if launching:
         _watch_jvm()
     if archive is not None and archive.writing:
         atexit.register(archive.seal, spark)
