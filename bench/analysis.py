@@ -288,10 +288,11 @@ def spark_job(spark, tables: Path, steps: dict[str, float] | None = None) -> Tim
 
 # kdiag function that started a Spark action -> the step it belongs to. The
 # split requests are cached, and the first action that reads them (the
-# negative-latency check) is the one that computes them.
+# negative-latency count, in line on an input this size) computes them.
 STEPS = {
-    "drop_duplicates": "input checks", "clock_steps": "input checks", "_confirm_silence": "input checks",
-    "exclude_spanning": "input checks", "exclude_negative": "pairing and split",
+    "tables_with_copies": "input checks", "drop_duplicates": "input checks", "clock_steps": "input checks",
+    "_steps_of": "input checks", "_confirm_silence": "input checks",
+    "exclude_spanning": "input checks", "negative_count": "pairing and split",
     "_facts": "facts and connections", "connections": "facts and connections",
     "_handshake_waits": "facts and connections",
 }

@@ -79,9 +79,9 @@ class Later:
     a function that gives fn's result. Parallel (a small input): fn starts
     now in a thread, beside the jobs on the way to where its result is
     read; each job there is mostly the JVM planning and scheduling, one
-    core's work. Else fn runs when its result is first asked for, as it
-    would have in line. Results never asked for still finish before the
-    ``with`` block ends, so no job outlives the analysis."""
+    core's work. Else fn runs now, in line, as it did before it was
+    deferred. Results never asked for still finish before the ``with``
+    block ends, so no job outlives the analysis."""
 
     def __init__(self, parallel: bool) -> None:
         from concurrent.futures import ThreadPoolExecutor
@@ -98,8 +98,8 @@ class Later:
     def __call__(self, fn):
         if self._pool is not None:
             return self._pool.submit(fn).result
-        done: list = []
-        return lambda: done[0] if done else done.append(fn()) or done[0]
+        result = fn()
+        return lambda: result
 
 
 def resolved(value):

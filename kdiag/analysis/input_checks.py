@@ -303,11 +303,13 @@ def exclude_negative(reqs, table: str, q: Quality, source_name: str, later=None)
 
     # Null when either time is missing: such a request is not negative.
     neg = F.coalesce(F.col("recv_us") < F.col("send_us"), F.lit(False))
-    count = lambda: reqs.agg(  # noqa: E731
-        F.count(F.when(neg, 1)).alias("n"), F.count(F.when(neg & (F.col("request") == "Produce"), 1)).alias("p"),
-        F.min(F.when(neg, F.col("recv_line"))).alias("line"),
-        F.min(F.when(neg, F.col("recv_us") - F.col("send_us"))).alias("worst")).first()
-    row = later(count) if later is not None else count
+    def negative_count():
+        return reqs.agg(
+            F.count(F.when(neg, 1)).alias("n"), F.count(F.when(neg & (F.col("request") == "Produce"), 1)).alias("p"),
+            F.min(F.when(neg, F.col("recv_line"))).alias("line"),
+            F.min(F.when(neg, F.col("recv_us") - F.col("send_us"))).alias("worst")).first()
+
+    row = later(negative_count) if later is not None else negative_count
     q.pending.append(lambda: _report_negative(row(), table, q, source_name))
     return reqs.filter(~neg)
 
