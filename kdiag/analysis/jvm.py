@@ -100,15 +100,16 @@ def log_dir() -> Path:
 
 
 def launch(conf):
-    """Spark's gateway, started from ``conf`` (a SparkConf holding every
-    launch option), its JVM's stderr in a log file unless verbose."""
+    """Starts Spark's gateway from ``conf`` (a SparkConf holding every
+    launch option), its JVM's output in a log file unless verbose."""
     from pyspark import SparkContext
     from pyspark.errors import PySparkRuntimeError
     from pyspark.java_gateway import launch_gateway
 
     java_or_fail()
     if verbose():
-        return SparkContext._ensure_initialized(conf=conf)
+        SparkContext._ensure_initialized(conf=conf)
+        return
     log = log_dir() / f"spark-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
     _prune(log.parent)
     with open(log, "ab") as out:
@@ -117,7 +118,6 @@ def launch(conf):
         except PySparkRuntimeError as e:
             raise SparkDidNotStart(f"Spark did not start: {_last_line(log) or e}; its output is in {log}") from None
     SparkContext._ensure_initialized(gateway=gateway, conf=conf)
-    return None
 
 
 def _last_line(log: Path) -> str | None:
