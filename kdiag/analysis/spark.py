@@ -231,20 +231,18 @@ def _class_archive() -> _ClassArchive | None:
         import pyspark
 
         jars = Path(pyspark.__file__).parent / "jars"
-        java = Path(os.environ["JAVA_HOME"]) / "bin" / "java" if os.environ.get("JAVA_HOME") else None
-        if java is None:
-            from shutil import which
+        from kdiag.analysis.jvm import NoJava, cache_dir, java_or_fail
 
-            found = which("java")
-            java = Path(found).resolve() if found else None
-        if java is None or not jars.is_dir():
+        try:
+            java = java_or_fail().resolve()
+        except NoJava:
+            return None
+        if not jars.is_dir():
             return None
         h = hashlib.sha256(f"{pyspark.__version__}|{jars}|{java}|{java.stat().st_mtime_ns}".encode())
         for jar in sorted(jars.iterdir()):
             h.update(f"{jar.name}:{jar.stat().st_size}".encode())
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kdiag"
-        base.mkdir(parents=True, exist_ok=True)
-        return _ClassArchive(base / f"spark-classes-{h.hexdigest()[:16]}.jsa", write=mode == "write")
+        return _ClassArchive(cache_dir() / f"spark-classes-{h.hexdigest()[:16]}.jsa", write=mode == "write")
     except OSError:
         return None
 
