@@ -79,6 +79,11 @@ def session(app: str = "kdiag", small: bool = False):
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    from pyspark import SparkContext
+
+    from kdiag.analysis.lookups import remember
+
+    remember(SparkContext._gateway)
     if launching:
         _watch_jvm()
     if archive is not None and archive.writing:
