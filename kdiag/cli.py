@@ -74,6 +74,16 @@ examples:
       a bundle that fails kdiag bundle verify, analysed anyway; a warning
       names the files that do not match its manifest
 """
+REPORT_EXAMPLES = """\
+examples:
+  kdiag report kdiag-20261122-101500.tar.gz -o report.html
+      the bundle's findings as one HTML page that opens offline: verdict,
+      evidence and fix, a request's waterfall, latency over time and by
+      cause, the client socket's state, the path; the captures are read
+      again (the page a bundle carries is one a stranger may have written)
+  kdiag report rdkafka.log strace.txt -o ticket-4711.html
+      the same for raw captures, as kdiag replay reads them
+"""
 BUNDLE_EXAMPLES = """\
 examples:
   kdiag bundle verify kdiag-20261122-101500.tar.gz
@@ -109,7 +119,8 @@ examples:
 def _parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     ap = argparse.ArgumentParser(prog="kdiag", description="Where a Kafka producer's latency goes.",
-                                 epilog=TRACE_EXAMPLES + "\n" + REPLAY_EXAMPLES, formatter_class=fmt)
+                                 epilog=TRACE_EXAMPLES + "\n" + REPLAY_EXAMPLES + "\n" + REPORT_EXAMPLES,
+                                 formatter_class=fmt)
     ap.add_argument("--version", action="version", version=f"kdiag {__version__}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -158,6 +169,14 @@ def _parser() -> argparse.ArgumentParser:
                         "that a small replay starts on first use and reuses; also KDIAG_WARM=0")
     bundle_limits.add_options(r)
 
+    rp = sub.add_parser("report", help="write the findings of a bundle or raw captures as an HTML page",
+                        epilog=REPORT_EXAMPLES, formatter_class=fmt)
+    rp.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="as for kdiag replay")
+    rp.add_argument("-o", "--output", type=Path, required=True, help="the HTML file to write")
+    rp.add_argument("--no-verify", action="store_true", help="as for kdiag replay")
+    rp.add_argument("--no-warm", action="store_true", help="as for kdiag replay")
+    bundle_limits.add_options(rp)
+
     b = sub.add_parser("bundle", help="check bundles against their manifests",
                        epilog=BUNDLE_EXAMPLES, formatter_class=fmt)
     b.add_argument("action", choices=["verify", "seal"],
@@ -172,7 +191,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+", type=Path, metavar="FILE")
     p.add_argument("-o", "--output", type=Path, required=True, help="directory for <table>.parquet")
 
-    for spark_user in (t, r):
+    for spark_user in (t, r, rp):
         spark_user.add_argument("-v", "--verbose", action="store_true",
                                 help="let Spark's and the JVM's own output through (default: into "
                                      "~/.cache/kdiag/logs/); also KDIAG_VERBOSE=1")
@@ -316,6 +335,29 @@ def cmd_trace_target(args, env: Environment, argv: list[str], command: list[str]
 
 
 def cmd_replay(args, env: Environment) -> ExitStatus:
+    findings = _replayed(args, env, lambda findings, tables: findings)
+    return _emit(env, findings, args.json)
+
+
+def cmd_report(args, env: Environment) -> ExitStatus:
+    from kdiag.report.html import render_html, sockets_of
+
+    out = args.output
+    if out.is_dir():
+        raise UsageError(f"-o {out}: a directory; give the HTML file to write")
+    source = ", ".join(p.name for p in args.paths)
+    page = _replayed(args, env, lambda findings, tables: render_html(findings, sockets_of(tables), source=source))
+    try:
+        out.write_text(page)
+    except OSError as e:
+        raise KdiagError(f"cannot write {out}: {e.strerror or e}") from None
+    env.stdout.write(f"{out}\n")
+    return ExitStatus.OK
+
+
+def _replayed(args, env: Environment, then):
+    """``then(findings, tables_dir)`` of the inputs that ``kdiag replay``
+    takes, analysed as it analyses them; the tables are gone afterwards."""
     import tempfile
 
     from kdiag.ingest.detect import readable_inputs
@@ -374,8 +416,8 @@ def cmd_replay(args, env: Environment) -> ExitStatus:
         except OSError as e:
             raise KdiagError(f"cannot write the tables to {tmp}: {reason(e)} "
                              "(set TMPDIR to a directory with room)") from None
-    findings["probe"] = probe
-    return _emit(env, findings, args.json)
+        findings["probe"] = probe
+        return then(findings, Path(tmp) / "tables")
 
 
 def cmd_bundle(args, env: Environment) -> ExitStatus:
@@ -501,6 +543,9 @@ def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
             # status is the documented 130.
             with _sigterm_interrupts(), _private_files():
                 return cmd_replay(args, env)
+        if args.command == "report":
+            with _sigterm_interrupts(), _private_files():
+                return cmd_report(args, env)
         if args.command == "parse":
             with _sigterm_interrupts(), _private_files():
                 return cmd_parse(args, env)

@@ -66,7 +66,7 @@ def test_bundle_layout_and_checksums(nagle_on):
         man = json.load(tar.extractfile("manifest.json"))
         for name, meta in man["files"].items():
             assert hashlib.sha256(tar.extractfile(name).read()).hexdigest() == meta["sha256"], name
-    assert {"raw/rdkafka_log/rdkafka.log", "raw/strace/strace.txt", "findings.json", "report.txt",
+    assert {"raw/rdkafka_log/rdkafka.log", "raw/strace/strace.txt", "findings.json", "report.txt", "report.html",
             "tables/syscalls.parquet", "tables/rdkafka_events.parquet"} <= set(names)
     assert man["versions"]["librdkafka"] and man["versions"]["strace"] and man["versions"]["tansu"]
     assert man["host"]["kernel"] and man["host"]["python"]

@@ -19,6 +19,12 @@ EXAMPLE_SORT_MAX = 100_000
 EXAMPLE_BAND = 0.0005
 # More rows in a band than this (the waits tie): the cause is sorted whole.
 EXAMPLE_BAND_ROWS = 200_000
+# The report's charts draw each request up to this many (an even sample
+# beyond, plus the slowest): a 2,000-row findings.json is about 150 kB.
+REQUEST_ROWS_MAX = 2000
+REQUEST_ROWS_WORST = 20
+REQUEST_COLUMNS = ("send_us", "total_ms", "send_ms", "wait_ms", "read_ms", "rtt_ms", "cause", "broker",
+                   "corr_id", "n_writes")
 
 
 def median_requests(rq, bands: dict, cols: list[str]) -> dict:
@@ -106,13 +112,16 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
     throttles = stats if stats is not None and pre.throttled else None
     rq, held = _classified(spark, produce, conns, throttles, path_rtt, nagle_possible, meta)
     ex_cols = causes.example_columns() + [c for c in ("_run_lo", "_run_hi") if c in rq.columns]
-    examples = None
+    examples = each = None
     if parallel:   # few requests: sorted whole, beside the sums
-        rows, examples = at_once(True, [_sums(rq).collect, lambda: median_requests(rq, {}, ex_cols)])
+        rows, examples, each = at_once(True, [_sums(rq).collect, lambda: median_requests(rq, {}, ex_cols),
+                                             lambda: request_rows(rq, None)])
     else:
         rows = _sums(rq).collect()
     s, per, bands = _per_cause(rows, meta.get("tcp_retrans"))
     n = s.k if s is not None else 0
+    if each is None and n:
+        each = request_rows(rq, n)
     meta["completed_ms"] = (s.time if s is not None else None) or 0.0
     summary = _summary(s, n, pre.all_kinds, source, client_ms, (path_rtt, rtt_source, rtt_bound), meta)
     _unknowns(unknowns, s, client_ms, default_nodelay, version)
@@ -127,6 +136,11 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
         examples = median_requests(rq, bands if n > EXAMPLE_SORT_MAX else {}, ex_cols)
     if _slow_wait.LABEL in examples:
         examples["packet_loss" if "packet_loss" in per else "broker_slow"] = examples.pop(_slow_wait.LABEL)
+    if each is not None:
+        slow_as = "packet_loss" if "packet_loss" in per else "broker_slow"
+        ci = each["columns"].index("cause")
+        for r in each["rows"]:
+            r[ci] = slow_as if r[ci] == _slow_wait.LABEL else r[ci]
     fill_write_sizes(syscalls, examples)
     if held:
         rq.unpersist()
@@ -138,7 +152,36 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
         findings.insert(0, {"cause": healthy.NAME, "share": round(k / n, 3), "requests": k,
                             "evidence": healthy.evidence(facts), "fix": healthy.fix(vt),
                             "fix_text": healthy.fix_text(facts)})
-    return result_of(meta, version, verdict, findings, summary, unknowns)
+    result = result_of(meta, version, verdict, findings, summary, unknowns)
+    result["request_rows"] = each
+    return result
+
+
+def request_rows(rq, n: int | None) -> dict:
+    """Each request's time and parts for the report's charts, in send
+    order: all of them up to REQUEST_ROWS_MAX, else an even sample of that
+    many and the REQUEST_ROWS_WORST slowest. ``n`` None: a small input,
+    collected whole and thinned here; else the sample is Spark's. Columnar,
+    floats rounded to 3 places: findings.json carries it."""
+    from pyspark.sql import functions as F
+
+    cols = [c for c in REQUEST_COLUMNS if c in rq.columns]
+    picked = rq.select(*cols)
+    if n is None or n <= REQUEST_ROWS_MAX:
+        got = sorted(picked.collect(), key=lambda r: (r.send_us is None, r.send_us or 0))
+        n = len(got)
+        worst = sorted(got, key=lambda r: -(r.total_ms or 0))[:REQUEST_ROWS_WORST]
+        got = got[::-(-n // REQUEST_ROWS_MAX)] + worst if n > REQUEST_ROWS_MAX else got
+    else:
+        got = picked.sample(fraction=min(1.0, 1.1 * REQUEST_ROWS_MAX / n), seed=7).limit(REQUEST_ROWS_MAX).collect()
+        got += picked.orderBy(F.col("total_ms").desc_nulls_last()).limit(REQUEST_ROWS_WORST).collect()
+    seen, rows = set(), []
+    for r in sorted(got, key=lambda r: (r.send_us is None, r.send_us or 0)):
+        row = [round(v, 3) if isinstance(v, float) else v for v in r]
+        if tuple(row) not in seen:
+            seen.add(tuple(row))
+            rows.append(row)
+    return {"columns": cols, "rows": rows, "of": n, "sampled": n > REQUEST_ROWS_MAX}
 
 
 def _before_causes(spark, reqs, stats, conns: list[dict], meta: dict, parallel: bool):

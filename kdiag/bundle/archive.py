@@ -7,6 +7,7 @@ learn what it holds without unpacking the rest):
   tables/         the parsed Arrow tables, as Parquet
   findings.json   the analysis result
   report.txt      the same, for people
+  report.html     the same as one page with charts (kdiag report makes it anew)
 """
 from __future__ import annotations
 

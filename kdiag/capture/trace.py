@@ -362,7 +362,6 @@ def finish(staging: Path, raw_inputs: list[Path], meta: dict, spark_holder: dict
     if "error" in spark_holder:
         raise KdiagError(f"Spark did not start: {spark_holder['error']}")
     from kdiag.analysis.pipeline import analyse
-    from kdiag.report.text import render
 
     reasons = list(manifest.get("partial_reasons") or [])
     with contextlib.ExitStack() as stack:
@@ -399,8 +398,7 @@ def finish(staging: Path, raw_inputs: list[Path], meta: dict, spark_holder: dict
         "tables": {name: {"rows": n, "schema_version": versions.get(name, 1)} for name, n in parsed.rows.items()},
     }
     try:
-        (staging / "findings.json").write_text(json.dumps(findings, indent=2, default=str) + "\n")
-        (staging / "report.txt").write_text(render(findings, probe=extra.get("probe")))
+        _write_reports(staging, findings, extra, out.name)
         bundle.write(staging, out, manifest)
         shutil.rmtree(staging, ignore_errors=True)
         return findings, out
@@ -414,12 +412,22 @@ def finish(staging: Path, raw_inputs: list[Path], meta: dict, spark_holder: dict
     findings["input_notes"].insert(len(reasons) - 1, f"capture partial: {reasons[-1]}")
     try:
         with contextlib.suppress(OSError):
-            (staging / "findings.json").write_text(json.dumps(findings, indent=2, default=str) + "\n")
-            (staging / "report.txt").write_text(render(findings, probe=extra.get("probe")))
+            _write_reports(staging, findings, extra, out.name)
         bundle.seal_dir(staging, manifest)
     except OSError as e:
         raise KdiagError(f"the output disk is full; the captures are in {staging} ({e.strerror or e})") from e
     return findings, staging
+
+
+def _write_reports(staging: Path, findings: dict, extra: dict, name: str) -> None:
+    """findings.json, and the same for people: report.txt for a terminal,
+    report.html (its charts read the socket samples in tables/)."""
+    from kdiag.report.html import render_html, sockets_of
+    from kdiag.report.text import render
+
+    (staging / "findings.json").write_text(json.dumps(findings, indent=2, default=str) + "\n")
+    (staging / "report.txt").write_text(render(findings, probe=extra.get("probe")))
+    (staging / "report.html").write_text(render_html(findings, sockets_of(staging / "tables"), source=name))
 
 
 def _pseudonymise(staging: Path, map_path: Path, manifest: dict, extra: dict,
@@ -465,7 +473,7 @@ def seal(staging: Path, out: Path | None = None, log=lambda msg: None) -> Path:
     man = bundle.manifest(staging)
     # Tables or findings half-written when kdiag died are not to be trusted.
     shutil.rmtree(staging / "tables", ignore_errors=True)
-    for leftover in ("findings.json", "report.txt"):
+    for leftover in ("findings.json", "report.txt", "report.html"):
         (staging / leftover).unlink(missing_ok=True)
     raw_inputs = [f for f in bundle.raw_files(staging) if f.parent.name in bundle.ANALYSED_SOURCES]
     reasons = list(man.get("partial_reasons") or [])

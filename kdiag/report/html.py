@@ -1,0 +1,382 @@
+"""Findings -> one self-contained HTML page: the verdict, evidence and fix
+first, then the pictures an engineer would draw on the ticket (a request's
+waterfall, latency over time and by cause, the socket's state, the path)
+and what the inputs lacked. No script, no network: styles inline, charts
+as SVG (kdiag.report.svg), a Content-Security-Policy that forbids the
+rest. The findings may come from a stranger's bundle: every value is
+type-checked where it is read and escaped where it is written."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from kdiag.report import svg
+from kdiag.report.svg import esc, fmt, num
+
+# A cause keeps its colour across charts and reports.
+CAUSE_COLORS = {
+    "nagle_delayed_ack": "#d62728", "nagle_in_path": "#ff7f0e", "network_latency": "#1f77b4",
+    "packet_loss": "#9467bd", "broker_slow": "#8c564b", "client_queueing": "#e377c2", "client_cpu": "#bcbd22",
+    "throttled": "#17becf", "healthy": "#2ca02c", "unexplained_slow": "#7f7f7f", "request_timeout": "#393b79",
+    "retry_backoff": "#637939", "small_batches": "#843c39",
+}
+OTHER_COLORS = ("#6b6ecf", "#b5cf6b", "#e7ba52", "#d6616b", "#ce6dbd", "#9c9ede")
+PARTS = (("client queue", "#e377c2"), ("send", "#ff7f0e"), ("wait for response", "#1f77b4"), ("read", "#2ca02c"))
+SOCKET_PANELS = (("nodelay", "TCP_NODELAY (1 = set)", True), ("unacked", "unacked segments", False),
+                 ("notsent_bytes", "bytes not yet sent (held)", False),
+                 ("total_retrans", "retransmits (total)", False), ("snd_cwnd", "congestion window (segments)", False))
+SOCKET_COLUMNS = ("ts_us", "fd", "remote", "remote_port", *[c for c, _, _ in SOCKET_PANELS])
+SOCKET_ROWS_MAX = 20_000
+WATERFALL_WORST = 3
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1b1f24;background:#f6f7f9}
+main{max-width:980px;margin:0 auto;padding:20px 24px 48px}
+h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:28px 0 8px;border-bottom:1px solid #d0d4da;padding-bottom:4px}
+.meta{color:#57606a;margin:0 0 16px}.verdict{background:#fff;border:1px solid #d0d4da;border-left:6px solid var(--c);
+padding:12px 16px;border-radius:6px}.verdict h2{border:0;margin:0 0 4px;font-size:18px}
+.finding{background:#fff;border:1px solid #d0d4da;border-radius:6px;padding:10px 16px;margin:10px 0}
+.finding h3{margin:0 0 6px;font-size:15px}.fix{background:#eef6ee;border:1px solid #b7d9b7;border-radius:4px;
+padding:6px 10px;font-family:ui-monospace,Menlo,Consolas,monospace}
+.figures{display:grid;grid-template-columns:repeat(auto-fit,minmax(150px,1fr));gap:8px}
+.figures div{background:#fff;border:1px solid #d0d4da;border-radius:6px;padding:8px 12px}
+.figures b{display:block;font-size:18px}.chart{width:100%;height:auto;background:#fff;border:1px solid #d0d4da;
+border-radius:6px}.grid{stroke:#eceef1}.axis{stroke:#8c959f}.tick{font-size:11px;fill:#57606a}
+.label{font-size:12px;fill:#57606a}.wlabel{font-size:12px;fill:#1b1f24}.legend{list-style:none;padding:0;margin:6px 0;
+display:flex;flex-wrap:wrap;gap:12px}.swatch{display:inline-block;width:12px;height:12px;border-radius:2px;
+margin-right:5px;vertical-align:-1px}table{border-collapse:collapse;background:#fff;width:100%}
+td,th{border:1px solid #d0d4da;padding:4px 8px;text-align:left;font-size:13px}th{background:#eef0f3}
+.empty{background:#fff;border:1px dashed #b0b7c0;border-radius:6px;padding:14px;color:#57606a}
+.panels{display:grid;grid-template-columns:1fr 1fr;gap:8px}ul.plain{margin:4px 0;padding-left:20px}
+"""
+
+
+def color_of(cause: str, others: dict) -> str:
+    if cause in CAUSE_COLORS:
+        return CAUSE_COLORS[cause]
+    return others.setdefault(cause, OTHER_COLORS[len(others) % len(OTHER_COLORS)])
+
+
+def _text(v) -> str:
+    return v if isinstance(v, str) else ""
+
+
+def _list(v) -> list:
+    return v if isinstance(v, list) else []
+
+
+def _dict(v) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def request_rows(findings: dict) -> list[dict]:
+    """The per-request rows findings.json carries (judge.request_rows), as
+    dicts; rows of the wrong shape are left out."""
+    rr = _dict(findings.get("request_rows"))
+    cols = [c for c in _list(rr.get("columns")) if isinstance(c, str)]
+    return [dict(zip(cols, r)) for r in _list(rr.get("rows")) if isinstance(r, list) and len(r) == len(cols)]
+
+
+def sockets_of(tables_dir: Path | None):
+    """The socket samples of a tables directory, the columns the charts
+    draw and at most SOCKET_ROWS_MAX rows; None when there are none."""
+    if tables_dir is None or not (Path(tables_dir) / "sockets.parquet").is_file():
+        return None
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(Path(tables_dir) / "sockets.parquet")
+    cols = [c for c in SOCKET_COLUMNS if c in f.schema_arrow.names]
+    if "ts_us" not in cols:
+        return None
+    rows: list[dict] = []
+    for batch in f.iter_batches(columns=cols, batch_size=4096):
+        rows += batch.to_pylist()
+        if len(rows) >= SOCKET_ROWS_MAX:
+            break
+    return rows[:SOCKET_ROWS_MAX]
+
+
+def render_html(findings: dict, sockets: list[dict] | None = None, *, source: str | None = None) -> str:
+    findings = _dict(findings)
+    others: dict = {}
+    rows = request_rows(findings)
+    parts = [_head(findings, source), _verdict(findings, others), _figures(findings),
+             "<h2>Where a request's time goes</h2>", _waterfall(findings, rows),
+             "<h2>Latency over time</h2>", _over_time(rows, others, _sample_note(findings, len(rows))),
+             "<h2>Latency by cause</h2>", _distribution(rows, others),
+             "<h2>The client socket over time</h2>", _sockets(sockets),
+             "<h2>The network path</h2>", _paths(findings), _inputs(findings)]
+    title = f"kdiag: {_text(findings.get('verdict')) or 'no verdict'}"
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
+            "img-src data:\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{esc(title)}</title><style>{CSS}</style></head><body><main>"
+            + "".join(parts) + "</main></body></html>\n")
+
+
+def _head(f: dict, source: str | None) -> str:
+    s = _dict(f.get("summary"))
+    when = ""
+    first, last = num(s.get("first_send_us")), num(s.get("last_recv_us"))
+    if first and last:
+        try:
+            when = f", {time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime(first / 1e6))} +{(last - first) / 1e6:.1f} s"
+        except (OverflowError, OSError, ValueError):
+            when = ""
+    brokers = [b for b in _list(s.get("brokers")) if isinstance(b, str)]
+    what = (f"{fmt(num(s.get('requests')) or 0)} Produce requests to {len(brokers)} broker(s){when}; "
+            f"librdkafka {_text(f.get('librdkafka_version')) or '?'}; request timing from {_text(s.get('source')) or '?'}")
+    src = f"<br>from {esc(source)}" if source else ""
+    return (f"<h1>kdiag report</h1><p class=\"meta\">{esc(what)}{src}<br>kdiag "
+            f"{esc(_text(f.get('kdiag_version')) or '?')}</p>")
+
+
+def _verdict(f: dict, others: dict) -> str:
+    verdict = _text(f.get("verdict"))
+    conf = _text(f.get("confidence"))
+    out = [f'<section class="verdict" id="verdict" style="--c:{esc(color_of(verdict or "unexplained_slow", others))}">'
+           f'<h2>Verdict: {esc(verdict or "none: no completed Produce request to judge")}</h2>'
+           + (f"<div>Confidence: {esc(conf)}</div>" if conf else "") + "</section>"]
+    for fd in _list(f.get("findings")):
+        fd = _dict(fd)
+        share, ts = num(fd.get("share")) or 0.0, num(fd.get("time_share"))
+        of_time = f", {ts * 100:.0f}% of the time" if ts is not None and abs(ts - share) >= 0.05 else ""
+        evidence = "".join(f"<li>{esc(e)}</li>" for e in _list(fd.get("evidence")) if isinstance(e, str))
+        fix = _dict(fd.get("fix"))
+        fix_line = " ".join(f"-X {k}={v}" for k, v in fix.items() if isinstance(v, (str, int, float, bool)))
+        out.append(f'<section class="finding"><h3><span class="swatch" style="background:'
+                   f'{esc(color_of(_text(fd.get("cause")), others))}"></span>{esc(_text(fd.get("cause")))}: '
+                   f'{fmt(num(fd.get("requests")) or 0)} requests ({share * 100:.0f}%{esc(of_time)})</h3>'
+                   f'<ul class="plain">{evidence}</ul>'
+                   + (f'<div class="fix">fix: {esc(fix_line)}</div>' if fix_line else "")
+                   + (f"<p>{esc(fd['fix_text'])}</p>" if isinstance(fd.get("fix_text"), str) else "")
+                   + "</section>")
+    likely = [_dict(x) for x in _list(f.get("likely"))]
+    if likely:
+        out.append("<h2>Likely causes</h2><table><tr><th>cause</th><th>what supports it</th>"
+                   "<th>the capture that decides</th></tr>" + "".join(
+                       f"<tr><td>{esc(_text(x.get('cause')))}</td><td>{esc(_text(x.get('support')))}</td>"
+                       f"<td>{esc(_text(x.get('decide')))}</td></tr>" for x in likely) + "</table>")
+    return "".join(out)
+
+
+def _figures(f: dict) -> str:
+    s = _dict(f.get("summary"))
+    sp = _dict(s.get("split_ms"))
+    probe = _dict(f.get("probe"))
+
+    def ms(v) -> str:
+        v = num(v)
+        return "?" if v is None else f"{fmt(v)} ms"
+    cells = [("latency p50", ms(s.get("latency_p50_ms"))), ("latency p99", ms(s.get("latency_p99_ms"))),
+             ("librdkafka rtt p50", ms(s.get("rtt_p50_ms"))), ("path RTT", ms(s.get("path_rtt_ms"))),
+             ("wait for response (median)", ms(sp.get("wait_response")))]
+    if num(probe.get("msgs_per_s")) is not None:
+        cells.insert(0, ("probe throughput", f"{fmt(num(probe['msgs_per_s']))} msg/s"))
+    return '<div class="figures" id="figures">' + "".join(
+        f"<div>{esc(k)}<b>{esc(v)}</b></div>" for k, v in cells) + "</div>"
+
+
+def _waterfall(f: dict, rows: list[dict]) -> str:
+    """The typical request (the median by total) and the slowest, each a bar
+    of its parts on one time scale. The client queue is the statistics'
+    median: librdkafka reports it per window, not per request."""
+    timed = [r for r in rows if num(r.get("total_ms")) is not None]
+    if not timed:
+        return svg.empty("waterfall", "no per-request timings in these findings (no Produce request completed, "
+                                      "or kdiag made them before it kept them: kdiag report re-reads the captures)")
+    by_total = sorted(timed, key=lambda r: num(r["total_ms"]))
+    picked = [("typical (median)", by_total[(len(by_total) - 1) // 2])]
+    picked += [(f"slowest #{i + 1}", r) for i, r in enumerate(reversed(by_total[-WATERFALL_WORST:]))]
+    queue = num(_dict(_dict(f.get("summary")).get("split_ms")).get("client_queue"))
+    bars = []
+    for label, r in picked:
+        known = [queue, *(num(r.get(k)) for k in ("send_ms", "wait_ms", "read_ms"))]
+        send, wait, read = (v or 0.0 for v in known[1:])
+        rest = max(0.0, (num(r["total_ms"]) or 0.0) - send - wait - read)   # time the split could not place
+        bars.append((label, r, [queue or 0.0, send, wait + rest, read], known))
+    longest = max(sum(p) for _, _, p, _ in bars) or 1.0
+    w, row_h, left, right = svg.W, 34, 150, 250
+    scale = (w - left - right) / longest
+    marks, y = [], 8
+    for label, r, p, known in bars:
+        x = left
+        tip = f"CorrId {r.get('corr_id', '?')} to {r.get('broker', '?')}"
+        for (name, color), v in zip(PARTS, p):
+            marks.append(svg.rect(x, y, v * scale, row_h - 12, color, f"{name}: {fmt(v)} ms ({tip})"))
+            x += v * scale
+        marks.append(f'<text class="wlabel" x="{left - 8}" y="{y + 15}" text-anchor="end">{esc(label)}</text>')
+        marks.append(f'<text class="tick" x="{w - right + 8}" y="{y + 15}">'
+                     f'{esc(" · ".join("?" if v is None else fmt(v) for v in known))} ms = {fmt(num(r["total_ms"]) or 0)} ms'
+                     '</text>')
+        y += row_h
+    note = ("client queue: the statistics' median, the same on every bar" if queue is not None else
+            "client queue unknown (no statistics)") + "; ? = not measured by these inputs (drawn in the wait)"
+    body = "".join(marks)
+    return (svg.chart("waterfall", w, y + 4, "per-request waterfall", body, len(bars))
+            + svg.legend(list(PARTS)) + f'<p class="meta">Parts in ms: queue · send · wait · read. {esc(note)}.</p>')
+
+
+def _causes_of(rows: list[dict]) -> list[str]:
+    seen: dict[str, int] = {}
+    for r in rows:
+        c = r.get("cause") if isinstance(r.get("cause"), str) else "?"
+        seen[c] = seen.get(c, 0) + 1
+    return sorted(seen, key=lambda c: -seen[c])
+
+
+def _sample_note(f: dict, drawn: int) -> str:
+    rr = _dict(f.get("request_rows"))
+    of = num(rr.get("of"))
+    if rr.get("sampled") is True and of:
+        return (f'<p class="meta">{drawn:,} of {int(of):,} requests drawn: an even sample and the slowest; '
+                "the figures above count them all.</p>")
+    return ""
+
+
+def _over_time(rows: list[dict], others: dict, note: str = "") -> str:
+    pts = [(num(r.get("send_us")), num(r.get("total_ms")), r) for r in rows]
+    pts = [(t, v, r) for t, v, r in pts if t is not None and v is not None]
+    if not pts:
+        return svg.empty("over_time", "no per-request send times in these findings")
+    t0 = min(t for t, _, _ in pts)
+    vals = [v for _, v, _ in pts]
+    log = min(vals) > 0 and max(vals) / min(vals) > 20
+    fr = svg.Frame((0.0, max((t - t0) / 1e6 for t, _, _ in pts)), (0.0 if not log else min(vals), max(vals)),
+                   x_label="seconds since the first request", y_label="latency (ms)", y_log=log)
+    marks = [svg.dot(fr.x((t - t0) / 1e6), fr.y(v), color_of(r.get("cause") or "?", others),
+                     f"{v} ms, {r.get('cause')}, CorrId {r.get('corr_id', '?')}") for t, v, r in pts]
+    causes = _causes_of([r for _, _, r in pts])
+    return (fr.svg("over_time", marks, "latency of each request over time, coloured by cause")
+            + svg.legend([(c, color_of(c, others)) for c in causes]) + note)
+
+
+def _distribution(rows: list[dict], others: dict, bins: int = 30) -> str:
+    vals = [(num(r.get("total_ms")), r.get("cause") if isinstance(r.get("cause"), str) else "?") for r in rows]
+    vals = [(v, c) for v, c in vals if v is not None and v >= 0]
+    if not vals:
+        return svg.empty("distribution", "no per-request latencies in these findings")
+    lo, hi = min(v for v, _ in vals), max(v for v, _ in vals)
+    log = lo > 0 and hi / lo > 20
+    if hi <= lo:
+        hi = lo + 1.0
+    import math
+
+    def bin_of(v: float) -> int:
+        at = (math.log(v / lo) / math.log(hi / lo)) if log else (v - lo) / (hi - lo)
+        return min(bins - 1, max(0, int(at * bins)))
+
+    def edge(i: int) -> float:
+        return lo * (hi / lo) ** (i / bins) if log else lo + (hi - lo) * i / bins
+    causes = _causes_of([{"cause": c} for _, c in vals])
+    counts = [[0] * len(causes) for _ in range(bins)]
+    for v, c in vals:
+        counts[bin_of(v)][causes.index(c)] += 1
+    fr = svg.Frame((lo, hi), (0.0, float(max(sum(b) for b in counts))), x_label="latency (ms)",
+                   y_label="requests", x_log=log)
+    fr.x_lo, fr.x_hi = lo, hi
+    marks = []
+    for i, b in enumerate(counts):
+        x0, x1 = fr.x(edge(i)), fr.x(edge(i + 1))
+        base = 0
+        for j, k in enumerate(b):
+            if k:
+                marks.append(svg.rect(x0 + 0.5, fr.y(base + k), x1 - x0 - 1, fr.y(base) - fr.y(base + k),
+                                      color_of(causes[j], others),
+                                      f"{k} {causes[j]} requests of {fmt(edge(i))}-{fmt(edge(i + 1))} ms"))
+                base += k
+    return (fr.svg("distribution", marks, "latency distribution, stacked by cause")
+            + svg.legend([(c, color_of(c, others)) for c in causes]))
+
+
+def _sockets(samples: list[dict] | None) -> str:
+    if not samples:
+        return svg.empty("sockets", "no socket samples in these inputs (kdiag trace samples TCP_INFO of the "
+                                    "producer's broker sockets; a log or an strace alone has none)")
+    conns: dict[str, list[dict]] = {}
+    for r in samples:
+        if num(r.get("ts_us")) is None:
+            continue
+        key = f"fd {r.get('fd')} to {r.get('remote') or '?'}:{r.get('remote_port') or '?'}"
+        conns.setdefault(key, []).append(r)
+    if not conns:
+        return svg.empty("sockets", "the socket samples carry no times")
+    t0 = min(num(r["ts_us"]) for rs in conns.values() for r in rs)
+    t1 = max(num(r["ts_us"]) for rs in conns.values() for r in rs)
+    colors = {k: OTHER_COLORS[i % len(OTHER_COLORS)] for i, k in enumerate(conns)}
+    panels = []
+    for col, label, is_flag in SOCKET_PANELS:
+        series = {}
+        for k, rs in conns.items():
+            pts = []
+            for r in sorted(rs, key=lambda r: r["ts_us"]):
+                v = r.get(col)
+                v = (1.0 if v else 0.0) if is_flag and isinstance(v, bool) else num(v)
+                if v is not None:
+                    pts.append(((num(r["ts_us"]) - t0) / 1e6, v))
+            if pts:
+                series[k] = pts
+        name = f"socket_{col}"
+        if not series:
+            panels.append(svg.empty(name, f"{label}: not in the samples"))
+            continue
+        ys = [v for pts in series.values() for _, v in pts]
+        fr = svg.Frame((0.0, max((t1 - t0) / 1e6, 1e-3)), (0.0, max(max(ys), 1.0)), x_label="seconds",
+                       y_label=label, w=380, h=200)
+        marks = []
+        for k, pts in series.items():
+            px = [(fr.x(t), fr.y(v)) for t, v in pts]
+            marks.append(svg.line(px, colors[k], k, step=True) if len(px) > 1 else
+                         svg.dot(px[0][0], px[0][1], colors[k], k))
+        panels.append(fr.svg(name, marks, label))
+    return ('<div class="panels">' + "".join(panels) + "</div>"
+            + svg.legend([(k, c) for k, c in colors.items()]))
+
+
+def _paths(f: dict) -> str:
+    paths = [_dict(p) for p in _list(f.get("paths"))]
+    s = _dict(f.get("summary"))
+    rtt = num(s.get("path_rtt_ms"))
+    head = (f"<p>Path round trip: {'&le; ' if s.get('path_rtt_upper_bound') else ''}{fmt(rtt)} ms "
+            f"({esc(_text(s.get('path_rtt_source')))})</p>" if rtt is not None else "")
+    if not paths:
+        return head + svg.empty("paths", "no path probes in these inputs")
+    cols = ("broker", "method", "ttl", "responder", "answer", "rtt_min_ms", "rtt_median_ms", "rtt_max_ms",
+            "answered", "sent")
+    body = "".join("<tr>" + "".join(f"<td>{esc(_cell(p.get(c)))}</td>" for c in cols) + "</tr>" for p in paths)
+    return (head + f'<table data-chart="paths" data-marks="{len(paths)}"><tr>'
+            + "".join(f"<th>{esc(c)}</th>" for c in cols) + f"</tr>{body}</table>")
+
+
+def _cell(v) -> str:
+    if v is None:
+        return ""
+    return fmt(v) if num(v) is not None and not isinstance(v, int) else str(v)
+
+
+def _inputs(f: dict) -> str:
+    out = ["<h2>The inputs</h2>"]
+    checks = [_dict(c) for c in _list(f.get("input_checks"))]
+    if checks:
+        keys = [k for k in ("input", "check", "count", "detail") if any(k in c for c in checks)]
+        out.append('<table id="input-checks"><tr>' + "".join(f"<th>{esc(k)}</th>" for k in keys) + "</tr>" + "".join(
+            "<tr>" + "".join(f"<td>{esc(_cell(c.get(k)))}</td>" for k in keys) + "</tr>" for c in checks) + "</table>")
+    else:
+        out.append('<p id="input-checks">Input checks: nothing found (no copies, clock steps or negative '
+                   'latencies).</p>')
+    for title, key in (("What the inputs could not tell", "unknowns"), ("Notes on the inputs", "input_notes"),
+                       ("Why the capture is partial", "partial_reasons")):
+        items = [x for x in _list(f.get(key)) if isinstance(x, str)]
+        if items:
+            out.append(f"<h3>{esc(title)}</h3><ul class=\"plain\">" + "".join(f"<li>{esc(x)}</li>" for x in items)
+                       + "</ul>")
+    files = [_dict(x) for x in _list(f.get("inputs"))]
+    if files:
+        out.append("<h3>Files read</h3><table><tr><th>file</th><th>read as</th><th>lines</th><th>parsed</th>"
+                   "<th>skipped</th></tr>" + "".join(
+                       f"<tr><td>{esc(_text(x.get('path')))}</td><td>{esc(_text(x.get('kind')) or 'not recognised')}"
+                       f"</td><td>{esc(_cell(_dict(x.get('counts')).get('lines')))}</td>"
+                       f"<td>{esc(_cell(_dict(x.get('counts')).get('parsed')))}</td>"
+                       f"<td>{esc(_cell(_dict(x.get('counts')).get('skipped_total')))}</td></tr>" for x in files)
+                   + "</table>")
+    return "".join(out)
