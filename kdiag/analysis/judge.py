@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kdiag.analysis import causes
+from kdiag.analysis import causes, predict
 from kdiag.analysis.causes import BY_NAME, CauseAgg, Facts, classify, verdict_of, version_tuple
 from kdiag.analysis.causes import _slow_wait, client_queueing, healthy
 from kdiag.analysis.causes.nagle_delayed_ack import NAGLE_DEFAULT_FLIPPED
@@ -139,13 +139,14 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
     if each is not None:
         slow_as = "packet_loss" if "packet_loss" in per else "broker_slow"
         ci = each["columns"].index("cause")
-        for r in each["rows"]:
+        for r in each["rows"] + each["slowest"]:
             r[ci] = slow_as if r[ci] == _slow_wait.LABEL else r[ci]
     fill_write_sizes(syscalls, examples)
     if held:
         rq.unpersist()
     facts = Facts(None, {}, n, path_rtt, rtt_bound, version, default_nodelay, summary, meta, client_ms)
     findings = _findings(per, examples, facts, vt)
+    predict.attach(findings, each, single["wait_p50_ms"], path_rtt)
     verdict = verdict_of(findings)
     if verdict == "healthy":
         k = per["healthy"].k if "healthy" in per else 0
@@ -158,30 +159,29 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
 
 
 def request_rows(rq, n: int | None) -> dict:
-    """Each request's time and parts for the report's charts, in send
-    order: all of them up to REQUEST_ROWS_MAX, else an even sample of that
-    many and the REQUEST_ROWS_WORST slowest. ``n`` None: a small input,
-    collected whole and thinned here; else the sample is Spark's. Columnar,
-    floats rounded to 3 places: findings.json carries it."""
+    """Each request's time and parts for the report's charts and the
+    predictions, in send order: all of them up to REQUEST_ROWS_MAX, else an
+    even sample of that many in ``rows`` and the REQUEST_ROWS_WORST slowest
+    in ``slowest`` (so ``rows`` stays a fair sample). ``n`` None: a small
+    input, collected whole and thinned here; else the sample is Spark's.
+    Columnar, floats rounded to 3 places: findings.json carries it."""
     from pyspark.sql import functions as F
 
     cols = [c for c in REQUEST_COLUMNS if c in rq.columns]
     picked = rq.select(*cols)
+    in_order = lambda rows: sorted(rows, key=lambda r: (r.send_us is None, r.send_us or 0))  # noqa: E731
     if n is None or n <= REQUEST_ROWS_MAX:
-        got = sorted(picked.collect(), key=lambda r: (r.send_us is None, r.send_us or 0))
+        got = in_order(picked.collect())
         n = len(got)
-        worst = sorted(got, key=lambda r: -(r.total_ms or 0))[:REQUEST_ROWS_WORST]
-        got = got[::-(-n // REQUEST_ROWS_MAX)] + worst if n > REQUEST_ROWS_MAX else got
+        slowest = sorted(got, key=lambda r: -(r.total_ms or 0))[:REQUEST_ROWS_WORST]
+        got, slowest = (got[::-(-n // REQUEST_ROWS_MAX)], slowest) if n > REQUEST_ROWS_MAX else (got, [])
     else:
-        got = picked.sample(fraction=min(1.0, 1.1 * REQUEST_ROWS_MAX / n), seed=7).limit(REQUEST_ROWS_MAX).collect()
-        got += picked.orderBy(F.col("total_ms").desc_nulls_last()).limit(REQUEST_ROWS_WORST).collect()
-    seen, rows = set(), []
-    for r in sorted(got, key=lambda r: (r.send_us is None, r.send_us or 0)):
-        row = [round(v, 3) if isinstance(v, float) else v for v in r]
-        if tuple(row) not in seen:
-            seen.add(tuple(row))
-            rows.append(row)
-    return {"columns": cols, "rows": rows, "of": n, "sampled": n > REQUEST_ROWS_MAX}
+        got = in_order(picked.sample(fraction=min(1.0, 1.1 * REQUEST_ROWS_MAX / n), seed=7)
+                       .limit(REQUEST_ROWS_MAX).collect())
+        slowest = picked.orderBy(F.col("total_ms").desc_nulls_last()).limit(REQUEST_ROWS_WORST).collect()
+    plain = lambda r: [round(v, 3) if isinstance(v, float) else v for v in r]  # noqa: E731
+    return {"columns": cols, "rows": [plain(r) for r in got], "slowest": [plain(r) for r in in_order(slowest)],
+            "of": n, "sampled": n > REQUEST_ROWS_MAX}
 
 
 def _before_causes(spark, reqs, stats, conns: list[dict], meta: dict, parallel: bool):

@@ -74,7 +74,8 @@ def request_rows(findings: dict) -> list[dict]:
     dicts; rows of the wrong shape are left out."""
     rr = _dict(findings.get("request_rows"))
     cols = [c for c in _list(rr.get("columns")) if isinstance(c, str)]
-    return [dict(zip(cols, r)) for r in _list(rr.get("rows")) if isinstance(r, list) and len(r) == len(cols)]
+    rows = _list(rr.get("rows")) + _list(rr.get("slowest"))
+    return [dict(zip(cols, r)) for r in rows if isinstance(r, list) and len(r) == len(cols)]
 
 
 def sockets_of(tables_dir: Path | None):
@@ -150,6 +151,8 @@ def _verdict(f: dict, others: dict) -> str:
                    f'<ul class="plain">{evidence}</ul>'
                    + (f'<div class="fix">fix: {esc(fix_line)}</div>' if fix_line else "")
                    + (f"<p>{esc(fd['fix_text'])}</p>" if isinstance(fd.get("fix_text"), str) else "")
+                   + (f'<p class="predicted">Predicted {esc(fd["predicted_text"])}.</p>'
+                      if isinstance(fd.get("predicted_text"), str) else "")
                    + "</section>")
     likely = [_dict(x) for x in _list(f.get("likely"))]
     if likely:

@@ -77,6 +77,8 @@ def render(findings: dict, *, bundle: str | None = None, probe: dict | None = No
             out.append("    fix: " + " ".join(f"-X {k}={v}" for k, v in f["fix"].items()))
         if f.get("fix_text"):
             out.append(f"    ({f['fix_text']})")
+        if f.get("predicted_text"):
+            out.append(f"    predicted {f['predicted_text']}")
     if findings.get("confidence"):
         out.append(f"CONFIDENCE: {findings['confidence']}")
     if findings.get("likely"):
