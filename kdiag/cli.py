@@ -84,6 +84,18 @@ examples:
   kdiag report rdkafka.log strace.txt -o ticket-4711.html
       the same for raw captures, as kdiag replay reads them
 """
+COMPARE_EXAMPLES = """\
+examples:
+  kdiag compare nagle-on.tar.gz nagle-off.tar.gz
+      p50/p99 latency and msg/s before and after, each with a 95% bootstrap
+      interval, the causes' shares, what the BEFORE finding predicted for its
+      fix beside what AFTER measured, and whether the change fixed it
+  kdiag compare before/ after/ --json
+      directories of raw captures (read as kdiag replay reads them); one JSON
+      object: "fixed" true/false/null, "sentence", "before", "after", "prediction"
+  kdiag compare before.tar.gz after.tar.gz -o compare.html
+      also the comparison as one HTML page that opens offline
+"""
 BUNDLE_EXAMPLES = """\
 examples:
   kdiag bundle verify kdiag-20261122-101500.tar.gz
@@ -119,7 +131,8 @@ examples:
 def _parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     ap = argparse.ArgumentParser(prog="kdiag", description="Where a Kafka producer's latency goes.",
-                                 epilog=TRACE_EXAMPLES + "\n" + REPLAY_EXAMPLES + "\n" + REPORT_EXAMPLES,
+                                 epilog=TRACE_EXAMPLES + "\n" + REPLAY_EXAMPLES + "\n" + REPORT_EXAMPLES
+                                 + "\n" + COMPARE_EXAMPLES,
                                  formatter_class=fmt)
     ap.add_argument("--version", action="version", version=f"kdiag {__version__}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
@@ -177,6 +190,16 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--no-warm", action="store_true", help="as for kdiag replay")
     bundle_limits.add_options(rp)
 
+    cp = sub.add_parser("compare", help="whether a change fixed the latency: two runs side by side",
+                        epilog=COMPARE_EXAMPLES, formatter_class=fmt)
+    cp.add_argument("before", type=Path, metavar="BEFORE", help="a bundle, a raw capture or a directory of them")
+    cp.add_argument("after", type=Path, metavar="AFTER", help="the same, after the change")
+    cp.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
+    cp.add_argument("-o", "--output", type=Path, help="also write the comparison as an HTML page")
+    cp.add_argument("--no-verify", action="store_true", help="as for kdiag replay")
+    cp.add_argument("--no-warm", action="store_true", help="as for kdiag replay")
+    bundle_limits.add_options(cp)
+
     b = sub.add_parser("bundle", help="check bundles against their manifests",
                        epilog=BUNDLE_EXAMPLES, formatter_class=fmt)
     b.add_argument("action", choices=["verify", "seal"],
@@ -191,7 +214,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+", type=Path, metavar="FILE")
     p.add_argument("-o", "--output", type=Path, required=True, help="directory for <table>.parquet")
 
-    for spark_user in (t, r, rp):
+    for spark_user in (t, r, rp, cp):
         spark_user.add_argument("-v", "--verbose", action="store_true",
                                 help="let Spark's and the JVM's own output through (default: into "
                                      "~/.cache/kdiag/logs/); also KDIAG_VERBOSE=1")
@@ -352,6 +375,30 @@ def cmd_report(args, env: Environment) -> ExitStatus:
     except OSError as e:
         raise KdiagError(f"cannot write {out}: {e.strerror or e}") from None
     env.stdout.write(f"{out}\n")
+    return ExitStatus.OK
+
+
+def cmd_compare(args, env: Environment) -> ExitStatus:
+    import argparse
+
+    from kdiag.report.compare import compare, render_text
+
+    if args.output is not None and args.output.is_dir():
+        raise UsageError(f"-o {args.output}: a directory; give the HTML file to write")
+    sides = []
+    for path in (args.before, args.after):
+        one = argparse.Namespace(**{**vars(args), "paths": [path]})
+        sides.append(_replayed(one, env, lambda findings, tables: findings))
+    result = compare(*sides, names=(args.before.name, args.after.name))
+    if args.output is not None:
+        from kdiag.report.compare_page import render_compare_html
+
+        try:
+            args.output.write_text(render_compare_html(result))
+        except OSError as e:
+            raise KdiagError(f"cannot write {args.output}: {e.strerror or e}") from None
+        env.say(f"wrote {args.output}")
+    env.stdout.write(json.dumps(result, default=str) + "\n" if args.json else render_text(result))
     return ExitStatus.OK
 
 
@@ -546,6 +593,9 @@ def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
         if args.command == "report":
             with _sigterm_interrupts(), _private_files():
                 return cmd_report(args, env)
+        if args.command == "compare":
+            with _sigterm_interrupts(), _private_files():
+                return cmd_compare(args, env)
         if args.command == "parse":
             with _sigterm_interrupts(), _private_files():
                 return cmd_parse(args, env)

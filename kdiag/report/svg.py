@@ -50,8 +50,9 @@ class Frame:
     """A plot area with its two axes; x and y map data to pixels."""
 
     def __init__(self, x_range: tuple[float, float], y_range: tuple[float, float], *, x_label: str,
-                 y_label: str, y_log: bool = False, x_log: bool = False, w: int = W, h: int = H) -> None:
-        self.w, self.h, self.x_log, self.y_log = w, h, x_log, y_log
+                 y_label: str, y_log: bool = False, x_log: bool = False, w: int = W, h: int = H,
+                 x_ticks: bool = True) -> None:
+        self.w, self.h, self.x_log, self.y_log, self.x_ticks = w, h, x_log, y_log, x_ticks
         self.x_lo, self.x_hi = self._span(*x_range, x_log)
         self.y_lo, self.y_hi = self._span(*y_range, y_log)
         self.x_label, self.y_label = x_label, y_label
@@ -60,7 +61,7 @@ class Frame:
     def _span(lo: float, hi: float, log: bool) -> tuple[float, float]:
         if log:
             lo, hi = max(lo, 1e-6), max(hi, 1e-6)
-            return (lo / 1.3, hi * 1.3) if hi / lo < 10 else (lo, hi)
+            return lo / 1.3, hi * 1.3
         if hi <= lo:
             return lo - 1, hi + 1
         return lo, hi + (hi - lo) * 0.04
@@ -76,13 +77,14 @@ class Frame:
     def y(self, v: float) -> float:
         return self.h - BOTTOM - self._at(v, self.y_lo, self.y_hi, self.y_log) * (self.h - TOP - BOTTOM)
 
-    def svg(self, name: str, marks: list[str], title: str) -> str:
+    def svg(self, name: str, marks: list[str], title: str, count: int | None = None) -> str:
+        """``count``: the data marks among ``marks`` (default: all of them)."""
         grid = []
         for t in nice_ticks(self.y_lo, self.y_hi, self.y_log):
             y = self.y(t)
             grid.append(f'<line class="grid" x1="{LEFT}" x2="{self.w - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
                         f'<text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{fmt(t)}</text>')
-        for t in nice_ticks(self.x_lo, self.x_hi, self.x_log, 8):
+        for t in nice_ticks(self.x_lo, self.x_hi, self.x_log, 8) if self.x_ticks else []:
             x = self.x(t)
             grid.append(f'<line class="axis" x1="{x:.1f}" x2="{x:.1f}" y1="{self.h - BOTTOM}" '
                         f'y2="{self.h - BOTTOM + 4}"/><text class="tick" x="{x:.1f}" y="{self.h - BOTTOM + 16}" '
@@ -93,7 +95,8 @@ class Frame:
                 f'text-anchor="middle">{esc(self.x_label)}</text>'
                 f'<text class="label" transform="translate(14 {(TOP + self.h - BOTTOM) / 2:.0f}) rotate(-90)" '
                 f'text-anchor="middle">{esc(self.y_label)}</text>')
-        return chart(name, self.w, self.h, title, "".join(grid) + axes + "".join(marks), len(marks))
+        return chart(name, self.w, self.h, title, "".join(grid) + axes + "".join(marks),
+                     len(marks) if count is None else count)
 
 
 def chart(name: str, w: int, h: int, title: str, body: str, marks: int) -> str:

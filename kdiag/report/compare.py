@@ -1,0 +1,201 @@
+"""Before and after a change: latency and throughput with bootstrap
+confidence intervals, the causes' shares, what the BEFORE run's finding
+predicted beside what AFTER measured, and one sentence saying whether the
+change fixed it. Pure: two findings dicts in, one dict out (the JSON of
+``kdiag compare --json``); the renderers below read only that dict."""
+from __future__ import annotations
+
+import math
+
+from kdiag.report.svg import fmt, num
+
+RESAMPLES = 2000
+SEED = 20261125
+LEVEL = 0.95
+# A cause below this share of the requests after the change is gone.
+GONE_SHARE = 0.10
+# The lab's bar for a prediction: the predicted saving within this fraction
+# of the measured one.
+PREDICTION_TOLERANCE = 0.25
+
+
+def _rows(findings: dict) -> list[dict]:
+    rr = findings.get("request_rows") if isinstance(findings.get("request_rows"), dict) else {}
+    cols = rr.get("columns") if isinstance(rr.get("columns"), list) else []
+    return [dict(zip(cols, r)) for r in rr.get("rows") or [] if isinstance(r, list) and len(r) == len(cols)]
+
+
+def _nearest_rank(sorted_vals, q: float):
+    import numpy as np
+
+    n = sorted_vals.shape[-1]
+    k = np.clip(np.rint(q * (n - 1)).astype(int), 0, n - 1)
+    return sorted_vals[..., k]
+
+
+def quantile_ci(values: list[float], q: float) -> dict:
+    """The q-quantile (nearest rank, as the findings compute it) and its
+    percentile-bootstrap interval."""
+    import numpy as np
+
+    vals = np.asarray([v for v in values if num(v) is not None], dtype=float)
+    if vals.size == 0:
+        return {"value": None, "lo": None, "hi": None, "n": 0}
+    point = float(_nearest_rank(np.sort(vals), q))
+    if vals.size < 10:
+        return {"value": point, "lo": None, "hi": None, "n": int(vals.size)}
+    rng = np.random.default_rng(SEED)
+    boots = _nearest_rank(np.sort(vals[rng.integers(0, vals.size, (RESAMPLES, vals.size))], axis=1), q)
+    lo, hi = np.quantile(boots, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+    return {"value": point, "lo": float(lo), "hi": float(hi), "n": int(vals.size)}
+
+
+def rate_ci(send_us: list[float], scale: float = 1.0) -> dict:
+    """Requests a second over the run (times ``scale``), and an interval
+    from resampling equal time windows (a block bootstrap: requests close
+    in time are not independent)."""
+    import numpy as np
+
+    t = np.sort(np.asarray([v for v in send_us if num(v) is not None], dtype=float))
+    if t.size < 2 or t[-1] <= t[0]:
+        return {"value": None, "lo": None, "hi": None, "n": int(t.size)}
+    span_s = (t[-1] - t[0]) / 1e6
+    point = (t.size - 1) / span_s * scale
+    k = max(5, min(20, t.size // 5))
+    if t.size < 10:
+        return {"value": point, "lo": None, "hi": None, "n": int(t.size)}
+    counts = np.histogram(t, bins=k, range=(t[0], t[-1]))[0]
+    rng = np.random.default_rng(SEED)
+    boots = counts[rng.integers(0, k, (RESAMPLES, k))].sum(axis=1) / span_s * scale
+    lo, hi = np.quantile(boots, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+    return {"value": point, "lo": float(lo), "hi": float(hi), "n": int(t.size)}
+
+
+def side(findings: dict, name: str) -> dict:
+    rows = _rows(findings)
+    totals = [r.get("total_ms") for r in rows]
+    rr = findings.get("request_rows") or {}
+    summary = findings.get("summary") or {}
+    probe = findings.get("probe") if isinstance(findings.get("probe"), dict) else {}
+    sampled_of = num(rr.get("of")) if rr.get("sampled") else None
+    scale = (sampled_of / len(rows)) if sampled_of and rows else 1.0
+    per_request = None
+    if num(probe.get("delivered")) and num(summary.get("requests")):
+        per_request = probe["delivered"] / summary["requests"]
+    rate = rate_ci([r.get("send_us") for r in rows], scale * (per_request or 1.0))
+    shares = {f["cause"]: f.get("share") for f in findings.get("findings") or [] if isinstance(f, dict)
+              and isinstance(f.get("cause"), str)}
+    return {"name": name, "verdict": findings.get("verdict"), "requests": summary.get("requests"),
+            "p50_ms": quantile_ci(totals, 0.5), "p99_ms": quantile_ci(totals, 0.99),
+            "rate": rate, "rate_unit": "msg/s" if per_request else "requests/s",
+            "probe_msgs_per_s": num(probe.get("msgs_per_s")), "shares": shares,
+            "sampled": bool(rr.get("sampled")), "drawn": totals}
+
+
+def compare(before: dict, after: dict, names: tuple[str, str] = ("before", "after")) -> dict:
+    b, a = side(before, names[0]), side(after, names[1])
+    cause = b["verdict"] if b["verdict"] not in (None, "healthy") else None
+    out = {"before": b, "after": a, "cause": cause, "prediction": _prediction(before, b, a, cause)}
+    out["fixed"], out["sentence"] = _judged(b, a, cause)
+    for s in (b, a):
+        s.pop("drawn")
+    out["distributions"] = {names[0]: _rows_total(before), names[1]: _rows_total(after)}
+    return out
+
+
+def _rows_total(findings: dict) -> list[float]:
+    return [r["total_ms"] for r in _rows(findings) if num(r.get("total_ms")) is not None]
+
+
+def _prediction(before: dict, b: dict, a: dict, cause: str | None) -> dict | None:
+    f = next((f for f in before.get("findings") or [] if isinstance(f, dict) and f.get("cause") == cause), None)
+    p = f.get("predicted") if f else None
+    if not isinstance(p, dict) or num(p.get("p50_ms")) is None:
+        return None
+    mb, ma = b["p50_ms"]["value"], a["p50_ms"]["value"]
+    out = {"cause": cause, "fix": f.get("fix"), "predicted_p50_ms": p["p50_ms"], "predicted_p99_ms": p.get("p99_ms"),
+           "measured_p50_ms": ma, "measured_p99_ms": a["p99_ms"]["value"],
+           "predicted_saving_ms": p.get("saves_p50_ms"), "measured_saving_ms": None, "within_tolerance": None}
+    if mb is not None and ma is not None and num(p.get("saves_p50_ms")) is not None:
+        measured = mb - ma
+        out["measured_saving_ms"] = round(measured, 3)
+        out["within_tolerance"] = abs(p["saves_p50_ms"] - measured) <= PREDICTION_TOLERANCE * abs(measured)
+    return out
+
+
+def _judged(b: dict, a: dict, cause: str | None) -> tuple[bool | None, str]:
+    pb, pa = b["p50_ms"], a["p50_ms"]
+    if pb["value"] is None or pa["value"] is None:
+        return None, "Cannot tell: one side has no completed Produce request to compare."
+    moved = (f"p50 {ci_text(pb)} ms before, {ci_text(pa)} ms after"
+             + (f" ({pb['value'] / pa['value']:.3g}x faster)" if pa["value"] > 0 and pb["value"] > pa["value"] else ""))
+    separated = pb["lo"] is not None and pa["hi"] is not None and pa["hi"] < pb["lo"]
+    worse = pa["lo"] is not None and pb["hi"] is not None and pa["lo"] > pb["hi"]
+    share_after = a["shares"].get(cause) or 0.0
+    if cause is None:
+        return None, f"Before the change the requests were {b['verdict'] or 'not judged'}: nothing to fix; {moved}."
+    if separated and share_after < GONE_SHARE:
+        return True, f"The change fixed it: {cause} is gone ({pct(b['shares'].get(cause))} of requests before, " \
+                     f"{pct(share_after)} after); {moved}."
+    if separated:
+        return False, f"Faster, not fixed: {cause} still holds {pct(share_after)} of the requests; {moved}."
+    if worse:
+        return False, f"The change made it worse: {moved}."
+    return False, f"The change did not fix it: the intervals overlap; {moved}."
+
+
+def pct(v) -> str:
+    return f"{(num(v) or 0) * 100:.0f}%"
+
+
+def ci_text(e: dict) -> str:
+    if e["value"] is None:
+        return "?"
+    if e["lo"] is None:
+        return f"{fmt(e['value'])}"
+    return f"{fmt(e['value'])} [{fmt(e['lo'])}, {fmt(e['hi'])}]"
+
+
+def render_text(c: dict) -> str:
+    b, a = c["before"], c["after"]
+    lines = [f"kdiag compare: {b['name']} -> {a['name']}", "",
+             f"  {'':<14}{'BEFORE':>28}{'AFTER':>28}",
+             f"  {'P50(ms)':<14}{ci_text(b['p50_ms']):>28}{ci_text(a['p50_ms']):>28}",
+             f"  {'P99(ms)':<14}{ci_text(b['p99_ms']):>28}{ci_text(a['p99_ms']):>28}",
+             f"  {a['rate_unit'].upper():<14}{ci_text(b['rate']):>28}{ci_text(a['rate']):>28}",
+             f"  {'REQUESTS':<14}{str(b['requests']):>28}{str(a['requests']):>28}",
+             f"  {'VERDICT':<14}{str(b['verdict']):>28}{str(a['verdict']):>28}", "", "  CAUSES (share of requests)"]
+    for cause in sorted(set(b["shares"]) | set(a["shares"])):
+        lines.append(f"    {cause:<24}{pct(b['shares'].get(cause)):>8} -> {pct(a['shares'].get(cause))}")
+    p = c.get("prediction")
+    if p:
+        ok = {True: "within", False: "outside", None: "?"}[p["within_tolerance"]]
+        lines += ["", f"  PREDICTED by {b['name']}'s {p['cause']} finding: p50 {fmt(p['predicted_p50_ms'])} ms, "
+                      f"saving {fmt(p['predicted_saving_ms'] or 0)} ms",
+                  f"  MEASURED in {a['name']}: p50 {fmt(p['measured_p50_ms'] or 0)} ms, saving "
+                  f"{fmt(p['measured_saving_ms'] or 0)} ms ({ok} {PREDICTION_TOLERANCE:.0%} of the measured saving)"]
+    lines += ["", f"{c['sentence']}", f"  ({LEVEL:.0%} intervals: bootstrap, {RESAMPLES} resamples; rates by "
+                                       "resampling time windows)", ""]
+    return "\n".join(lines)
+
+
+def log_bins(a: list[float], b: list[float], bins: int = 30) -> list[float]:
+    vals = [v for v in a + b if v > 0]
+    if not vals:
+        return [0.0, 1.0]
+    lo, hi = min(vals), max(vals)
+    if hi <= lo:
+        hi = lo * 1.5
+    return [lo * (hi / lo) ** (i / bins) for i in range(bins + 1)]
+
+
+def count_in(values: list[float], edges: list[float]) -> list[int]:
+    import bisect
+
+    out = [0] * (len(edges) - 1)
+    for v in values:
+        if v <= 0 or math.isnan(v):
+            continue
+        i = min(len(out) - 1, max(0, bisect.bisect_right(edges, v) - 1))
+        out[i] += 1
+    return out

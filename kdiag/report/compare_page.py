@@ -1,0 +1,123 @@
+"""``kdiag compare -o PAGE``: the comparison (kdiag.report.compare) as one
+self-contained HTML page, drawn as the report is (kdiag.report.svg)."""
+from __future__ import annotations
+
+from kdiag.report import svg
+from kdiag.report.compare import LEVEL, RESAMPLES, ci_text, pct, count_in, log_bins
+from kdiag.report.html import CSS, color_of
+from kdiag.report.svg import esc, fmt, num
+
+SIDES = ("#d62728", "#2ca02c")   # before, after
+
+
+def render_compare_html(c: dict) -> str:
+    b, a = c["before"], c["after"]
+    verdict_color = {True: "#2ca02c", False: "#d62728", None: "#7f7f7f"}[c.get("fixed")]
+    parts = [f"<h1>kdiag compare</h1><p class=\"meta\">{esc(b['name'])} &rarr; {esc(a['name'])}</p>",
+             f'<section class="verdict" id="verdict" style="--c:{verdict_color}"><h2>{esc(c["sentence"])}</h2>'
+             "</section>", _table(c), _prediction(c),
+             "<h2>Latency before and after</h2>", _latency(c),
+             "<h2>Causes before and after</h2>", _causes(c),
+             "<h2>Latency distribution</h2>", _distribution(c),
+             f'<p class="meta">{LEVEL:.0%} intervals: percentile bootstrap, {RESAMPLES} resamples of the requests; '
+             "rates by resampling equal time windows.</p>"]
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
+            "img-src data:\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>kdiag compare: {esc(b['name'])} vs {esc(a['name'])}</title><style>{CSS}</style></head>"
+            "<body><main>" + "".join(parts) + "</main></body></html>\n")
+
+
+def _table(c: dict) -> str:
+    b, a = c["before"], c["after"]
+    rows = [("p50 (ms)", ci_text(b["p50_ms"]), ci_text(a["p50_ms"])),
+            ("p99 (ms)", ci_text(b["p99_ms"]), ci_text(a["p99_ms"])),
+            (a["rate_unit"], ci_text(b["rate"]), ci_text(a["rate"])),
+            ("requests", str(b["requests"]), str(a["requests"])),
+            ("verdict", str(b["verdict"]), str(a["verdict"]))]
+    return ('<table id="figures"><tr><th></th><th>before</th><th>after</th></tr>' + "".join(
+        f"<tr><td>{esc(k)}</td><td>{esc(x)}</td><td>{esc(y)}</td></tr>" for k, x, y in rows) + "</table>")
+
+
+def _prediction(c: dict) -> str:
+    p = c.get("prediction")
+    if not p:
+        return ""
+    fix = ", ".join(f"{k}={v}" for k, v in (p.get("fix") or {}).items())
+    ok = {True: "within", False: "outside", None: "not comparable to"}[p.get("within_tolerance")]
+    return (f'<h2>Predicted and measured</h2><table id="prediction"><tr><th></th><th>predicted by the '
+            f'{esc(p["cause"])} finding ({esc(fix)})</th><th>measured after</th></tr>'
+            f"<tr><td>p50 (ms)</td><td>{fmt(p['predicted_p50_ms'])}</td><td>{fmt(p['measured_p50_ms'] or 0)}</td></tr>"
+            f"<tr><td>p99 (ms)</td><td>{fmt(p['predicted_p99_ms'] or 0)}</td>"
+            f"<td>{fmt(p['measured_p99_ms'] or 0)}</td></tr>"
+            f"<tr><td>saving at the median (ms)</td><td>{fmt(p['predicted_saving_ms'] or 0)}</td>"
+            f"<td>{fmt(p['measured_saving_ms'] or 0)}</td></tr></table>"
+            f'<p class="meta">The predicted saving is {ok} 25% of the measured one.</p>')
+
+
+def _latency(c: dict) -> str:
+    items = [(f"{q} {s['name']}", s[f"{q}_ms"], SIDES[i]) for q in ("p50", "p99")
+             for i, s in enumerate((c["before"], c["after"]))]
+    vals = [v for _, e, _ in items for v in (e["value"], e["lo"], e["hi"]) if num(v) is not None and v > 0]
+    if not vals:
+        return svg.empty("compare_latency", "no latencies on either side")
+    fr = svg.Frame((0.0, float(len(items))), (min(vals), max(vals)), x_label="", y_label="latency (ms, log)",
+                   y_log=True, x_ticks=False)
+    fr.x_lo, fr.x_hi = 0.0, float(len(items))
+    marks = []
+    for i, (label, e, color) in enumerate(items):
+        x = fr.x(i + 0.5)
+        if num(e["value"]) is None or e["value"] <= 0:
+            continue
+        if e["lo"] is not None and e["hi"] is not None and e["lo"] > 0:
+            marks.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{fr.y(e["lo"]):.1f}" y2="{fr.y(e["hi"]):.1f}" '
+                         f'stroke="{color}" stroke-width="2"><title>{esc(label)}: {esc(ci_text(e))} ms</title></line>')
+        marks.append(svg.dot(x, fr.y(e["value"]), color, f"{label}: {ci_text(e)} ms", r=5))
+        marks.append(f'<text class="wlabel" x="{x:.1f}" y="{fr.h - 22}" text-anchor="middle">{esc(label)}</text>')
+    dots = sum(m.startswith("<circle") for m in marks)
+    return fr.svg("compare_latency", marks, "p50 and p99 with their intervals", count=dots)
+
+
+def _causes(c: dict) -> str:
+    sides = (c["before"], c["after"])
+    names = sorted(set(sides[0]["shares"]) | set(sides[1]["shares"]))
+    if not names:
+        return svg.empty("compare_causes", "no causes named on either side")
+    w, left, bar_h = svg.W, 90, 26
+    others: dict = {}
+    marks, y = [], 8
+    for label, s in zip(("before", "after"), sides):
+        x = left
+        for n in names:
+            share = num(s["shares"].get(n)) or 0.0
+            width = share * (w - left - 20)
+            if width > 0:
+                marks.append(svg.rect(x, y, width, bar_h, color_of(n, others), f"{s['name']}: {n} {pct(share)}"))
+            x += width
+        marks.append(f'<text class="wlabel" x="{left - 8}" y="{y + 17}" text-anchor="end">{label}'
+                     f'<title>{esc(s["name"])}</title></text>')
+        y += bar_h + 12
+    drawn = sum(m.startswith("<rect") for m in marks)
+    return (svg.chart("compare_causes", w, y, "share of requests by cause", "".join(marks), drawn)
+            + svg.legend([(n, color_of(n, others)) for n in names]))
+
+
+def _distribution(c: dict) -> str:
+    (nb, before), (na, after) = list(c["distributions"].items())
+    if not before and not after:
+        return svg.empty("compare_distribution", "no per-request latencies on either side")
+    edges = log_bins(before, after)
+    counts = [count_in(before, edges), count_in(after, edges)]
+    top = max(max(cs) for cs in counts) or 1
+    fr = svg.Frame((edges[0], edges[-1]), (0.0, float(top)), x_label="latency (ms, log)", y_label="requests",
+                   x_log=True)
+    fr.x_lo, fr.x_hi = edges[0], edges[-1]
+    marks = []
+    for side, (name, cs) in enumerate(zip((nb, na), counts)):
+        for i, k in enumerate(cs):
+            if k:
+                x0, x1 = fr.x(edges[i]), fr.x(edges[i + 1])
+                marks.append(svg.rect(x0 + 0.5, fr.y(k), x1 - x0 - 1, fr.y(0) - fr.y(k), SIDES[side],
+                                      f"{name}: {k} requests of {fmt(edges[i])}-{fmt(edges[i + 1])} ms"))
+    return (fr.svg("compare_distribution", marks, "latency distribution before and after")
+            + svg.legend([(nb, SIDES[0]), (na, SIDES[1])]))

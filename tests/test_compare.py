@@ -1,0 +1,114 @@
+"""kdiag compare: bootstrap intervals that hold their level, the sentence
+that says whether a change fixed it, and the lab's Nagle on/off pair with
+the prediction beside the measurement, in the terminal, as JSON and in
+Chromium."""
+from __future__ import annotations
+
+import io
+import json
+import random
+
+import pytest
+
+from browser import open_page
+from conftest import need
+from kdiag.cli import Environment, main
+from kdiag.report.compare import PREDICTION_TOLERANCE, compare, quantile_ci, rate_ci
+
+
+def test_the_median_interval_holds_its_level():
+    """Of 200 samples of 200 from a known distribution, about 95% of the
+    intervals hold the true median (binomial: 180-199 at 95%)."""
+    rng = random.Random(5)
+    true_median = 10.0   # lognormal(mu=log 10): its median is 10
+    import math
+
+    held = 0
+    for _ in range(200):
+        vals = [rng.lognormvariate(math.log(true_median), 0.8) for _ in range(200)]
+        e = quantile_ci(vals, 0.5)
+        held += e["lo"] <= true_median <= e["hi"]
+    assert 180 <= held <= 199, held
+
+
+def test_rate_of_a_steady_producer():
+    send_us = [i * 50_000 for i in range(101)]   # 20 a second for 5 s
+    e = rate_ci(send_us, scale=2.0)                # two messages a request
+    assert e["value"] == pytest.approx(40.0)
+    assert e["lo"] <= 40.0 <= e["hi"] and e["hi"] - e["lo"] < 4
+
+
+def test_too_few_requests_give_no_interval():
+    e = quantile_ci([1.0, 2.0, 3.0], 0.5)
+    assert e["value"] == 2.0 and e["lo"] is None and e["hi"] is None
+
+
+def _findings(totals, cause, share, predicted=None):
+    rows = [[i * 1000, t, None, t, None, None, cause if i < share * len(totals) else "healthy"]
+            for i, t in enumerate(totals)]
+    f = {"cause": cause, "share": share, "fix": {"socket.nagle.disable": "true"}}
+    if predicted:
+        f["predicted"] = predicted
+    return {"verdict": cause if share >= 0.5 else "healthy", "summary": {"requests": len(totals)},
+            "findings": [f] if share else [],
+            "request_rows": {"columns": ["send_us", "total_ms", "send_ms", "wait_ms", "read_ms", "rtt_ms", "cause"],
+                             "rows": rows, "slowest": [], "of": len(totals), "sampled": False}}
+
+
+def test_a_fix_a_partial_fix_and_no_fix():
+    rng = random.Random(1)
+    slow = [43 + rng.random() for _ in range(60)]
+    fast = [0.7 + rng.random() / 10 for _ in range(60)]
+    before = _findings(slow, "nagle_delayed_ack", 1.0, {"p50_ms": 1.0, "p99_ms": 2.0, "saves_p50_ms": 42.5})
+    got = compare(before, _findings(fast, "nagle_delayed_ack", 0.0))
+    assert got["fixed"] is True and got["sentence"].startswith("The change fixed it")
+    assert got["prediction"]["within_tolerance"] is True
+    half = compare(before, _findings([20 + rng.random() for _ in range(60)], "nagle_delayed_ack", 0.5))
+    assert half["fixed"] is False and half["sentence"].startswith("Faster, not fixed")
+    same = compare(before, _findings([43 + rng.random() for _ in range(60)], "nagle_delayed_ack", 1.0))
+    assert same["fixed"] is False and "did not fix it" in same["sentence"]
+    worse = compare(_findings(fast, "nagle_delayed_ack", 1.0), _findings(slow, "nagle_delayed_ack", 1.0))
+    assert worse["fixed"] is False and "worse" in worse["sentence"]
+    healthy = compare(_findings(fast, "x", 0.0), _findings(fast, "x", 0.0))
+    assert healthy["fixed"] is None and "nothing to fix" in healthy["sentence"]
+
+
+def _trace(tmp_path, name, *extra):
+    need("strace", root=True)
+    need("stunnel4")
+    bundle = tmp_path / f"{name}.tar.gz"
+    err = io.StringIO()
+    rc = main(["trace", "--json", "--messages", "60", "-o", str(bundle), *extra],
+              Environment(stdout=io.StringIO(), stderr=err))
+    assert rc == 0, err.getvalue()
+    return bundle
+
+
+@pytest.mark.e2e
+def test_nagle_on_then_off_in_the_lab(spark, tmp_path):
+    on = _trace(tmp_path, "nagle-on", "-X", "socket.nagle.disable=false")
+    off = _trace(tmp_path, "nagle-off", "-X", "socket.nagle.disable=true")
+    page = tmp_path / "compare.html"
+    out, err = io.StringIO(), io.StringIO()
+    rc = main(["compare", str(on), str(off), "--json", "-o", str(page)], Environment(stdout=out, stderr=err))
+    assert rc == 0, err.getvalue()
+    got = json.loads(out.getvalue())
+    assert got["fixed"] is True, got["sentence"]
+    b, a = got["before"], got["after"]
+    assert b["verdict"] == "nagle_delayed_ack" and a["verdict"] == "healthy"
+    assert b["p50_ms"]["lo"] > 38 and a["p50_ms"]["hi"] < 5
+    assert b["rate_unit"] == "msg/s" and b["rate"]["hi"] < 30 < 100 < a["rate"]["lo"]
+    p = got["prediction"]
+    # The predicted saving within 25% of the measured one (tests: the lab run's figures).
+    assert p["within_tolerance"] is True and PREDICTION_TOLERANCE == 0.25, p
+    print(f"\npredicted p50 {p['predicted_p50_ms']} ms (saving {p['predicted_saving_ms']}), measured "
+          f"{p['measured_p50_ms']} ms (saving {p['measured_saving_ms']})")
+    text = io.StringIO()
+    assert main(["compare", str(on), str(off)], Environment(stdout=text, stderr=io.StringIO())) == 0
+    assert "The change fixed it" in text.getvalue() and "PREDICTED" in text.getvalue()
+    shown = open_page(page, "compare-nagle.png")
+    assert not [e for e in shown.console if e["level"] in ("SEVERE", "WARNING")], shown.console
+    for name in ("compare_latency", "compare_causes", "compare_distribution"):
+        said, width, height, _, drawn = shown.charts[name]
+        assert said > 0 and drawn >= said and width > 300 and height > 50, name
+    assert "The change fixed it" in shown.text and "Predicted and measured" in shown.text
