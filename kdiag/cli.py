@@ -30,8 +30,12 @@ class Environment:
     stderr: TextIO = field(default_factory=lambda: sys.stderr)
 
     def say(self, msg: str) -> None:
-        """Progress for people: stderr, so stdout stays the result."""
-        print(f"kdiag: {msg}", file=self.stderr, flush=True)
+        """Notes for people: stderr, so stdout stays the result; above the
+        progress display when one is shown."""
+        from kdiag import progress
+
+        if not progress.current().say(f"kdiag: {msg}"):
+            print(f"kdiag: {msg}", file=self.stderr, flush=True)
 
 
 TRACE_EXAMPLES = """\
@@ -419,7 +423,10 @@ def _replayed(args, env: Environment, then):
     # whose manifest is missing or not first is what verification reports.
     bundles = [p for p in paths if bundle.is_bundle(p) or bundle.is_archive(p)]
     limits = bundle.Limits.resolve(args)
-    checked = [bundle.verify(p, limits) for p in bundles]
+    from kdiag import progress
+
+    with progress.current().stage(f"verifying {len(bundles)} bundle(s)" if bundles else "reading"):
+        checked = [bundle.verify(p, limits) for p in bundles]
     for v in checked:
         if v.unsealed:
             env.say(f"warning: {v.path} is unsealed (kdiag was stopped before it finished); its captures are "
@@ -580,6 +587,15 @@ def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
         return ExitStatus.USAGE
     if getattr(args, "verbose", False):
         os.environ["KDIAG_VERBOSE"] = "1"   # read where the JVM starts (analysis/jvm.py)
+    from kdiag import progress
+
+    # The JVM's own output (--verbose) would tear a redrawn line.
+    shown = progress.wanted(env.stderr, getattr(args, "json", False)) and not getattr(args, "verbose", False)
+    with progress.shown(env.stderr, shown and args.command in ("trace", "replay", "report", "compare", "parse")):
+        return _run(args, env, argv, command)
+
+
+def _run(args, env: Environment, argv: list[str], command: list[str]) -> int:
     try:
         if command and args.command != "trace":
             raise UsageError("'-- CMD' goes with kdiag trace only")

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from kdiag import __version__
+from kdiag import __version__, progress
 from kdiag.ingest.tables import Parsed, parse_paths
 
 
@@ -19,6 +19,7 @@ def analyse(raw: list[Path], tables_dir: Path, meta: dict | None = None, spark=N
     one-line note to ``say``."""
     server = _warm_server(raw, say) if warm and spark is None else None
     starting = None if spark is not None or server is not None else start_session(raw)
+    shown = progress.current()
     parsed = parse_paths(raw, tables_dir, base=base)
     meta = {"kdiag_version": __version__, **(meta or {})}
     findings = None
@@ -26,15 +27,18 @@ def analyse(raw: list[Path], tables_dir: Path, meta: dict | None = None, spark=N
         from kdiag.analysis.warm import WarmUnavailable
 
         try:
-            findings = server.analyze(tables_dir, meta)
+            with shown.stage("analysing (warm analysis server)"):
+                findings = server.analyze(tables_dir, meta)
         except WarmUnavailable as e:
             _note(say, f"note: {e}; analysing in this process instead")
     if findings is None:
         if spark is None:
-            spark = (starting or start_session(raw)).result()
+            with shown.stage("starting Spark"):
+                spark = (starting or start_session(raw)).result()
         from kdiag.analysis.job import analyze
 
-        findings = analyze(spark, tables_dir, meta)
+        with shown.stage("analysing in Spark"):
+            findings = analyze(spark, tables_dir, meta)
     findings["input_notes"] = parsed.notes
     findings["inputs"] = parsed.files
     from kdiag.analysis.input_checks import name_inputs

@@ -226,12 +226,16 @@ def _probe_pid(proc: subprocess.Popen, timeout_s: float = 10.0) -> int | None:
     return None
 
 
+TICK_S = 0.25
+
+
 def run_child(cmd: list[str], log_path: Path, timeout_s: float, log, env: dict, on_start=lambda pid: None,
-               raw: Path | None = None, cap_bytes: int | None = None) -> tuple[str | None, int | None]:
+               raw: Path | None = None, cap_bytes: int | None = None,
+               tick=lambda: None) -> tuple[str | None, int | None]:
     """Run the probe with its stderr (librdkafka's log) streaming to disk;
-    ``on_start`` gets the probe's pid. A disk budget on ``raw`` stops it at
-    ``cap_bytes`` or a nearly full disk. Returns (why it was stopped early
-    or None, exit code)."""
+    ``on_start`` gets the probe's pid, ``tick`` is called every TICK_S while
+    it runs. A disk budget on ``raw`` stops it at ``cap_bytes`` or a nearly
+    full disk. Returns (why it was stopped early or None, exit code)."""
     from kdiag.capture import disk_budget
 
     stopped = None
@@ -245,8 +249,16 @@ def run_child(cmd: list[str], log_path: Path, timeout_s: float, log, env: dict, 
         pid = _probe_pid(proc)
         if pid is not None:
             on_start(pid)
+        deadline = time.monotonic() + timeout_s
         try:
-            proc.wait(timeout=timeout_s)
+            while True:
+                try:
+                    proc.wait(timeout=max(0.0, min(TICK_S, deadline - time.monotonic())))
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() >= deadline:
+                        raise
+                    tick()
         except subprocess.TimeoutExpired:
             log(f"probe still running after {timeout_s:.0f}s: stopping it")
             stopped = f"the probe was stopped after --timeout {timeout_s:g}s"

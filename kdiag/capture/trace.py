@@ -24,7 +24,7 @@ from kdiag import collectors
 from kdiag.collectors import probe_output
 from kdiag.collectors.base import PROBE, Capture, Collector, gaps
 import kdiag
-from kdiag import __version__
+from kdiag import __version__, progress
 from kdiag.bundle import archive as bundle
 from kdiag.capture import disk_budget
 from kdiag.bundle import redact
@@ -191,6 +191,29 @@ def _staged(staging: Path, argv: list[str], log):
             shutil.rmtree(staging, ignore_errors=True)
 
 
+class _Answered:
+    """Produce responses in the probe's librdkafka log so far, read from
+    where the last look stopped: the progress bar's count. librdkafka:
+    "RECV ... Received ProduceResponse (v7, 60 bytes, CorrId 4, rtt 43.38ms)"."""
+    MARK = b"Received ProduceResponse"
+
+    def __init__(self, path: Path) -> None:
+        self._path, self._at, self._n, self._tail = path, 0, 0, b""
+
+    def count(self) -> int:
+        try:
+            with open(self._path, "rb") as f:
+                f.seek(self._at)
+                new = f.read(1 << 20)
+        except OSError:
+            return self._n
+        self._at += len(new)
+        text = self._tail + new
+        self._n += text.count(self.MARK)
+        self._tail = text[-(len(self.MARK) - 1):]   # a mark cut across two reads is counted once
+        return self._n
+
+
 @dataclass
 class ProbeRun:
     """How kdiag's probe producer's run went."""
@@ -207,14 +230,17 @@ def _run(opts: TraceOptions, staging: Path, out: Path, log) -> TraceResult:
     spark_holder, warm = start_spark(small=opts.messages <= SMALL_PROBE_MESSAGES)
 
     with contextlib.ExitStack() as stack:
-        lab_info, cgroup = _brokers(opts, capture, active, stack, log)
+        with progress.current().stage("starting the lab" if opts.lab is not None and not opts.brokers
+                                      else "connecting"):
+            lab_info, cgroup = _brokers(opts, capture, active, stack, log)
         _record_start(staging, opts, capture.producer_config, lab_info)
         run = _run_producer(opts, capture, active, cgroup, log)
         probe = probe_output.read_summary(capture.raw)
         if opts.path_probe and run.stopped is None:
-            for c in active:
-                if not c.skipped:
-                    c.after(probe)
+            with progress.current().stage("probing the path"):
+                for c in active:
+                    if not c.skipped:
+                        c.after(probe)
     # The lab is down here: analysis needs no broker.
 
     probe_error = _probe_error(probe, run)
@@ -295,9 +321,12 @@ def _run_producer(opts: TraceOptions, capture: Capture, active: list[Collector],
             if not c.skipped:
                 c.start(pid)
 
-    stopped, exit_code = probe_producer.run_child(capture.exec_prefix + cmd, stderr_path, opts.timeout_s, log, env,
-                                                   on_start=start_all, raw=capture.raw,
-                                                   cap_bytes=_cap_bytes(opts.max_capture_mb))
+    with progress.current().stage(f"probe: {opts.messages} messages", total=opts.messages) as stage:
+        answered = _Answered(stderr_path)
+        stopped, exit_code = probe_producer.run_child(capture.exec_prefix + cmd, stderr_path, opts.timeout_s, log,
+                                                       env, on_start=start_all, raw=capture.raw,
+                                                       cap_bytes=_cap_bytes(opts.max_capture_mb),
+                                                       tick=lambda: stage.update(answered.count()))
     ended = int(time.time() * 1e6)
     for c in active:
         c.stop(started, ended, stopped is not None)

@@ -24,6 +24,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kdiag import progress
 from kdiag.ingest.detect import detect
 from kdiag.ingest.feeding import feed_chunks
 from kdiag.ingest.parquet_sink import TableSink
@@ -93,10 +94,11 @@ def _parse_all(paths: list[Path], base: Path | None, out: Parsed, sink: TableSin
     probes = _ProbeFiles()
     for path, shown, kind, entry in found:
         fmt = format_named(kind)
-        if fmt.reads == CHUNKS:
-            counts = _parse_chunked(fmt, path, shown, sink, strace_files)
-        else:
-            counts = _parse_whole(fmt, path, sink, probes)
+        with progress.current().stage(f"reading {Path(shown).name}", total=entry["bytes"] or None) as stage:
+            if fmt.reads == CHUNKS:
+                counts = _parse_chunked(fmt, path, shown, sink, strace_files, stage)
+            else:
+                counts = _parse_whole(fmt, path, sink, probes)
         entry["counts"] = counts
         if counts["skipped_total"]:
             out.notes.append(
@@ -143,7 +145,8 @@ def _recognised(paths: list[Path], base: Path | None, out: Parsed) -> list[tuple
     return found
 
 
-def _parse_chunked(fmt, path: Path, shown: str, sink: TableSink, strace_files: list[StraceFile]) -> dict:
+def _parse_chunked(fmt, path: Path, shown: str, sink: TableSink, strace_files: list[StraceFile],
+                   stage=progress.Stage()) -> dict:
     parser = fmt.parser()
     sf = None
     if fmt.name == "strace":
@@ -151,8 +154,11 @@ def _parse_chunked(fmt, path: Path, shown: str, sink: TableSink, strace_files: l
         sf = StraceFile(shown, offset, pid_of_name(path.name))
         strace_files.append(sf)
     cut = 0
+    done = 0
     for chunk, table in feed_chunks(fmt, parser, path):
         cut += chunk.cut_lines
+        done += chunk.lines.nbytes - 4 * (len(chunk.lines) + 1)   # less the offsets: about the text read
+        stage.update(done, lines=chunk.first_line_no + len(chunk.lines) - 1)
         if sf is not None:
             sf.clock = parser.clock
         _emit(sink, fmt, table, sf)
