@@ -441,7 +441,7 @@ def _replayed(args, env: Environment, then):
                 + "; ".join(map(str, v.problems)))
     meta: dict = {}
     raw: list[Path] = []
-    probe = None
+    probe = delivery = None
     with contextlib.ExitStack() as cleanup:
         for p in paths:
             if p in bundles:
@@ -457,6 +457,7 @@ def _replayed(args, env: Environment, then):
                 if summary is not None:
                     probe = summary
                     meta["tcp_retrans"] = retransmits(probe)
+                    delivery = bundle.delivery_ms(d / "raw" / "probe", limits)
             elif p.is_dir():
                 raw += sorted(f for f in p.rglob("*") if f.is_file())
             else:
@@ -471,6 +472,7 @@ def _replayed(args, env: Environment, then):
             raise KdiagError(f"cannot write the tables to {tmp}: {reason(e)} "
                              "(set TMPDIR to a directory with room)") from None
         findings["probe"] = probe
+        findings["delivery_ms"] = delivery
         return then(findings, Path(tmp) / "tables")
 
 

@@ -146,7 +146,7 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
         rq.unpersist()
     facts = Facts(None, {}, n, path_rtt, rtt_bound, version, default_nodelay, summary, meta, client_ms)
     findings = _findings(per, examples, facts, vt)
-    predict.attach(findings, each, single["wait_p50_ms"], path_rtt)
+    predict.attach(findings, each, single["wait_p50_ms"], path_rtt, client_ms)
     verdict = verdict_of(findings)
     if verdict == "healthy":
         k = per["healthy"].k if "healthy" in per else 0

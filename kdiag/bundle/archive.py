@@ -22,7 +22,7 @@ from pathlib import Path
 # are kdiag.bundle.archive's too.
 from kdiag.bundle.limits import Limits  # noqa: F401
 from kdiag.bundle.reading import (ANALYSED_SOURCES, FORMATS, MANIFEST, PROBE_SUMMARY,  # noqa: F401
-                                  is_archive, is_bundle, is_sealed_dir, manifest, probe_summary,
+                                  delivery_ms, is_archive, is_bundle, is_sealed_dir, manifest, probe_summary,
                                   raw_files, refuse_links, unpack, unsafe_member)
 from kdiag.bundle.verify import Problem, Verification, verify  # noqa: F401
 

@@ -24,6 +24,9 @@ FORMATS = (1,)
 # the probe's own summary, read as metadata.
 ANALYSED_SOURCES = ("rdkafka_log", "strace", "stats", "tcp_probe", "sockets")
 PROBE_SUMMARY = "raw/probe/summary.json"
+PROBE_MESSAGES = "raw/probe/messages.jsonl"
+# The compare's bootstrap needs a fair sample, not every message.
+DELIVERY_MAX = 2000
 _BLOCK = 1 << 20
 _UNREADABLE = (tarfile.TarError, OSError, EOFError, zlib.error)
 
@@ -270,6 +273,35 @@ def probe_summary(bundle_dir: Path, limits: Limits | None = None) -> dict | None
     what is wrong with it)."""
     value, problems = read_probe_summary(Path(bundle_dir) / PROBE_SUMMARY, limits or Limits.resolve())
     return None if problems else value
+
+
+def delivery_ms(raw_probe_dir: Path, limits: Limits | None = None) -> list[float] | None:
+    """Each delivered message's time from produce() to its delivery report,
+    in ms, from the probe's messages.jsonl ({"seq", "produce_us",
+    "delivered_us", "error"} a line): every message up to DELIVERY_MAX, an
+    even sample beyond. Lines of another shape are left out; None when
+    there is no such file or it is over the manifest cap."""
+    path = Path(raw_probe_dir) / Path(PROBE_MESSAGES).name
+    if not path.is_file():
+        return None
+    limits = limits or Limits.resolve()
+    try:
+        data = read_capped(path, max(limits.manifest_bytes, 64 << 20))
+    except (InputError, OSError):
+        return None
+    if data is None:
+        return None
+    out = []
+    for line in data.splitlines():
+        try:
+            m = json.loads(line)
+            took = (m["delivered_us"] - m["produce_us"]) / 1000
+        except (ValueError, TypeError, KeyError):
+            continue
+        if isinstance(took, float) and took == took and m.get("error") is None and 0 <= took < 1e9:
+            out.append(round(took, 3))
+    step = -(-len(out) // DELIVERY_MAX) or 1
+    return out[::step]
 
 
 def read_probe_summary(path: Path, limits: Limits) -> tuple[dict | None, list[str]]:

@@ -259,7 +259,8 @@ def _run(opts: TraceOptions, staging: Path, out: Path, log) -> TraceResult:
     manifest = _manifest(opts, capture.producer_config, lab_info, statuses, reasons)
     findings, out_path = finish(staging, raw_inputs, meta, spark_holder, warm, out,
                                 redact.secret_values(capture.producer_config), manifest,
-                                {"probe": probe, "partial": bool(reasons), "probe_error": probe_error}, log,
+                                {"probe": probe, "partial": bool(reasons), "probe_error": probe_error,
+                                 "delivery_ms": bundle.delivery_ms(capture.raw / "probe")}, log,
                                 opts.pseudonymise)
     return TraceResult(findings, out_path, probe, bool(reasons), probe_error, interrupted=run.stopped is not None)
 
@@ -513,7 +514,8 @@ def seal(staging: Path, out: Path | None = None, log=lambda msg: None) -> Path:
     meta = {"librdkafka_version": (man.get("versions") or {}).get("librdkafka")}
     probe = bundle.probe_summary(staging)
     _, out_path = finish(staging, raw_inputs, meta, holder, warm, out.resolve(), [], manifest,
-                         {"partial": True, "probe": probe}, log)
+                         {"partial": True, "probe": probe, "delivery_ms": bundle.delivery_ms(staging / "raw" / "probe")},
+                         log)
     return out_path
 
 

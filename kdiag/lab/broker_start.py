@@ -180,7 +180,10 @@ def _plan(state_dir: Path, variant: str, response_delay_ms: float | None,
         cmds["proxy"] = _slowproxy_cmd(proxy_port, broker_port, response_delay_ms, quota_bytes_per_s)
         logs["proxy"], envs["proxy"] = state_dir / kl.SLOWPROXY_LOG, _kdiag_env()
     if terminator == "socat":
-        cmds["terminator"] = tls.socat_cmd(term_tool, tls_port, term_target, cert, key)
+        from kdiag.lab import scenarios
+
+        nodelay = scenarios.loopback_variants()[variant].nodelay
+        cmds["terminator"] = tls.socat_cmd(term_tool, tls_port, term_target, cert, key, nodelay=nodelay)
     else:
         cmds["terminator"] = [term_tool, str(tls.stunnel_conf(state_dir, tls_port, term_target, cert, key))]
     logs["terminator"], envs["terminator"] = state_dir / term_log, None

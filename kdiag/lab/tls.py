@@ -103,13 +103,14 @@ def accepts_tls(port: int, ca: Path) -> bool:
 _SOCAT_SPECIAL = set(",:!'\"\\ \t\n")
 
 
-def socat_cmd(socat: str, tls_port: int, broker_port: int, cert: Path, key: Path) -> list[str]:
+def socat_cmd(socat: str, tls_port: int, broker_port: int, cert: Path, key: Path, nodelay: bool = False) -> list[str]:
     for path in (cert, key):
         if _SOCAT_SPECIAL & set(str(path)):
             raise LabError(f"socat cannot take the path {str(path)!r}: use a state dir without ,:! quotes or spaces")
     return [
         socat, "-d", "-d",
         f"OPENSSL-LISTEN:{tls_port},bind=127.0.0.1,reuseaddr,fork,cert={cert},key={key},verify=0",
-        # No ",nodelay": this hop's Nagle is the fault the variant exists for.
-        f"TCP:127.0.0.1:{broker_port}",
+        # Without ",nodelay" this hop runs Nagle: the fault the nagle-proxy
+        # variant exists for; proxy-nodelay is its fix.
+        f"TCP:127.0.0.1:{broker_port}" + (",nodelay" if nodelay else ""),
     ]

@@ -17,6 +17,9 @@ GONE_SHARE = 0.10
 # The lab's bar for a prediction: the predicted saving within this fraction
 # of the measured one.
 PREDICTION_TOLERANCE = 0.25
+# Causes whose time is spent before the request is sent: judged by the
+# messages' delivery time (the probe's), not the requests' latency.
+BEFORE_THE_REQUEST = frozenset({"client_queueing"})
 
 
 def _rows(findings: dict) -> list[dict]:
@@ -66,7 +69,8 @@ def rate_ci(send_us: list[float], scale: float = 1.0) -> dict:
         return {"value": point, "lo": None, "hi": None, "n": int(t.size)}
     counts = np.histogram(t, bins=k, range=(t[0], t[-1]))[0]
     rng = np.random.default_rng(SEED)
-    boots = counts[rng.integers(0, k, (RESAMPLES, k))].sum(axis=1) / span_s * scale
+    # (n - 1) intervals between n requests, as the point estimate counts them.
+    boots = counts[rng.integers(0, k, (RESAMPLES, k))].sum(axis=1) * ((t.size - 1) / t.size) / span_s * scale
     lo, hi = np.quantile(boots, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
     return {"value": point, "lo": float(lo), "hi": float(hi), "n": int(t.size)}
 
@@ -85,8 +89,10 @@ def side(findings: dict, name: str) -> dict:
     rate = rate_ci([r.get("send_us") for r in rows], scale * (per_request or 1.0))
     shares = {f["cause"]: f.get("share") for f in findings.get("findings") or [] if isinstance(f, dict)
               and isinstance(f.get("cause"), str)}
+    delivery = findings.get("delivery_ms") if isinstance(findings.get("delivery_ms"), list) else []
     return {"name": name, "verdict": findings.get("verdict"), "requests": summary.get("requests"),
             "p50_ms": quantile_ci(totals, 0.5), "p99_ms": quantile_ci(totals, 0.99),
+            "delivery_p50_ms": quantile_ci(delivery, 0.5),
             "rate": rate, "rate_unit": "msg/s" if per_request else "requests/s",
             "probe_msgs_per_s": num(probe.get("msgs_per_s")), "shares": shares,
             "sampled": bool(rr.get("sampled")), "drawn": totals}
@@ -95,8 +101,13 @@ def side(findings: dict, name: str) -> dict:
 def compare(before: dict, after: dict, names: tuple[str, str] = ("before", "after")) -> dict:
     b, a = side(before, names[0]), side(after, names[1])
     cause = b["verdict"] if b["verdict"] not in (None, "healthy") else None
-    out = {"before": b, "after": a, "cause": cause, "prediction": _prediction(before, b, a, cause)}
-    out["fixed"], out["sentence"] = _judged(b, a, cause)
+    # A cause that holds messages before their request (the queue) shows in
+    # the delivery time, not in the requests' latency.
+    metric = "delivery_p50_ms" if cause in BEFORE_THE_REQUEST and b["delivery_p50_ms"]["value"] is not None \
+        and a["delivery_p50_ms"]["value"] is not None else "p50_ms"
+    out = {"before": b, "after": a, "cause": cause, "metric": metric,
+           "prediction": _prediction(before, b, a, cause, metric)}
+    out["fixed"], out["sentence"] = _judged(b, a, cause, metric)
     for s in (b, a):
         s.pop("drawn")
     out["distributions"] = {names[0]: _rows_total(before), names[1]: _rows_total(after)}
@@ -107,27 +118,36 @@ def _rows_total(findings: dict) -> list[float]:
     return [r["total_ms"] for r in _rows(findings) if num(r.get("total_ms")) is not None]
 
 
-def _prediction(before: dict, b: dict, a: dict, cause: str | None) -> dict | None:
+def _prediction(before: dict, b: dict, a: dict, cause: str | None, metric: str) -> dict | None:
     f = next((f for f in before.get("findings") or [] if isinstance(f, dict) and f.get("cause") == cause), None)
     p = f.get("predicted") if f else None
-    if not isinstance(p, dict) or num(p.get("p50_ms")) is None:
+    if not isinstance(p, dict):
         return None
-    mb, ma = b["p50_ms"]["value"], a["p50_ms"]["value"]
-    out = {"cause": cause, "fix": f.get("fix"), "predicted_p50_ms": p["p50_ms"], "predicted_p99_ms": p.get("p99_ms"),
-           "measured_p50_ms": ma, "measured_p99_ms": a["p99_ms"]["value"],
-           "predicted_saving_ms": p.get("saves_p50_ms"), "measured_saving_ms": None, "within_tolerance": None}
-    if mb is not None and ma is not None and num(p.get("saves_p50_ms")) is not None:
+    mb, ma = b[metric]["value"], a[metric]["value"]
+    if metric == "delivery_p50_ms":
+        saving = num(p.get("saves_delivery_p50_ms"))
+        p50, p99, measured_p99 = (None if saving is None or mb is None else round(mb - saving, 3)), None, None
+    else:
+        saving, p50, p99, measured_p99 = num(p.get("saves_p50_ms")), p.get("p50_ms"), p.get("p99_ms"), \
+            a["p99_ms"]["value"]
+    if saving is None:
+        return None
+    out = {"cause": cause, "fix": f.get("fix"), "metric": metric, "predicted_p50_ms": p50, "predicted_p99_ms": p99,
+           "measured_p50_ms": ma, "measured_p99_ms": measured_p99, "predicted_saving_ms": saving,
+           "measured_saving_ms": None, "within_tolerance": None}
+    if mb is not None and ma is not None:
         measured = mb - ma
         out["measured_saving_ms"] = round(measured, 3)
-        out["within_tolerance"] = abs(p["saves_p50_ms"] - measured) <= PREDICTION_TOLERANCE * abs(measured)
+        out["within_tolerance"] = abs(saving - measured) <= PREDICTION_TOLERANCE * abs(measured)
     return out
 
 
-def _judged(b: dict, a: dict, cause: str | None) -> tuple[bool | None, str]:
-    pb, pa = b["p50_ms"], a["p50_ms"]
+def _judged(b: dict, a: dict, cause: str | None, metric: str = "p50_ms") -> tuple[bool | None, str]:
+    pb, pa = b[metric], a[metric]
     if pb["value"] is None or pa["value"] is None:
         return None, "Cannot tell: one side has no completed Produce request to compare."
-    moved = (f"p50 {ci_text(pb)} ms before, {ci_text(pa)} ms after"
+    what = "delivery p50" if metric == "delivery_p50_ms" else "p50"
+    moved = (f"{what} {ci_text(pb)} ms before, {ci_text(pa)} ms after"
              + (f" ({pb['value'] / pa['value']:.3g}x faster)" if pa["value"] > 0 and pb["value"] > pa["value"] else ""))
     separated = pb["lo"] is not None and pa["hi"] is not None and pa["hi"] < pb["lo"]
     worse = pa["lo"] is not None and pb["hi"] is not None and pa["lo"] > pb["hi"]
@@ -163,6 +183,8 @@ def render_text(c: dict) -> str:
              f"  {'P50(ms)':<14}{ci_text(b['p50_ms']):>28}{ci_text(a['p50_ms']):>28}",
              f"  {'P99(ms)':<14}{ci_text(b['p99_ms']):>28}{ci_text(a['p99_ms']):>28}",
              f"  {a['rate_unit'].upper():<14}{ci_text(b['rate']):>28}{ci_text(a['rate']):>28}",
+             *([f"  {'DELIVERY(ms)':<14}{ci_text(b['delivery_p50_ms']):>28}{ci_text(a['delivery_p50_ms']):>28}"]
+               if b["delivery_p50_ms"]["value"] is not None or a["delivery_p50_ms"]["value"] is not None else []),
              f"  {'REQUESTS':<14}{str(b['requests']):>28}{str(a['requests']):>28}",
              f"  {'VERDICT':<14}{str(b['verdict']):>28}{str(a['verdict']):>28}", "", "  CAUSES (share of requests)"]
     for cause in sorted(set(b["shares"]) | set(a["shares"])):
@@ -170,9 +192,10 @@ def render_text(c: dict) -> str:
     p = c.get("prediction")
     if p:
         ok = {True: "within", False: "outside", None: "?"}[p["within_tolerance"]]
-        lines += ["", f"  PREDICTED by {b['name']}'s {p['cause']} finding: p50 {fmt(p['predicted_p50_ms'])} ms, "
-                      f"saving {fmt(p['predicted_saving_ms'] or 0)} ms",
-                  f"  MEASURED in {a['name']}: p50 {fmt(p['measured_p50_ms'] or 0)} ms, saving "
+        what = "delivery p50" if p["metric"] == "delivery_p50_ms" else "p50"
+        lines += ["", f"  PREDICTED by {b['name']}'s {p['cause']} finding: {what} "
+                      f"{fmt(p['predicted_p50_ms'] or 0)} ms, saving {fmt(p['predicted_saving_ms'] or 0)} ms",
+                  f"  MEASURED in {a['name']}: {what} {fmt(p['measured_p50_ms'] or 0)} ms, saving "
                   f"{fmt(p['measured_saving_ms'] or 0)} ms ({ok} {PREDICTION_TOLERANCE:.0%} of the measured saving)"]
     lines += ["", f"{c['sentence']}", f"  ({LEVEL:.0%} intervals: bootstrap, {RESAMPLES} resamples; rates by "
                                        "resampling time windows)", ""]

@@ -33,6 +33,7 @@ def _table(c: dict) -> str:
     rows = [("p50 (ms)", ci_text(b["p50_ms"]), ci_text(a["p50_ms"])),
             ("p99 (ms)", ci_text(b["p99_ms"]), ci_text(a["p99_ms"])),
             (a["rate_unit"], ci_text(b["rate"]), ci_text(a["rate"])),
+            ("message delivery p50 (ms)", ci_text(b["delivery_p50_ms"]), ci_text(a["delivery_p50_ms"])),
             ("requests", str(b["requests"]), str(a["requests"])),
             ("verdict", str(b["verdict"]), str(a["verdict"]))]
     return ('<table id="figures"><tr><th></th><th>before</th><th>after</th></tr>' + "".join(
@@ -45,9 +46,11 @@ def _prediction(c: dict) -> str:
         return ""
     fix = ", ".join(f"{k}={v}" for k, v in (p.get("fix") or {}).items())
     ok = {True: "within", False: "outside", None: "not comparable to"}[p.get("within_tolerance")]
+    what = "message delivery p50" if p.get("metric") == "delivery_p50_ms" else "p50"
     return (f'<h2>Predicted and measured</h2><table id="prediction"><tr><th></th><th>predicted by the '
             f'{esc(p["cause"])} finding ({esc(fix)})</th><th>measured after</th></tr>'
-            f"<tr><td>p50 (ms)</td><td>{fmt(p['predicted_p50_ms'])}</td><td>{fmt(p['measured_p50_ms'] or 0)}</td></tr>"
+            f"<tr><td>{what} (ms)</td><td>{fmt(p['predicted_p50_ms'] or 0)}</td>"
+            f"<td>{fmt(p['measured_p50_ms'] or 0)}</td></tr>"
             f"<tr><td>p99 (ms)</td><td>{fmt(p['predicted_p99_ms'] or 0)}</td>"
             f"<td>{fmt(p['measured_p99_ms'] or 0)}</td></tr>"
             f"<tr><td>saving at the median (ms)</td><td>{fmt(p['predicted_saving_ms'] or 0)}</td>"

@@ -33,6 +33,7 @@ ORDER = (
     "nagle_on",
     "nagle_off",
     "nagle_proxy",
+    "proxy_nodelay",
     "slow_broker",
     "throttled",
     "client_queueing",
@@ -58,6 +59,7 @@ class Loopback:
     terminator: str                       # the TLS terminator's process name
     proxy: str | None = None              # the process between terminator and Tansu, if any
     cpu_limit_cores: float | None = None  # the probe and a busy neighbour in a cgroup this size
+    nodelay: bool = False                 # socat sets TCP_NODELAY on its hop to the broker (",nodelay")
 
 
 @dataclass(frozen=True)
