@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kdiag.report import svg
 from kdiag.report.compare import LEVEL, RESAMPLES, ci_text, pct, count_in, log_bins
-from kdiag.report.html import CSS, color_of
+from kdiag.report.html import color_of, page, table
 from kdiag.report.svg import esc, fmt, num
 
 SIDES = ("#d62728", "#2ca02c")   # before, after
@@ -21,11 +21,7 @@ def render_compare_html(c: dict) -> str:
              "<h2>Latency distribution</h2>", _distribution(c),
              f'<p class="meta">{LEVEL:.0%} intervals: percentile bootstrap, {RESAMPLES} resamples of the requests; '
              "rates by resampling equal time windows.</p>"]
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
-            "img-src data:\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>kdiag compare: {esc(b['name'])} vs {esc(a['name'])}</title><style>{CSS}</style></head>"
-            "<body><main>" + "".join(parts) + "</main></body></html>\n")
+    return page(f"kdiag compare: {b['name']} vs {a['name']}", "".join(parts))
 
 
 def _table(c: dict) -> str:
@@ -36,8 +32,7 @@ def _table(c: dict) -> str:
             ("message delivery p50 (ms)", ci_text(b["delivery_p50_ms"]), ci_text(a["delivery_p50_ms"])),
             ("requests", str(b["requests"]), str(a["requests"])),
             ("verdict", str(b["verdict"]), str(a["verdict"]))]
-    return ('<table id="figures"><tr><th></th><th>before</th><th>after</th></tr>' + "".join(
-        f"<tr><td>{esc(k)}</td><td>{esc(x)}</td><td>{esc(y)}</td></tr>" for k, x, y in rows) + "</table>")
+    return table(["", "before", "after"], [list(r) for r in rows], ' id="figures"')
 
 
 def _prediction(c: dict) -> str:

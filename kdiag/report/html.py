@@ -107,12 +107,16 @@ def render_html(findings: dict, sockets: list[dict] | None = None, *, source: st
              "<h2>Latency by cause</h2>", _distribution(rows, others),
              "<h2>The client socket over time</h2>", _sockets(sockets),
              "<h2>The network path</h2>", _paths(findings), _inputs(findings)]
-    title = f"kdiag: {_text(findings.get('verdict')) or 'no verdict'}"
+    return page(f"kdiag: {_text(findings.get('verdict')) or 'no verdict'}", "".join(parts))
+
+
+def page(title: str, body: str) -> str:
+    """The document around ``body``: styles inline; the policy forbids every
+    script and every fetch, so nothing a bundle smuggled in could run."""
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
             "img-src data:\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{esc(title)}</title><style>{CSS}</style></head><body><main>"
-            + "".join(parts) + "</main></body></html>\n")
+            f"<title>{esc(title)}</title><style>{CSS}</style></head><body><main>{body}</main></body></html>\n")
 
 
 def _head(f: dict, source: str | None) -> str:
@@ -156,11 +160,16 @@ def _verdict(f: dict, others: dict) -> str:
                    + "</section>")
     likely = [_dict(x) for x in _list(f.get("likely"))]
     if likely:
-        out.append("<h2>Likely causes</h2><table><tr><th>cause</th><th>what supports it</th>"
-                   "<th>the capture that decides</th></tr>" + "".join(
-                       f"<tr><td>{esc(_text(x.get('cause')))}</td><td>{esc(_text(x.get('support')))}</td>"
-                       f"<td>{esc(_text(x.get('decide')))}</td></tr>" for x in likely) + "</table>")
+        out.append("<h2>Likely causes</h2>" + table(
+            ["cause", "what supports it", "the capture that decides"],
+            [[_text(x.get("cause")), _text(x.get("support")), _text(x.get("decide"))] for x in likely]))
     return "".join(out)
+
+
+def table(headers: list[str], rows: list[list], attrs: str = "") -> str:
+    """A table of text cells, every one escaped; ``attrs`` is kdiag's own."""
+    return (f"<table{attrs}><tr>" + "".join(f"<th>{esc(h)}</th>" for h in headers) + "</tr>" + "".join(
+        "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
 
 
 def _figures(f: dict) -> str:
@@ -344,11 +353,10 @@ def _paths(f: dict) -> str:
             f"({esc(_text(s.get('path_rtt_source')))})</p>" if rtt is not None else "")
     if not paths:
         return head + svg.empty("paths", "no path probes in these inputs")
-    cols = ("broker", "method", "ttl", "responder", "answer", "rtt_min_ms", "rtt_median_ms", "rtt_max_ms",
-            "answered", "sent")
-    body = "".join("<tr>" + "".join(f"<td>{esc(_cell(p.get(c)))}</td>" for c in cols) + "</tr>" for p in paths)
-    return (head + f'<table data-chart="paths" data-marks="{len(paths)}"><tr>'
-            + "".join(f"<th>{esc(c)}</th>" for c in cols) + f"</tr>{body}</table>")
+    cols = ["broker", "method", "ttl", "responder", "answer", "rtt_min_ms", "rtt_median_ms", "rtt_max_ms",
+            "answered", "sent"]
+    return head + table(cols, [[_cell(p.get(c)) for c in cols] for p in paths],
+                        f' data-chart="paths" data-marks="{len(paths)}"')
 
 
 def _cell(v) -> str:
@@ -362,8 +370,7 @@ def _inputs(f: dict) -> str:
     checks = [_dict(c) for c in _list(f.get("input_checks"))]
     if checks:
         keys = [k for k in ("input", "check", "count", "detail") if any(k in c for c in checks)]
-        out.append('<table id="input-checks"><tr>' + "".join(f"<th>{esc(k)}</th>" for k in keys) + "</tr>" + "".join(
-            "<tr>" + "".join(f"<td>{esc(_cell(c.get(k)))}</td>" for k in keys) + "</tr>" for c in checks) + "</table>")
+        out.append(table(keys, [[_cell(c.get(k)) for k in keys] for c in checks], ' id="input-checks"'))
     else:
         out.append('<p id="input-checks">Input checks: nothing found (no copies, clock steps or negative '
                    'latencies).</p>')
@@ -375,11 +382,8 @@ def _inputs(f: dict) -> str:
                        + "</ul>")
     files = [_dict(x) for x in _list(f.get("inputs"))]
     if files:
-        out.append("<h3>Files read</h3><table><tr><th>file</th><th>read as</th><th>lines</th><th>parsed</th>"
-                   "<th>skipped</th></tr>" + "".join(
-                       f"<tr><td>{esc(_text(x.get('path')))}</td><td>{esc(_text(x.get('kind')) or 'not recognised')}"
-                       f"</td><td>{esc(_cell(_dict(x.get('counts')).get('lines')))}</td>"
-                       f"<td>{esc(_cell(_dict(x.get('counts')).get('parsed')))}</td>"
-                       f"<td>{esc(_cell(_dict(x.get('counts')).get('skipped_total')))}</td></tr>" for x in files)
-                   + "</table>")
+        out.append("<h3>Files read</h3>" + table(
+            ["file", "read as", "lines", "parsed", "skipped"],
+            [[_text(x.get("path")), _text(x.get("kind")) or "not recognised",
+              *(_cell(_dict(x.get("counts")).get(k)) for k in ("lines", "parsed", "skipped_total"))] for x in files]))
     return "".join(out)
