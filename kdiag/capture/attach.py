@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kdiag import collectors
+from kdiag import collectors, progress
 from kdiag.collectors import bpftrace as c_bpf
 from kdiag.collectors import strace as c_strace
 from kdiag.collectors.base import COMMAND, PID, Capture, Collector, gaps, proc_status_field
@@ -259,14 +259,18 @@ def _watch(opts: TargetOptions, capture: Capture, target: Target, watching: list
     for c in watching:
         if not c.syscall_tracer and not c.skipped:
             c.start(target.pid)
-    with disk_budget.DiskBudget(capture.raw, _cap_bytes(opts.max_capture_mb), lambda why: None) as budget:
+    what = f"tracing pid {target.pid}" + (f" for {target.window_s:g} s" if target.window_s else " until it exits")
+    with disk_budget.DiskBudget(capture.raw, _cap_bytes(opts.max_capture_mb), lambda why: None) as budget, \
+            progress.current().stage(what, total=target.window_s) as stage:
         try:
-            deadline = None if target.window_s is None else time.monotonic() + target.window_s
+            started = time.monotonic()
+            deadline = None if target.window_s is None else started + target.window_s
             while _alive(target.pid) and not budget.exceeded:
                 if deadline is not None and time.monotonic() >= deadline:
                     break
                 for c in watching:
                     c.poll()
+                stage.update(time.monotonic() - started)
                 time.sleep(POLL_S)
         except KeyboardInterrupt:
             window.interrupted = "interrupted (Ctrl-C or SIGTERM)"
