@@ -412,7 +412,6 @@ def _replayed(args, env: Environment, then):
     import tempfile
 
     from kdiag.ingest.detect import readable_inputs
-    from kdiag.ingest.parquet_sink import reason
 
     from kdiag.bundle import archive as bundle
     from kdiag.analysis.pipeline import analyse
@@ -469,6 +468,8 @@ def _replayed(args, env: Environment, then):
             warm = {"warm": True, "say": env.say} if wanted(args.no_warm) else {}
             findings, _ = analyse(raw, Path(tmp) / "tables", meta, **warm)
         except OSError as e:
+            from kdiag.ingest.parquet_sink import reason
+
             raise KdiagError(f"cannot write the tables to {tmp}: {reason(e)} "
                              "(set TMPDIR to a directory with room)") from None
         findings["probe"] = probe

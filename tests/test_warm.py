@@ -84,6 +84,22 @@ def test_warm_findings_are_the_in_process_findings(warm, tables, spark):
     _same(warm.analyze(tables, meta), analyze(spark, tables, meta))
 
 
+def test_the_server_reads_the_captures_as_this_process_would(warm, tables, spark, tmp_path):
+    """A warm replay hands the server the captures: it parses them into the
+    client's tables directory, then analyses; what it reports of the
+    parse is what the client's own parse would have said."""
+    from kdiag.analysis.job import analyze
+    from kdiag.ingest.tables import parse_paths
+
+    meta = {"kdiag_version": "t", "librdkafka_version": "2.16.0"}
+    findings, parsed = warm.analyze(tmp_path / "t", meta, raw=NAGLE)
+    here = parse_paths(NAGLE, tmp_path / "here")
+    assert (parsed.files, parsed.notes, parsed.rows) == (here.files, here.notes, here.rows)
+    assert {k: p.name for k, p in parsed.paths.items()} == {k: p.name for k, p in here.paths.items()}
+    assert all(p.parent == (tmp_path / "t").resolve() and p.is_file() for p in parsed.paths.values())
+    _same(findings, analyze(spark, tables, meta))
+
+
 def test_replay_reuses_the_running_server(warm, tmp_path):
     env = {**os.environ, "KDIAG_WARM": "1", "KDIAG_WARM_DIR": str(warm.dir), "KDIAG_WARM_START_S": "5"}
     pid = _server_pid(warm.dir)

@@ -190,9 +190,13 @@ class Server:
             raise WarmUnavailable("the analysis server's launcher did not return") from None
         self.started = True
 
-    def analyze(self, tables_dir: Path, meta: dict) -> dict:
-        """The findings, from the server; WarmUnavailable when it cannot give them."""
+    def analyze(self, tables_dir: Path, meta: dict, raw: list[Path] | None = None, base: Path | None = None):
+        """The findings, from the server; WarmUnavailable when it cannot give
+        them. With ``raw``, the server parses those captures into
+        ``tables_dir`` first, and the answer is (findings, Parsed)."""
         request = {"op": "analyze", "tables": str(Path(tables_dir).resolve()), "meta": meta, "key": self.key}
+        if raw is not None:
+            request.update(raw=[str(Path(p).resolve()) for p in raw], base=None if base is None else str(base))
         answer = self.call(request, self.timeout_s)
         if answer.get("stale"):
             # It runs other code and is stopping: start the current one.
@@ -201,7 +205,14 @@ class Server:
             answer = self.call(request, self.timeout_s)
         if not answer.get("ok"):
             raise WarmUnavailable(answer.get("error") or "the analysis server refused the request")
-        return answer["findings"]
+        if raw is None:
+            return answer["findings"]
+        from kdiag.ingest.tables import Parsed
+
+        p = answer.get("parsed") or {}
+        return answer["findings"], Parsed(rows=p.get("rows") or {}, files=p.get("files") or [],
+                                          notes=p.get("notes") or [],
+                                          paths={k: Path(v) for k, v in (p.get("paths") or {}).items()})
 
     def call(self, request: dict, timeout_s: float) -> dict:
         conn = self._connect()
@@ -373,8 +384,17 @@ def _analyze(spark, request: dict, timeout_s: float) -> dict:
     hung.daemon = True
     hung.start()
     try:
-        findings = analyze(spark, Path(request["tables"]), request.get("meta") or {})
-        return {"ok": True, "findings": findings}
+        answer: dict = {"ok": True}
+        if request.get("raw") is not None:
+            from kdiag.ingest.tables import parse_paths
+
+            base = request.get("base")
+            parsed = parse_paths([Path(p) for p in request["raw"]], Path(request["tables"]),
+                                 base=None if base is None else Path(base))
+            answer["parsed"] = {"rows": parsed.rows, "paths": {k: str(v) for k, v in parsed.paths.items()},
+                                "files": parsed.files, "notes": parsed.notes}
+        answer["findings"] = analyze(spark, Path(request["tables"]), request.get("meta") or {})
+        return answer
     except Exception as e:  # noqa: BLE001 - the client re-runs it in-process, where the error is its own
         return {"ok": False, "error": f"the analysis failed in the server: {type(e).__name__}: {e}".splitlines()[0]}
     finally:

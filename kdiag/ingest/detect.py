@@ -14,7 +14,6 @@ import stat
 from pathlib import Path
 
 from kdiag.errors import UsageError
-from kdiag.ingest.lines import sniff
 
 # pcap's magic is 4 bytes; pcapng's byte-order magic is not read here (the
 # parser counts a bad one as corrupt).
@@ -45,6 +44,8 @@ def detect(path: Path) -> str | None:
     for fmt in known:
         if fmt.recognised_by == BY_MAGIC and fmt.recognise(head):
             return fmt.name
+    from kdiag.ingest.lines import sniff   # numpy and pyarrow: not for readable_inputs' callers
+
     sample = sniff(path)
     keys = _json_keys(sample)
     for fmt in known:
