@@ -87,6 +87,13 @@ def side(findings: dict, name: str) -> dict:
     if num(probe.get("delivered")) and num(summary.get("requests")):
         per_request = probe["delivered"] / summary["requests"]
     rate = rate_ci([r.get("send_us") for r in rows], scale * (per_request or 1.0))
+    probe_rate = num(probe.get("msgs_per_s"))
+    if probe_rate and rate["value"]:
+        # The probe's own rate is what the application saw (delivered over
+        # its whole run, the time between requests included); the interval
+        # keeps its width relative to the requests' rate.
+        k = probe_rate / rate["value"]
+        rate = {**rate, "value": probe_rate, "lo": rate["lo"] and rate["lo"] * k, "hi": rate["hi"] and rate["hi"] * k}
     shares = {f["cause"]: f.get("share") for f in findings.get("findings") or [] if isinstance(f, dict)
               and isinstance(f.get("cause"), str)}
     delivery = findings.get("delivery_ms") if isinstance(findings.get("delivery_ms"), list) else []
