@@ -25,7 +25,7 @@ class Stage:
 class Progress:
     """What nothing is shown by."""
 
-    def stage(self, name: str, total: float | None = None, unit: str = "") -> contextlib.AbstractContextManager:
+    def stage(self, name: str, total: float | None = None) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext(Stage())
 
     def say(self, line: str) -> bool:
@@ -34,8 +34,8 @@ class Progress:
 
 
 class _RichStage(Stage):
-    def __init__(self, bar, task, unit: str) -> None:
-        self._bar, self._task, self._unit, self._t0 = bar, task, unit, time.monotonic()
+    def __init__(self, bar, task) -> None:
+        self._bar, self._task, self._t0 = bar, task, time.monotonic()
 
     def update(self, done: float, **fields) -> None:
         rate = ""
@@ -65,10 +65,10 @@ class _RichProgress(Progress):
         self._bar.stop()
 
     @contextlib.contextmanager
-    def stage(self, name: str, total: float | None = None, unit: str = "") -> Iterator[Stage]:
+    def stage(self, name: str, total: float | None = None) -> Iterator[Stage]:
         task = self._bar.add_task(name, total=total, rate="")
         try:
-            yield _RichStage(self._bar, task, unit)
+            yield _RichStage(self._bar, task)
         finally:
             self._bar.remove_task(task)
 
