@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from kdiag.report.html import request_rows
 from kdiag.report.svg import fmt, num
 
 RESAMPLES = 2000
@@ -20,12 +21,6 @@ PREDICTION_TOLERANCE = 0.25
 # Causes whose time is spent before the request is sent: judged by the
 # messages' delivery time (the probe's), not the requests' latency.
 BEFORE_THE_REQUEST = frozenset({"client_queueing"})
-
-
-def _rows(findings: dict) -> list[dict]:
-    rr = findings.get("request_rows") if isinstance(findings.get("request_rows"), dict) else {}
-    cols = rr.get("columns") if isinstance(rr.get("columns"), list) else []
-    return [dict(zip(cols, r)) for r in rr.get("rows") or [] if isinstance(r, list) and len(r) == len(cols)]
 
 
 def _nearest_rank(sorted_vals, q: float):
@@ -75,12 +70,17 @@ def rate_ci(send_us: list[float], scale: float = 1.0) -> dict:
     return {"value": point, "lo": float(lo), "hi": float(hi), "n": int(t.size)}
 
 
-def side(findings: dict, name: str) -> dict:
-    rows = _rows(findings)
+def _dict(v) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def side(findings: dict, name: str, rows: list[dict]) -> dict:
+    """One run's figures; ``rows``: its requests (the fair sample, without
+    the slowest kept beside it)."""
     totals = [r.get("total_ms") for r in rows]
-    rr = findings.get("request_rows") or {}
-    summary = findings.get("summary") or {}
-    probe = findings.get("probe") if isinstance(findings.get("probe"), dict) else {}
+    rr = _dict(findings.get("request_rows"))
+    summary = _dict(findings.get("summary"))
+    probe = _dict(findings.get("probe"))
     sampled_of = num(rr.get("of")) if rr.get("sampled") else None
     scale = (sampled_of / len(rows)) if sampled_of and rows else 1.0
     per_request = None
@@ -102,11 +102,12 @@ def side(findings: dict, name: str) -> dict:
             "delivery_p50_ms": quantile_ci(delivery, 0.5),
             "rate": rate, "rate_unit": "msg/s" if per_request else "requests/s",
             "probe_msgs_per_s": num(probe.get("msgs_per_s")), "shares": shares,
-            "sampled": bool(rr.get("sampled")), "drawn": totals}
+            "sampled": bool(rr.get("sampled"))}
 
 
 def compare(before: dict, after: dict, names: tuple[str, str] = ("before", "after")) -> dict:
-    b, a = side(before, names[0]), side(after, names[1])
+    rows_b, rows_a = request_rows(before, slowest=False), request_rows(after, slowest=False)
+    b, a = side(before, names[0], rows_b), side(after, names[1], rows_a)
     cause = b["verdict"] if b["verdict"] not in (None, "healthy") else None
     # A cause that holds messages before their request (the queue) shows in
     # the delivery time, not in the requests' latency.
@@ -115,14 +116,9 @@ def compare(before: dict, after: dict, names: tuple[str, str] = ("before", "afte
     out = {"before": b, "after": a, "cause": cause, "metric": metric,
            "prediction": _prediction(before, b, a, cause, metric)}
     out["fixed"], out["sentence"] = _judged(b, a, cause, metric)
-    for s in (b, a):
-        s.pop("drawn")
-    out["distributions"] = {names[0]: _rows_total(before), names[1]: _rows_total(after)}
+    out["distributions"] = {name: [r["total_ms"] for r in rows if num(r.get("total_ms")) is not None]
+                            for name, rows in zip(names, (rows_b, rows_a))}
     return out
-
-
-def _rows_total(findings: dict) -> list[float]:
-    return [r["total_ms"] for r in _rows(findings) if num(r.get("total_ms")) is not None]
 
 
 def _prediction(before: dict, b: dict, a: dict, cause: str | None, metric: str) -> dict | None:

@@ -60,8 +60,7 @@ def _latency(c: dict) -> str:
     if not vals:
         return svg.empty("compare_latency", "no latencies on either side")
     fr = svg.Frame((0.0, float(len(items))), (min(vals), max(vals)), x_label="", y_label="latency (ms, log)",
-                   y_log=True, x_ticks=False)
-    fr.x_lo, fr.x_hi = 0.0, float(len(items))
+                   y_log=True, x_ticks=False, x_exact=True)
     marks = []
     for i, (label, e, color) in enumerate(items):
         x = fr.x(i + 0.5)
@@ -108,8 +107,7 @@ def _distribution(c: dict) -> str:
     counts = [count_in(before, edges), count_in(after, edges)]
     top = max(max(cs) for cs in counts) or 1
     fr = svg.Frame((edges[0], edges[-1]), (0.0, float(top)), x_label="latency (ms, log)", y_label="requests",
-                   x_log=True)
-    fr.x_lo, fr.x_hi = edges[0], edges[-1]
+                   x_log=True, x_exact=True)
     marks = []
     for side, (name, cs) in enumerate(zip((nb, na), counts)):
         for i, k in enumerate(cs):

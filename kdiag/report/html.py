@@ -7,6 +7,7 @@ rest. The findings may come from a stranger's bundle: every value is
 type-checked where it is read and escaped where it is written."""
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -69,12 +70,13 @@ def _dict(v) -> dict:
     return v if isinstance(v, dict) else {}
 
 
-def request_rows(findings: dict) -> list[dict]:
+def request_rows(findings: dict, slowest: bool = True) -> list[dict]:
     """The per-request rows findings.json carries (judge.request_rows), as
-    dicts; rows of the wrong shape are left out."""
+    dicts; rows of the wrong shape are left out. ``slowest``: with the
+    slowest requests kept beside a sample (the rest alone are a fair one)."""
     rr = _dict(findings.get("request_rows"))
     cols = [c for c in _list(rr.get("columns")) if isinstance(c, str)]
-    rows = _list(rr.get("rows")) + _list(rr.get("slowest"))
+    rows = _list(rr.get("rows")) + (_list(rr.get("slowest")) if slowest else [])
     return [dict(zip(cols, r)) for r in rows if isinstance(r, list) and len(r) == len(cols)]
 
 
@@ -272,7 +274,6 @@ def _distribution(rows: list[dict], others: dict, bins: int = 30) -> str:
     log = lo > 0 and hi / lo > 20
     if hi <= lo:
         hi = lo + 1.0
-    import math
 
     def bin_of(v: float) -> int:
         at = (math.log(v / lo) / math.log(hi / lo)) if log else (v - lo) / (hi - lo)
@@ -285,8 +286,7 @@ def _distribution(rows: list[dict], others: dict, bins: int = 30) -> str:
     for v, c in vals:
         counts[bin_of(v)][causes.index(c)] += 1
     fr = svg.Frame((lo, hi), (0.0, float(max(sum(b) for b in counts))), x_label="latency (ms)",
-                   y_label="requests", x_log=log)
-    fr.x_lo, fr.x_hi = lo, hi
+                   y_label="requests", x_log=log, x_exact=True)
     marks = []
     for i, b in enumerate(counts):
         x0, x1 = fr.x(edge(i)), fr.x(edge(i + 1))

@@ -51,9 +51,11 @@ class Frame:
 
     def __init__(self, x_range: tuple[float, float], y_range: tuple[float, float], *, x_label: str,
                  y_label: str, y_log: bool = False, x_log: bool = False, w: int = W, h: int = H,
-                 x_ticks: bool = True) -> None:
+                 x_ticks: bool = True, x_exact: bool = False) -> None:
+        """``x_exact``: the x range as given, without the margin a plot of
+        points gets (bins and categories fill theirs edge to edge)."""
         self.w, self.h, self.x_log, self.y_log, self.x_ticks = w, h, x_log, y_log, x_ticks
-        self.x_lo, self.x_hi = self._span(*x_range, x_log)
+        self.x_lo, self.x_hi = x_range if x_exact else self._span(*x_range, x_log)
         self.y_lo, self.y_hi = self._span(*y_range, y_log)
         self.x_label, self.y_label = x_label, y_label
 
