@@ -92,7 +92,7 @@ def test_the_server_reads_the_captures_as_this_process_would(warm, tables, spark
     from kdiag.ingest.tables import parse_paths
 
     meta = {"kdiag_version": "t", "librdkafka_version": "2.16.0"}
-    findings, parsed = warm.analyze(tmp_path / "t", meta, raw=NAGLE)
+    findings, parsed = warm.read_and_analyze(NAGLE, tmp_path / "t", meta)
     here = parse_paths(NAGLE, tmp_path / "here")
     assert (parsed.files, parsed.notes, parsed.rows) == (here.files, here.notes, here.rows)
     assert {k: p.name for k, p in parsed.paths.items()} == {k: p.name for k, p in here.paths.items()}

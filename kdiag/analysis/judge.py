@@ -134,10 +134,10 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
 
     if examples is None:
         examples = median_requests(rq, bands if n > EXAMPLE_SORT_MAX else {}, ex_cols)
+    slow_as = "packet_loss" if "packet_loss" in per else "broker_slow"
     if _slow_wait.LABEL in examples:
-        examples["packet_loss" if "packet_loss" in per else "broker_slow"] = examples.pop(_slow_wait.LABEL)
+        examples[slow_as] = examples.pop(_slow_wait.LABEL)
     if each is not None:
-        slow_as = "packet_loss" if "packet_loss" in per else "broker_slow"
         ci = each["columns"].index("cause")
         for r in each["rows"] + each["slowest"]:
             r[ci] = slow_as if r[ci] == _slow_wait.LABEL else r[ci]

@@ -28,11 +28,11 @@ def analyse(raw: list[Path], tables_dir: Path, meta: dict | None = None, spark=N
         from kdiag.analysis.warm import WarmUnavailable
 
         # The server reads the captures too: its parsers are imported and
-        # warm, this process then never loads pyarrow (0.2-0.4 s of a warm
-        # replay of the 30-request bundle).
+        # warm, and this process never imports numpy or pyarrow's compute
+        # kernels (0.2-0.4 s of a warm replay of the 30-request bundle).
         try:
             with shown.stage("reading and analysing (warm analysis server)"):
-                findings, parsed = server.analyze(tables_dir, meta, raw=raw, base=base)
+                findings, parsed = server.read_and_analyze(raw, tables_dir, meta, base)
         except WarmUnavailable as e:
             _note(say, f"note: {e}; analysing in this process instead")
             shutil.rmtree(tables_dir, ignore_errors=True)   # what the server wrote before it failed

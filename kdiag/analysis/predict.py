@@ -86,17 +86,15 @@ def attach(findings: list[dict], request_rows: dict | None, one_write_wait_ms: f
     rows = [dict(zip(cols, r)) for r in (request_rows or {}).get("rows") or []]
     base = baseline(rows, one_write_wait_ms, path_rtt_ms) if rows else None
     for f in findings:
+        # A fix outside the producer (a proxy's setting) has no properties to name.
+        fix = ", ".join(f"{k}={v}" for k, v in (f.get("fix") or {}).items()) or "the fix"
         if f["cause"] == "client_queueing":
             p = f["predicted"] = queue_saving(client_ms)
             if p is not None and f.get("fix"):
-                fix = ", ".join(f"{k}={v}" for k, v in f["fix"].items())
                 f["predicted_text"] = (f"with {fix}: each message delivered about {p['saves_delivery_p50_ms']:g} ms "
                                        "sooner (the median message's time in the queue)")
             continue
-        p = predicted(rows, f["cause"], base)
-        f["predicted"] = p
+        p = f["predicted"] = predicted(rows, f["cause"], base)
         if p is not None:
-            # A fix outside the producer (a proxy's setting) has no properties to name.
-            fix = ", ".join(f"{k}={v}" for k, v in (f.get("fix") or {}).items()) or "the fix"
             f["predicted_text"] = (f"with {fix}: p50 about {p['p50_ms']:g} ms, p99 about {p['p99_ms']:g} ms "
                                    f"({p['saves_p50_ms']:g} ms less at the median)")

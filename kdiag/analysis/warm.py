@@ -190,13 +190,25 @@ class Server:
             raise WarmUnavailable("the analysis server's launcher did not return") from None
         self.started = True
 
-    def analyze(self, tables_dir: Path, meta: dict, raw: list[Path] | None = None, base: Path | None = None):
-        """The findings, from the server; WarmUnavailable when it cannot give
-        them. With ``raw``, the server parses those captures into
-        ``tables_dir`` first, and the answer is (findings, Parsed)."""
-        request = {"op": "analyze", "tables": str(Path(tables_dir).resolve()), "meta": meta, "key": self.key}
-        if raw is not None:
-            request.update(raw=[str(Path(p).resolve()) for p in raw], base=None if base is None else str(base))
+    def analyze(self, tables_dir: Path, meta: dict) -> dict:
+        """The findings of the tables in ``tables_dir``, from the server;
+        WarmUnavailable when it cannot give them."""
+        return self._analysis(tables_dir, meta)["findings"]
+
+    def read_and_analyze(self, raw: list[Path], tables_dir: Path, meta: dict, base: Path | None = None):
+        """(findings, Parsed): the server parses the captures into
+        ``tables_dir`` first, as parse_paths here would."""
+        from kdiag.ingest.tables import Parsed
+
+        answer = self._analysis(tables_dir, meta, raw=[str(Path(p).resolve()) for p in raw],
+                                base=None if base is None else str(base))
+        p = answer.get("parsed") or {}
+        return answer["findings"], Parsed(rows=p.get("rows") or {}, files=p.get("files") or [],
+                                          notes=p.get("notes") or [],
+                                          paths={k: Path(v) for k, v in (p.get("paths") or {}).items()})
+
+    def _analysis(self, tables_dir: Path, meta: dict, **extra) -> dict:
+        request = {"op": "analyze", "tables": str(Path(tables_dir).resolve()), "meta": meta, "key": self.key, **extra}
         answer = self.call(request, self.timeout_s)
         if answer.get("stale"):
             # It runs other code and is stopping: start the current one.
@@ -205,14 +217,7 @@ class Server:
             answer = self.call(request, self.timeout_s)
         if not answer.get("ok"):
             raise WarmUnavailable(answer.get("error") or "the analysis server refused the request")
-        if raw is None:
-            return answer["findings"]
-        from kdiag.ingest.tables import Parsed
-
-        p = answer.get("parsed") or {}
-        return answer["findings"], Parsed(rows=p.get("rows") or {}, files=p.get("files") or [],
-                                          notes=p.get("notes") or [],
-                                          paths={k: Path(v) for k, v in (p.get("paths") or {}).items()})
+        return answer
 
     def call(self, request: dict, timeout_s: float) -> dict:
         conn = self._connect()
