@@ -73,6 +73,17 @@ def test_a_fix_a_partial_fix_and_no_fix():
     assert healthy["fixed"] is None and "nothing to fix" in healthy["sentence"]
 
 
+def test_two_runs_of_one_name_stay_apart():
+    rng = random.Random(2)
+    run = _findings([43 + rng.random() for _ in range(30)], "nagle_delayed_ack", 1.0)
+    got = compare(run, _findings([0.7 + rng.random() / 10 for _ in range(30)], "x", 0.0), names=("run", "run"))
+    assert list(got["distributions"]) == ["run (before)", "run (after)"]
+    assert (got["before"]["name"], got["after"]["name"]) == ("run (before)", "run (after)")
+    from kdiag.report.compare_page import render_compare_html
+
+    assert 'data-chart="compare_distribution"' in render_compare_html(got)
+
+
 def _trace(tmp_path, name, *extra, messages="60"):
     need("strace", root=True)
     need("stunnel4")

@@ -106,6 +106,8 @@ def side(findings: dict, name: str, rows: list[dict]) -> dict:
 
 
 def compare(before: dict, after: dict, names: tuple[str, str] = ("before", "after")) -> dict:
+    if names[0] == names[1]:   # two runs' folders of one name: the distributions are keyed by name
+        names = (f"{names[0]} (before)", f"{names[1]} (after)")
     rows_b, rows_a = request_rows(before, slowest=False), request_rows(after, slowest=False)
     b, a = side(before, names[0], rows_b), side(after, names[1], rows_a)
     cause = b["verdict"] if b["verdict"] not in (None, "healthy") else None
