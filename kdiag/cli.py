@@ -179,20 +179,11 @@ def _parser() -> argparse.ArgumentParser:
                        epilog=REPLAY_EXAMPLES, formatter_class=fmt)
     r.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     r.add_argument("--json", action="store_true", help="print the findings as one JSON object")
-    r.add_argument("--no-verify", action="store_true",
-                   help="analyse a bundle that fails verification (a warning names the files)")
-    r.add_argument("--no-warm", action="store_true",
-                   help="analyse in this process (start Spark here) instead of in the warm analysis server "
-                        "that a small replay starts on first use and reuses; also KDIAG_WARM=0")
-    bundle_limits.add_options(r)
 
     rp = sub.add_parser("report", help="write the findings of a bundle or raw captures as an HTML page",
                         epilog=REPORT_EXAMPLES, formatter_class=fmt)
     rp.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="as for kdiag replay")
     rp.add_argument("-o", "--output", type=Path, required=True, help="the HTML file to write")
-    rp.add_argument("--no-verify", action="store_true", help="as for kdiag replay")
-    rp.add_argument("--no-warm", action="store_true", help="as for kdiag replay")
-    bundle_limits.add_options(rp)
 
     cp = sub.add_parser("compare", help="whether a change fixed the latency: two runs side by side",
                         epilog=COMPARE_EXAMPLES, formatter_class=fmt)
@@ -200,9 +191,14 @@ def _parser() -> argparse.ArgumentParser:
     cp.add_argument("after", type=Path, metavar="AFTER", help="the same, after the change")
     cp.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
     cp.add_argument("-o", "--output", type=Path, help="also write the comparison as an HTML page")
-    cp.add_argument("--no-verify", action="store_true", help="as for kdiag replay")
-    cp.add_argument("--no-warm", action="store_true", help="as for kdiag replay")
-    bundle_limits.add_options(cp)
+    # What replay reads, report and compare read the same way.
+    for reader in (r, rp, cp):
+        reader.add_argument("--no-verify", action="store_true",
+                            help="analyse a bundle that fails verification (a warning names the files)")
+        reader.add_argument("--no-warm", action="store_true",
+                            help="analyse in this process (start Spark here) instead of in the warm analysis "
+                                 "server that a small replay starts on first use and reuses; also KDIAG_WARM=0")
+        bundle_limits.add_options(reader)
 
     b = sub.add_parser("bundle", help="check bundles against their manifests",
                        epilog=BUNDLE_EXAMPLES, formatter_class=fmt)
@@ -369,17 +365,25 @@ def cmd_replay(args, env: Environment) -> ExitStatus:
 def cmd_report(args, env: Environment) -> ExitStatus:
     from kdiag.report.html import render_html, sockets_of
 
-    out = args.output
-    if out.is_dir():
-        raise UsageError(f"-o {out}: a directory; give the HTML file to write")
+    _page_path(args.output)
     source = ", ".join(p.name for p in args.paths)
-    page = _replayed(args, env, lambda findings, tables: render_html(findings, sockets_of(tables), source=source))
+    _write_page(args.output, _replayed(args, env, lambda findings, tables: render_html(
+        findings, sockets_of(tables), source=source)))
+    env.stdout.write(f"{args.output}\n")
+    return ExitStatus.OK
+
+
+def _page_path(out: Path | None) -> None:
+    """Refused before any work: -o naming a directory."""
+    if out is not None and out.is_dir():
+        raise UsageError(f"-o {out}: a directory; give the HTML file to write")
+
+
+def _write_page(out: Path, page: str) -> None:
     try:
         out.write_text(page)
     except OSError as e:
         raise KdiagError(f"cannot write {out}: {e.strerror or e}") from None
-    env.stdout.write(f"{out}\n")
-    return ExitStatus.OK
 
 
 def cmd_compare(args, env: Environment) -> ExitStatus:
@@ -387,8 +391,7 @@ def cmd_compare(args, env: Environment) -> ExitStatus:
 
     from kdiag.report.compare import compare, render_text
 
-    if args.output is not None and args.output.is_dir():
-        raise UsageError(f"-o {args.output}: a directory; give the HTML file to write")
+    _page_path(args.output)
     sides = []
     for path in (args.before, args.after):
         one = argparse.Namespace(**{**vars(args), "paths": [path]})
@@ -397,10 +400,7 @@ def cmd_compare(args, env: Environment) -> ExitStatus:
     if args.output is not None:
         from kdiag.report.compare_page import render_compare_html
 
-        try:
-            args.output.write_text(render_compare_html(result))
-        except OSError as e:
-            raise KdiagError(f"cannot write {args.output}: {e.strerror or e}") from None
+        _write_page(args.output, render_compare_html(result))
         env.say(f"wrote {args.output}")
     env.stdout.write(json.dumps(result, default=str) + "\n" if args.json else render_text(result))
     return ExitStatus.OK
