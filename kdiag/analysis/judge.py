@@ -10,7 +10,7 @@ from kdiag.analysis.causes import BY_NAME, CauseAgg, Facts, classify, verdict_of
 from kdiag.analysis.causes import _slow_wait, client_queueing, healthy
 from kdiag.analysis.causes.nagle_delayed_ack import NAGLE_DEFAULT_FLIPPED
 from kdiag.analysis.connections import attach_connections, path_rtt_of
-from kdiag.analysis.frames import at_once, quantile, resolved, rounded
+from kdiag.analysis.frames import at_once, cached, quantile, resolved, rounded
 from kdiag.analysis.per_request import fill_write_sizes
 from kdiag.analysis.samples import runq_of, throttle_of
 from kdiag.analysis.thresholds import CONTRIBUTING_SHARE, ONE_WRITE_MIN, ONE_WRITE_WAIT_SHARE, SLOW_MS
@@ -97,9 +97,11 @@ def one_write_rules_out_nagle(n_one: int, one_wait_p50_ms: float | None, split_w
 
 
 def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, source: str,
-          unknowns: list[str], meta: dict, syscalls=None, parallel: bool = False) -> dict:
+          unknowns: list[str], meta: dict, syscalls=None, parallel: bool = False, local: bool = False) -> dict:
     """The findings of the Produce requests ``produce`` (``reqs``: of every
-    kind). ``parallel``: a small input, whose independent jobs run at once."""
+    kind). ``parallel``: a small input, whose independent jobs run at once;
+    ``local``: one whose requests are held as rows in the plan (see
+    frames.cached)."""
     vt = version_tuple(version)
     default_nodelay = None if vt is None else vt >= NAGLE_DEFAULT_FLIPPED
     pre, (path_rtt, rtt_source, rtt_bound) = _before_causes(spark, reqs, stats, conns, meta, parallel)
@@ -110,7 +112,7 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
             "signals": resolved(meta.get("signals"))}
     # Statistics without one throttle time add nothing but a join.
     throttles = stats if stats is not None and pre.throttled else None
-    rq, held = _classified(spark, produce, conns, throttles, path_rtt, nagle_possible, meta)
+    rq, held = _classified(spark, produce, conns, throttles, path_rtt, nagle_possible, meta, local)
     ex_cols = causes.example_columns() + [c for c in ("_run_lo", "_run_hi") if c in rq.columns]
     examples = each = None
     if parallel:   # few requests: sorted whole, beside the sums
@@ -202,9 +204,11 @@ def _before_causes(spark, reqs, stats, conns: list[dict], meta: dict, parallel: 
     return pre, path
 
 
-def _classified(spark, produce, conns: list[dict], throttles, path_rtt, nagle_possible: bool, meta: dict):
+def _classified(spark, produce, conns: list[dict], throttles, path_rtt, nagle_possible: bool, meta: dict,
+                local: bool):
     """The requests with what the samplers saw joined on, and their cause;
-    cached (True) when the joins shuffle."""
+    held (see frames.cached) when the joins shuffle; cached (True) unless
+    ``local``."""
     from pyspark.sql import functions as F
 
     produce = runq_of(spark, meta.get("tables_dir"), produce)
@@ -213,7 +217,9 @@ def _classified(spark, produce, conns: list[dict], throttles, path_rtt, nagle_po
     rq = classify(attach_connections(spark, produce, conns), path_rtt, nagle_possible)
     held = "runq_ms" in produce.columns and meta.get("tables_dir") and \
         (Path(meta["tables_dir"]) / "threads.parquet").exists() or throttles is not None
-    if held:   # joins that shuffle: made once for the two jobs below
+    if held and local:   # joins that shuffle: made once for the jobs below
+        return cached(rq, None, local=True), False
+    if held:
         rq = rq.cache()
     return rq, held
 
