@@ -13,6 +13,9 @@ CAPTURES = FIXTURES / "captures"
 # analysis server that outlives the suite or that a later test comes to rely
 # on (tests/test_warm.py starts its own, in a directory of its own).
 os.environ.setdefault("KDIAG_WARM", "0")
+# A server that practises in the background (kdiag.analysis.practice) would
+# take cores from the tests after it; the practice's own test asks for it.
+os.environ.setdefault("KDIAG_WARM_PRACTICE", "0")
 
 
 def need(tool: str | None = None, root: bool = False) -> None:

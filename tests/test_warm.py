@@ -112,6 +112,43 @@ def test_replay_reuses_the_running_server(warm, tmp_path):
     assert _server_pid(warm.dir) == pid
 
 
+def test_the_server_practises_after_answering_and_gives_way_to_a_request(tmp_path, monkeypatch, spark):
+    """After an answer the server analyses a copy of the tables again, so
+    its JIT is warm for the next replay; a request that comes meanwhile
+    ends the practice, is answered as always, and the practice goes on
+    after it until the server has run its number of analyses."""
+    from kdiag.analysis.job import analyze
+    from kdiag.ingest.tables import parse_paths
+
+    need("java")
+    monkeypatch.setenv("KDIAG_WARM_PRACTICE", "4")
+    d = _private(tmp_path / "srv")
+    server = _start(d, monkeypatch, 600)
+    ping = lambda: server.call({"op": "ping", "key": server.key}, 30)  # noqa: E731
+    try:
+        meta = {"kdiag_version": "t", "librdkafka_version": "2.16.0"}
+        first = server.read_and_analyze(NAGLE, tmp_path / "t1", meta)[0]
+        # The client removes its tables once answered: the practice has its own copy.
+        import shutil
+
+        shutil.rmtree(tmp_path / "t1")
+        assert ping()["practising"] and (d / "practice" / "rdkafka_events.parquet").is_file()
+        parse_paths(NAGLE, tmp_path / "t2")
+        second = server.analyze(tmp_path / "t2", meta)
+        assert ping()["practice"]["interrupted"] == 1
+        _same(first, second)
+        _same(second, analyze(spark, tmp_path / "t2", meta))
+        deadline = time.monotonic() + 120
+        while ping()["practising"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        # 4 analyses in all: the two requests and two of practice.
+        assert ping()["practice"] == {"left": 0, "ran": 2, "interrupted": 1}
+        assert not (d / "practice").exists()
+        assert "practice stopped" not in (d / "server.log").read_text()
+    finally:
+        server.stop()
+
+
 class _FakeServer:
     """A server that holds the lock and accepts, then crashes (closes) or hangs."""
 

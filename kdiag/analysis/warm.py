@@ -26,6 +26,9 @@ each way over a Unix socket, with the standard library only.
   request, after a request that ran past ``KDIAG_WARM_TIMEOUT_S`` (120; it
   may be hung), and when the code it runs is not the client's (kdiag was
   upgraded or edited; ``code_key``): the client then starts a fresh one.
+- After it answers, while nobody waits, it practises on a copy of the
+  tables it was given, so that its JVM's JIT has compiled Spark's planner
+  before the next replay (``practice``; ``KDIAG_WARM_PRACTICE=0``: never).
 - ``kdiag replay --no-warm`` or ``KDIAG_WARM=0``: no server at all.
 """
 from __future__ import annotations
@@ -329,6 +332,7 @@ def serve(directory: Path, idle_s: float, timeout_s: float, key: str) -> int:
 
 
 def _run(directory: Path, idle_s: float, timeout_s: float, key: str) -> None:
+    from kdiag.analysis.practice import Practice
     from kdiag.analysis.spark import session
 
     # C1 only, as in-process: measured on 2 cores (bench/RESULTS.md), a
@@ -343,15 +347,17 @@ def _run(directory: Path, idle_s: float, timeout_s: float, key: str) -> None:
     listener.bind(str(path))
     os.chmod(path, 0o600)
     listener.listen(16)
+    practice = Practice(spark, directory)
     try:
-        _loop(spark, listener, idle_s, timeout_s, key)
+        _loop(spark, listener, idle_s, timeout_s, key, practice)
     finally:
+        practice.give_way()
         listener.close()
         path.unlink(missing_ok=True)
         spark.stop()
 
 
-def _loop(spark, listener: socket.socket, idle_s: float, timeout_s: float, key: str) -> None:
+def _loop(spark, listener: socket.socket, idle_s: float, timeout_s: float, key: str, practice) -> None:
     while True:
         listener.settimeout(idle_s)
         try:
@@ -374,9 +380,15 @@ def _loop(spark, listener: socket.socket, idle_s: float, timeout_s: float, key: 
                 _answer(conn, {"ok": False, "stale": True, "error": "the analysis server runs other code"})
                 return
             if op == "ping":
-                _answer(conn, {"ok": True, "pid": os.getpid()})
+                _answer(conn, {"ok": True, "pid": os.getpid(), "practising": practice.practising(),
+                               "practice": {"left": max(0, practice.left), "ran": practice.ran,
+                                            "interrupted": practice.interrupted}})
             elif op == "analyze":
-                _answer(conn, _analyze(spark, request, timeout_s))
+                practice.give_way()
+                answer = _analyze(spark, request, timeout_s)
+                if answer.get("ok"):   # before the answer: the client removes the tables then
+                    practice.done(Path(request["tables"]), request.get("meta") or {})
+                _answer(conn, answer)
 
 
 def _analyze(spark, request: dict, timeout_s: float) -> dict:
