@@ -3,7 +3,44 @@ the length of one analysis, running independent jobs at once."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
+
+class Abandoned(Exception):
+    """The analysis was given up before its end (see give_up_on)."""
+
+
+_thread = threading.local()
+
+
+def give_up_on(event: threading.Event | None) -> None:
+    """This thread's analysis, and the threads it starts here (at_once,
+    Later), stop at their next checkpoint once ``event`` is set: what the
+    warm server's practice needs to give way to a request at once, where
+    cancelling Spark's jobs alone leaves it planning between them for up to
+    1.4 s."""
+    _thread.give_up = event
+
+
+def checkpoint() -> None:
+    event = getattr(_thread, "give_up", None)
+    if event is not None and event.is_set():
+        raise Abandoned("given up")
+
+
+def _carried(fn):
+    """fn, run in another thread under this thread's give_up_on."""
+    event = getattr(_thread, "give_up", None)
+
+    def run():
+        give_up_on(event)
+        try:
+            checkpoint()
+            return fn()
+        finally:
+            give_up_on(None)
+    return run
+
 
 # Spark jobs started at once on a small input (2 cores: planning is one
 # core's work per job, the JVM compiles on the other).
@@ -26,6 +63,7 @@ def read_table(spark, tables: Path, name: str, drop: tuple[str, ...] = ()):
     import pyarrow.parquet as pq
     from pyspark.sql.pandas.types import from_arrow_schema
 
+    checkpoint()
     path = tables / f"{name}.parquet"
     if not path.exists():
         return None
@@ -71,6 +109,7 @@ def cached(df, q, local: bool = False):
     2.4 s an analysis, JVM CPU 4.3 -> 2.7 s. Else it is cached until the
     analysis ends (100-request capture, warm: 14 -> 10.6 s against
     reading Parquet and the duplicate check's windows again)."""
+    checkpoint()
     if df is None:
         return None
     if local:
@@ -90,12 +129,13 @@ def at_once(parallel: bool, tasks: list) -> list:
     Spark jobs) when asked: on a small input every job is the JVM planning
     and warming up, one core each, and the second core would wait. On a 200-
     request capture, first analysis 9.2 -> ... s."""
+    checkpoint()
     if not parallel:
         return [t() for t in tasks]
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(PARALLEL_JOBS, thread_name_prefix="kdiag-analysis") as pool:
-        return [f.result() for f in [pool.submit(t) for t in tasks]]
+        return [f.result() for f in [pool.submit(_carried(t)) for t in tasks]]
 
 
 class Later:
@@ -120,8 +160,9 @@ class Later:
             self._pool.shutdown(wait=True)
 
     def __call__(self, fn):
+        checkpoint()
         if self._pool is not None:
-            return self._pool.submit(fn).result
+            return self._pool.submit(_carried(fn)).result
         result = fn()
         return lambda: result
 
@@ -134,6 +175,7 @@ def resolved(value):
 def any_rows(df) -> bool:
     # take(1), not limit(1).count(): over a table read into the plan (see
     # read_table) a filter and take run in the driver, without a Spark job.
+    checkpoint()
     return df is not None and len(df.take(1)) > 0
 
 

@@ -348,10 +348,11 @@ def _run(directory: Path, idle_s: float, timeout_s: float, key: str) -> None:
     os.chmod(path, 0o600)
     listener.listen(16)
     practice = Practice(spark, directory)
+    practice.clear()   # we hold the lock: these are a dead server's
     try:
         _loop(spark, listener, idle_s, timeout_s, key, practice)
     finally:
-        practice.give_way()
+        practice.close()
         listener.close()
         path.unlink(missing_ok=True)
         spark.stop()
@@ -387,8 +388,9 @@ def _loop(spark, listener: socket.socket, idle_s: float, timeout_s: float, key: 
                 practice.give_way()
                 answer = _analyze(spark, request, timeout_s)
                 if answer.get("ok"):   # before the answer: the client removes the tables then
-                    practice.done(Path(request["tables"]), request.get("meta") or {})
+                    practice.keep(Path(request["tables"]))
                 _answer(conn, answer)
+                practice.begin(request.get("meta") or {})
 
 
 def _analyze(spark, request: dict, timeout_s: float) -> dict:
