@@ -116,6 +116,9 @@ def test_strace_given_twice_in_one_file(spark, tmp_path):
     nagle(f)
     assert checks(f) == {("twice.txt", "duplicate_lines"): (3016, 0)}
     assert "3016 strace rows" in reported(f)
+    # What the copy check cached went with the analysis: a warm server
+    # analyses input after input in one session.
+    assert spark._jsparkSession.sharedState().cacheManager().isEmpty()
 
 
 def test_block_of_strace_repeated(spark, tmp_path):

@@ -79,8 +79,6 @@ def copy_candidates(df, table: str):
     """Hashes that more than one row of ``table`` has (in everything but
     line_no): the candidates ``drop_duplicates`` compares column by column.
     A 64-bit hash finds them with one narrow aggregate."""
-    from pyspark.sql import functions as F
-
     if df is None:
         return None
     return df.filter(_copy_scope(table)).groupBy(_copy_hash(df).alias("_h")).count() \
@@ -132,9 +130,13 @@ def drop_duplicates(df, table: str, q: Quality, candidates):
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
+    from kdiag.analysis.frames import cached
+
     w = Window.partitionBy(*_content(df)).orderBy("_id")
-    drop = (df.filter(_copy_scope(table)).withColumn("_h", _copy_hash(df)).join(candidates, "_h")
-            .withColumn("_rn", F.row_number().over(w)).filter("_rn > 1").select("_id", "line_no")).cache()
+    # Cached for the count and the anti-join, until the analysis ends: a
+    # warm server analyses many inputs in one session.
+    drop = cached(df.filter(_copy_scope(table)).withColumn("_h", _copy_hash(df)).join(candidates, "_h")
+                  .withColumn("_rn", F.row_number().over(w)).filter("_rn > 1").select("_id", "line_no"), q)
     stats = drop.agg(F.count("*").alias("n"), F.min("line_no").alias("first"), F.max("line_no").alias("last")).first()
     if not stats.n:
         return df
