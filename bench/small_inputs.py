@@ -1,7 +1,9 @@
 """Small inputs to a verdict: ``kdiag replay`` of a 20-line librdkafka
 excerpt, the 30-request fixture bundle and a 100-request bundle, wall time
 from the command to its exit, cold (``KDIAG_WARM=0``: Spark starts in the
-replay's own process) and warm (the warm analysis server already up).
+replay's own process) and warm (the warm analysis server already up): back
+to back after the replay that started it, which interrupt its practice,
+and after its practice.
 
     python -m bench.small_inputs [-n 5] [--bundle100 B.tar.gz] [--work DIR]
 
@@ -57,26 +59,44 @@ def replay_s(path: Path, env: dict, cwd: Path) -> float:
 
 
 def measure(inputs: dict[str, Path], n: int, work: Path) -> list[dict]:
-    from kdiag.analysis.warm import LOCK_NAME, Server
-
-    warm_dir = work / "warm"
-    warm_dir.mkdir(mode=0o700, exist_ok=True)
     # pip compiles an installed kdiag's modules; a checkout run with
     # PYTHONDONTWRITEBYTECODE would compile ~70 of them at every replay
     # (0.08 s of a warm one).
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     cold_env = {**env, "KDIAG_WARM": "0"}
-    warm_env = {**env, "KDIAG_WARM": "1", "KDIAG_WARM_DIR": str(warm_dir)}
     rows = []
     for name, path in inputs.items():
         cold = [replay_s(path, cold_env, work) for _ in range(n)]
         rows.append({"input": name, "mode": "cold", "runs": cold})
-    first = replay_s(inputs["excerpt"], warm_env, work)   # starts the server
+    # A server's practice (kdiag.analysis.practice) runs after first use:
+    # replays that follow at once interrupt it, later ones find it done.
+    rows += _warm(inputs, n, work / "warm", env, practised=False)
+    rows += _warm(inputs, n, work / "warm-practised", env, practised=True)
+    return rows
+
+
+def _warm(inputs: dict[str, Path], n: int, warm_dir: Path, env: dict, practised: bool) -> list[dict]:
+    from kdiag.analysis.warm import LOCK_NAME, Server
+
+    warm_dir.mkdir(mode=0o700, exist_ok=True)
+    warm_env = {**env, "KDIAG_WARM": "1", "KDIAG_WARM_DIR": str(warm_dir)}
+    first = replay_s(inputs["bundle30"], warm_env, warm_dir.parent)   # starts the server
     pid = (warm_dir / LOCK_NAME).read_text().split()[0]
-    rows.append({"input": "excerpt", "mode": "first use (starts the server)", "runs": [first]})
+    rows = []
+    mode = "warm, after the practice" if practised else "warm, back to back after first use"
     try:
+        if practised:
+            t0 = time.monotonic()
+            server = Server(warm_dir)
+            while server.call({"op": "ping", "key": server.key}, 10).get("practising"):
+                time.sleep(0.2)
+            rows.append({"input": "bundle30", "mode": "first use (starts the server)", "runs": [first]})
+            rows.append({"input": "bundle30", "mode": "its practice, from first use to done", "runs": [time.monotonic() - t0]})
+        else:
+            rows.append({"input": "bundle30", "mode": "first use (starts the server)", "runs": [first]})
         for name, path in inputs.items():
-            rows.append({"input": name, "mode": "warm", "runs": [replay_s(path, warm_env, work) for _ in range(n)]})
+            rows.append({"input": name, "mode": mode,
+                         "runs": [replay_s(path, warm_env, warm_dir.parent) for _ in range(n)]})
         if (warm_dir / LOCK_NAME).read_text().split()[0] != pid:
             raise RuntimeError("the warm server was restarted during the runs (its code changed): measure again")
     finally:
