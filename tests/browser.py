@@ -4,6 +4,7 @@ screenshot of the whole page kept as a test artefact."""
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,9 +63,8 @@ def open_page(page: Path, shot_name: str) -> Opened:
                       text=driver.find_element("tag name", "body").text, screenshot=shot)
     finally:
         driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)   # Chromium's profile: megabytes a page
 
 
 def _which(tool: str) -> str:
-    import shutil
-
     return shutil.which(tool) or tool
