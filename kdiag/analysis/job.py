@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kdiag.analysis.connections import connections, path_rows, sampled_connections
-from kdiag.analysis.frames import Later, any_rows, at_once, cached, read_table, release, resolved
+from kdiag.analysis.frames import Later, any_rows, at_once, cached, fits_in_plan, read_table, release, resolved
 from kdiag.analysis.judge import judge
 from kdiag.analysis.per_request import exchanges, flag_syscalls, prepare_syscalls, requests, split_requests
 from kdiag.analysis.signals import signals
@@ -30,7 +30,7 @@ from kdiag.analysis.runs import log_of_another_run, split_by_typical, timing_unk
 
 _SOURCE_NAMES = {"syscalls": "the strace output", "rdkafka_events": "the librdkafka log"}
 # The tables the analysis reads, in the order their input checks are reported.
-_TABLES = ("rdkafka_events", "syscalls", "log_writes", "stats")
+TABLES = ("rdkafka_events", "syscalls", "log_writes", "stats")
 
 
 def analyze(spark, tables_dir: Path, meta: dict | None = None) -> dict:
@@ -57,6 +57,7 @@ class _Inputs:
     tables_dir: Path
     meta: dict
     small: bool
+    local: bool           # small enough to hold as rows in the plan (frames.cached)
     read: dict            # table -> DataFrame, copies dropped
     log: object
     syscalls: object
@@ -153,31 +154,31 @@ def _inputs(spark, tables_dir: Path, meta: dict, q) -> _Inputs:
 
     # Rows that repeat earlier ones go before anything counts them; the
     # clock steps are found per thread in file order. A small input's tables
-    # are cached: read by many actions, each then starts from memory. A large
+    # are held (as rows in the plan when they fit, else cached: see
+    # frames.cached): read by many actions, each then starts from them. A large
     # one's are not: holding them costs more than reading the few columns
     # each action needs again, and what is read again is what the job made
     # of them (the split requests), cached below.
     small = tables_bytes(tables_dir) < SMALL_INPUT_BYTES
+    local = small and fits_in_plan(tables_dir)
     # data is the text of a write to stdout/stderr, already in args: it
     # neither tells copies apart nor is read below.
-    read = {name: read_table(spark, tables_dir, name, ("data",) if name == "syscalls" else ()) for name in _TABLES}
+    read = {name: read_table(spark, tables_dir, name, ("data",) if name == "syscalls" else ()) for name in TABLES}
     raw_syscalls = read["syscalls"]
     ordered = {name: quality.with_order(df) for name, df in read.items()}
     candidates = {name: quality.copy_candidates(df, name) for name, df in ordered.items()}
     copied, (version, source), conns = at_once(small, [
         lambda: quality.tables_with_copies(candidates), lambda: _facts(read, meta),
         lambda: connections(raw_syscalls) if raw_syscalls is not None else []])
-    checked = {}
-    for name in _TABLES:
-        df = ordered[name]
-        if name in copied:   # every later read must drop the copies too
-            df = read[name] = quality.drop_duplicates(df, name, q, candidates[name])
-        checked[name] = cached(df, q) if small else df
+    for name in (n for n in TABLES if n in copied):   # every later read must drop the copies too
+        ordered[name] = read[name] = quality.drop_duplicates(ordered[name], name, q, candidates[name])
+    held = at_once(small, [lambda df=ordered[name]: cached(df, q, local) if small else df for name in TABLES])
+    checked = dict(zip(TABLES, held))
     # Clock steps are found per thread in file order, after the copies went.
     quality.clock_steps(spark, {"syscalls": checked["syscalls"], "rdkafka_events": checked["rdkafka_events"]}, q)
     if read["syscalls"] is not raw_syscalls:   # its copies were dropped: they are not connections
         conns = connections(read["syscalls"])
-    return _Inputs(tables_dir, meta, small, read, checked["rdkafka_events"], checked["syscalls"],
+    return _Inputs(tables_dir, meta, small, local, read, checked["rdkafka_events"], checked["syscalls"],
                    checked["log_writes"], checked["stats"], version, source, conns)
 
 
@@ -225,7 +226,7 @@ def _judge_exchanges(spark, inp: _Inputs, q, later: Later) -> dict:
                 "its syscalls (a burst of socket writes, then the first read of the response); "
                 "no correlation ids, and pipelined requests would pair with the wrong response"]
     result = judge(spark, reqs, reqs, conns, inp.stats, inp.version, inp.source, unknowns, inp.meta,
-                   inp.read.get("syscalls"), inp.small)
+                   inp.read.get("syscalls"), inp.small, inp.local)
     result["confidence"] = "medium: requests inferred from syscalls"
     return result
 
@@ -241,8 +242,8 @@ def _judge_logged(spark, inp: _Inputs, q, later: Later) -> dict:
     if inp.source == "strace" and inp.syscalls is not None:
         # Cached before the input checks: their counts and every later
         # action read one computation of the split.
-        reqs = _checked(spark, cached(split_requests(spark, reqs, flag_syscalls(inp.syscalls)), q), "syscalls", q,
-                        later)
+        split = cached(split_requests(spark, reqs, flag_syscalls(inp.syscalls)), q, inp.local)
+        reqs = _checked(spark, split, "syscalls", q, later)
         conns = inp.conns + sampled_connections(inp.tables_dir, inp.conns)
     else:
         reqs = _checked(spark, reqs, "syscalls" if inp.source == "strace" else "rdkafka_events", q, later)
@@ -250,10 +251,10 @@ def _judge_logged(spark, inp: _Inputs, q, later: Later) -> dict:
         reqs = _unsplit(reqs, unknowns)
         if inp.syscalls is not None:   # an strace without these requests' lines: see runs
             reqs = split_by_typical(reqs, inp.syscalls, unknowns)
-        reqs = cached(reqs, q)
+        reqs = cached(reqs, q, inp.local)
     produce = reqs.filter(F.col("request") == "Produce")
     result = judge(spark, produce, reqs, conns, inp.stats, inp.version, inp.source, unknowns, inp.meta,
-                   inp.read.get("syscalls"), inp.small)
+                   inp.read.get("syscalls"), inp.small, inp.local)
     result["confidence"] = "high: requests from librdkafka's own lines" if inp.source == "strace" else \
         "low: librdkafka's log without syscalls"
     return result
