@@ -4,11 +4,13 @@ import os
 import shutil
 import subprocess
 
+import pytest
 from conftest import CAPTURES, ROOT, need
 from kdiag.ingest.tables import parse_paths
 
 
 def test_analysis_under_spark_submit(tmp_path):
+    """Given its tables as a file:// URI, as a cluster's scheduler would."""
     need("java")
     submit = shutil.which("spark-submit")
     assert submit, "pyspark installs spark-submit"
@@ -17,8 +19,25 @@ def test_analysis_under_spark_submit(tmp_path):
     out = tmp_path / "findings.json"
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
     res = subprocess.run([submit, "--master", "local[1]", str(ROOT / "kdiag" / "analysis" / "__main__.py"),
-                          "--tables", str(tmp_path / "tables"), "--out", str(out)],
+                          "--tables", (tmp_path / "tables").as_uri(), "--out", str(out)],
                          capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     f = json.loads(out.read_text())
     assert f["verdict"] == "nagle_delayed_ack" and f["summary"]["requests"] == 30
+
+
+@pytest.mark.parametrize("given, says", [
+    ("s3a://bucket/tables", "not from s3a://bucket"),
+    ("hdfs://nn:8020/t", "not from hdfs://nn:8020"),
+    ("{tmp}/absent", "no such directory"),
+    ("file://{tmp}/empty", "none of the tables the analysis reads is there"),
+])
+def test_tables_it_cannot_read_are_an_error_not_no_data(tmp_path, capsys, given, says):
+    """Before this, a URI or an empty directory gave "no_data": true and exit 0."""
+    from kdiag.analysis.__main__ import main
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit) as exited:
+        main(["--tables", given.format(tmp=tmp_path)])
+    assert exited.value.code == 2
+    assert says in capsys.readouterr().err

@@ -17,15 +17,44 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 
+def tables_dir(arg: str) -> Path:
+    """``--tables`` as a local directory: a path or a file:// URI. The job
+    reads each table's footer, and a small table whole, on the driver, so
+    another filesystem (hdfs://, s3a://) is refused in words, as is a
+    directory without one table the job reads: that is an error, not an
+    input without data."""
+    from urllib.parse import unquote, urlparse
+
+    from kdiag.analysis.job import TABLES
+
+    if "://" in arg:
+        uri = urlparse(arg)
+        if uri.scheme != "file" or uri.netloc not in ("", "localhost"):
+            raise ValueError(f"{arg}: the tables are read from a local directory or a file:// URI, not from "
+                             f"{uri.scheme}://{uri.netloc}; copy them to a local directory first")
+        arg = unquote(uri.path)
+    path = Path(arg)
+    if not path.is_dir():
+        raise ValueError(f"{arg}: no such directory")
+    if not any((path / f"{name}.parquet").is_file() for name in TABLES):
+        raise ValueError(f"{arg}: none of the tables the analysis reads is there "
+                         f"({', '.join(f'{n}.parquet' for n in TABLES)}); kdiag parse writes them")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kdiag/analysis/__main__.py")
-    ap.add_argument("--tables", required=True, help="directory of <table>.parquet files")
+    ap.add_argument("--tables", required=True, help="directory of <table>.parquet files (a path or a file:// URI)")
     ap.add_argument("--out", help="write findings JSON here (default: stdout)")
     a = ap.parse_args(argv)
+    try:
+        tables = tables_dir(a.tables)
+    except ValueError as e:
+        ap.error(str(e))
     from kdiag.analysis.job import analyze
     from kdiag.analysis.spark import session
 
-    result = analyze(session("kdiag-analysis"), Path(a.tables))
+    result = analyze(session("kdiag-analysis"), tables)
     text = json.dumps(result, indent=2, default=str)
     if a.out:
         Path(a.out).write_text(text)
