@@ -6,6 +6,7 @@ import os
 import threading
 from pathlib import Path
 
+
 class Abandoned(Exception):
     """The analysis was given up before its end (see give_up_on)."""
 
@@ -56,6 +57,15 @@ PARALLEL_JOBS = 3
 LOCAL_TABLE_BYTES = 8 << 20
 
 
+def _local_bytes() -> int:
+    return int(os.environ.get("KDIAG_LOCAL_TABLE_BYTES", LOCAL_TABLE_BYTES))
+
+
+def _uncompressed_bytes(meta) -> int:
+    """A Parquet file's rows in memory, from its footer (``meta``)."""
+    return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+
+
 def read_table(spark, tables: Path, name: str, drop: tuple[str, ...] = ()):
     """The table, without the columns in ``drop``. Its schema comes from the
     file's footer, read here: Spark would run a job to infer it."""
@@ -70,8 +80,7 @@ def read_table(spark, tables: Path, name: str, drop: tuple[str, ...] = ()):
     meta = pq.read_metadata(path)
     schema = pa.schema([f.remove_metadata() for f in meta.schema.to_arrow_schema() if f.name not in drop])
     spark_schema = from_arrow_schema(schema)
-    local_bytes = int(os.environ.get("KDIAG_LOCAL_TABLE_BYTES", LOCAL_TABLE_BYTES))
-    if sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)) <= local_bytes:
+    if _uncompressed_bytes(meta) <= _local_bytes():
         table = pq.read_table(path, columns=schema.names).replace_schema_metadata(None)
         if table.num_rows:
             return spark.createDataFrame(table.cast(schema), schema=spark_schema)
@@ -88,12 +97,8 @@ def fits_in_plan(tables: Path) -> bool:
     can be held the same way (see cached)."""
     import pyarrow.parquet as pq
 
-    local_bytes = int(os.environ.get("KDIAG_LOCAL_TABLE_BYTES", LOCAL_TABLE_BYTES))
-    size = 0
-    for path in Path(tables).glob("*.parquet"):
-        meta = pq.read_metadata(path)
-        size += sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-    return size <= local_bytes
+    size = sum(_uncompressed_bytes(pq.read_metadata(path)) for path in Path(tables).glob("*.parquet"))
+    return size <= _local_bytes()
 
 
 def cached(df, q, local: bool = False):

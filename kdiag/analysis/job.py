@@ -172,8 +172,9 @@ def _inputs(spark, tables_dir: Path, meta: dict, q) -> _Inputs:
         lambda: connections(raw_syscalls) if raw_syscalls is not None else []])
     for name in (n for n in TABLES if n in copied):   # every later read must drop the copies too
         ordered[name] = read[name] = quality.drop_duplicates(ordered[name], name, q, candidates[name])
-    held = at_once(small, [lambda df=ordered[name]: cached(df, q, local) if small else df for name in TABLES])
-    checked = dict(zip(TABLES, held))
+    checked = dict(ordered)
+    if small:
+        checked = dict(zip(TABLES, at_once(True, [lambda df=ordered[n]: cached(df, q, local) for n in TABLES])))
     # Clock steps are found per thread in file order, after the copies went.
     quality.clock_steps(spark, {"syscalls": checked["syscalls"], "rdkafka_events": checked["rdkafka_events"]}, q)
     if read["syscalls"] is not raw_syscalls:   # its copies were dropped: they are not connections

@@ -11,13 +11,12 @@ one do.
 
 What it costs: up to PRACTICE_RUNS analyses of the user's own small input,
 on the cores Spark has, from PRACTICE_AFTER_S after an answer, once per
-server (the server stops after
-KDIAG_WARM_IDLE_S of idleness). A request that arrives meanwhile does not
-wait for it: the practice stops at its next checkpoint (frames.give_up_on),
-and it runs in a Spark session of its own, whose running operations are
-interrupted (``interruptAll``) while the request's, in the server's
-session, run on. KDIAG_WARM_PRACTICE sets
-the number of runs; 0: no practice.
+server (the server stops after KDIAG_WARM_IDLE_S of idleness). A request
+that arrives meanwhile does not wait for it: the practice stops at its next
+checkpoint (frames.give_up_on), and it runs in a Spark session of its own,
+whose running operations are interrupted (``interruptAll``) while the
+request's, in the server's session, run on. KDIAG_WARM_PRACTICE sets the
+number of runs; 0: no practice.
 """
 from __future__ import annotations
 
@@ -43,9 +42,9 @@ def runs_wanted() -> int:
 
 
 class Practice:
-    """One server's practice. Per answered request: ``keep(tables)`` before
-    the answer (the client removes its tables once answered), ``begin(meta)``
-    after it. ``give_way()`` when a request comes."""
+    """One server's practice. Per answered request: ``copy = keep(tables)``
+    before the answer (the client removes its tables once answered),
+    ``begin(copy, meta)`` after it. ``give_way()`` when a request comes."""
 
     def __init__(self, spark, directory: Path, runs: int | None = None) -> None:
         # Its own session: interrupting it leaves the requests' operations be.
@@ -55,31 +54,28 @@ class Practice:
         self.ran = 0           # practice analyses finished
         self.interrupted = 0   # practices a request ended
         self._serial = itertools.count()
-        self._copy: Path | None = None
         self._thread: threading.Thread | None = None
         self._dying: threading.Thread | None = None
         self._stop = threading.Event()
 
-    def keep(self, tables: Path) -> None:
-        """Counts a request's analysis; while runs are left, copies its
+    def keep(self, tables: Path) -> Path | None:
+        """Counts a request's analysis; while runs are left, a copy of its
         tables (a small input's only) for the practice."""
         from kdiag.analysis.frames import fits_in_plan
 
         self.left -= 1
-        self._copy = None
         if self.left <= 0 or not Path(tables).is_dir() or not fits_in_plan(tables):
-            return
+            return None
         copy = self.dir / f"practice-{os.getpid()}-{next(self._serial)}"
         try:
             shutil.copytree(tables, copy)
         except OSError:
             shutil.rmtree(copy, ignore_errors=True)
-            return   # no room for a copy: no practice
-        self._copy = copy
+            return None   # no room for a copy: no practice
+        return copy
 
-    def begin(self, meta: dict) -> None:
-        """Practice on what ``keep`` copied, in a thread."""
-        copy, self._copy = self._copy, None
+    def begin(self, copy: Path | None, meta: dict) -> None:
+        """Practice on ``copy`` (from keep), in a thread."""
         if copy is None:
             return
         if self._dying is not None:   # one practice at a time: the last one is nearly gone

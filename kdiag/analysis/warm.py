@@ -387,10 +387,10 @@ def _loop(spark, listener: socket.socket, idle_s: float, timeout_s: float, key: 
             elif op == "analyze":
                 practice.give_way()
                 answer = _analyze(spark, request, timeout_s)
-                if answer.get("ok"):   # before the answer: the client removes the tables then
-                    practice.keep(Path(request["tables"]))
+                # Kept before the answer: the client removes the tables then.
+                copy = practice.keep(Path(request["tables"])) if answer.get("ok") else None
                 _answer(conn, answer)
-                practice.begin(request.get("meta") or {})
+                practice.begin(copy, request.get("meta") or {})
 
 
 def _analyze(spark, request: dict, timeout_s: float) -> dict:
