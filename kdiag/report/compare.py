@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from kdiag.report.html import request_rows
+from kdiag.report.html import _dict, request_rows
 from kdiag.report.svg import fmt, num
 
 RESAMPLES = 2000
@@ -70,10 +70,6 @@ def rate_ci(send_us: list[float], scale: float = 1.0) -> dict:
     return {"value": point, "lo": float(lo), "hi": float(hi), "n": int(t.size)}
 
 
-def _dict(v) -> dict:
-    return v if isinstance(v, dict) else {}
-
-
 def side(findings: dict, name: str, rows: list[dict]) -> dict:
     """One run's figures; ``rows``: its requests (the fair sample, without
     the slowest kept beside it)."""
@@ -101,7 +97,7 @@ def side(findings: dict, name: str, rows: list[dict]) -> dict:
             "p50_ms": quantile_ci(totals, 0.5), "p99_ms": quantile_ci(totals, 0.99),
             "delivery_p50_ms": quantile_ci(delivery, 0.5),
             "rate": rate, "rate_unit": "msg/s" if per_request else "requests/s",
-            "probe_msgs_per_s": num(probe.get("msgs_per_s")), "shares": shares,
+            "probe_msgs_per_s": probe_rate, "shares": shares,
             "sampled": bool(rr.get("sampled"))}
 
 
