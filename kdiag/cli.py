@@ -77,6 +77,11 @@ examples:
   kdiag replay --no-verify ticket-4711.tar.gz
       a bundle that fails kdiag bundle verify, analysed anyway; a warning
       names the files that do not match its manifest
+  kdiag replay host-a.tar.gz host-b.tar.gz
+      each bundle analysed and reported apart, then a line each: INPUT,
+      REQUESTS, VERDICT (raw captures given beside them are one more run)
+  kdiag replay --merge host-a.tar.gz host-b.tar.gz
+      one analysis of all their requests, said so in the report
 """
 REPORT_EXAMPLES = """\
 examples:
@@ -178,12 +183,18 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("replay", help="analyse a bundle or raw captures offline",
                        epilog=REPLAY_EXAMPLES, formatter_class=fmt)
     r.add_argument("paths", nargs="+", type=Path, metavar="PATH")
-    r.add_argument("--json", action="store_true", help="print the findings as one JSON object")
+    r.add_argument("--json", action="store_true",
+                   help="print the findings as one JSON object; of several bundles reported apart, "
+                        "one object whose 'apart' list holds each one's findings")
 
     rp = sub.add_parser("report", help="write the findings of a bundle or raw captures as an HTML page",
                         epilog=REPORT_EXAMPLES, formatter_class=fmt)
     rp.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="as for kdiag replay")
     rp.add_argument("-o", "--output", type=Path, required=True, help="the HTML file to write")
+    for reader in (r, rp):
+        reader.add_argument("--merge", action="store_true",
+                            help="several bundles: one analysis of all their requests, which the findings say, "
+                                 "instead of " + ("one each" if reader is r else "refusing them"))
 
     cp = sub.add_parser("compare", help="whether a change fixed the latency: two runs side by side",
                         epilog=COMPARE_EXAMPLES, formatter_class=fmt)
@@ -358,8 +369,50 @@ def cmd_trace_target(args, env: Environment, argv: list[str], command: list[str]
 
 
 def cmd_replay(args, env: Environment) -> ExitStatus:
-    findings = _replayed(args, env, lambda findings, tables: findings)
-    return _emit(env, findings, args.json)
+    inputs = _checked_inputs(args, env)
+    runs = [inputs.paths] if args.merge else inputs.apart()
+    if len(runs) == 1:
+        findings = _analysed(inputs, runs[0], env, args.no_warm, lambda findings, tables: findings)
+        if args.merge:
+            _say_merged(findings, inputs)
+        return _emit(env, findings, args.json)
+    # Each bundle is its own run (its own producer, host and probe): one
+    # analysis of them all would give one verdict to requests that have
+    # none in common. They share the warm server or this process's Spark.
+    apart = []
+    for run in runs:
+        findings = _analysed(inputs, run, env, args.no_warm, lambda findings, tables: findings)
+        findings["source"] = [str(p) for p in run]
+        apart.append(findings)
+    if args.json:
+        env.stdout.write(json.dumps({"apart": apart}, default=str) + "\n")
+    else:
+        from kdiag.report.text import render, render_apart
+
+        for i, findings in enumerate(apart, 1):
+            env.stdout.write(f"=== {i} of {len(apart)}: {', '.join(findings['source'])}\n")
+            env.stdout.write(render(findings, probe=findings.get("probe")) + "\n")
+        env.stdout.write(render_apart(apart))
+    # A script reading the status learns that one of them held nothing.
+    return ExitStatus.NO_DATA if any(f.get("no_data") for f in apart) else ExitStatus.OK
+
+
+def _say_merged(findings: dict, inputs: "_Inputs") -> None:
+    """--merge of several bundles: the findings say they are one analysis
+    of several runs, and drop what belongs to one run only."""
+    if len(inputs.apart()) < 2:
+        return
+    findings["merged"] = [str(p) for p in inputs.paths]
+    said = [f"one analysis of the requests of {len(findings['merged'])} inputs together (--merge): "
+            + ", ".join(findings["merged"]) + "; the verdict and percentiles are over all of them"]
+    if inputs.probes > 1:
+        said.append(f"{inputs.probes} of the bundles carry a probe of their own: no one probe line stands "
+                    "for them all (replay them without --merge to see each)")
+    if len(set(inputs.versions.values())) > 1:
+        findings["librdkafka_version"] = None
+        said.append("their librdkafka versions differ (" + ", ".join(
+            f"{b}: {v or '?'}" for b, v in inputs.versions.items()) + "): no version-aware fix applies to all")
+    findings["unknowns"] = said + list(findings.get("unknowns") or [])
 
 
 def cmd_report(args, env: Environment) -> ExitStatus:
@@ -367,8 +420,18 @@ def cmd_report(args, env: Environment) -> ExitStatus:
 
     _page_path(args.output)
     source = ", ".join(p.name for p in args.paths)
-    _write_page(args.output, _replayed(args, env, lambda findings, tables: render_html(
-        findings, sockets_of(tables), source=source)))
+    inputs = _checked_inputs(args, env)
+    runs = inputs.apart()
+    if len(runs) > 1 and not args.merge:
+        raise UsageError(f"{len(runs)} runs given ({', '.join(str(r[0]) for r in runs)}): a page is one run's; "
+                         "write one page each, or --merge for one analysis of all their requests")
+
+    def page(findings, tables):
+        if args.merge:
+            _say_merged(findings, inputs)
+        return render_html(findings, sockets_of(tables), source=source)
+
+    _write_page(args.output, _analysed(inputs, inputs.paths, env, args.no_warm, page))
     env.stdout.write(f"{args.output}\n")
     return ExitStatus.OK
 
@@ -408,13 +471,44 @@ def cmd_compare(args, env: Environment) -> ExitStatus:
 
 def _replayed(args, env: Environment, then):
     """``then(findings, tables_dir)`` of the inputs that ``kdiag replay``
-    takes, analysed as it analyses them; the tables are gone afterwards."""
-    import tempfile
+    takes, analysed as it analyses them, together; the tables are gone
+    afterwards."""
+    inputs = _checked_inputs(args, env)
+    return _analysed(inputs, inputs.paths, env, args.no_warm, then)
 
+
+@dataclass
+class _Inputs:
+    """What replay was given, readable and verified: the bundles among the
+    paths, unpacked only when analysed."""
+    paths: list[Path]
+    bundles: list[Path]
+    limits: object
+    probes: int = 0                                       # bundles with a probe, once analysed
+    versions: dict = field(default_factory=dict)          # bundle -> librdkafka version, once analysed
+
+    def apart(self) -> list[list[Path]]:
+        """The runs to analyse apart: each bundle alone, and the raw
+        captures together (a log and an strace given side by side are one
+        producer's), in the order given."""
+        runs: list[list[Path]] = []
+        raw: list[Path] = []
+        for p in self.paths:
+            if p in self.bundles:
+                runs.append([p])
+            else:
+                if not raw:
+                    runs.append(raw)
+                raw.append(p)
+        return runs
+
+
+def _checked_inputs(args, env: Environment) -> _Inputs:
+    """Every path readable and every bundle verified, before any is
+    analysed: a bad one refuses the command, not its last part."""
     from kdiag.ingest.detect import readable_inputs
 
     from kdiag.bundle import archive as bundle
-    from kdiag.analysis.pipeline import analyse
 
     paths = list(args.paths)
     readable_inputs(paths)
@@ -438,22 +532,36 @@ def _replayed(args, env: Environment, then):
     for v in failed:
         env.say(f"warning: {v.path} failed verification, replaying it anyway: "
                 + "; ".join(map(str, v.problems)))
+    return _Inputs(paths, bundles, limits)
+
+
+def _analysed(inputs: _Inputs, paths: list[Path], env: Environment, no_warm: bool, then):
+    """``then(findings, tables_dir)`` of ``paths`` (some of ``inputs``),
+    analysed as one run."""
+    import tempfile
+
+    from kdiag.bundle import archive as bundle
+    from kdiag.analysis.pipeline import analyse
+
+    limits = inputs.limits
     meta: dict = {}
     raw: list[Path] = []
     probe = delivery = None
+    probes = 0
     with contextlib.ExitStack() as cleanup:
         for p in paths:
-            if p in bundles:
+            if p in inputs.bundles:
                 from kdiag.capture.probe_producer import retransmits
 
                 d = bundle.unpack(p, limits)
                 if d != p:
                     cleanup.callback(shutil.rmtree, d, ignore_errors=True)
                 man = bundle.manifest(d, limits)
-                meta.setdefault("librdkafka_version", man.get("versions", {}).get("librdkafka"))
+                inputs.versions[str(p)] = man.get("versions", {}).get("librdkafka")
                 raw += [f for f in bundle.raw_files(d) if f.parent.name in bundle.ANALYSED_SOURCES]
                 summary = bundle.probe_summary(d, limits)
                 if summary is not None:
+                    probes += 1
                     probe = summary
                     meta["tcp_retrans"] = retransmits(probe)
                     delivery = bundle.delivery_ms(d / "raw" / "probe", limits)
@@ -461,11 +569,20 @@ def _replayed(args, env: Environment, then):
                 raw += sorted(f for f in p.rglob("*") if f.is_file())
             else:
                 raw.append(p)
+        inputs.probes = probes
+        if probes > 1:   # merged: each probe is its own run's (see _say_merged)
+            probe = delivery = None
+            meta.pop("tcp_retrans")
+        # Bundles that disagree on the version leave it to librdkafka's own
+        # init lines (merged, they are said to differ: see _say_merged).
+        stated = {inputs.versions[str(p)] for p in paths if str(p) in inputs.versions}
+        if len(stated) == 1:
+            meta["librdkafka_version"] = stated.pop()
         tmp = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="kdiag-replay-"))
         try:
             from kdiag.analysis.warm import wanted
 
-            warm = {"warm": True, "say": env.say} if wanted(args.no_warm) else {}
+            warm = {"warm": True, "say": env.say} if wanted(no_warm) else {}
             findings, _ = analyse(raw, Path(tmp) / "tables", meta, **warm)
         except OSError as e:
             from kdiag.ingest.parquet_sink import reason

@@ -98,3 +98,19 @@ def render(findings: dict, *, bundle: str | None = None, probe: dict | None = No
     if bundle:
         out.append(f"bundle: {bundle}")
     return "\n".join(out) + "\n"
+
+
+def render_apart(apart: list[dict]) -> str:
+    """A line each for inputs reported apart (``kdiag replay A B``), after
+    their reports: which is which at a glance."""
+    rows = [("INPUT", "REQUESTS", "VERDICT", "P50(ms)", "P99(ms)", "LIBRDKAFKA", "CONFIDENCE")]
+    for f in apart:
+        s = f.get("summary") or {}
+        rows.append((", ".join(f.get("source") or []) or "?", str(s.get("requests", 0)),
+                     str(f.get("verdict") or ("no data" if f.get("no_data") else "-")),
+                     _fmt(s.get("latency_p50_ms")), _fmt(s.get("latency_p99_ms")),
+                     f.get("librdkafka_version") or "?", str(f.get("confidence") or "-").split(":")[0]))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return f"APART: {len(apart)} runs, each analysed alone (--merge for one analysis of all)\n" + \
+        "\n".join("  " + ln for ln in lines) + "\n"
