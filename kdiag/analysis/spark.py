@@ -50,7 +50,13 @@ def session(app: str = "kdiag", small: bool = False):
             # many analyses (the warm server, the tests) fills: its sweeper
             # and compiler then churn (2 cores, the 30-request bundle, the
             # 5 analyses after 8: 3.8 -> 2.3 s each).
-            java += ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"]
+            jit = ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"]
+            java += jit
+            # A cluster's executors run the small input's tasks: they too
+            # are gone before C2 pays (the class archive and the log4j file
+            # are paths on this machine, not theirs).
+            if not options["spark.master"].startswith("local"):
+                options["spark.executor.extraJavaOptions"] = " ".join(jit)
             archive = _class_archive()
             if archive is not None:
                 java += archive.java_options()

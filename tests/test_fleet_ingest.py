@@ -1,0 +1,92 @@
+"""Bundles parsed on the executors of a real standalone cluster on loopback
+(a master and two workers from the Spark that pyspark ships): every table
+keyed by bundle_id, each bundle's rows as its own parse gives them, a bad
+bundle a row of reasons rather than a failed job."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from cluster import standalone
+from conftest import need
+from made_bundles import ON, healthy_bundle
+
+DRIVER = r"""
+import json, os, sys, time
+os.environ["KDIAG_SPARK_MASTER"] = sys.argv[1]
+from kdiag.analysis.spark import session
+from kdiag.fleet.ingest import ingest
+spark = session("kdiag-fleet-test")
+sc = spark.sparkContext
+# Both executors up before the job, so that its tasks can go to both.
+deadline = time.monotonic() + 90
+while sc._jsc.sc().getExecutorMemoryStatus().size() < 3 and time.monotonic() < deadline:
+    time.sleep(0.2)
+got = ingest(spark, sys.argv[3:], sys.argv[2])
+rows = {name: {r.bundle_id: r["count"] for r in df.groupBy("bundle_id").count().collect()}
+        for name, df in got.tables.items()}
+print(json.dumps({"bundles": [r.asDict() for r in got.bundles.collect()], "rows": rows, "driver": os.getpid()}))
+"""
+
+
+def own_parse(bundle, tmp_path) -> dict:
+    from kdiag.bundle import archive
+    from kdiag.ingest.tables import parse_paths
+
+    d = tmp_path / (bundle.name + ".unpacked")
+    with tarfile.open(bundle) as t:
+        t.extractall(d, filter="data")
+    raw = [f for f in archive.raw_files(d) if f.parent.name in archive.ANALYSED_SOURCES]
+    return parse_paths(raw, tmp_path / (bundle.name + ".tables"), base=d).rows
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    need("java")
+    with standalone(tmp_path_factory.mktemp("cluster")) as c:
+        yield c
+
+
+def test_bundles_are_parsed_on_the_executors_into_tables_keyed_by_bundle(cluster, tmp_path):
+    folder = tmp_path / "tickets"
+    folder.mkdir()
+    off = healthy_bundle(folder)
+    (folder / "junk.tar.gz").write_bytes(b"pasted text, not an archive\n")
+    (folder / "notes.txt").write_text("not named as a bundle: not read\n")
+    shutil.copy(ON, tmp_path / "on.tar.gz")
+    work = (tmp_path / "work").as_uri()
+    res = subprocess.run([sys.executable, "-c", DRIVER, cluster.master, work,
+                          (tmp_path / "on.tar.gz").as_uri(), str(folder)],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-4000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    facts = {b["source"].rsplit("/", 1)[-1]: b for b in got["bundles"]}
+    assert set(facts) == {"on.tar.gz", "off.tar.gz", "junk.tar.gz"}
+    junk = facts["junk.tar.gz"]
+    assert junk["state"] == "refused" and junk["problems"] == ["neither a tar archive nor a directory"]
+    for name, bundle in (("on.tar.gz", ON), ("off.tar.gz", off)):
+        f = facts[name]
+        assert f["state"] == "parsed" and f["librdkafka_version"] == "2.16.0" and f["host"] == "vm"
+        want = own_parse(bundle, tmp_path)
+        assert f["table_rows"] == want
+        assert {t: got["rows"][t][f["bundle_id"]] for t in want} == want
+    assert facts["on.tar.gz"]["tcp_retrans"] == 2
+    # Parsed in the executors' Python workers, not the driver's, on both workers.
+    where = [b["parsed_by"].split(":") for b in got["bundles"]]
+    assert all(role == "CoarseGrainedExecutorBackend" for _, _, role in where), where
+    assert len({pid for _, pid, _ in where}) >= 2, where
+
+
+def test_a_path_that_is_not_there_is_said_before_spark(tmp_path):
+    from kdiag.fleet.ingest import NoBundles, locations
+
+    with pytest.raises(NoBundles, match="absent.tar.gz: no such file or directory"):
+        locations([str(tmp_path / "absent.tar.gz")])
+    files, trees = locations([str(ON), str(tmp_path), str(tmp_path / "*.tgz"), "s3a://b/x/y.tar.gz", "hdfs://nn/d"])
+    assert files == [ON.resolve().as_uri(), "s3a://b/x/y.tar.gz"]
+    assert trees == [tmp_path.resolve().as_uri(), str(tmp_path / "*.tgz"), "hdfs://nn/d"]
