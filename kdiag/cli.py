@@ -10,6 +10,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -182,14 +183,14 @@ def _parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("replay", help="analyse a bundle or raw captures offline",
                        epilog=REPLAY_EXAMPLES, formatter_class=fmt)
-    r.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    r.add_argument("paths", nargs="+", type=input_path, metavar="PATH")
     r.add_argument("--json", action="store_true",
                    help="print the findings as one JSON object; of several bundles reported apart, "
                         "one object whose 'apart' list holds each one's findings")
 
     rp = sub.add_parser("report", help="write the findings of a bundle or raw captures as an HTML page",
                         epilog=REPORT_EXAMPLES, formatter_class=fmt)
-    rp.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="as for kdiag replay")
+    rp.add_argument("paths", nargs="+", type=input_path, metavar="PATH", help="as for kdiag replay")
     rp.add_argument("-o", "--output", type=Path, required=True, help="the HTML file to write")
     for reader in (r, rp):
         reader.add_argument("--merge", action="store_true",
@@ -198,8 +199,8 @@ def _parser() -> argparse.ArgumentParser:
 
     cp = sub.add_parser("compare", help="whether a change fixed the latency: two runs side by side",
                         epilog=COMPARE_EXAMPLES, formatter_class=fmt)
-    cp.add_argument("before", type=Path, metavar="BEFORE", help="a bundle, a raw capture or a directory of them")
-    cp.add_argument("after", type=Path, metavar="AFTER", help="the same, after the change")
+    cp.add_argument("before", type=input_path, metavar="BEFORE", help="a bundle, a raw capture or a directory of them")
+    cp.add_argument("after", type=input_path, metavar="AFTER", help="the same, after the change")
     cp.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
     cp.add_argument("-o", "--output", type=Path, help="also write the comparison as an HTML page")
     # What replay reads, report and compare read the same way.
@@ -216,13 +217,13 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("action", choices=["verify", "seal"],
                    help="verify: check each bundle against its manifest; seal: make the directory a killed "
                         "kdiag trace left (OUTPUT.partial/) into the bundle it would have written")
-    b.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="a .tar.gz bundle or an unpacked one")
+    b.add_argument("paths", nargs="+", type=input_path, metavar="PATH", help="a .tar.gz bundle or an unpacked one")
     b.add_argument("--json", action="store_true", help="the results as one JSON object")
     bundle_limits.add_options(b)
 
     p = sub.add_parser("parse", help="turn raw captures into Arrow tables (Parquet)",
                        epilog=PARSE_EXAMPLES, formatter_class=fmt)
-    p.add_argument("paths", nargs="+", type=Path, metavar="FILE")
+    p.add_argument("paths", nargs="+", type=input_path, metavar="FILE")
     p.add_argument("-o", "--output", type=Path, required=True, help="directory for <table>.parquet")
 
     for spark_user in (t, r, rp, cp):
@@ -266,6 +267,24 @@ def _props(args) -> dict[str, str]:
         k, _, v = p.partition("=")
         props[k.strip()] = v
     return props
+
+
+def input_path(text: str) -> Path:
+    """An input on this machine: a path, or a file:// URI of one. Another
+    URI is refused whole; as a Path, "s3a://b/x" would be "s3a:/b/x", a
+    file that is not there."""
+    import urllib.parse
+
+    m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]+)://", text)
+    if not m:
+        return Path(text)
+    u = urllib.parse.urlparse(text)
+    if m.group(1).lower() == "file" and u.netloc in ("", "localhost"):
+        return Path(urllib.parse.unquote(u.path))
+    where = f"host {u.netloc}" if m.group(1).lower() == "file" else f"{m.group(1)}://"
+    raise argparse.ArgumentTypeError(
+        f"{text}: not on this machine ({where}); this command reads files here (a path, or file:///path): "
+        "copy it here first")
 
 
 def _emit(env: Environment, findings: dict, as_json: bool, bundle: str | None = None) -> ExitStatus:

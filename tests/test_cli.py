@@ -84,3 +84,18 @@ def test_lab_up_status_down(tmp_path, monkeypatch):
     assert rc == 0 and out == "stopped\n"
     rc, out, _ = run("lab", "status")
     assert rc == ExitStatus.NO_DATA and out == "no lab running\n"
+
+
+def test_an_input_elsewhere_is_refused_whole_and_a_file_uri_is_read(tmp_path, capsys):
+    """As a Path, "s3a://bucket/b.tar.gz" was "s3a:/bucket/b.tar.gz: no such
+    file or directory"."""
+    for cmd in (["replay"], ["report", "-o", str(tmp_path / "r.html")], ["bundle", "verify"]):
+        rc, _, err = run(*cmd, "s3a://bucket/b.tar.gz")
+        said = err + capsys.readouterr().err
+        assert rc == ExitStatus.USAGE and "s3a://bucket/b.tar.gz: not on this machine (s3a://)" in said
+    rc, _, err = run("replay", "file://elsewhere/b.tar.gz")
+    assert rc == ExitStatus.USAGE and "not on this machine (host elsewhere)" in err + capsys.readouterr().err
+    log = CAPTURES / "nagle_on" / "rdkafka.log"
+    rc, out, _ = run("parse", log.as_uri(), "-o", str(tmp_path / "t"))
+    assert rc == 0 and (tmp_path / "t" / "rdkafka_events.parquet").exists()
+    assert f"{log}: rdkafka_log" in out
