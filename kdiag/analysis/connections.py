@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kdiag.analysis.frames import pctl, read_table
+from kdiag.analysis.frames import RUN, one_run, pctl, read_table
 from kdiag.analysis.per_request import WAIT_CALLS
 
 # A wait after connect() times its handshake only this soon after it.
@@ -183,15 +183,17 @@ def attach_connections(spark, produce, conns: list[dict]):
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
-    cols = {"c_fd": "int", "connect_us": "long", "nodelay": "boolean", "connect_line": "long",
+    cols = {"c_run": "string", "c_fd": "int", "connect_us": "long", "nodelay": "boolean", "connect_line": "long",
             "peer": "string", "nodelay_line": "long"}
     schema = ", ".join(f"{k} {t}" for k, t in cols.items())
-    rows = [(c["fd"], c["connect_us"], c["nodelay"], c["connect_line"], c["peer"], c["nodelay_line"]) for c in conns]
+    rows = [(c.get(RUN, ""), c["fd"], c["connect_us"], c["nodelay"], c["connect_line"], c["peer"], c["nodelay_line"])
+            for c in conns]
     cdf = spark.createDataFrame(rows, schema)
-    cdf = cdf.withColumn("until_us", F.lead("connect_us").over(Window.partitionBy("c_fd").orderBy("connect_us")))
-    cond = ((F.col("fd") == F.col("c_fd")) & (F.col("send_us") >= F.col("connect_us"))
+    cdf = cdf.withColumn("until_us", F.lead("connect_us").over(
+        Window.partitionBy("c_run", "c_fd").orderBy("connect_us")))
+    cond = ((F.col(RUN) == F.col("c_run")) & (F.col("fd") == F.col("c_fd")) & (F.col("send_us") >= F.col("connect_us"))
             & (F.col("until_us").isNull() | (F.col("send_us") < F.col("until_us"))))
-    return produce.join(F.broadcast(cdf), cond, "left").drop("c_fd", "until_us")
+    return one_run(produce).join(F.broadcast(cdf), cond, "left").drop("c_run", "c_fd", "until_us")
 
 
 

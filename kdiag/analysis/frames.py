@@ -66,9 +66,26 @@ def _uncompressed_bytes(meta) -> int:
     return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
 
 
+# Every table the analysis reads carries the run its rows are from, and every
+# window, join and grouping of rows is within one run: "" when there is one
+# (replay, trace), a bundle's id when kdiag fleet analyses many at once.
+RUN = "bundle_id"
+
+
+def one_run(df):
+    """``df`` with its ``RUN``: a frame made without one (a caller with one
+    run, a test's rows) is one run, ""."""
+    if df is None or RUN in df.columns:
+        return df
+    from pyspark.sql import functions as F
+
+    return df.withColumn(RUN, F.lit(""))
+
+
 def read_table(spark, tables: Path, name: str, drop: tuple[str, ...] = ()):
-    """The table, without the columns in ``drop``. Its schema comes from the
-    file's footer, read here: Spark would run a job to infer it."""
+    """The table, without the columns in ``drop``, with its ``RUN`` ("" when
+    the file has none). Its schema comes from the file's footer, read here:
+    Spark would run a job to infer it."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -80,11 +97,19 @@ def read_table(spark, tables: Path, name: str, drop: tuple[str, ...] = ()):
     meta = pq.read_metadata(path)
     schema = pa.schema([f.remove_metadata() for f in meta.schema.to_arrow_schema() if f.name not in drop])
     spark_schema = from_arrow_schema(schema)
+    one_run = RUN not in schema.names
     if _uncompressed_bytes(meta) <= _local_bytes():
-        table = pq.read_table(path, columns=schema.names).replace_schema_metadata(None)
+        table = pq.read_table(path, columns=schema.names).replace_schema_metadata(None).cast(schema)
         if table.num_rows:
-            return spark.createDataFrame(table.cast(schema), schema=spark_schema)
-    return spark.read.schema(spark_schema).parquet(str(path))
+            if one_run:
+                table = table.append_column(RUN, pa.array([""] * table.num_rows, pa.string()))
+            return spark.createDataFrame(table, schema=from_arrow_schema(table.schema))
+    df = spark.read.schema(spark_schema).parquet(str(path))
+    if one_run:
+        from pyspark.sql import functions as F
+
+        df = df.withColumn(RUN, F.lit(""))
+    return df
 
 
 # id(Quality of an analysis) -> the DataFrames it cached.

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kdiag.analysis.frames import RUN, one_run
+
 # A thread's own clock readings never go back unless the clock was set; 1 ms
 # is nothing strace (microseconds) can misprint.
 STRACE_BACK_TOLERANCE_US = 1_000
@@ -178,11 +180,12 @@ def _step_observations(df, table: str):
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
+    df = one_run(df)
     if table == "syscalls":
-        group, tol = ["pid"], STRACE_BACK_TOLERANCE_US
+        group, tol = [RUN, "pid"], STRACE_BACK_TOLERANCE_US
         end = F.col("ts_us") + F.coalesce(F.col("dur_us"), F.lit(0))
     else:
-        group, tol = ["client", "thread"], LOG_BACK_TOLERANCE_US
+        group, tol = [RUN, "client", "thread"], LOG_BACK_TOLERANCE_US
         end = F.col("ts_us")
     w = Window.partitionBy(*group).orderBy("_id")
     t = (df.filter(F.col("ts_us").isNotNull()).select("_id", "line_no", "ts_us", end.alias("_end"), *group)
@@ -193,7 +196,7 @@ def _step_observations(df, table: str):
     back = F.col("ts_us") - F.col("a_ts") < -tol
     fwd = F.col("ts_us") - F.col("a_end") > FORWARD_GAP_US
     return t.filter(back | fwd).select(
-        F.lit(table).alias("table"), F.when(back, "clock_backwards").otherwise("clock_jump_forward").alias("kind"),
+        RUN, F.lit(table).alias("table"), F.when(back, "clock_backwards").otherwise("clock_jump_forward").alias("kind"),
         "a_id", F.col("_id").alias("b_id"), "a_line", F.col("line_no").alias("b_line"), "a_ts", "a_end",
         F.col("ts_us").alias("b_ts"))
 

@@ -18,6 +18,8 @@ the syscalls alone when the producer logs nothing).
 """
 from __future__ import annotations
 
+from kdiag.analysis.frames import RUN, one_run
+
 WRITE_CALLS = ["write", "writev", "sendmsg", "sendto", "send", "pwrite64"]
 READ_CALLS = ["read", "readv", "recvmsg", "recvfrom", "recv"]
 WAIT_CALLS = ["poll", "ppoll", "epoll_wait", "epoll_pwait", "epoll_pwait2", "select", "pselect6"]
@@ -40,9 +42,10 @@ def requests(spark, events):
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
+    events = one_run(events)
     has_pid = "pid" in events.columns
     pid = F.col("pid") if has_pid else F.lit(None).cast("int")
-    key = ["client", "broker", "corr_id"]
+    key = [RUN, "client", "broker", "corr_id"]
     is_send = F.col("event") == "send"
     # One pass in line order per key instead of a join and a window: each
     # Received takes the latest Sent seen before it. At one line number a
@@ -51,7 +54,7 @@ def requests(spark, events):
     # leaves one unnamed client: its lines pair among themselves.
     ev = events.filter(F.col("event").isin("send", "recv")
                        & F.col("broker").isNotNull() & F.col("corr_id").isNotNull()).select(
-        F.coalesce(F.col("client"), F.lit("")).alias("client"), "broker", "corr_id", F.col("line_no"),
+        RUN, F.coalesce(F.col("client"), F.lit("")).alias("client"), "broker", "corr_id", F.col("line_no"),
         is_send.alias("_send"),
         F.when(is_send, F.struct(F.col("request"), F.col("size_bytes").alias("req_bytes"),
                                  F.col("ts_us").alias("send_us"), F.col("line_no").alias("send_line"),
@@ -71,8 +74,8 @@ def flag_syscalls(syscalls):
     """The syscalls with socket writes, socket reads and waits flagged."""
     from pyspark.sql import functions as F
 
-    sc = syscalls.filter(F.col("kind") == "syscall").select(
-        "line_no", "pid", "ts_us", "dur_us", "syscall", "fd", "fd_info", "ret")
+    sc = one_run(syscalls).filter(F.col("kind") == "syscall").select(
+        RUN, "line_no", "pid", "ts_us", "dur_us", "syscall", "fd", "fd_info", "ret")
     is_sock = F.col("fd").isNotNull() & (F.col("fd") > 2) & (
         F.col("fd_info").isNull() | F.col("fd_info").rlike(SOCKET_INFO))
     sc = sc.withColumn("sock_write", F.col("syscall").isin(WRITE_CALLS) & is_sock & (F.col("ret") > 0))
@@ -96,7 +99,7 @@ def prepare_syscalls(syscalls):
     if waited:
         on = F.col("fd").isin(waited)
         sc = sc.withColumn("sock_write", F.col("sock_write") & on).withColumn("sock_read", F.col("sock_read") & on)
-    order = Window.partitionBy("pid").orderBy("ts_us", "line_no")
+    order = Window.partitionBy(RUN, "pid").orderBy("ts_us", "line_no")
     nxt = F.lead("ts_us").over(order)
     sc = (sc.withColumn("dur_upper_bound", F.col("dur_us").isNull() & F.col("ts_us").isNotNull() & nxt.isNotNull())
             .withColumn("dur_us", F.coalesce(F.col("dur_us"), nxt - F.col("ts_us"))))
@@ -125,7 +128,7 @@ def waited_fds(syscalls) -> list[int] | None:
 def _bursts(sc):
     from pyspark.sql import functions as F
 
-    return sc.filter("sock_write").groupBy("pid", "burst").agg(
+    return sc.filter("sock_write").groupBy(RUN, "pid", "burst").agg(
         F.count("*").alias("n_writes"),
         F.min("ts_us").alias("send_start_us"),
         F.sum("ret").alias("written_bytes"),
@@ -159,9 +162,9 @@ def split_requests(spark, reqs, sc):
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
-    rows = _runs(_calls_and_marks(reqs, sc))
+    rows = _runs(_calls_and_marks(one_run(reqs), one_run(sc)))
     # A request meets its run by its Sent line's number.
-    pair = Window.partitionBy("pid", "_line").orderBy(F.col("_k").desc()).rowsBetween(Window.unboundedPreceding, 0)
+    pair = Window.partitionBy(RUN, "pid", "_line").orderBy(F.col("_k").desc()).rowsBetween(Window.unboundedPreceding, 0)
     rows = rows.withColumn("_b", F.first("_run", ignorenulls=True).over(pair)).filter(F.col("_k") == 0)
     send, recv = F.col("_req.send_us"), F.col("_req.recv_us")
     # A request logged on a line without a pid (strace without -f, or one
@@ -206,12 +209,12 @@ def _calls_and_marks(reqs, sc):
     req_t = StructType([StructField(f.name, f.dataType, True) for f in reqs.schema.fields])
     flag = lambda c: F.coalesce(F.col(c), F.lit(False))  # noqa: E731
     calls = sc.select(
-        "pid", F.col("ts_us").alias("_ts"), F.lit(1).alias("_k"), F.col("line_no").alias("_line"),
+        RUN, "pid", F.col("ts_us").alias("_ts"), F.lit(1).alias("_k"), F.col("line_no").alias("_line"),
         flag("sock_write").alias("_wr"), flag("sock_read").alias("_rd"), F.col("ret").alias("_ret"),
         F.col("fd").alias("_fd"), F.when(flag("sock_write"), F.col("fd_info")).alias("_fdi"),
         F.lit(None).cast(req_t).alias("_req"))
     marks = reqs.select(
-        "pid", F.col("send_us").alias("_ts"), F.lit(0).alias("_k"), F.col("send_line").alias("_line"),
+        RUN, "pid", F.col("send_us").alias("_ts"), F.lit(0).alias("_k"), F.col("send_line").alias("_line"),
         F.lit(False).alias("_wr"), F.lit(False).alias("_rd"), F.lit(None).cast("long").alias("_ret"),
         F.lit(None).cast("int").alias("_fd"), F.lit(None).cast("string").alias("_fdi"),
         F.struct(*[F.col(c) for c in reqs.columns]).cast(req_t).alias("_req"))
@@ -224,7 +227,7 @@ def _runs(rows):
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
-    fwd = Window.partitionBy("pid").orderBy("_ts", "_k", "_line")
+    fwd = Window.partitionBy(RUN, "pid").orderBy("_ts", "_k", "_line")
     upto = fwd.rowsBetween(Window.unboundedPreceding, 0)
     one = lambda c: F.when(c, 1).otherwise(0)  # noqa: E731
     wr, call = F.col("_wr"), F.col("_k") == 1
@@ -247,7 +250,7 @@ def _runs(rows):
     first_timed = timed_wr & (prev.isNull() | ~prev.getField("wr") | prev.getField("untimed"))
     pos = F.struct(F.col("_ts").alias("ts_us"), F.col("_line").alias("line_no"))
     rows = rows.select(
-        "pid", "_k", "_line", "_req", "_next_read", "_cw", "_ctw", "_cb", pos.alias("_pos"),
+        RUN, "pid", "_k", "_line", "_req", "_next_read", "_cw", "_ctw", "_cb", pos.alias("_pos"),
         F.last(F.when(first, F.struct("_fd", "_fdi")), ignorenulls=True).over(upto).alias("_fw"),
         F.last(F.when(wr, F.col("_ret")), ignorenulls=True).over(upto).alias("_lw"),
         F.last(F.when(first_timed, F.col("_ts")), ignorenulls=True).over(upto).alias("_tw"),
@@ -262,7 +265,7 @@ def _runs(rows):
                    F.col("_lw").alias("last_write_bytes"),
                    F.col("_prev_end.at").alias("lo"), F.col("_pos").alias("hi"))
     return rows.filter((F.col("_k") == 0) | (n > 0)).select(
-        "pid", "_k", "_line", "_req", "_next_read", F.when(F.col("_k") == 1, run).alias("_run"))
+        RUN, "pid", "_k", "_line", "_req", "_next_read", F.when(F.col("_k") == 1, run).alias("_run"))
 
 
 def fill_write_sizes(syscalls, examples: dict) -> None:
@@ -308,14 +311,15 @@ def exchanges(sc):
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
+    sc = one_run(sc)
     b = _cut_bursts(_bursts(sc)).select(
-                           "pid", "fd", "fd_info", "n_writes", "write_sizes", "written_bytes", "last_write_bytes",
+                           RUN, "pid", "fd", "fd_info", "n_writes", "write_sizes", "written_bytes", "last_write_bytes",
                            "n_writes_lower_bound", "unseen_bytes",
                            F.col("send_start_us"), F.col("send_end_us").alias("ts_us"),
                            F.col("first_line").alias("send_line"), F.lit(None).cast("long").alias("read_us"),
                            F.lit(None).cast("long").alias("read_line"))
     reads = sc.filter("sock_read").select(
-        "pid", "fd", F.lit(None).cast("string").alias("fd_info"), F.lit(None).cast("long").alias("n_writes"),
+        RUN, "pid", "fd", F.lit(None).cast("string").alias("fd_info"), F.lit(None).cast("long").alias("n_writes"),
         F.lit(None).cast("array<long>").alias("write_sizes"), F.lit(None).cast("long").alias("written_bytes"),
         F.lit(None).cast("long").alias("last_write_bytes"), F.lit(None).cast("boolean").alias("n_writes_lower_bound"),
         F.lit(None).cast("long").alias("unseen_bytes"),
@@ -324,13 +328,13 @@ def exchanges(sc):
     # The first read after each row: the last one seen walking backwards
     # (a frame to the partition's end would be rescanned for every row).
     ev = b.unionByName(reads).withColumn("_o", F.coalesce("send_line", "read_line"))
-    w = Window.partitionBy("pid", "fd").orderBy(F.col("ts_us").desc(), F.col("_o").desc()).rowsBetween(
+    w = Window.partitionBy(RUN, "pid", "fd").orderBy(F.col("ts_us").desc(), F.col("_o").desc()).rowsBetween(
         Window.unboundedPreceding, -1)
     nxt = F.last(F.when(F.col("read_us").isNotNull(), F.struct("read_us", "read_line")), ignorenulls=True).over(w)
     ev = ev.withColumn("_n", nxt).withColumn("resp_us", F.col("_n.read_us")).withColumn("recv_line", F.col("_n.read_line"))
     ms = lambda a, c: (F.col(a) - F.col(c)) / 1000.0  # noqa: E731
     return (ev.filter(F.col("n_writes").isNotNull() & F.col("resp_us").isNotNull())
-              .select(F.lit(None).cast("string").alias("client"),
+              .select(RUN, F.lit(None).cast("string").alias("client"),
                       F.coalesce(F.regexp_extract("fd_info", r"->([^\]]+)", 1), F.col("fd").cast("string")).alias("broker"),
                       F.lit(None).cast("int").alias("corr_id"), F.lit("exchange").alias("request"),
                       F.col("written_bytes").alias("req_bytes"), F.col("ts_us").alias("send_us"),

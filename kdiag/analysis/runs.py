@@ -13,7 +13,7 @@ strace's ``-s`` cut short (the default -s 32 keeps no ``Sent ...`` line).
 """
 from __future__ import annotations
 
-from kdiag.analysis.frames import quantile, rounded
+from kdiag.analysis.frames import RUN, one_run, quantile, rounded
 from kdiag.analysis.per_request import exchanges, prepare_syscalls
 
 # An epoch timestamp (-ttt, or a time of day dated from librdkafka's lines)
@@ -132,11 +132,13 @@ def log_of_another_run(log, log_writes, source: str | None) -> list[str]:
 
     if source != "strace" or log is None or log_writes is None:
         return []
-    key = ["broker", "corr_id", "ts_us"]
+    key = [RUN, "broker", "corr_id", "ts_us"]
+    log, log_writes = one_run(log), one_run(log_writes)
     sent = log.filter(F.col("event") == "send").select(*key)
     if not sent.limit(1).count():
         return []
-    seen = log_writes.filter(F.col("event") == "send").select("broker", "corr_id", F.col("log_ts_us").alias("ts_us"))
+    seen = log_writes.filter(F.col("event") == "send").select(RUN, "broker", "corr_id",
+                                                               F.col("log_ts_us").alias("ts_us"))
     if sent.join(seen, key, "left_semi").limit(1).count():
         return []
     return ["the librdkafka log and the strace are from different runs (none of the log's Sent lines is among "

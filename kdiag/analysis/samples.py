@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kdiag.analysis.frames import pctl, read_table
+from kdiag.analysis.frames import RUN, one_run, pctl, read_table
 
 # Thread samples are ~100 ms apart: interval-to-request joins use 1 s buckets.
 SAMPLE_BUCKET_US = 1_000_000
@@ -111,19 +111,21 @@ def runq_of(spark, tables_dir, produce):
     threads = read_table(spark, Path(tables_dir), "threads") if tables_dir else None
     if threads is None or "pid" not in produce.columns:
         return produce.withColumn("runq_ms", F.lit(None).cast("double"))
-    w = Window.partitionBy("pid", "tid").orderBy("ts_us")
+    threads, produce = one_run(threads), one_run(produce)
+    w = Window.partitionBy(RUN, "pid", "tid").orderBy("ts_us")
     iv = (threads.filter(F.col("runq_wait_ms").isNotNull())
-          .select(F.col("tid").cast("long").alias("tid"), F.col("ts_us").alias("iv_end"),
+          .select(F.col(RUN).alias("_iv_run"), F.col("tid").cast("long").alias("tid"), F.col("ts_us").alias("iv_end"),
                   F.lag("ts_us").over(w).alias("iv_start"),
                   (F.col("runq_wait_ms") - F.lag("runq_wait_ms").over(w)).alias("iv_runq_ms"))
           .filter(F.col("iv_start").isNotNull() & (F.col("iv_runq_ms") > 0)))
     iv = iv.withColumn("bucket", time_buckets("iv_start", "iv_end", SAMPLE_BUCKET_US))
     start = F.coalesce(F.col("send_start_us"), F.col("send_us")) if "send_start_us" in produce.columns \
         else F.col("send_us")
-    keys = ["pid", "send_us", "recv_us"]
+    keys = [RUN, "pid", "send_us", "recv_us"]
     rb = (produce.filter(F.col("pid").isNotNull()).select(*keys, start.alias("_start"))
           .withColumn("bucket", time_buckets("_start", "recv_us", SAMPLE_BUCKET_US)))
-    over = (rb.join(iv, (F.col("pid").cast("long") == F.col("tid")) & (rb.bucket == iv.bucket))
+    over = (rb.join(iv, (F.col(RUN) == F.col("_iv_run")) & (F.col("pid").cast("long") == F.col("tid"))
+                    & (rb.bucket == iv.bucket))
             .filter((F.col("iv_start") < F.col("recv_us")) & (F.col("iv_end") > F.col("_start")))
             .select(*keys, "iv_start", "iv_runq_ms", ((F.col("recv_us") - F.col("_start")) / 1000.0).alias("_dur"))
             .dropDuplicates([*keys, "iv_start"]))
@@ -143,16 +145,17 @@ def throttle_of(stats, produce):
 
     if stats is None or not {"client", "broker"} <= set(produce.columns):
         return produce.withColumn("throttle_ms", F.lit(None).cast("double"))
-    w = Window.partitionBy("client", "broker").orderBy("ts_us")
+    stats, produce = one_run(stats), one_run(produce)
+    w = Window.partitionBy(RUN, "client", "broker").orderBy("ts_us")
     win = (stats.filter(F.col("ts_us").isNotNull())
-           .select(F.col("client").alias("s_client"), F.col("broker").alias("s_broker"),
+           .select(F.col(RUN).alias("s_run"), F.col("client").alias("s_client"), F.col("broker").alias("s_broker"),
                    F.coalesce(F.lag("ts_us").over(w), F.col("ts_us") - SAMPLE_BUCKET_US).alias("w_start"),
                    (F.col("ts_us") + SAMPLE_BUCKET_US).alias("w_end"), "throttle_max_ms")
            .filter(F.col("throttle_max_ms") > 0))
     win = win.withColumn("bucket", time_buckets("w_start", "w_end", SAMPLE_BUCKET_US))
-    keys = ["client", "broker", "recv_us"]
+    keys = [RUN, "client", "broker", "recv_us"]
     rb = produce.select(*keys).distinct().withColumn("bucket", F.floor(F.col("recv_us") / SAMPLE_BUCKET_US))
-    hit = (rb.join(F.broadcast(win), (rb.client == win.s_client) & (rb.broker == win.s_broker)
+    hit = (rb.join(F.broadcast(win), (rb[RUN] == win.s_run) & (rb.client == win.s_client) & (rb.broker == win.s_broker)
                    & (rb.bucket == win.bucket))
            .filter((F.col("recv_us") > F.col("w_start")) & (F.col("recv_us") <= F.col("w_end")))
            .groupBy(*keys).agg(F.max("throttle_max_ms").alias("throttle_ms")))

@@ -9,7 +9,7 @@ judged from these alone (the run-level causes' ``from_signals``).
 """
 from __future__ import annotations
 
-from kdiag.analysis.frames import quantile, rounded
+from kdiag.analysis.frames import RUN, one_run, quantile, rounded
 
 # Errors named in the findings, most frequent first.
 ERRORS_SHOWN = 5
@@ -58,8 +58,8 @@ def _send_stalls(events) -> dict:
     time from the first piece to the whole request's ``Sent`` line."""
     from pyspark.sql import functions as F
 
-    key = ["client", "broker", "corr_id"]
-    span = (events.filter(F.col("event").isin("send_partial", "send") & (F.col("request") == "Produce"))
+    key = [RUN, "client", "broker", "corr_id"]
+    span = (one_run(events).filter(F.col("event").isin("send_partial", "send") & (F.col("request") == "Produce"))
             .groupBy(*key).agg(F.min(F.when(F.col("event") == "send_partial", F.col("ts_us"))).alias("first"),
                                F.max(F.when(F.col("event") == "send", F.col("ts_us"))).alias("sent"))
             .filter(F.col("first").isNotNull())
