@@ -41,3 +41,29 @@ def test_tables_it_cannot_read_are_an_error_not_no_data(tmp_path, capsys, given,
         main(["--tables", given.format(tmp=tmp_path)])
     assert exited.value.code == 2
     assert says in capsys.readouterr().err
+
+
+def test_a_bundle_under_spark_submit_keeps_its_metadata(tmp_path, spark):
+    """Given tables alone, the job had no probe, no inputs and a null
+    tcp_retransmits: --bundle reads the bundle as replay does."""
+    import io
+
+    from kdiag.cli import Environment, main
+
+    bundle = ROOT / "fixtures" / "bundles" / "nagle_on.tar.gz"
+    out = tmp_path / "findings.json"
+    res = subprocess.run([shutil.which("spark-submit"), "--master", "local[1]",
+                          str(ROOT / "kdiag" / "analysis" / "__main__.py"), "--bundle", bundle.as_uri(),
+                          "--out", str(out)],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(out.read_text())
+    text = io.StringIO()
+    assert main(["replay", "--json", str(bundle)], Environment(stdout=text, stderr=io.StringIO())) == 0
+    want = json.loads(text.getvalue())
+    assert got["probe"] == want["probe"] and got["probe"]["msgs_per_s"] == 19.96
+    assert got["summary"]["tcp_retransmits"] == want["summary"]["tcp_retransmits"] == 2
+    assert [i["kind"] for i in got["inputs"]] == [i["kind"] for i in want["inputs"]] and got["inputs"]
+    for key in ("verdict", "librdkafka_version", "findings", "delivery_ms"):
+        assert got[key] == want[key], key

@@ -1,6 +1,12 @@
 """Entry point for spark-submit, as on a cluster:
 
     spark-submit kdiag/analysis/__main__.py --tables DIR --out findings.json
+    spark-submit kdiag/analysis/__main__.py --bundle B.tar.gz --out findings.json
+
+``--bundle`` reads the bundle as ``kdiag replay`` does (verified, its
+captures parsed, its manifest's librdkafka version and its probe's summary
+and retransmits with them): the findings are replay's. Tables alone carry
+none of the bundle's metadata.
 
 (``python -m kdiag.analysis`` runs the same). Imports are absolute: run as
 a file, this folder is not a package to Python."""
@@ -44,23 +50,46 @@ def tables_dir(arg: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kdiag/analysis/__main__.py")
-    ap.add_argument("--tables", required=True, help="directory of <table>.parquet files (a path or a file:// URI)")
+    given = ap.add_mutually_exclusive_group(required=True)
+    given.add_argument("--tables", help="directory of <table>.parquet files (a path or a file:// URI)")
+    given.add_argument("--bundle", help="a bundle (a path or a file:// URI), read as kdiag replay reads it")
     ap.add_argument("--out", help="write findings JSON here (default: stdout)")
     a = ap.parse_args(argv)
-    try:
-        tables = tables_dir(a.tables)
-    except ValueError as e:
-        ap.error(str(e))
-    from kdiag.analysis.job import analyze
-    from kdiag.analysis.spark import session
+    if a.bundle is not None:
+        result = _replayed(ap, a.bundle)
+    else:
+        try:
+            tables = tables_dir(a.tables)
+        except ValueError as e:
+            ap.error(str(e))
+        from kdiag.analysis.job import analyze
+        from kdiag.analysis.spark import session
 
-    result = analyze(session("kdiag-analysis"), tables)
+        result = analyze(session("kdiag-analysis"), tables)
     text = json.dumps(result, indent=2, default=str)
     if a.out:
         Path(a.out).write_text(text)
     else:
         print(text)
     return 0
+
+
+def _replayed(ap: argparse.ArgumentParser, bundle: str) -> dict:
+    """replay's findings of ``bundle``, analysed in this process's Spark
+    (spark-submit's): its --json output, read back."""
+    import io
+
+    from kdiag.analysis.spark import session
+    from kdiag.cli import Environment
+    from kdiag.cli import main as kdiag
+
+    session("kdiag-analysis")   # spark-submit's gateway; replay then finds a session and stays here
+    out, err = io.StringIO(), io.StringIO()
+    rc = kdiag(["replay", "--json", "--no-warm", bundle], Environment(stdout=out, stderr=err))
+    sys.stderr.write(err.getvalue())
+    if not out.getvalue():
+        ap.exit(rc or 1, f"{ap.prog}: {bundle}: no findings (kdiag replay exited {rc})\n")
+    return json.loads(out.getvalue())
 
 
 if __name__ == "__main__":
