@@ -23,6 +23,12 @@ def signals(events) -> dict:
     if events is None:
         return {}
     ev, produce = F.col("event"), F.col("request") == "Produce"
+    # Only an error on a Produce request (its MSGSET line, its REQERR line)
+    # holds messages back. Another request's (a bootstrap handle's
+    # MetadataRequest failing as the handle is decommissioned: "Local: Broker
+    # handle destroyed without termination") is counted apart.
+    erred = F.col("error").isNotNull()
+    produce_error = erred & ((ev == "msgset") | F.coalesce(produce, F.lit(False)))
     row = events.agg(
         F.count(F.when(ev == "timeout", 1)).alias("timeout_lines"),
         F.sum(F.when(ev == "timeouts", F.col("count"))).alias("timed_out"),
@@ -33,8 +39,13 @@ def signals(events) -> dict:
         F.first(F.when(ev == "fail", F.col("detail")), ignorenulls=True).alias("fail_detail"),
         F.count(F.when((ev == "retry") & produce, 1)).alias("retries"),
         F.count(F.when(ev == "retry", 1)).alias("retries_all"),
-        F.count(F.when(F.col("error").isNotNull(), 1)).alias("errors"),
-        F.slice(F.sort_array(F.collect_set(F.col("error"))), 1, ERRORS_SHOWN).alias("error_names"),
+        F.count(F.when(produce_error, 1)).alias("errors"),
+        F.slice(F.sort_array(F.collect_set(F.when(produce_error, F.col("error")))), 1, ERRORS_SHOWN)
+        .alias("error_names"),
+        F.count(F.when(erred & ~produce_error, 1)).alias("other_errors"),
+        F.slice(F.sort_array(F.collect_set(F.when(erred & ~produce_error, F.concat_ws(
+            ": ", F.concat(F.coalesce(F.col("request"), F.lit("?")), F.lit("Request")), F.col("error"))))),
+            1, ERRORS_SHOWN).alias("other_error_names"),
         F.count(F.when(ev == "produce", 1)).alias("batches"),
         quantile(F.when(ev == "produce", F.col("msgs")), 0.5).alias("batch_msgs_p50"),
         F.max(F.when(ev == "produce", F.col("msgs"))).alias("batch_msgs_max"),
