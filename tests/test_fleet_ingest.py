@@ -12,7 +12,7 @@ import tarfile
 
 import pytest
 
-from cluster import standalone
+from kdiag.fleet.loopback import standalone
 from conftest import need
 from made_bundles import ON, healthy_bundle
 

@@ -1,6 +1,7 @@
 """A real Spark standalone cluster on loopback, from the Spark that pyspark
-ships: one master and its workers, each a JVM of its own, stopped (with the
-executors they started) when the block ends."""
+ships, for the fleet's tests and benchmarks: one master and its workers,
+each a JVM of its own, stopped (with the executors they started) when the
+block ends."""
 from __future__ import annotations
 
 import contextlib
@@ -19,6 +20,7 @@ START_S = 90.0
 class Cluster:
     master: str          # spark://127.0.0.1:PORT
     logs: list[Path]
+    pids: list[int]      # the master's and the workers' (their executors are their children)
 
 
 def _wait_for(log: Path, pattern: str, proc: subprocess.Popen, timeout_s: float = START_S) -> re.Match:
@@ -82,6 +84,6 @@ def standalone(work: Path, workers: int = 2, cores: int = 1, memory: str = "1g")
                                  "--work-dir", str(work / f"worker{i}"), url])
         for i in range(workers):
             _wait_for(work / f"worker{i}.log", r"Successfully registered with master", procs[i + 1])
-        yield Cluster(url, logs)
+        yield Cluster(url, logs, [p.pid for p in procs])
     finally:
         _stop(procs)
