@@ -16,9 +16,11 @@ from kdiag.fleet.loopback import standalone
 from conftest import need
 from made_bundles import ON, healthy_bundle
 
+# The driver runs in a process of its own: this one has a local session.
 DRIVER = r"""
 import json, os, sys, time
 os.environ["KDIAG_SPARK_MASTER"] = sys.argv[1]
+from pyspark.sql import functions as F
 from kdiag.analysis.spark import session
 from kdiag.fleet.ingest import ingest
 spark = session("kdiag-fleet-test")
@@ -28,13 +30,26 @@ deadline = time.monotonic() + 90
 while sc._jsc.sc().getExecutorMemoryStatus().size() < 3 and time.monotonic() < deadline:
     time.sleep(0.2)
 got = ingest(spark, sys.argv[3:], sys.argv[2])
+def checksum(df):   # as test_fleet_ingest.checksum
+    return F.sum(F.xxhash64(*[c for c in df.columns if c != "bundle_id"]) % 1000000007)
 rows = {name: {r.bundle_id: r["count"] for r in df.groupBy("bundle_id").count().collect()}
         for name, df in got.tables.items()}
-print(json.dumps({"bundles": [r.asDict() for r in got.bundles.collect()], "rows": rows, "driver": os.getpid()}))
+sums = {name: {r.bundle_id: r.s for r in df.groupBy("bundle_id").agg(checksum(df).alias("s")).collect()}
+        for name, df in got.tables.items()}
+print(json.dumps({"bundles": [r.asDict() for r in got.bundles.collect()], "rows": rows, "sums": sums}))
 """
 
 
-def own_parse(bundle, tmp_path) -> dict:
+def checksum(df):
+    """An order-free sum over a table's rows, of every column but bundle_id."""
+    from pyspark.sql import functions as F
+
+    return F.sum(F.xxhash64(*[c for c in df.columns if c != "bundle_id"]) % 1_000_000_007)
+
+
+def own_parse(bundle, tmp_path, spark) -> tuple[dict, dict]:
+    """(rows, checksum) per table of the bundle's own parse, in this process."""
+    from kdiag.analysis.frames import read_table
     from kdiag.bundle import archive
     from kdiag.ingest.tables import parse_paths
 
@@ -42,7 +57,13 @@ def own_parse(bundle, tmp_path) -> dict:
     with tarfile.open(bundle) as t:
         t.extractall(d, filter="data")
     raw = [f for f in archive.raw_files(d) if f.parent.name in archive.ANALYSED_SOURCES]
-    return parse_paths(raw, tmp_path / (bundle.name + ".tables"), base=d).rows
+    out = tmp_path / (bundle.name + ".tables")
+    rows = parse_paths(raw, out, base=d).rows
+    sums = {}
+    for name in rows:
+        df = read_table(spark, out, name)
+        sums[name] = df.agg(checksum(df)).first()[0]
+    return rows, sums
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +73,7 @@ def cluster(tmp_path_factory):
         yield c
 
 
-def test_bundles_are_parsed_on_the_executors_into_tables_keyed_by_bundle(cluster, tmp_path):
+def test_bundles_are_parsed_on_the_executors_into_tables_keyed_by_bundle(cluster, tmp_path, spark):
     folder = tmp_path / "tickets"
     folder.mkdir()
     off = healthy_bundle(folder)
@@ -72,9 +93,11 @@ def test_bundles_are_parsed_on_the_executors_into_tables_keyed_by_bundle(cluster
     for name, bundle in (("on.tar.gz", ON), ("off.tar.gz", off)):
         f = facts[name]
         assert f["state"] == "parsed" and f["librdkafka_version"] == "2.16.0" and f["host"] == "vm"
-        want = own_parse(bundle, tmp_path)
+        want, sums = own_parse(bundle, tmp_path, spark)
         assert f["table_rows"] == want
         assert {t: got["rows"][t][f["bundle_id"]] for t in want} == want
+        # Every value of every row, not only the counts.
+        assert {t: got["sums"][t][f["bundle_id"]] for t in want} == sums
     assert facts["on.tar.gz"]["tcp_retrans"] == 2
     # Parsed in the executors' Python workers, not the driver's, on both workers.
     where = [b["parsed_by"].split(":") for b in got["bundles"]]
