@@ -225,7 +225,12 @@ def test_nagle_stall_shows_as_unacked_and_notsent(run):
     slow = by_fd(run.tables, run.fds["slow"])
     fast = by_fd(run.tables, run.fds["fast"])
     held = [r for r in slow if r["unacked"] >= 1 and r["notsent_bytes"] == 100]
-    assert len(held) >= len(slow) / 2, [(r["unacked"], r["notsent_bytes"]) for r in slow]
+    # The slow thread shares the GIL with a spinning one: on a loaded machine
+    # its next write comes late and fewer samples land inside the stall
+    # (13-14 of 24 beside two CPU hogs, 10 of 24 in a full CI run; 0 would
+    # mean no Nagle). The socket with TCP_NODELAY never holds a byte.
+    assert len(held) >= len(slow) / 4, [(r["unacked"], r["notsent_bytes"]) for r in slow]
+    assert all(r["notsent_bytes"] == 0 for r in fast), [(r["unacked"], r["notsent_bytes"]) for r in fast]
     # The sender times the held segment's ACK: the delayed ACK inflates its RTT.
     assert statistics.median(r["rtt_ms"] for r in slow) > statistics.median(r["rtt_ms"] for r in fast)
     assert statistics.median(r["rtt_ms"] for r in slow) > 5.0
