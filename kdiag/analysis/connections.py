@@ -30,13 +30,19 @@ def connections(syscalls) -> list[dict]:
     connect()'s thread, within 10 s of it."""
     from pyspark.sql import functions as F
 
-    cols = ["line_no", "pid", "ts_us", "dur_us", "syscall", "fd", "fd_info", "args", "ret"]
-    sc = syscalls.filter(F.col("kind") == "syscall")
+    cols = [RUN, "line_no", "pid", "ts_us", "dur_us", "syscall", "fd", "fd_info", "args", "ret"]
+    sc = one_run(syscalls).filter(F.col("kind") == "syscall")
     rows = sc.filter(F.col("syscall").isin("connect", "setsockopt", "getsockopt", "close", "socket")).select(
         *cols).collect()
     rows += _handshake_waits(sc, rows, cols)
-    rows.sort(key=lambda r: (r.ts_us is not None, r.ts_us or 0, r.line_no is not None, r.line_no or 0))
-    return _walk(rows)
+    runs: dict = {}
+    for r in rows:   # a fleet's runs apart: their pids and fds are their own
+        runs.setdefault(r[RUN], []).append(r)
+    conns = []
+    for run, mine in runs.items():
+        mine.sort(key=lambda r: (r.ts_us is not None, r.ts_us or 0, r.line_no is not None, r.line_no or 0))
+        conns += [{**c, RUN: run} if run else c for c in _walk(mine)]
+    return conns
 
 
 def _handshake_waits(sc, rows: list, cols: list[str]) -> list:
@@ -47,25 +53,26 @@ def _handshake_waits(sc, rows: list, cols: list[str]) -> list:
     spans: dict = {}
     for r in rows:
         if r.syscall == "connect" and r.fd is not None and "AF_INET" in (r.args or "") and r.ts_us is not None:
-            spans.setdefault(r.pid, []).append(r.ts_us)
+            spans.setdefault((r[RUN], r.pid), []).append(r.ts_us)
     near = []
-    for pid, starts in spans.items():
+    for (run, pid), starts in spans.items():
         lo = hi = None
         for t in sorted(starts):
             if hi is not None and t <= hi + 1:
                 hi = t + HANDSHAKE_WINDOW_US - 1
                 continue
             if lo is not None:
-                near.append((pid, lo, hi))
+                near.append((run, pid, lo, hi))
             lo, hi = t, t + HANDSHAKE_WINDOW_US - 1
-        near.append((pid, lo, hi))
-    if len(near) > MAX_HANDSHAKE_SPANS:   # a reconnect storm: read them all
+        near.append((run, pid, lo, hi))
+    if len(near) > MAX_HANDSHAKE_SPANS:   # a reconnect storm, or a fleet: read them all
         return sc.filter(F.col("syscall").isin(WAIT_CALLS) & F.col("args").contains("POLLOUT")).select(
             *cols).collect()
     if near:
         cond = None
-        for pid, lo, hi in near:
+        for run, pid, lo, hi in near:
             c = F.col("pid").eqNullSafe(F.lit(pid).cast("int")) & F.col("ts_us").between(lo, hi)
+            c = c & (F.col(RUN) == run) if run else c
             cond = c if cond is None else cond | c
         return sc.filter(F.col("syscall").isin(WAIT_CALLS) & cond & F.col("args").contains("POLLOUT")).select(
             *cols).collect()
@@ -215,24 +222,47 @@ def path_rtt_of(spark, tables_dir, conns: list[dict]) -> tuple[float | None, str
     broker's host, then ``ss -ti``'s RTT of the producer's sockets."""
     from pyspark.sql import functions as F
 
-    by_method: dict = {}
+    hs = pr = None
     if tables_dir is not None:
         hs = read_table(spark, Path(tables_dir), "handshakes")
         if hs is not None:
-            row = hs.filter(F.col("error").isNull() & F.col("rtt_ms").isNotNull()).agg(
-                F.count("*").alias("k"), F.percentile_approx("rtt_ms", 0.5, 100000).alias("m")).first()
-            if row.k:
-                return row.m, f"TCP connect() handshakes to the brokers by kdiag ({row.k})", False
-        pr = read_table(spark, Path(tables_dir), "probes")
-        if pr is not None:
-            # One job for every source in the table: kdiag's probes have method syn or connect.
-            by_method = {r.method: (r.k, r.m) for r in pr.filter(
-                F.col("answer").isin("open", "closed", "reply") & F.col("rtt_ms").isNotNull()).groupBy(
-                F.when(F.col("method").isin(*USER_TOOL_NAMES), F.col("method")).alias("method")).agg(
-                F.count("*").alias("k"), F.percentile_approx("rtt_ms", 0.5, 100000).alias("m")).collect()}
-            if None in by_method:
-                k, m = by_method[None]
-                return m, f"SYN probes answered by the broker port ({k})", False
+            row = handshake_rtts(hs).first()
+            hs = (row.k, row.m) if row.k else None
+        if hs is None:
+            pr = read_table(spark, Path(tables_dir), "probes")
+    by_method = {r.method: (r.k, r.m) for r in probe_rtts(pr).collect()} if pr is not None else {}
+    return path_choice(hs, by_method, conns, lambda: _ss_rtt(tables_dir))
+
+
+def handshake_rtts(hs, keys: tuple = ()):
+    """kdiag's own connect() handshakes: how many, and their median."""
+    from pyspark.sql import functions as F
+
+    ok = hs.filter(F.col("error").isNull() & F.col("rtt_ms").isNotNull())
+    cols = [F.count("*").alias("k"), F.percentile_approx("rtt_ms", 0.5, 100000).alias("m")]
+    return ok.groupBy(*keys).agg(*cols) if keys else ok.agg(*cols)
+
+
+def probe_rtts(pr, keys: tuple = ()):
+    """Answers per probe method, and their median: kdiag's own probes
+    (method syn or connect) under a null method, the user's tools by name."""
+    from pyspark.sql import functions as F
+
+    return pr.filter(F.col("answer").isin("open", "closed", "reply") & F.col("rtt_ms").isNotNull()).groupBy(
+        *keys, F.when(F.col("method").isin(*USER_TOOL_NAMES), F.col("method")).alias("method")).agg(
+        F.count("*").alias("k"), F.percentile_approx("rtt_ms", 0.5, 100000).alias("m"))
+
+
+def path_choice(hs: tuple | None, by_method: dict, conns: list[dict], ss) -> tuple[float | None, str | None, bool]:
+    """The path RTT from what was measured (see ``path_rtt_of``): ``hs``
+    (count, median) of kdiag's handshakes or None, ``by_method`` method ->
+    (count, median) of probes, the run's connections, and ``ss`` a callable
+    giving ``ss -ti``'s figure (or None), asked only when it decides."""
+    if hs is not None:
+        return hs[1], f"TCP connect() handshakes to the brokers by kdiag ({hs[0]})", False
+    if None in by_method:
+        k, m = by_method[None]
+        return m, f"SYN probes answered by the broker port ({k})", False
     tcp = _user_path(by_method, USER_TCP_METHODS, "answers from the broker's port")
     if tcp:
         return tcp
@@ -244,7 +274,7 @@ def path_rtt_of(spark, tables_dir, conns: list[dict]) -> tuple[float | None, str
                       "answers from the broker's host, not its port")
     if host:
         return host
-    held = _ss_rtt(tables_dir)
+    held = ss()
     if held:
         return held
     if not measured:
@@ -275,9 +305,14 @@ def _ss_rtt(tables_dir) -> tuple[float, str, bool] | None:
         return None
     t = pq.read_table(path, columns=["ts_us", "min_rtt_ms", "rtt_ms"])
     t = t.filter(pc.is_null(t["ts_us"]))
-    for col, what, bound in (("min_rtt_ms", "minrtt", False), ("rtt_ms", "smoothed rtt; an upper bound, a held "
-                                                                          "send inflates it", True)):
-        vals = [v for v in t[col].to_pylist() if v is not None]
+    return ss_choice(t["min_rtt_ms"].to_pylist(), t["rtt_ms"].to_pylist())
+
+
+def ss_choice(min_rtts: list, rtts: list) -> tuple[float, str, bool] | None:
+    """minrtt where ss printed it; else the smoothed rtt, an upper bound."""
+    for vals, what, bound in ((min_rtts, "minrtt", False),
+                              (rtts, "smoothed rtt; an upper bound, a held send inflates it", True)):
+        vals = [v for v in vals if v is not None]
         if vals:
             return pctl(vals, 0.5), f"ss -ti output (user's), {what} of {len(vals)} socket(s)", bound
     return None

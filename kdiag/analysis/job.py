@@ -126,18 +126,25 @@ def _rank_when_thin(result: dict) -> None:
 def _judge_signals(spark, inp: _Inputs) -> dict:
     """No Sent line and no syscalls: librdkafka's other lines (timeouts,
     disconnects, retries) are judged alone, or there is nothing to judge."""
+    from kdiag.analysis.connections import path_rtt_of
+
+    return judged_by_signals(inp.version, path_rtt_of(spark, str(inp.tables_dir), inp.conns),
+                             {**inp.meta, "signals": resolved(inp.meta["signals"])})
+
+
+def judged_by_signals(version: str | None, path: tuple, meta: dict) -> dict:
+    """A run judged from its signals (in ``meta``) and its path alone."""
     from kdiag.analysis.causes import Facts, version_tuple
     from kdiag.analysis.causes.nagle_delayed_ack import NAGLE_DEFAULT_FLIPPED
-    from kdiag.analysis.connections import path_rtt_of
     from kdiag.analysis.judge import from_signals_only
 
     unknowns = ["no librdkafka Sent/Received lines and no syscalls in the inputs: no request to split"]
-    vt = version_tuple(inp.version)
-    path_rtt, source, bound = path_rtt_of(spark, str(inp.tables_dir), inp.conns)
+    vt = version_tuple(version)
+    path_rtt, source, bound = path
     summary = {"requests": 0, "path_rtt_ms": path_rtt, "path_rtt_source": source,
                "path_rtt_upper_bound": bound if path_rtt is not None else None}
-    run = Facts(None, {}, 0, path_rtt, bound, inp.version, None if vt is None else vt >= NAGLE_DEFAULT_FLIPPED,
-                summary, {**inp.meta, "signals": resolved(inp.meta["signals"]), "completed_ms": 0.0}, None)
+    run = Facts(None, {}, 0, path_rtt, bound, version, None if vt is None else vt >= NAGLE_DEFAULT_FLIPPED,
+                summary, {**meta, "completed_ms": 0.0}, None)
     result = from_signals_only(run, vt, unknowns)
     if result["no_data"]:
         result["unknowns"] = ["no librdkafka Sent/Received lines and no syscalls in the inputs: nothing to analyse"]
@@ -223,12 +230,10 @@ def _judge_exchanges(spark, inp: _Inputs, q, later: Later) -> dict:
     """A producer that logs nothing: its requests inferred from syscalls."""
     reqs = _checked(spark, exchanges(prepare_syscalls(inp.syscalls)), "syscalls", q, later)
     conns = inp.conns + sampled_connections(inp.tables_dir, inp.conns)
-    unknowns = ["the producer logged no librdkafka Sent/Received lines: requests were inferred from "
-                "its syscalls (a burst of socket writes, then the first read of the response); "
-                "no correlation ids, and pipelined requests would pair with the wrong response"]
+    unknowns = [INFERRED]
     result = judge(spark, reqs, reqs, conns, inp.stats, inp.version, inp.source, unknowns, inp.meta,
                    inp.read.get("syscalls"), inp.small, inp.local)
-    result["confidence"] = "medium: requests inferred from syscalls"
+    result["confidence"] = CONFIDENCE["syscalls"]
     return result
 
 
@@ -256,24 +261,39 @@ def _judge_logged(spark, inp: _Inputs, q, later: Later) -> dict:
     produce = reqs.filter(F.col("request") == "Produce")
     result = judge(spark, produce, reqs, conns, inp.stats, inp.version, inp.source, unknowns, inp.meta,
                    inp.read.get("syscalls"), inp.small, inp.local)
-    result["confidence"] = "high: requests from librdkafka's own lines" if inp.source == "strace" else \
-        "low: librdkafka's log without syscalls"
+    result["confidence"] = CONFIDENCE[inp.source]
     return result
+
+
+UNTIMED = "the log has no timestamps: a request's time is librdkafka's rtt"
+UNSPLIT_LOG = ("no librdkafka Sent lines inside an strace capture: a request's time cannot be split "
+               "into socket and wait, and Nagle cannot be told from a slow broker")
+CONFIDENCE = {"strace": "high: requests from librdkafka's own lines", "log": "low: librdkafka's log without syscalls",
+              "syscalls": "medium: requests inferred from syscalls"}
+INFERRED = ("the producer logged no librdkafka Sent/Received lines: requests were inferred from "
+            "its syscalls (a burst of socket writes, then the first read of the response); "
+            "no correlation ids, and pipelined requests would pair with the wrong response")
 
 
 def _unsplit(reqs, unknowns: list[str]):
     """Requests without syscalls: no split, a request's time is all there is."""
     from pyspark.sql import functions as F
 
+    reqs = unsplit(reqs)
+    if not any_rows(reqs.filter(F.col("send_us").isNotNull() & F.col("recv_us").isNotNull())):
+        unknowns.append(UNTIMED)
+    unknowns.append(UNSPLIT_LOG)
+    return reqs
+
+
+def unsplit(reqs):
+    """The split's columns, null; the request's time from its lines, or
+    librdkafka's rtt for each response when the log has no timestamps
+    (basicConfig, Go, node)."""
+    from pyspark.sql import functions as F
+
     for c in ("send_ms", "wait_ms", "read_ms", "n_writes", "fd", "first_read_us",
               "written_bytes", "write_sizes", "send_start_us", "fd_info"):
         reqs = reqs.withColumn(c, F.lit(None))
-    # A log without timestamps (basicConfig, Go, node) still carries
-    # librdkafka's own rtt for each response.
-    reqs = reqs.withColumn("total_ms", F.coalesce((F.col("recv_us") - F.col("send_us")) / 1000.0,
+    return reqs.withColumn("total_ms", F.coalesce((F.col("recv_us") - F.col("send_us")) / 1000.0,
                                                   F.col("rtt_ms")))
-    if not any_rows(reqs.filter(F.col("send_us").isNotNull() & F.col("recv_us").isNotNull())):
-        unknowns.append("the log has no timestamps: a request's time is librdkafka's rtt")
-    unknowns.append("no librdkafka Sent lines inside an strace capture: a request's time cannot be split "
-                    "into socket and wait, and Nagle cannot be told from a slow broker")
-    return reqs

@@ -3,6 +3,7 @@ request per cause come back to the driver, however many requests there are.
 The causes' rules and sentences are in ``kdiag.analysis.causes``."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from kdiag.analysis import causes, predict
@@ -27,12 +28,14 @@ REQUEST_COLUMNS = ("send_us", "total_ms", "send_ms", "wait_ms", "read_ms", "rtt_
                    "corr_id", "n_writes")
 
 
-def median_requests(rq, bands: dict, cols: list[str]) -> dict:
+def median_requests(rq, bands: dict, cols: list[str], keys: tuple = ()) -> dict:
     """cause -> its median request by (wait_ms, send_us), nulls first: the
     one at floor(k / 2) + 1. ``bands``: cause -> (k, requests with a wait,
     wait quantiles [.., .., 0.5 - EXAMPLE_BAND, 0.5 + EXAMPLE_BAND]), for
     every cause when they are to be found by band; the causes a band misses
-    are sorted whole."""
+    are sorted whole. ``keys``: columns (a fleet's run) whose every value
+    has its own median per cause, sorted whole; the result is then keyed by
+    (*keys, cause)."""
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
@@ -69,10 +72,13 @@ def median_requests(rq, bands: dict, cols: list[str]) -> dict:
     if bands and set(found) >= set(bands):
         return found
     rest = rq if not found else rq.filter(~F.col("cause").isin(*found))
-    w = Window.partitionBy("cause").orderBy("wait_ms", "send_us")
-    found.update({r.cause: r.asDict(recursive=True) for r in rest.withColumn("_i", F.row_number().over(w))
-                  .withColumn("_n", F.count("*").over(Window.partitionBy("cause")))
-                  .filter(F.col("_i") == F.floor(F.col("_n") / 2) + 1).select(*cols).collect()})
+    group = [*keys, "cause"]
+    w = Window.partitionBy(*group).orderBy("wait_ms", "send_us")
+    name = (lambda r: r.cause) if not keys else (lambda r: (*(r[k] for k in keys), r.cause))  # noqa: E731
+    found.update({name(r): r.asDict(recursive=True) for r in rest.withColumn("_i", F.row_number().over(w))
+                  .withColumn("_n", F.count("*").over(Window.partitionBy(*group)))
+                  .filter(F.col("_i") == F.floor(F.col("_n") / 2) + 1)
+                  .select(*dict.fromkeys([*keys, *cols])).collect()})
     return found
 
 
@@ -102,8 +108,6 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
     kind). ``parallel``: a small input, whose independent jobs run at once;
     ``local``: one whose requests are held as rows in the plan (see
     frames.cached)."""
-    vt = version_tuple(version)
-    default_nodelay = None if vt is None else vt >= NAGLE_DEFAULT_FLIPPED
     pre, (path_rtt, rtt_source, rtt_bound) = _before_causes(spark, reqs, stats, conns, meta, parallel)
     single = {"n": pre.n1, "wait_p50_ms": rounded(pre.m1, 3)}
     client_ms = pre.client_ms if stats is not None else None
@@ -124,18 +128,45 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
     n = s.k if s is not None else 0
     if each is None and n:
         each = request_rows(rq, n)
+    if n and examples is None:
+        examples = median_requests(rq, bands if n > EXAMPLE_SORT_MAX else {}, ex_cols)
+    if n:
+        fill_write_sizes(syscalls, examples)
+    if held:
+        rq.unpersist()
+    return concluded(s, per, examples, each, Before(pre.all_kinds, single, client_ms, path_rtt, rtt_source,
+                                                    rtt_bound), version, source, unknowns, meta)
+
+
+@dataclass(frozen=True)
+class Before:
+    """What a run's requests say before their causes (``_before_causes``)."""
+    all_kinds: int
+    one_write: dict           # {"n": .., "wait_p50_ms": ..}
+    client_ms: float | None
+    path_rtt_ms: float | None
+    path_rtt_source: str | None
+    path_rtt_upper_bound: bool
+
+
+def concluded(s, per: dict, examples: dict | None, each: dict | None, pre: Before, version: str | None,
+              source: str, unknowns: list[str], meta: dict) -> dict:
+    """A run's findings from its sums (``_per_cause``), its example request
+    per cause and its request rows: no Spark here, so one run and each run
+    of a fleet are concluded alike."""
+    vt = version_tuple(version)
+    default_nodelay = None if vt is None else vt >= NAGLE_DEFAULT_FLIPPED
+    path_rtt, rtt_bound, client_ms = pre.path_rtt_ms, pre.path_rtt_upper_bound, pre.client_ms
+    n = s.k if s is not None else 0
     meta["completed_ms"] = (s.time if s is not None else None) or 0.0
-    summary = _summary(s, n, pre.all_kinds, source, client_ms, (path_rtt, rtt_source, rtt_bound), meta)
+    summary = _summary(s, n, pre.all_kinds, source, client_ms, (path_rtt, pre.path_rtt_source, rtt_bound), meta)
     _unknowns(unknowns, s, client_ms, default_nodelay, version)
     if n == 0:
         unknowns.append("no Produce request completed in the capture")
-        if held:
-            rq.unpersist()
         facts = Facts(None, {}, 0, path_rtt, rtt_bound, version, default_nodelay, summary, meta, client_ms)
         return from_signals_only(facts, vt, unknowns)
 
-    if examples is None:
-        examples = median_requests(rq, bands if n > EXAMPLE_SORT_MAX else {}, ex_cols)
+    examples = dict(examples or {})
     slow_as = "packet_loss" if "packet_loss" in per else "broker_slow"
     if _slow_wait.LABEL in examples:
         examples[slow_as] = examples.pop(_slow_wait.LABEL)
@@ -143,12 +174,9 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
         ci = each["columns"].index("cause")
         for r in each["rows"] + each["slowest"]:
             r[ci] = slow_as if r[ci] == _slow_wait.LABEL else r[ci]
-    fill_write_sizes(syscalls, examples)
-    if held:
-        rq.unpersist()
     facts = Facts(None, {}, n, path_rtt, rtt_bound, version, default_nodelay, summary, meta, client_ms)
     findings = _findings(per, examples, facts, vt)
-    predict.attach(findings, each, single["wait_p50_ms"], path_rtt, client_ms)
+    predict.attach(findings, each, pre.one_write["wait_p50_ms"], path_rtt, client_ms)
     verdict = verdict_of(findings)
     if verdict == "healthy":
         k = per["healthy"].k if "healthy" in per else 0
@@ -190,18 +218,28 @@ def _before_causes(spark, reqs, stats, conns: list[dict], meta: dict, parallel: 
     """Everything that comes before the causes, in one job (beside the
     path's): the one-write requests, the split ones' wait, the statistics'
     queueing and throttles; and the path RTT."""
+    pre = before_causes(reqs, stats)
+    path, pre = at_once(parallel, [lambda: path_rtt_of(spark, meta.get("tables_dir"), conns), pre.first])
+    return pre, path
+
+
+def before_causes(reqs, stats, keys: tuple = ()):
+    """The one-write requests and their wait, the split Produce requests'
+    wait, the statistics' queueing and throttles: one row per ``keys``."""
     from pyspark.sql import functions as F
 
     one_write = (F.col("n_writes") == 1) & F.col("wait_ms").isNotNull()
-    pre = reqs.agg(F.count("*").alias("all_kinds"), F.count(F.when(one_write, 1)).alias("n1"),
-                   quantile(F.when(one_write, F.col("wait_ms")), 0.5).alias("m1"),
-                   quantile(F.when((F.col("request") == "Produce") & (F.col("n_writes") >= 2), F.col("wait_ms")),
-                            0.5).alias("multi_wait"))
+    cols = [F.count("*").alias("all_kinds"), F.count(F.when(one_write, 1)).alias("n1"),
+            quantile(F.when(one_write, F.col("wait_ms")), 0.5).alias("m1"),
+            quantile(F.when((F.col("request") == "Produce") & (F.col("n_writes") >= 2), F.col("wait_ms")),
+                     0.5).alias("multi_wait")]
+    pre = reqs.groupBy(*keys).agg(*cols) if keys else reqs.agg(*cols)
     if stats is not None:
-        pre = pre.crossJoin(stats.agg(F.percentile_approx("int_latency_p50_ms", 0.5).alias("client_ms"),
-                                      F.count(F.when(F.col("throttle_max_ms") > 0, 1)).alias("throttled")))
-    path, pre = at_once(parallel, [lambda: path_rtt_of(spark, meta.get("tables_dir"), conns), pre.first])
-    return pre, path
+        scols = [F.percentile_approx("int_latency_p50_ms", 0.5).alias("client_ms"),
+                 F.count(F.when(F.col("throttle_max_ms") > 0, 1)).alias("throttled")]
+        pre = pre.join(stats.groupBy(*keys).agg(*scols), list(keys), "left") if keys else \
+            pre.crossJoin(stats.agg(*scols))
+    return pre
 
 
 def _classified(spark, produce, conns: list[dict], throttles, path_rtt, nagle_possible: bool, meta: dict,
@@ -224,25 +262,26 @@ def _classified(spark, produce, conns: list[dict], throttles, path_rtt, nagle_po
     return rq, held
 
 
-def _sums(rq):
+def _sums(rq, keys: tuple = ()):
     """The causes and the whole in one job: each request counted once as
     itself and once under its cause, with only the columns each side is
     summed over (a percentile costs per value it is given). slow_wait is
-    told apart later; all its requests get the same name."""
+    told apart later; all its requests get the same name. ``keys``: columns
+    (a fleet's run) each value of which is summed apart."""
     from pyspark.sql import functions as F
 
     q = quantile
     none = lambda t: F.lit(None).cast(t)  # noqa: E731
     summed = causes.summed_columns()
-    whole = rq.select(none("string").alias("_g"), "total_ms", "wait_ms", "rtt_ms", "send_ms", "read_ms", "send_us",
-                      "recv_us", "broker", F.when(F.col("fd").isNotNull() & F.col("connect_us").isNull(),
-                                                  F.col("fd")).alias("_ufd"),
+    whole = rq.select(*keys, none("string").alias("_g"), "total_ms", "wait_ms", "rtt_ms", "send_ms", "read_ms",
+                      "send_us", "recv_us", "broker", F.when(F.col("fd").isNotNull() & F.col("connect_us").isNull(),
+                                                             F.col("fd")).alias("_ufd"),
                       *[none("double").alias(f"_s_{c}") for c in summed])
-    each = rq.select(F.col("cause").alias("_g"), "total_ms", "wait_ms", none("double").alias("rtt_ms"),
+    each = rq.select(*keys, F.col("cause").alias("_g"), "total_ms", "wait_ms", none("double").alias("rtt_ms"),
                      none("double").alias("send_ms"), none("double").alias("read_ms"), none("long").alias("send_us"),
                      none("long").alias("recv_us"), none("string").alias("broker"), none("int").alias("_ufd"),
                      *[F.col(c).cast("double").alias(f"_s_{c}") for c in summed])
-    return whole.unionByName(each).groupBy("_g").agg(
+    return whole.unionByName(each).groupBy(*keys, "_g").agg(
         F.count("*").alias("k"), F.count("wait_ms").alias("timed"),
         q("total_ms", [0.5, 0.99]).alias("total"), q("rtt_ms", [0.5, 0.99]).alias("rtt"),
         q("send_ms", 0.5).alias("send"), q("wait_ms", [0.5, 0.99, 0.5 - EXAMPLE_BAND, 0.5 + EXAMPLE_BAND]).alias("wait"),

@@ -281,19 +281,21 @@ def fill_write_sizes(syscalls, examples: dict) -> None:
         for e in want:
             lo, hi = e["_run_lo"], e["_run_hi"]
             c = F.col("pid").eqNullSafe(F.lit(e["pid"]).cast("int"))
+            if e.get(RUN):   # a fleet's run
+                c = c & (F.col(RUN) == e[RUN])
             if hi["ts_us"] is not None:
                 c = c & (F.col("ts_us").isNull() | (F.col("ts_us") <= hi["ts_us"]))
             if lo is not None and lo["ts_us"] is not None:
                 c = c & (F.col("ts_us") >= lo["ts_us"])
             cond = c if cond is None else cond | c
-        got = flag_syscalls(syscalls.filter(cond)).filter("sock_write").select(
-            "pid", "ts_us", "line_no", "ret").collect()
+        got = flag_syscalls(one_run(syscalls).filter(cond)).filter("sock_write").select(
+            RUN, "pid", "ts_us", "line_no", "ret").collect()
         key = lambda ts, line: (ts is not None, ts or 0, line)  # noqa: E731
         for e in want:
             lo, hi = e["_run_lo"], e["_run_hi"]
             top = key(hi["ts_us"], hi["line_no"])
             bottom = key(lo["ts_us"], lo["line_no"]) if lo is not None else None
-            mine = [g for g in got if g.pid == e["pid"]
+            mine = [g for g in got if g.pid == e["pid"] and g[RUN] == (e.get(RUN) or g[RUN])
                     and key(g.ts_us, g.line_no) < top and (bottom is None or key(g.ts_us, g.line_no) > bottom)]
             # as sort_array of (ts_us, line_no, ret): untimed first, then in line order
             e["write_sizes"] = [g.ret for g in sorted(mine, key=lambda g: key(g.ts_us, g.line_no))]

@@ -94,7 +94,7 @@ def cpu_starvation(tables_dir, tid) -> dict | None:
 
 
 
-def runq_of(spark, tables_dir, produce):
+def runq_of(spark, tables_dir, produce, threads=None):
     """Each request gets ``runq_ms``: how long its thread was runnable but
     waiting for a core while the request was out, from the sampler's
     schedstat counters (null without thread samples).
@@ -104,11 +104,13 @@ def runq_of(spark, tables_dir, produce):
     sample interval holding the request's end, not in the ones it spanned.
     Samples are ~100 ms apart: each interval that overlaps the request adds
     its run-queue wait, capped at the request's duration. That is an upper
-    bound on the request's own run-queue wait."""
+    bound on the request's own run-queue wait. ``threads``: the table
+    itself, when it is not read from ``tables_dir`` (a fleet's)."""
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
-    threads = read_table(spark, Path(tables_dir), "threads") if tables_dir else None
+    if threads is None and tables_dir:
+        threads = read_table(spark, Path(tables_dir), "threads")
     if threads is None or "pid" not in produce.columns:
         return produce.withColumn("runq_ms", F.lit(None).cast("double"))
     threads, produce = one_run(threads), one_run(produce)

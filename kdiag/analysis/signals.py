@@ -13,15 +13,54 @@ from kdiag.analysis.frames import RUN, one_run, quantile, rounded
 
 # Errors named in the findings, most frequent first.
 ERRORS_SHOWN = 5
+_NO_STALLS = {"stalled_sends": 0, "send_stall_p50_ms": None, "send_stall_max_ms": None}
 
 
 def signals(events) -> dict:
     """The run's signals from an rdkafka_events-shaped DataFrame (the log, or
     the lines written under strace); empty for None."""
-    from pyspark.sql import functions as F
-
     if events is None:
         return {}
+    row = events.agg(*_columns()).first().asDict()
+    if row["partial_sends"]:
+        # One run: whatever its key.
+        row.update(next(iter(_send_stalls(events).values()), _NO_STALLS))
+    return _finished(row)
+
+
+def signals_by_run(events) -> dict:
+    """run -> its signals, in one job for every run of a fleet; a run
+    without a row in ``events`` is not among them (see ``no_signals``)."""
+    from pyspark.sql import functions as F
+
+    events = one_run(events)
+    rows = {r[RUN]: r.asDict() for r in events.groupBy(RUN).agg(*_columns()).collect()}
+    stalled = _send_stalls(events.filter(F.col(RUN).isin(*[k for k, r in rows.items() if r["partial_sends"]]))) \
+        if any(r["partial_sends"] for r in rows.values()) else {}
+    for run, row in rows.items():
+        row.pop(RUN)
+        row.update(stalled.get(run, _NO_STALLS) if row["partial_sends"] else {})
+        _finished(row)
+    return rows
+
+
+def no_signals(spark) -> dict:
+    """The signals of a run without one line: what ``signals`` gives then."""
+    return signals(spark.createDataFrame([], "event string, request string, error string, count long, "
+                                             "elapsed_ms double, rtt_ms double, detail string, msgs long, "
+                                             "ts_us long, ts_resolution_us long"))
+
+
+def _finished(row: dict) -> dict:
+    row["timed_out"] = max(row["timed_out"] or 0, row["timeout_lines"] or 0, row["fail_timeouts"] or 0)
+    for k in ("timeout_after_ms", "fail_avg_rtt_ms", "batch_msgs_p50"):
+        row[k] = rounded(row[k], 3)
+    return row
+
+
+def _columns() -> list:
+    from pyspark.sql import functions as F
+
     ev, produce = F.col("event"), F.col("request") == "Produce"
     # Only an error on a Produce request (its MSGSET line, its REQERR line)
     # holds messages back. Another request's (a bootstrap handle's
@@ -29,7 +68,7 @@ def signals(events) -> dict:
     # handle destroyed without termination") is counted apart.
     erred = F.col("error").isNotNull()
     produce_error = erred & ((ev == "msgset") | F.coalesce(produce, F.lit(False)))
-    row = events.agg(
+    return [
         F.count(F.when(ev == "timeout", 1)).alias("timeout_lines"),
         F.sum(F.when(ev == "timeouts", F.col("count"))).alias("timed_out"),
         quantile(F.when(ev == "timeout", F.col("elapsed_ms")), 0.5).alias("timeout_after_ms"),
@@ -55,18 +94,13 @@ def signals(events) -> dict:
         F.count(F.when((ev == "send") & produce, 1)).alias("produce_sends"),
         F.max(F.col("ts_resolution_us")).alias("ts_resolution_us"),
         F.count(F.when(F.col("ts_us").isNull() & ev.isin("send", "recv"), 1)).alias("untimed"),
-    ).first().asDict()
-    if row["partial_sends"]:
-        row.update(_send_stalls(events))
-    row["timed_out"] = max(row["timed_out"] or 0, row["timeout_lines"] or 0, row["fail_timeouts"] or 0)
-    for k in ("timeout_after_ms", "fail_avg_rtt_ms", "batch_msgs_p50"):
-        row[k] = rounded(row[k], 3)
-    return row
+    ]
 
 
 def _send_stalls(events) -> dict:
     """Produce requests that left in several ``Sent partial`` pieces: the
-    time from the first piece to the whole request's ``Sent`` line."""
+    time from the first piece to the whole request's ``Sent`` line; run ->
+    their count, median and longest."""
     from pyspark.sql import functions as F
 
     key = [RUN, "client", "broker", "corr_id"]
@@ -74,7 +108,8 @@ def _send_stalls(events) -> dict:
             .groupBy(*key).agg(F.min(F.when(F.col("event") == "send_partial", F.col("ts_us"))).alias("first"),
                                F.max(F.when(F.col("event") == "send", F.col("ts_us"))).alias("sent"))
             .filter(F.col("first").isNotNull())
-            .select(((F.col("sent") - F.col("first")) / 1000.0).alias("stall_ms")))
-    row = span.agg(F.count("*").alias("n"), quantile("stall_ms", 0.5).alias("p50"),
-                   F.max("stall_ms").alias("max")).first()
-    return {"stalled_sends": row.n, "send_stall_p50_ms": rounded(row.p50, 3), "send_stall_max_ms": rounded(row.max, 3)}
+            .select(RUN, ((F.col("sent") - F.col("first")) / 1000.0).alias("stall_ms")))
+    rows = span.groupBy(RUN).agg(F.count("*").alias("n"), quantile("stall_ms", 0.5).alias("p50"),
+                                 F.max("stall_ms").alias("max")).collect()
+    return {r[RUN]: {"stalled_sends": r.n, "send_stall_p50_ms": rounded(r.p50, 3),
+                     "send_stall_max_ms": rounded(r.max, 3)} for r in rows}

@@ -101,8 +101,8 @@ class RuleInputs:
     """What a rule is built from: the request's columns (null where the
     frame lacks one: no thread samples, no statistics) and the run's facts."""
     columns: frozenset
-    path_rtt_ms: float | None
-    nagle_possible: bool = True
+    path_rtt_ms: object           # float | None, or a Column: each run of a fleet its own
+    nagle_possible: object = True  # bool, or a Column
 
     def col(self, name: str):
         from pyspark.sql import functions as F
@@ -131,6 +131,7 @@ class RuleInputs:
     def rtt(self):
         from pyspark.sql import functions as F
 
+        # F.lit of a Column is that Column.
         return F.lit(self.path_rtt_ms).cast("double")
 
 
@@ -162,9 +163,11 @@ class Facts:
     client_ms: float | None = None
 
 
-def classify(produce, path_rtt: float | None, nagle_possible: bool = True):
+def classify(produce, path_rtt, nagle_possible=True):
     """The cause of each request: the ``ORDER``ed rules folded into one
-    ``F.when`` chain; what none takes is healthy."""
+    ``F.when`` chain; what none takes is healthy. ``path_rtt`` and
+    ``nagle_possible``: the run's, or Columns (a fleet's runs each their
+    own)."""
     from pyspark.sql import functions as F
 
     x = RuleInputs(frozenset(produce.columns), path_rtt, nagle_possible)
