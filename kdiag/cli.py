@@ -230,6 +230,9 @@ def _parser() -> argparse.ArgumentParser:
         spark_user.add_argument("-v", "--verbose", action="store_true",
                                 help="let Spark's and the JVM's own output through (default: into "
                                      "~/.cache/kdiag/logs/); also KDIAG_VERBOSE=1")
+    from kdiag.fleet import command as fleet
+
+    fleet.add_parser(sub, fmt)
     lab = sub.add_parser("lab", help="start/stop the local lab broker", epilog=LAB_EXAMPLES, formatter_class=fmt)
     lab.add_argument("action", choices=["up", "down", "status", "matrix"])
     lab.add_argument("cases", nargs="*", metavar="CASE",
@@ -756,6 +759,11 @@ def _run(args, env: Environment, argv: list[str], command: list[str]) -> int:
                 return cmd_parse(args, env)
         if args.command == "bundle":
             return cmd_bundle(args, env)
+        if args.command == "fleet":
+            from kdiag.fleet import command as fleet
+
+            with _sigterm_interrupts():
+                return fleet.run(args, env)
         return cmd_lab(args, env)
     except UsageError as e:
         env.say(f"error: {e}")

@@ -72,6 +72,17 @@ def wait_gone(pids, timeout: float = 5.0) -> list[int]:
         time.sleep(0.05)
 
 
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    """A Spark standalone master and two workers on loopback, from the Spark
+    that pyspark ships; stopped after the last test that uses them."""
+    need("java")
+    from kdiag.fleet.loopback import standalone
+
+    with standalone(tmp_path_factory.mktemp("cluster")) as c:
+        yield c
+
+
 @pytest.fixture
 def tools() -> None:
     """The loopback lab's tools (a test module may ask for more)."""

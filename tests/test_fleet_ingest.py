@@ -12,8 +12,6 @@ import tarfile
 
 import pytest
 
-from kdiag.fleet.loopback import standalone
-from conftest import need
 from made_bundles import ON, healthy_bundle
 
 # The driver runs in a process of its own: this one has a local session.
@@ -64,13 +62,6 @@ def own_parse(bundle, tmp_path, spark) -> tuple[dict, dict]:
         df = read_table(spark, out, name)
         sums[name] = df.agg(checksum(df)).first()[0]
     return rows, sums
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    need("java")
-    with standalone(tmp_path_factory.mktemp("cluster")) as c:
-        yield c
 
 
 def test_bundles_are_parsed_on_the_executors_into_tables_keyed_by_bundle(cluster, tmp_path, spark):

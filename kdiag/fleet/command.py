@@ -1,0 +1,214 @@
+"""``kdiag fleet``: many bundles, one Spark job, a cause per bundle and a
+summary over the fleet.
+
+Output, under ``-o`` (a path or a URI every executor can write):
+
+- ``bundles/``: one row per bundle found: where it came from, its host,
+  librdkafka version and creation time, its verdict, the top cause's share,
+  p50/p99, its brokers and topics, the fix, which process parsed it, and
+  its whole findings as JSON;
+  a bundle that could not be read is a row with its reasons.
+- ``findings/``: one row per (bundle, cause): share, time share, requests,
+  evidence and fix.
+- ``summary/``: bundles per verdict by version, host, broker, topic and day.
+
+All three are Parquet datasets: pandas, DuckDB and Spark read them as they
+are."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from kdiag.errors import UsageError
+
+EXAMPLES = """\
+examples:
+  kdiag fleet bundles/ -o fleet-out
+      every *.tar.gz under bundles/, parsed and judged in one local Spark
+      job; prints the verdicts by version, host, broker and day; writes
+      fleet-out/bundles, fleet-out/findings and fleet-out/summary (Parquet)
+  kdiag fleet 'tickets/*/kdiag-*.tar.gz' -o out --json
+      a glob; the summary as one JSON object on stdout
+  kdiag fleet hdfs://nn/kdiag/2026-11/ --master spark://10.0.0.5:7077 \\
+      --work-dir hdfs://nn/tmp/kdiag-work -o hdfs://nn/kdiag/fleet-2026-11
+      on a standalone cluster: the executors read the bundles, write the
+      tables under --work-dir and the results under -o (URIs all can reach)
+  python -c "import pandas as pd; print(pd.read_parquet('fleet-out/bundles')[['host','verdict']])"
+"""
+# Dimensions of the summary: column of ``bundles`` -> what the summary calls it.
+DIMENSIONS = {"librdkafka_version": "version", "host": "host", "broker": "broker", "topic": "topic",
+              "day": "day"}
+BUNDLES_DDL = ("bundle_id string, source string, state string, problems array<string>, host string, "
+               "librdkafka_version string, created_us long, day string, judged boolean, verdict string, "
+               "confidence string, share double, requests long, latency_p50_ms double, latency_p99_ms double, "
+               "rtt_p50_ms double, path_rtt_ms double, brokers array<string>, topics array<string>, fix string, "
+               "unknowns array<string>, parsed_by string, findings_json string")
+FINDINGS_DDL = ("bundle_id string, host string, librdkafka_version string, day string, brokers array<string>, "
+                "cause string, share double, time_share double, requests long, fix string, fix_text string, "
+                "evidence array<string>")
+SUMMARY_DDL = "dimension string, value string, verdict string, bundles long"
+
+
+def add_parser(sub, fmt) -> None:
+    from kdiag.bundle import limits as bundle_limits
+
+    f = sub.add_parser("fleet", help="judge many bundles in one Spark job: a cause per bundle, a summary over all",
+                       epilog=EXAMPLES, formatter_class=fmt)
+    f.add_argument("sources", nargs="+", metavar="BUNDLES",
+                   help="bundle files, folders (searched for *.tar.gz, *.tgz), globs, or URIs of any of these")
+    f.add_argument("-o", "--output", required=True, metavar="OUT",
+                   help="where bundles/, findings/ and summary/ (Parquet) are written: a path or a URI")
+    f.add_argument("--master", help="the Spark master (default: KDIAG_SPARK_MASTER, else local mode)")
+    f.add_argument("--work-dir", metavar="URI",
+                   help="where the parsed tables are staged; every executor must read it (required with a "
+                        "master other than local mode; default: a temporary local directory)")
+    f.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    f.add_argument("--no-verify", action="store_true",
+                   help="judge bundles that fail verification too (their problems are kept in bundles/)")
+    f.add_argument("-v", "--verbose", action="store_true", help="let Spark's and the JVM's own output through")
+    bundle_limits.add_options(f)
+
+
+def run(args, env) -> int:
+    import shutil
+    import tempfile
+
+    from kdiag.bundle import limits as bundle_limits
+    from kdiag.status import ExitStatus
+
+    master = args.master or os.environ.get("KDIAG_SPARK_MASTER") or "local[2]"
+    if args.master:
+        os.environ["KDIAG_SPARK_MASTER"] = args.master   # read where the session starts
+    local = master.startswith("local")
+    if not local and not args.work_dir:
+        raise UsageError(f"--master {master}: give --work-dir, a URI every executor can read and write "
+                         "(hdfs://..., s3a://..., or file:///shared/... on a filesystem all of them mount)")
+    limits = bundle_limits.Limits.resolve(args)
+    tmp = None if args.work_dir else tempfile.mkdtemp(prefix="kdiag-fleet-")
+    work = args.work_dir or Path(tmp).as_uri()
+    started = time.monotonic()
+    try:
+        summary = fleet(args.sources, work, _uri(args.output), limits, verify=not args.no_verify, say=env.say)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    summary["seconds"] = round(time.monotonic() - started, 1)
+    if args.json:
+        env.stdout.write(json.dumps(summary, default=str) + "\n")
+    else:
+        env.stdout.write(render(summary))
+    return ExitStatus.OK if summary["judged"] else ExitStatus.NO_DATA
+
+
+def _uri(out: str) -> str:
+    """A path as an absolute file:// URI (Spark would take a relative one
+    against its own working directory); a URI as it is."""
+    return out if "://" in out else Path(out).resolve().as_uri()
+
+
+def fleet(sources: list[str], work: str, out: str, limits=None, verify: bool = True, say=None,
+          spark=None) -> dict:
+    """Ingest, judge, write: the summary (a dict) of what was written."""
+    from kdiag import __version__
+    from kdiag.analysis.spark import session
+    from kdiag.fleet.ingest import ingest
+    from kdiag.fleet.judge import judged
+
+    spark = spark or session("kdiag-fleet")
+    got = ingest(spark, sources, work, limits, verify)
+    facts = [r.asDict(recursive=True) for r in got.bundles.collect()]
+    found = judged(spark, got.tables, facts, __version__)
+    bundles = [bundle_row(f, found.get(f["bundle_id"])) for f in facts]
+    findings = [row for f in facts if f["bundle_id"] in found for row in finding_rows(f, found[f["bundle_id"]])]
+    summary_rows = summarise(bundles)
+    for name, rows, ddl in (("bundles", bundles, BUNDLES_DDL), ("findings", findings, FINDINGS_DDL),
+                            ("summary", summary_rows, SUMMARY_DDL)):
+        names = _names(ddl)
+        spark.createDataFrame([tuple(r[n] for n in names) for r in rows], ddl).coalesce(1) \
+            .write.mode("overwrite").parquet(f"{out}/{name}")
+    return {"output": out, "bundles": len(bundles), "judged": sum(1 for b in bundles if b["judged"]),
+            "unread": [{"source": b["source"], "problems": b["problems"]} for b in bundles if b["state"] != "parsed"],
+            "verdicts": _count(b["verdict"] or "no data" for b in bundles if b["state"] == "parsed"),
+            "by": {dim: _by(summary_rows, dim) for dim in DIMENSIONS.values()}}
+
+
+def _names(ddl: str) -> list[str]:
+    return [c.split()[0] for c in ddl.split(", ")]
+
+
+def bundle_row(facts: dict, res: dict | None) -> dict:
+    """One row of ``bundles`` (BUNDLES_DDL)."""
+    res = res or {}
+    s = res.get("summary") or {}
+    top = (res.get("findings") or [None])[0] or {}
+    fix = ", ".join(f"{k}={v}" for k, v in (top.get("fix") or {}).items()) or None
+    return dict(zip(_names(BUNDLES_DDL), (
+        facts["bundle_id"], facts.get("source"), facts.get("state"), list(facts.get("problems") or []),
+        facts.get("host"), res.get("librdkafka_version") or facts.get("librdkafka_version"),
+        facts.get("created_us"), _day(facts.get("created_us")), bool(res.get("judged")), res.get("verdict"),
+        res.get("confidence"), top.get("share"), s.get("requests"), s.get("latency_p50_ms"),
+        s.get("latency_p99_ms"), s.get("rtt_p50_ms"), s.get("path_rtt_ms"), list(s.get("brokers") or []),
+        list(res.get("topics") or []), fix, list(res.get("unknowns") or []), facts.get("parsed_by"),
+        json.dumps(res, default=str) if res else None)))
+
+
+def finding_rows(facts: dict, res: dict) -> list[dict]:
+    """The rows of ``findings`` (FINDINGS_DDL) of one bundle."""
+    brokers = list((res.get("summary") or {}).get("brokers") or [])
+    return [dict(zip(_names(FINDINGS_DDL), (
+        facts["bundle_id"], facts.get("host"), res.get("librdkafka_version"), _day(facts.get("created_us")),
+        brokers, f["cause"], f.get("share"), f.get("time_share"), f.get("requests"),
+        ", ".join(f"{k}={v}" for k, v in (f.get("fix") or {}).items()) or None, f.get("fix_text"),
+        [str(e) for e in f.get("evidence") or []]))) for f in res.get("findings") or []]
+
+
+def summarise(bundles: list[dict]) -> list[dict]:
+    """Bundles per verdict by each dimension (SUMMARY_DDL): a bundle with two
+    brokers counts under each."""
+    counts: dict = {}
+    for b in bundles:
+        if b["state"] != "parsed":
+            continue
+        verdict = b["verdict"] or "no data"
+        values = {"version": [b["librdkafka_version"]], "host": [b["host"]], "broker": b["brokers"] or [None],
+                  "topic": b["topics"] or [None], "day": [b["day"]]}
+        for dim, vs in values.items():
+            for v in vs:
+                key = (dim, v or "unknown", verdict)
+                counts[key] = counts.get(key, 0) + 1
+    return [dict(zip(_names(SUMMARY_DDL), (*k, n))) for k, n in sorted(counts.items())]
+
+
+def render(summary: dict) -> str:
+    """The summary as text: verdicts, then each dimension's table."""
+    out = [f"{summary['bundles']} bundle(s), {summary['judged']} judged, written to {summary['output']}"
+           + (f" in {summary['seconds']} s" if "seconds" in summary else "")]
+    for u in summary["unread"]:
+        out.append(f"  not read: {u['source']}: {'; '.join(u['problems'] or ['?'])}")
+    out.append("")
+    out.append("VERDICT                    BUNDLES")
+    out += [f"{v:<26} {n:>7}" for v, n in sorted(summary["verdicts"].items(), key=lambda x: (-x[1], x[0]))]
+    for dim, rows in summary["by"].items():
+        out += ["", f"{dim.upper():<26} {'VERDICT':<22} BUNDLES"]
+        out += [f"{value:<26} {verdict:<22} {n:>7}" for value, verdict, n in rows]
+    return "\n".join(out) + "\n"
+
+
+def _by(rows: list[dict], dim: str) -> list[tuple]:
+    return [(r["value"], r["verdict"], r["bundles"]) for r in rows if r["dimension"] == dim]
+
+
+def _count(values) -> dict:
+    out: dict = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return out
+
+
+def _day(created_us) -> str | None:
+    """The bundle's creation day (UTC), for the summary over time."""
+    if not isinstance(created_us, int):
+        return None
+    return time.strftime("%Y-%m-%d", time.gmtime(created_us / 1e6))

@@ -1,0 +1,289 @@
+"""Every bundle of a fleet judged in one pass over the ingested tables.
+
+The steps are the single analysis's (``kdiag.analysis.job``), keyed by
+``bundle_id`` in every join, window and group: the copies dropped, the
+requests paired and split, the connections, the path, what comes before the
+causes, the causes, their sums and each cause's median request. What a run
+is judged from (its version, the source of its requests, its path RTT,
+whether Nagle is possible) is a column joined on by ``bundle_id``, not a
+job per run. Only the per-run aggregates come back to the driver, where
+``judge.concluded`` writes each run's findings as it does for one.
+
+What the single analysis does that the fleet does not, said in each run's
+``fleet_omits``: clock steps are not looked for; the request rows for the
+report's charts and the predictions built on them are not made; a log
+beside an strace of other requests is not split by the strace's typical
+exchange (such a run is left unjudged: replay it alone).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kdiag.analysis.frames import RUN
+
+OMITS = ["clock steps are not looked for in a fleet: replay the bundle alone for its input checks",
+         "no request rows or predictions: replay the bundle alone for its charts"]
+UNJUDGED_LOG_BESIDE_STRACE = ("a librdkafka log beside an strace without its Sent lines: the fleet does not "
+                              "split such a log by the strace's typical exchange; replay the bundle alone")
+
+
+@dataclass
+class Run:
+    """One bundle as the fleet judges it."""
+    bundle_id: str
+    tables: set              # the tables its parse wrote (some may have no rows)
+    version: str | None
+    tcp_retrans: int | None
+    source: str | None = None   # "strace", "log", "syscalls", or None: signals only
+    topics: tuple = ()          # named by its MessageSet lines (debug=msg)
+
+
+def judged(spark, tables: dict, facts: list[dict], kdiag_version: str | None = None) -> dict[str, dict]:
+    """bundle_id -> its findings, for every parsed bundle in ``facts`` (the
+    ingest's ``bundles`` rows), from ``tables`` (table -> DataFrame of every
+    bundle's rows)."""
+    from pyspark.sql import functions as F
+
+    from kdiag.analysis import input_checks as quality
+    from kdiag.analysis.job import judged_by_signals
+    from kdiag.analysis.signals import no_signals, signals_by_run
+
+    runs = {f["bundle_id"]: Run(f["bundle_id"], set((f.get("table_rows") or {}).keys()),
+                                f.get("librdkafka_version"), f.get("tcp_retrans") if f.get("probe") else None)
+            for f in facts if f.get("state") == "parsed"}
+    if not runs:
+        return {}
+    q = quality.Quality()
+    t = _without_copies(tables, q)
+    _sources(t, runs)
+    by_source = {s: [r for r in runs.values() if r.source == s] for s in ("strace", "log", "syscalls", None)}
+    lw_runs = [r.bundle_id for r in runs.values() if "log_writes" in r.tables]
+    events = t["log_writes"].filter(F.col(RUN).isin(*lw_runs)).unionByName(
+        t["rdkafka_events"].filter(~F.col(RUN).isin(*lw_runs)), allowMissingColumns=True)
+    sig = signals_by_run(events)
+    empty = no_signals(spark)
+    signals = {b: sig.get(b, dict(empty) if {"rdkafka_events", "log_writes"} & r.tables else {})
+               for b, r in runs.items()}
+    conns = _connections(t, runs)
+    paths = _paths(t, runs, conns)
+    out: dict[str, dict] = {}
+    for r in by_source[None]:
+        out[r.bundle_id] = judged_by_signals(r.version, paths[r.bundle_id], _meta(r, signals, kdiag_version))
+    unjudged = [r for r in by_source["log"] if "syscalls" in r.tables]
+    for r in unjudged:
+        out[r.bundle_id] = {"verdict": None, "no_data": True, "judged": False, "librdkafka_version": r.version,
+                            "findings": [], "summary": {}, "unknowns": [UNJUDGED_LOG_BESIDE_STRACE]}
+    requesting = [r for s in ("strace", "log", "syscalls") for r in by_source[s] if r not in unjudged]
+    if requesting:
+        out.update(_judged_requests(spark, t, {r.bundle_id: r for r in requesting}, conns, paths, signals,
+                                    kdiag_version))
+    for b, res in out.items():
+        res.setdefault("judged", True)
+        res["signals"] = signals[b]
+        res["fleet_omits"] = list(OMITS)
+        res["topics"] = list(runs[b].topics)
+        _rank_when_thin(res)
+    return out
+
+
+def _meta(r: Run, signals: dict, kdiag_version) -> dict:
+    meta = {"kdiag_version": kdiag_version, "tables_dir": None, "signals": signals[r.bundle_id]}
+    if r.tcp_retrans is not None:
+        meta["tcp_retrans"] = r.tcp_retrans
+    return meta
+
+
+def _rank_when_thin(result: dict) -> None:
+    from kdiag.analysis.job import _rank_when_thin as rank
+
+    if result.get("judged") and "summary" in result and result.get("findings") is not None:
+        rank(result)
+
+
+def _without_copies(tables: dict, q) -> dict:
+    """Each table with its repeated rows dropped (a copy repeats its bundle_id
+    too, so a run's copies are its own) and its rows' order (``_id``)."""
+    from kdiag.analysis import input_checks as quality
+
+    ordered = {n: quality.with_order(df) for n, df in tables.items()}
+    want = ("rdkafka_events", "syscalls", "log_writes", "stats")
+    candidates = {n: quality.copy_candidates(ordered[n], n) for n in want}
+    for n in quality.tables_with_copies(candidates):
+        ordered[n] = quality.drop_duplicates(ordered[n], n, q, candidates[n])
+    return ordered
+
+
+def _sources(t: dict, runs: dict) -> None:
+    """Each run's source of requests and librdkafka version (its manifest's,
+    else its first init line's), in one job, as ``job._facts`` finds them."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    ev = F.col("event")
+    parts = [t[n].groupBy(RUN).agg(F.lit(n).alias("tbl"), F.count("*").alias("n"),
+                                   F.count(F.when(ev == "send", 1)).alias("sends"),
+                                   F.min(F.when(ev == "init", F.struct("_id", "detail"))).alias("init"),
+                                   F.sort_array(F.collect_set("topic")).alias("topics"))
+             for n in ("rdkafka_events", "log_writes")]
+    parts.append(t["syscalls"].groupBy(RUN).agg(F.lit("syscalls").alias("tbl"), F.count("*").alias("n"),
+                                                F.lit(0).cast("long").alias("sends"),
+                                                F.lit(None).cast("struct<_id:long,detail:string>").alias("init"),
+                                                F.array().cast("array<string>").alias("topics")))
+    got: dict = {}
+    for row in reduce(lambda a, b: a.unionByName(b), parts).collect():
+        got.setdefault(row[RUN], {})[row.tbl] = row
+    for b, r in runs.items():
+        mine = got.get(b, {})
+        log, lw, sc = mine.get("rdkafka_events"), mine.get("log_writes"), mine.get("syscalls")
+        r.topics = tuple(sorted({x for src in (log, lw) if src is not None for x in src.topics}))
+        for src in (log, lw):
+            if r.version is None and src is not None and src.init is not None:
+                r.version = src.init.detail
+        if lw is not None and lw.sends:
+            r.source = "strace"
+        elif log is not None and log.sends:
+            r.source = "log"
+        elif sc is not None and sc.n and not (log and log.n) and not (lw and lw.n):
+            r.source = "syscalls"
+
+
+def _connections(t: dict, runs: dict) -> dict:
+    """run -> its connections: from its strace, then its sockets sampled
+    live whose connect() the strace did not see (``sampled_connections``)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    from kdiag.analysis.connections import connections
+
+    with_sc = [b for b, r in runs.items() if "syscalls" in r.tables]
+    got: dict = {b: [] for b in runs}
+    if with_sc:
+        for c in connections(t["syscalls"].filter(F.col(RUN).isin(*with_sc))):
+            got[c.get(RUN, "")].append(c)
+    so = t["sockets"].filter(F.col("nodelay").isNotNull())
+    first = so.withColumn("_i", F.row_number().over(Window.partitionBy(RUN, "fd").orderBy("_id"))).filter("_i = 1")
+    for s in first.select(RUN, "fd", "remote", "nodelay").collect():
+        if s[RUN] in got and s.fd not in {c["fd"] for c in got[s[RUN]] if not c.get("sampled")}:
+            got[s[RUN]].append({RUN: s[RUN], "fd": s.fd, "pid": None, "connect_us": 0, "connect_line": None,
+                                "peer": s.remote, "nodelay": bool(s.nodelay), "nodelay_line": None,
+                                "handshake_ms": None, "sampled": True})
+    return got
+
+
+def _paths(t: dict, runs: dict, conns: dict) -> dict:
+    """run -> (path RTT, its source, upper bound), each run from the best
+    source it has (``connections.path_choice``), in three small jobs."""
+    from pyspark.sql import functions as F
+
+    from kdiag.analysis.connections import handshake_rtts, path_choice, probe_rtts, ss_choice
+
+    hs = {r[RUN]: (r.k, r.m) for r in handshake_rtts(t["handshakes"], (RUN,)).collect() if r.k}
+    by_method: dict = {}
+    for r in probe_rtts(t["probes"], (RUN,)).collect():
+        by_method.setdefault(r[RUN], {})[r.method] = (r.k, r.m)
+    pasted: dict = {}
+    for r in t["sockets"].filter(F.col("ts_us").isNull()).select(RUN, "min_rtt_ms", "rtt_ms").collect():
+        m, s = pasted.setdefault(r[RUN], ([], []))
+        m.append(r.min_rtt_ms)
+        s.append(r.rtt_ms)
+    out = {}
+    for b, r in runs.items():
+        # A log-only run's path is not timed by its (absent) connections.
+        mine = conns[b] if r.source != "log" else []
+        out[b] = path_choice(hs.get(b), by_method.get(b, {}), mine,
+                             lambda b=b: ss_choice(*pasted[b]) if b in pasted else None)
+    return out
+
+
+def _judged_requests(spark, t: dict, runs: dict, conns: dict, paths: dict, signals: dict,
+                     kdiag_version) -> dict:
+    """The runs with requests, judged together: one pass of each step over
+    all of them, the causes' sums per run, then each run concluded apart."""
+    from pyspark.sql import functions as F
+
+    from kdiag.analysis import causes
+    from kdiag.analysis.causes import classify
+    from kdiag.analysis.connections import attach_connections
+    from kdiag.analysis.job import CONFIDENCE, INFERRED, UNSPLIT_LOG, UNTIMED, unsplit
+    from kdiag.analysis.judge import (Before, _per_cause, _sums, before_causes, concluded, median_requests,
+                                      one_write_rules_out_nagle)
+    from kdiag.analysis.per_request import (exchanges, fill_write_sizes, flag_syscalls, prepare_syscalls,
+                                            requests, split_requests)
+    from kdiag.analysis.frames import rounded
+    from kdiag.analysis.samples import runq_of, throttle_of
+
+    of = lambda src: [b for b, r in runs.items() if r.source == src]  # noqa: E731
+    mine = lambda df, ids: df.filter(F.col(RUN).isin(*ids))  # noqa: E731
+    # A response stamped before its request has no latency (see
+    # input_checks.exclude_negative).
+    positive = ~F.coalesce(F.col("recv_us") < F.col("send_us"), F.lit(False))
+    parts = []
+    if of("strace"):
+        reqs = requests(spark, mine(t["log_writes"], of("strace")))
+        parts.append(split_requests(spark, reqs, flag_syscalls(mine(t["syscalls"], of("strace")))).filter(positive))
+    if of("log"):
+        parts.append(unsplit(requests(spark, mine(t["rdkafka_events"], of("log"))).filter(positive)))
+    if of("syscalls"):
+        parts.append(exchanges(prepare_syscalls(mine(t["syscalls"], of("syscalls")))).filter(positive))
+    reqs = parts[0]
+    for p in parts[1:]:
+        reqs = reqs.unionByName(p, allowMissingColumns=True)
+    reqs = reqs.persist()
+    inferred = of("syscalls")
+    produce = reqs.filter((F.col("request") == "Produce") | F.col(RUN).isin(*inferred))
+
+    with_stats = [b for b, r in runs.items() if "stats" in r.tables]
+    stats = mine(t["stats"], with_stats) if with_stats else None
+    pre = {r[RUN]: r for r in before_causes(reqs, stats, (RUN,)).join(
+        reqs.groupBy(RUN).agg(F.count(F.when(F.col("send_us").isNotNull() & F.col("recv_us").isNotNull(), 1))
+                              .alias("timed")), RUN).collect()}
+    before, facts_rows = {}, []
+    for b, r in runs.items():
+        p = pre.get(b)
+        single = {"n": p.n1 if p else 0, "wait_p50_ms": rounded(p.m1, 3) if p else None}
+        client_ms = p.client_ms if p is not None and b in with_stats else None
+        rtt, source, bound = paths[b]
+        before[b] = Before(p.all_kinds if p else 0, single, client_ms, rtt, source, bound)
+        nagle = not one_write_rules_out_nagle(single["n"], single["wait_p50_ms"], p.multi_wait if p else None)
+        facts_rows.append((b, rtt, nagle, "threads" in r.tables))
+    run_facts = spark.createDataFrame(facts_rows, f"{RUN} string, _path_rtt double, _nagle boolean, "
+                                                  "_threads boolean")
+    produce = produce.join(F.broadcast(run_facts), RUN)
+    if any(r.tables & {"threads"} for r in runs.values()):
+        produce = runq_of(spark, None, produce, threads=t["threads"]).withColumn(
+            "runq_ms", F.when(F.col("_threads"), F.col("runq_ms")))
+    else:
+        produce = produce.withColumn("runq_ms", F.lit(None).cast("double"))
+    throttled = [b for b in with_stats if pre.get(b) is not None and pre[b].throttled]
+    produce = throttle_of(mine(stats, throttled), produce) if throttled else \
+        produce.withColumn("throttle_ms", F.lit(None).cast("double"))
+    attached = [c for b, r in runs.items() if r.source != "log" for c in conns[b]]
+    rq = classify(attach_connections(spark, produce, attached), F.col("_path_rtt"), F.col("_nagle")).persist()
+    try:
+        rows: dict = {}
+        for row in _sums(rq, (RUN,)).collect():
+            rows.setdefault(row[RUN], []).append(row)
+        ex_cols = causes.example_columns() + [c for c in ("_run_lo", "_run_hi") if c in rq.columns]
+        examples = median_requests(rq, {}, ex_cols, keys=(RUN,))
+        fill_write_sizes(mine(t["syscalls"], of("strace") + inferred), examples)
+    finally:
+        rq.unpersist()
+        reqs.unpersist()
+    out = {}
+    for b, r in runs.items():
+        meta = {**_meta(r, signals, kdiag_version), "one_write": before[b].one_write,
+                "nagle_possible": any(x[0] == b and x[2] for x in facts_rows), "has_stats": b in with_stats}
+        unknowns = []
+        if r.source == "syscalls":
+            unknowns.append(INFERRED)
+        if r.source == "log":
+            if not (pre.get(b) and pre[b].timed):
+                unknowns.append(UNTIMED)
+            unknowns.append(UNSPLIT_LOG)
+        s, per, _ = _per_cause(rows.get(b, []), meta.get("tcp_retrans"))
+        mine_ex = {k[1]: e for k, e in examples.items() if k[0] == b}
+        res = concluded(s, per, mine_ex, None, before[b], r.version, r.source, unknowns, meta)
+        res["confidence"] = CONFIDENCE[r.source]
+        out[b] = res
+    return out

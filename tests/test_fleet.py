@@ -1,0 +1,122 @@
+"""``kdiag fleet`` on a real standalone cluster on loopback (a master and two
+workers from the Spark that pyspark ships): every bundle's verdict, causes
+and shares as ``kdiag replay`` gives them for it alone, whatever its
+source of requests (librdkafka's lines under strace, a log alone, syscalls
+alone, signals alone); a bundle it cannot judge, or read, said so."""
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import CAPTURES, FIXTURES
+from made_bundles import ON, bundle_of, healthy_bundle
+from kdiag.cli import Environment, main
+from kdiag.status import ExitStatus
+
+EXCERPTS = FIXTURES / "excerpts"
+# What replay and fleet must agree on, of each bundle's findings.
+SUMMARY_KEYS = ("requests", "latency_p50_ms", "latency_p99_ms", "rtt_p50_ms", "path_rtt_ms", "path_rtt_source",
+                "brokers")
+
+
+def _bundles(folder):
+    shutil.copy(ON, folder / "on.tar.gz")
+    healthy_bundle(folder, "off.tar.gz")
+    bundle_of(folder, "throttled.tar.gz", {f"raw/{d}/{f}": CAPTURES / "throttled" / f for d, f in (
+        ("rdkafka_log", "rdkafka.log"), ("strace", "strace.txt"), ("stats", "stats.jsonl"))})
+    for name, case, files in (("retries.tar.gz", "log_retries_not_leader", {"rdkafka_log": "producer.log"}),
+                              ("timeouts.tar.gz", "log_reqtmout_only", {"rdkafka_log": "producer.log"}),
+                              ("inferred.tar.gz", "strace_healthy_nagle_off", {"strace": "strace.txt"}),
+                              ("other-run.tar.gz", "strace_plus_log_other_run",
+                               {"rdkafka_log": "rdkafka.log", "strace": "strace.txt"})):
+        bundle_of(folder, name, {f"raw/{d}/{f}": EXCERPTS / case / f for d, f in files.items()})
+    (folder / "junk.tar.gz").write_bytes(b"pasted text, not an archive\n")
+
+
+def replay(bundle) -> dict:
+    out, err = io.StringIO(), io.StringIO()
+    rc = main(["replay", "--json", "--no-warm", str(bundle)], Environment(stdout=out, stderr=err))
+    assert rc in (ExitStatus.OK, ExitStatus.NO_DATA), err.getvalue()
+    return json.loads(out.getvalue())
+
+
+def agreed(f: dict) -> tuple:
+    return (f["verdict"], [(x["cause"], x["share"], x.get("time_share")) for x in f["findings"]],
+            {k: (f.get("summary") or {}).get(k) for k in SUMMARY_KEYS})
+
+
+@pytest.fixture(scope="module")
+def fleet_run(cluster, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fleet")
+    folder = tmp / "tickets"
+    folder.mkdir()
+    _bundles(folder)
+    out = tmp / "out"
+    res = subprocess.run([sys.executable, "-m", "kdiag", "fleet", str(folder), "--master", cluster.master,
+                          "--work-dir", (tmp / "work").as_uri(), "-o", str(out), "--json"],
+                         capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stderr[-4000:]
+    return folder, out, json.loads(res.stdout)
+
+
+def test_each_bundle_is_judged_as_its_replay_alone(fleet_run, spark):
+    import pandas as pd
+
+    folder, out, summary = fleet_run
+    rows = pd.read_parquet(out / "bundles")
+    by_name = {r.source.rsplit("/", 1)[-1]: r for r in rows.itertuples()}
+    assert set(by_name) == {p.name for p in folder.glob("*.tar.gz")}
+    judged = ["on.tar.gz", "off.tar.gz", "throttled.tar.gz", "retries.tar.gz", "timeouts.tar.gz", "inferred.tar.gz"]
+    verdicts = {}
+    for name in judged:
+        r = by_name[name]
+        alone = replay(folder / name)
+        fleet = json.loads(r.findings_json)
+        assert agreed(fleet) == agreed(alone), name
+        assert r.verdict == alone["verdict"] and r.judged
+        verdicts[name] = r.verdict
+    # The sources of requests differ, and so do the causes: not one verdict for all.
+    assert verdicts["on.tar.gz"] == "nagle_delayed_ack" and verdicts["off.tar.gz"] == "healthy"
+    assert verdicts["throttled.tar.gz"] == "throttled" and verdicts["retries.tar.gz"] == "retry_backoff"
+    assert verdicts["timeouts.tar.gz"] == "request_timeout"
+    assert {json.loads(by_name[n].findings_json)["confidence"].split(":")[0] for n in judged} >= {"high", "low"}
+    assert summary["judged"] == len(judged) and summary["bundles"] == 8
+
+
+def test_what_the_fleet_cannot_judge_or_read_is_said(fleet_run):
+    import pandas as pd
+
+    _, out, summary = fleet_run
+    rows = {r.source.rsplit("/", 1)[-1]: r for r in pd.read_parquet(out / "bundles").itertuples()}
+    other = rows["other-run.tar.gz"]
+    assert not other.judged and other.verdict is None
+    assert "replay the bundle alone" in " ".join(other.unknowns)
+    junk = rows["junk.tar.gz"]
+    assert junk.state == "refused" and list(junk.problems) == ["neither a tar archive nor a directory"]
+    assert [u["source"].rsplit("/", 1)[-1] for u in summary["unread"]] == ["junk.tar.gz"]
+
+
+def test_the_output_is_parquet_any_reader_takes_and_the_summary_adds_up(fleet_run):
+    import pyarrow.parquet as pq
+
+    _, out, summary = fleet_run
+    bundles = pq.read_table(out / "bundles").to_pylist()
+    findings = pq.read_table(out / "findings").to_pylist()
+    counts = pq.read_table(out / "summary").to_pylist()
+    on = next(b for b in bundles if b["source"].endswith("/on.tar.gz"))
+    assert on["host"] == "vm" and on["librdkafka_version"] == "2.16.0" and on["day"]
+    assert on["latency_p50_ms"] > 40 and on["fix"] == "socket.nagle.disable=true"
+    mine = [f for f in findings if f["bundle_id"] == on["bundle_id"]]
+    assert mine[0]["cause"] == "nagle_delayed_ack" and mine[0]["evidence"]
+    # Each dimension counts every judged or unjudged bundle that was read.
+    read = sum(1 for b in bundles if b["state"] == "parsed")
+    for dim in ("version", "host", "day"):
+        assert sum(c["bundles"] for c in counts if c["dimension"] == dim) == read
+    assert summary["verdicts"]["nagle_delayed_ack"] == 1
+    assert {(c["value"], c["verdict"]) for c in counts if c["dimension"] == "version"} >= {
+        ("2.16.0", "nagle_delayed_ack"), ("2.16.0", "healthy")}
