@@ -1,17 +1,20 @@
-"""A fleet of bundles into tables keyed by bundle_id (``kdiag.fleet.ingest``:
-read where they lie, verified, unpacked and parsed on the executors), at
-1, 10, 100 and 1000 bundles, in local mode and on a standalone master with
-two one-core workers on loopback. The analysis of the fleet's tables is
-not yet in this figure: the ingest is.
+"""``kdiag fleet`` at 1, 10, 100 and 1000 bundles, in local mode and on a
+standalone master with two one-core workers on loopback: the bundles read
+where they lie and parsed on the executors (``kdiag.fleet.ingest``), every
+bundle judged in one pass keyed by bundle_id (``kdiag.fleet.judge``), the
+results written as Parquet.
 
     python -m bench.fleet --sources SOURCE.tar.gz... [--sizes 1,10,100,1000] [--work DIR]
 
 The bundles are made by ``bench.fleet_bundles`` from the sources (the lab's
 bundles: ``kdiag lab matrix -o DIR``, ``kdiag trace --messages 1000``).
-Each figure is one driver process: the seconds of ``ingest`` (Spark's
-session already up) and the peak memory of every process of the run
-together (the driver's Python and JVM; on the cluster also the master, the
-workers and their executors), sampled every 0.2 s.
+Each figure is one driver process: the seconds of ``fleet`` (Spark's
+session already up), split into its stages, and the peak memory of every
+process of the run together (the driver's Python and JVM; on the cluster
+also the master, the workers and their executors), sampled every 0.2 s.
+A bundle's captures are its source's, byte for byte, so every bundle made
+from one source must get one verdict: the note says how many sources got
+more than one.
 """
 from __future__ import annotations
 
@@ -27,11 +30,11 @@ from pathlib import Path
 from bench.common import Figure
 
 DRIVER = r"""
-import json, os, sys, time
+import json, os, sys, tarfile, time
 if sys.argv[1] != "local":
     os.environ["KDIAG_SPARK_MASTER"] = sys.argv[1]
 from kdiag.analysis.spark import session
-from kdiag.fleet.ingest import ingest
+from kdiag.fleet.command import fleet
 spark = session("kdiag-fleet-bench")
 sc = spark.sparkContext
 want = int(sys.argv[2])
@@ -39,11 +42,19 @@ deadline = time.monotonic() + 90
 while sc._jsc.sc().getExecutorMemoryStatus().size() < want and time.monotonic() < deadline:
     time.sleep(0.2)
 t = time.monotonic()
-got = ingest(spark, [sys.argv[4]], sys.argv[3])
-states = {r.state: r["count"] for r in got.bundles.groupBy("state").count().collect()}
+got = fleet([sys.argv[4]], sys.argv[3] + "/work", sys.argv[3] + "/out", spark=spark)
 took = time.monotonic() - t
-rows = got.tables["syscalls"].count()
-print(json.dumps({"ingest_s": took, "states": states, "syscalls_rows": rows}))
+rows = spark.read.parquet(sys.argv[3] + "/out/bundles").select("source", "state", "verdict").collect()
+verdicts = {}
+for r in rows:
+    with tarfile.open(r.source.replace("file:", "", 1)) as tar:
+        src = json.load(tar.extractfile("manifest.json")).get("generated_from")
+    verdicts.setdefault(src, set()).add(r.verdict)
+states = {}
+for r in rows:
+    states[r.state] = states.get(r.state, 0) + 1
+print(json.dumps({"fleet_s": took, "stages": got["stage_seconds"], "states": states, "judged": got["judged"],
+                  "split_sources": sorted(k for k, v in verdicts.items() if len(v) > 1)}))
 """
 
 
@@ -85,7 +96,7 @@ def run_one(master: str, executors: int, bundles: Path, work: Path, watch: list[
     done.set()
     th.join()
     if proc.returncode != 0:
-        raise RuntimeError(f"fleet ingest of {bundles} failed: {err[-2000:]}")
+        raise RuntimeError(f"kdiag fleet of {bundles} failed: {err[-2000:]}")
     got = json.loads(out.strip().splitlines()[-1])
     got["peak_mib"] = peak[0] / (1 << 20)
     return got
@@ -111,10 +122,11 @@ def bench(sources: list[Path], sizes: list[int], work: Path, cluster: bool = Tru
                 got = run_one(c.master, c.executors, dirs[n], work / f"out-{mode}-{n}", c.pids)
                 mb = sum(p.stat().st_size for p in dirs[n].glob("*.tar.gz")) / 1e6
                 figures.append(Figure(
-                    "fleet", f"ingest of {n} bundles ({mb:.0f} MB), {mode}", round(got["ingest_s"], 2), "s",
+                    "fleet", f"{n} bundles ({mb:.0f} MB), {mode}", round(got["fleet_s"], 2), "s",
                     command=f"python -m bench.fleet --sizes {n}",
-                    note=f"peak memory {got['peak_mib']:.0f} MiB (all processes); bundles {got['states']}; "
-                         f"{got['syscalls_rows']} syscall rows"))
+                    note=f"stages (s) {got['stages']}; peak memory {got['peak_mib']:.0f} MiB (all processes); "
+                         f"bundles {got['states']}, {got['judged']} judged; sources with more than one verdict: "
+                         f"{len(got['split_sources'])}"))
     return figures
 
 
@@ -154,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     work = a.work or Path(tempfile.mkdtemp(prefix="kdiag-bench-fleet-"))
     sizes = [int(x) for x in a.sizes.split(",")]
-    print("| bundles | mode | ingest (s) | note |\n|---|---|---|---|")
+    print("| bundles | mode | kdiag fleet (s) | note |\n|---|---|---|---|")
     for f in bench(a.sources, sizes, work, cluster=not a.no_cluster):
         print(f"| {f.name} | | **{f.value}** | {f.note} |", flush=True)
     return 0

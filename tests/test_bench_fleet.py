@@ -36,4 +36,5 @@ def test_fleet_bench_smoke(tmp_path):
 
     figs = bench([ON, healthy_bundle(tmp_path)], [3], tmp_path / "work", cluster=False)
     assert len(figs) == 1 and figs[0].value > 0
-    assert "'parsed': 3" in figs[0].note and "peak memory" in figs[0].note
+    assert "'parsed': 3" in figs[0].note and "peak memory" in figs[0].note and "3 judged" in figs[0].note
+    assert "more than one verdict: 0" in figs[0].note

@@ -120,3 +120,39 @@ def test_the_output_is_parquet_any_reader_takes_and_the_summary_adds_up(fleet_ru
     assert summary["verdicts"]["nagle_delayed_ack"] == 1
     assert {(c["value"], c["verdict"]) for c in counts if c["dimension"] == "version"} >= {
         ("2.16.0", "nagle_delayed_ack"), ("2.16.0", "healthy")}
+
+
+def test_through_a_spark_connect_endpoint_the_verdicts_are_the_same(fleet_run, cluster, tmp_path):
+    """``--remote``: the job runs in a Spark Connect server's application
+    (on the loopback cluster); this process only sends plans."""
+    import pandas as pd
+
+    from kdiag.fleet.loopback import connect_server
+
+    folder, out, _ = fleet_run
+    mine = tmp_path / "two"
+    mine.mkdir()
+    for name in ("on.tar.gz", "retries.tar.gz", "junk.tar.gz"):
+        shutil.copy(folder / name, mine / name)
+    with connect_server(tmp_path / "connect", cluster.master) as server:
+        res = subprocess.run([sys.executable, "-m", "kdiag", "fleet", str(mine), "--remote", server.remote,
+                              "--work-dir", (tmp_path / "work").as_uri(), "-o", str(tmp_path / "out")],
+                             capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert "3 bundle(s), 2 judged" in res.stdout
+    before = pd.read_parquet(out / "bundles").set_index("bundle_id")
+    now = pd.read_parquet(tmp_path / "out" / "bundles")
+    for r in now.itertuples():
+        if r.state == "parsed":
+            assert r.verdict == before.loc[r.bundle_id, "verdict"]
+            assert agreed(json.loads(r.findings_json)) == agreed(json.loads(before.loc[r.bundle_id, "findings_json"]))
+
+
+def test_a_cluster_without_a_work_dir_every_executor_reads_is_refused(tmp_path):
+    out, err = io.StringIO(), io.StringIO()
+    rc = main(["fleet", str(ON), "--master", "spark://127.0.0.1:7", "-o", str(tmp_path / "o")],
+              Environment(stdout=out, stderr=err))
+    assert rc == ExitStatus.USAGE and "give --work-dir" in err.getvalue()
+    rc = main(["fleet", str(ON), "--remote", "http://x", "--work-dir", "file:///tmp/w", "-o", str(tmp_path / "o")],
+              Environment(stdout=out, stderr=err))
+    assert rc == ExitStatus.USAGE and "sc://HOST:PORT" in err.getvalue()

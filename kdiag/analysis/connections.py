@@ -65,17 +65,24 @@ def _handshake_waits(sc, rows: list, cols: list[str]) -> list:
                 near.append((run, pid, lo, hi))
             lo, hi = t, t + HANDSHAKE_WINDOW_US - 1
         near.append((run, pid, lo, hi))
-    if len(near) > MAX_HANDSHAKE_SPANS:   # a reconnect storm, or a fleet: read them all
-        return sc.filter(F.col("syscall").isin(WAIT_CALLS) & F.col("args").contains("POLLOUT")).select(
-            *cols).collect()
+    polls = F.col("syscall").isin(WAIT_CALLS) & F.col("args").contains("POLLOUT")
+    if len(near) > MAX_HANDSHAKE_SPANS and any(run for run, *_ in near):
+        # A fleet's runs: each run's spans by a broadcast join (the
+        # condition per span would overflow the planner's stack).
+        spans = sc.sparkSession.createDataFrame(near, "h_run string, h_pid int, h_lo long, h_hi long")
+        return sc.filter(polls).join(F.broadcast(spans), (F.col(RUN) == F.col("h_run"))
+                                     & F.col("pid").eqNullSafe(F.col("h_pid"))
+                                     & F.col("ts_us").between(F.col("h_lo"), F.col("h_hi"))).select(
+            *cols).dropDuplicates([RUN, "pid", "line_no", "ts_us"]).collect()
+    if len(near) > MAX_HANDSHAKE_SPANS:   # a reconnect storm: read them all
+        return sc.filter(polls).select(*cols).collect()
     if near:
         cond = None
         for run, pid, lo, hi in near:
             c = F.col("pid").eqNullSafe(F.lit(pid).cast("int")) & F.col("ts_us").between(lo, hi)
             c = c & (F.col(RUN) == run) if run else c
             cond = c if cond is None else cond | c
-        return sc.filter(F.col("syscall").isin(WAIT_CALLS) & cond & F.col("args").contains("POLLOUT")).select(
-            *cols).collect()
+        return sc.filter(polls & cond).select(*cols).collect()
     return []
 
 

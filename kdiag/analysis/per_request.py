@@ -268,6 +268,10 @@ def _runs(rows):
         RUN, "pid", "_k", "_line", "_req", "_next_read", F.when(F.col("_k") == 1, run).alias("_run"))
 
 
+# More example requests than this: their writes are found by a join.
+WRITES_FILTER_MAX = 50
+
+
 def fill_write_sizes(syscalls, examples: dict) -> None:
     """The sizes of each example request's writes, in time order: the
     socket writes on its thread between the calls around its run (a few
@@ -277,19 +281,8 @@ def fill_write_sizes(syscalls, examples: dict) -> None:
     want = [e for e in examples.values() if e.get("write_sizes") is None and e.get("_run_hi") is not None
             and e.get("n_writes")]
     if want and syscalls is not None:
-        cond = None
-        for e in want:
-            lo, hi = e["_run_lo"], e["_run_hi"]
-            c = F.col("pid").eqNullSafe(F.lit(e["pid"]).cast("int"))
-            if e.get(RUN):   # a fleet's run
-                c = c & (F.col(RUN) == e[RUN])
-            if hi["ts_us"] is not None:
-                c = c & (F.col("ts_us").isNull() | (F.col("ts_us") <= hi["ts_us"]))
-            if lo is not None and lo["ts_us"] is not None:
-                c = c & (F.col("ts_us") >= lo["ts_us"])
-            cond = c if cond is None else cond | c
-        got = flag_syscalls(one_run(syscalls).filter(cond)).filter("sock_write").select(
-            RUN, "pid", "ts_us", "line_no", "ret").collect()
+        got = (_writes_around(syscalls, want) if len(want) <= WRITES_FILTER_MAX
+               else _writes_joined(syscalls, want)).collect()
         key = lambda ts, line: (ts is not None, ts or 0, line)  # noqa: E731
         for e in want:
             lo, hi = e["_run_lo"], e["_run_hi"]
@@ -302,6 +295,46 @@ def fill_write_sizes(syscalls, examples: dict) -> None:
     for e in examples.values():
         e.pop("_run_lo", None)
         e.pop("_run_hi", None)
+
+
+def _writes_around(syscalls, want: list[dict]):
+    """The socket writes the examples' bounds hold: one filter, which the
+    Parquet reader takes."""
+    from pyspark.sql import functions as F
+
+    cond = None
+    for e in want:
+        lo, hi = e["_run_lo"], e["_run_hi"]
+        c = F.col("pid").eqNullSafe(F.lit(e["pid"]).cast("int"))
+        if e.get(RUN):   # a fleet's run
+            c = c & (F.col(RUN) == e[RUN])
+        if hi["ts_us"] is not None:
+            c = c & (F.col("ts_us").isNull() | (F.col("ts_us") <= hi["ts_us"]))
+        if lo is not None and lo["ts_us"] is not None:
+            c = c & (F.col("ts_us") >= lo["ts_us"])
+        cond = c if cond is None else cond | c
+    return flag_syscalls(one_run(syscalls).filter(cond)).filter("sock_write").select(
+        RUN, "pid", "ts_us", "line_no", "ret")
+
+
+def _writes_joined(syscalls, want: list[dict]):
+    """The same for many examples (a fleet's): a broadcast join against
+    their bounds, as one condition per example would overflow the planner's
+    stack (a thousand bundles' examples did)."""
+    from pyspark.sql import functions as F
+
+    sc = one_run(syscalls)
+    bounds = sc.sparkSession.createDataFrame(
+        [(e.get(RUN) or "", e["pid"], (e["_run_lo"] or {}).get("ts_us"), e["_run_hi"]["ts_us"]) for e in want],
+        "b_run string, b_pid int, b_lo long, b_hi long")
+    ts = F.col("ts_us")
+    cond = ((F.col(RUN) == F.col("b_run")) & F.col("pid").eqNullSafe(F.col("b_pid"))
+            & (F.col("b_hi").isNull() | ts.isNull() | (ts <= F.col("b_hi")))
+            & (F.col("b_lo").isNull() | (ts >= F.col("b_lo"))))
+    cols = [RUN, "kind", "line_no", "pid", "ts_us", "dur_us", "syscall", "fd", "fd_info", "ret"]
+    # A write two examples' bounds hold is one write.
+    near = sc.select(*cols).join(F.broadcast(bounds), cond).select(*cols).dropDuplicates([RUN, "pid", "line_no", "ts_us"])
+    return flag_syscalls(near).filter("sock_write").select(RUN, "pid", "ts_us", "line_no", "ret")
 
 
 def exchanges(sc):

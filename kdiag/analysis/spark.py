@@ -18,7 +18,7 @@ SMALL_INPUT_BYTES = 16 << 20
 SMALL_RAW_BYTES = 128 << 20
 
 
-def session(app: str = "kdiag", small: bool = False):
+def session(app: str = "kdiag", small: bool = False, master: str | None = None):
     """``small``: for an input known to be small. The JVM then compiles with
     C1 only: a JVM that lives seconds is gone before C2's code pays for its
     compiling. Measured on a 100-request capture, 2 cores: session start
@@ -43,7 +43,7 @@ def session(app: str = "kdiag", small: bool = False):
         from kdiag.analysis.jvm import java_or_fail
 
         java_or_fail()   # first: it may set JAVA_HOME, which the class archive is named by
-        options["spark.master"] = os.environ.get("KDIAG_SPARK_MASTER", "local[2]")
+        options["spark.master"] = master or os.environ.get("KDIAG_SPARK_MASTER", "local[2]")
         options["spark.driver.memory"] = os.environ.get("KDIAG_SPARK_MEMORY") or ("1g" if small else _big_heap())
         if small:
             # C1 alone gets a 48 MB code cache, which a session that runs

@@ -35,6 +35,9 @@ examples:
       --work-dir hdfs://nn/tmp/kdiag-work -o hdfs://nn/kdiag/fleet-2026-11
       on a standalone cluster: the executors read the bundles, write the
       tables under --work-dir and the results under -o (URIs all can reach)
+  kdiag fleet s3a://tickets/kdiag/ --remote sc://spark-connect:15002 \
+      --work-dir s3a://scratch/kdiag-work -o s3a://reports/fleet
+      through a Spark Connect endpoint (pip install 'kdiag[connect]')
   python -c "import pandas as pd; print(pd.read_parquet('fleet-out/bundles')[['host','verdict']])"
 """
 # Dimensions of the summary: column of ``bundles`` -> what the summary calls it.
@@ -60,7 +63,10 @@ def add_parser(sub, fmt) -> None:
                    help="bundle files, folders (searched for *.tar.gz, *.tgz), globs, or URIs of any of these")
     f.add_argument("-o", "--output", required=True, metavar="OUT",
                    help="where bundles/, findings/ and summary/ (Parquet) are written: a path or a URI")
-    f.add_argument("--master", help="the Spark master (default: KDIAG_SPARK_MASTER, else local mode)")
+    where = f.add_mutually_exclusive_group()
+    where.add_argument("--master", help="the Spark master (default: KDIAG_SPARK_MASTER, else local mode)")
+    where.add_argument("--remote", metavar="sc://HOST:PORT",
+                       help="a Spark Connect endpoint to run on instead (needs kdiag[connect])")
     f.add_argument("--work-dir", metavar="URI",
                    help="where the parsed tables are staged; every executor must read it (required with a "
                         "master other than local mode; default: a temporary local directory)")
@@ -79,18 +85,18 @@ def run(args, env) -> int:
     from kdiag.status import ExitStatus
 
     master = args.master or os.environ.get("KDIAG_SPARK_MASTER") or "local[2]"
-    if args.master:
-        os.environ["KDIAG_SPARK_MASTER"] = args.master   # read where the session starts
-    local = master.startswith("local")
-    if not local and not args.work_dir:
-        raise UsageError(f"--master {master}: give --work-dir, a URI every executor can read and write "
-                         "(hdfs://..., s3a://..., or file:///shared/... on a filesystem all of them mount)")
+    if (args.remote or not master.startswith("local")) and not args.work_dir:
+        raise UsageError(f"{'--remote ' + args.remote if args.remote else '--master ' + master}: give "
+                         "--work-dir, a URI every executor can read and write (hdfs://..., s3a://..., or "
+                         "file:///shared/... on a filesystem all of them mount)")
+    spark = remote_session(args.remote) if args.remote else None
     limits = bundle_limits.Limits.resolve(args)
     tmp = None if args.work_dir else tempfile.mkdtemp(prefix="kdiag-fleet-")
     work = args.work_dir or Path(tmp).as_uri()
     started = time.monotonic()
     try:
-        summary = fleet(args.sources, work, _uri(args.output), limits, verify=not args.no_verify, say=env.say)
+        summary = fleet(args.sources, work, _uri(args.output), limits, verify=not args.no_verify, say=env.say,
+                        spark=spark, master=master)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -102,6 +108,28 @@ def run(args, env) -> int:
     return ExitStatus.OK if summary["judged"] else ExitStatus.NO_DATA
 
 
+def remote_session(url: str):
+    """A Spark Connect session: the job runs in the server's application,
+    this process only sends plans and reads results."""
+    from kdiag.errors import KdiagError
+
+    if not url.startswith("sc://"):
+        raise UsageError(f"--remote {url}: a Spark Connect endpoint is sc://HOST:PORT")
+    try:
+        from pyspark.sql.connect.utils import check_dependencies
+
+        check_dependencies()
+    except ImportError as e:
+        raise KdiagError(f"--remote needs Spark Connect's client libraries ({e}): pip install 'kdiag[connect]'") \
+            from None
+    from pyspark.sql import SparkSession
+
+    try:
+        return SparkSession.builder.remote(url).appName("kdiag-fleet").getOrCreate()
+    except Exception as e:  # noqa: BLE001 - gRPC's errors are many; the user needs the endpoint and why
+        raise KdiagError(f"--remote {url}: {str(e).splitlines()[0]}") from None
+
+
 def _uri(out: str) -> str:
     """A path as an absolute file:// URI (Spark would take a relative one
     against its own working directory); a URI as it is."""
@@ -109,17 +137,25 @@ def _uri(out: str) -> str:
 
 
 def fleet(sources: list[str], work: str, out: str, limits=None, verify: bool = True, say=None,
-          spark=None) -> dict:
+          spark=None, master: str | None = None) -> dict:
     """Ingest, judge, write: the summary (a dict) of what was written."""
     from kdiag import __version__
     from kdiag.analysis.spark import session
     from kdiag.fleet.ingest import ingest
     from kdiag.fleet.judge import judged
 
-    spark = spark or session("kdiag-fleet")
+    spark = spark or session("kdiag-fleet", master=master)
+    clock = [time.monotonic()]
+
+    def lap() -> float:
+        clock.append(time.monotonic())
+        return round(clock[-1] - clock[-2], 1)
+
     got = ingest(spark, sources, work, limits, verify)
     facts = [r.asDict(recursive=True) for r in got.bundles.collect()]
+    seconds = {"ingest": lap()}
     found = judged(spark, got.tables, facts, __version__)
+    seconds["judge"] = lap()
     bundles = [bundle_row(f, found.get(f["bundle_id"])) for f in facts]
     findings = [row for f in facts if f["bundle_id"] in found for row in finding_rows(f, found[f["bundle_id"]])]
     summary_rows = summarise(bundles)
@@ -128,7 +164,8 @@ def fleet(sources: list[str], work: str, out: str, limits=None, verify: bool = T
         names = _names(ddl)
         spark.createDataFrame([tuple(r[n] for n in names) for r in rows], ddl).coalesce(1) \
             .write.mode("overwrite").parquet(f"{out}/{name}")
-    return {"output": out, "bundles": len(bundles), "judged": sum(1 for b in bundles if b["judged"]),
+    seconds["write"] = lap()
+    return {"output": out, "stage_seconds": seconds, "bundles": len(bundles), "judged": sum(1 for b in bundles if b["judged"]),
             "unread": [{"source": b["source"], "problems": b["problems"]} for b in bundles if b["state"] != "parsed"],
             "verdicts": _count(b["verdict"] or "no data" for b in bundles if b["state"] == "parsed"),
             "by": {dim: _by(summary_rows, dim) for dim in DIMENSIONS.values()}}

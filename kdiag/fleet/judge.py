@@ -11,9 +11,12 @@ job per run. Only the per-run aggregates come back to the driver, where
 
 What the single analysis does that the fleet does not, said in each run's
 ``fleet_omits``: clock steps are not looked for; the request rows for the
-report's charts and the predictions built on them are not made; a log
-beside an strace of other requests is not split by the strace's typical
-exchange (such a run is left unjudged: replay it alone).
+report's charts and the predictions built on them are not made; the
+evidence lines read from the socket and thread samples on the driver
+(``samples.socket_held``, ``samples.cpu_starvation``) are not written; a
+log beside an strace of other requests is not split by the strace's
+typical exchange (such a run is left unjudged: replay it alone). None of
+these changes a verdict or a share (tests/test_fleet.py).
 """
 from __future__ import annotations
 
@@ -22,7 +25,9 @@ from dataclasses import dataclass
 from kdiag.analysis.frames import RUN
 
 OMITS = ["clock steps are not looked for in a fleet: replay the bundle alone for its input checks",
-         "no request rows or predictions: replay the bundle alone for its charts"]
+         "no request rows or predictions: replay the bundle alone for its charts",
+         "the socket and thread samples' evidence lines (bytes held unsent, run-queue wait per thread, "
+         "cgroup throttling) are not written: replay the bundle alone for them"]
 UNJUDGED_LOG_BESIDE_STRACE = ("a librdkafka log beside an strace without its Sent lines: the fleet does not "
                               "split such a log by the strace's typical exchange; replay the bundle alone")
 
@@ -42,18 +47,28 @@ def judged(spark, tables: dict, facts: list[dict], kdiag_version: str | None = N
     """bundle_id -> its findings, for every parsed bundle in ``facts`` (the
     ingest's ``bundles`` rows), from ``tables`` (table -> DataFrame of every
     bundle's rows)."""
-    from pyspark.sql import functions as F
-
     from kdiag.analysis import input_checks as quality
-    from kdiag.analysis.job import judged_by_signals
-    from kdiag.analysis.signals import no_signals, signals_by_run
 
     runs = {f["bundle_id"]: Run(f["bundle_id"], set((f.get("table_rows") or {}).keys()),
                                 f.get("librdkafka_version"), f.get("tcp_retrans") if f.get("probe") else None)
             for f in facts if f.get("state") == "parsed"}
     if not runs:
         return {}
+    from kdiag.analysis.frames import release
+
     q = quality.Quality()
+    try:
+        return _judged(spark, tables, runs, q, kdiag_version)
+    finally:
+        release(q)   # the copies' rows it held
+
+
+def _judged(spark, tables: dict, runs: dict, q, kdiag_version) -> dict[str, dict]:
+    from pyspark.sql import functions as F
+
+    from kdiag.analysis.job import judged_by_signals
+    from kdiag.analysis.signals import no_signals, signals_by_run
+
     t = _without_copies(tables, q)
     _sources(t, runs)
     by_source = {s: [r for r in runs.values() if r.source == s] for s in ("strace", "log", "syscalls", None)}

@@ -87,3 +87,43 @@ def standalone(work: Path, workers: int = 2, cores: int = 1, memory: str = "1g")
         yield Cluster(url, logs, [p.pid for p in procs])
     finally:
         _stop(procs)
+
+
+@dataclass
+class Connect:
+    remote: str          # sc://127.0.0.1:PORT
+    log: Path
+    pid: int
+
+
+@contextlib.contextmanager
+def connect_server(work: Path, master: str = "local[2]"):
+    """A Spark Connect server on loopback (the one pyspark ships in its
+    jars), whose own application runs on ``master``: what ``kdiag fleet
+    --remote`` talks to."""
+    import socket
+    import sys
+
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    with socket.socket() as s:   # a free port; the server binds it a moment later
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1",
+           "PYSPARK_PYTHON": sys.executable}
+    work.mkdir(parents=True, exist_ok=True)
+    log = work / "connect.log"
+    with open(log, "wb") as out:
+        p = subprocess.Popen([str(home / "bin" / "spark-submit"), "--master", master,
+                              "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+                              "--conf", f"spark.connect.grpc.binding.port={port}",
+                              "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+                              "--conf", "spark.ui.enabled=false", "spark-internal"],
+                             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=work,
+                             start_new_session=True)
+    try:
+        _wait_for(log, r"Spark Connect server started", p)
+        yield Connect(f"sc://127.0.0.1:{port}", log, p.pid)
+    finally:
+        _stop([p])
