@@ -46,7 +46,7 @@ def replay(bundle) -> dict:
 
 
 def agreed(f: dict) -> tuple:
-    return (f["verdict"], [(x["cause"], x["share"], x.get("time_share")) for x in f["findings"]],
+    return (f["verdict"], [(x["cause"], x["share"], x.get("time_share"), x["evidence"]) for x in f["findings"]],
             {k: (f.get("summary") or {}).get(k) for k in SUMMARY_KEYS})
 
 
@@ -122,9 +122,10 @@ def test_the_output_is_parquet_any_reader_takes_and_the_summary_adds_up(fleet_ru
         ("2.16.0", "nagle_delayed_ack"), ("2.16.0", "healthy")}
 
 
-def test_through_a_spark_connect_endpoint_the_verdicts_are_the_same(fleet_run, cluster, tmp_path):
+def test_through_a_spark_connect_endpoint_the_verdicts_are_the_same(fleet_run, tmp_path):
     """``--remote``: the job runs in a Spark Connect server's application
-    (on the loopback cluster); this process only sends plans."""
+    (in local mode: the cluster's part is the test above); this process only
+    sends plans."""
     import pandas as pd
 
     from kdiag.fleet.loopback import connect_server
@@ -134,7 +135,7 @@ def test_through_a_spark_connect_endpoint_the_verdicts_are_the_same(fleet_run, c
     mine.mkdir()
     for name in ("on.tar.gz", "retries.tar.gz", "junk.tar.gz"):
         shutil.copy(folder / name, mine / name)
-    with connect_server(tmp_path / "connect", cluster.master) as server:
+    with connect_server(tmp_path / "connect") as server:
         res = subprocess.run([sys.executable, "-m", "kdiag", "fleet", str(mine), "--remote", server.remote,
                               "--work-dir", (tmp_path / "work").as_uri(), "-o", str(tmp_path / "out")],
                              capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)

@@ -227,8 +227,6 @@ def path_rtt_of(spark, tables_dir, conns: list[dict]) -> tuple[float | None, str
     traceroute -T, mtr --tcp), then the wait after the producer's own
     connect() in strace, then the user's ping or UDP/ICMP traceroute to the
     broker's host, then ``ss -ti``'s RTT of the producer's sockets."""
-    from pyspark.sql import functions as F
-
     hs = pr = None
     if tables_dir is not None:
         hs = read_table(spark, Path(tables_dir), "handshakes")

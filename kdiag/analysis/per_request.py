@@ -276,8 +276,6 @@ def fill_write_sizes(syscalls, examples: dict) -> None:
     """The sizes of each example request's writes, in time order: the
     socket writes on its thread between the calls around its run (a few
     rows, read with the table's own filters)."""
-    from pyspark.sql import functions as F
-
     want = [e for e in examples.values() if e.get("write_sizes") is None and e.get("_run_hi") is not None
             and e.get("n_writes")]
     if want and syscalls is not None:

@@ -3,6 +3,7 @@ threads' run-queue waits, the cgroup's CPU throttling and the broker's
 throttle times, each joined to the requests it overlaps."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from kdiag.analysis.frames import RUN, one_run, pctl, read_table
@@ -21,15 +22,33 @@ def time_buckets(start: str, end: str, bucket_us: int):
 
 
 
+@dataclass(frozen=True)
+class RunSamples:
+    """One run's samples as ``socket_held`` and ``cpu_starvation`` give
+    them, summed in Spark for every run of a fleet at once
+    (``fleet.judge``) instead of read from a tables directory."""
+    sockets: dict                # fd -> socket_held's dict (source "sampled")
+    pasted: dict | None          # socket_held's dict of ss -ti rows without a time (source "ss")
+    threads: dict | None         # {"wall_ms", "process_runq_ms", "per": {tid: thread dict}}
+    cgroup: dict | None
+
+
+def of(meta: dict):
+    """Where a run's samples are: its RunSamples, else its tables directory."""
+    return meta.get("samples") or meta.get("tables_dir")
+
+
 def socket_held(tables_dir, fd) -> dict | None:
     """What the sampled socket showed: bytes not yet sent while a segment
     waits for its ACK is Nagle caught in the act (``ss``: notsent, unacked).
     Without samples of that fd, the user's pasted ``ss -ti`` listings (rows
     without a time) stand for the producer's sockets; ``source`` says
-    which."""
+    which. ``tables_dir`` may be a RunSamples."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    if isinstance(tables_dir, RunSamples):
+        return (tables_dir.sockets.get(fd) if fd is not None else None) or tables_dir.pasted
     path = Path(tables_dir) / "sockets.parquet" if tables_dir else None
     if path is None or not path.exists():
         return None
@@ -50,10 +69,20 @@ def socket_held(tables_dir, fd) -> dict | None:
 def cpu_starvation(tables_dir, tid) -> dict | None:
     """Run-level CPU facts from the thread and host samples (a few hundred
     rows a minute, read on the driver): the request thread's and the whole
-    process's run-queue wait, and the cgroup's CFS throttling."""
+    process's run-queue wait, and the cgroup's CFS throttling.
+    ``tables_dir`` may be a RunSamples."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    if isinstance(tables_dir, RunSamples):
+        th = tables_dir.threads
+        if th is None:
+            return None
+        out = {"wall_ms": th["wall_ms"], "thread": th["per"].get(tid) if tid is not None else None,
+               "process_runq_ms": th["process_runq_ms"]}
+        if tables_dir.cgroup is not None:
+            out["cgroup"] = tables_dir.cgroup
+        return out
     if not tables_dir:
         return None
     path = Path(tables_dir) / "threads.parquet"

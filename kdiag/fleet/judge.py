@@ -9,14 +9,14 @@ whether Nagle is possible) is a column joined on by ``bundle_id``, not a
 job per run. Only the per-run aggregates come back to the driver, where
 ``judge.concluded`` writes each run's findings as it does for one.
 
-What the single analysis does that the fleet does not, said in each run's
-``fleet_omits``: clock steps are not looked for; the request rows for the
-report's charts and the predictions built on them are not made; the
-evidence lines read from the socket and thread samples on the driver
-(``samples.socket_held``, ``samples.cpu_starvation``) are not written; a
-log beside an strace of other requests is not split by the strace's
-typical exchange (such a run is left unjudged: replay it alone). None of
-these changes a verdict or a share (tests/test_fleet.py).
+The evidence read from a run's socket, thread and host samples is summed
+for every run in Spark (``fleet.samples``). What the single analysis does
+that the fleet does not, said in each run's ``fleet_omits``: clock steps
+are not looked for; the request rows for the report's charts and the
+predictions built on them are not made; a log beside an strace of other
+requests is not split by the strace's typical exchange (such a run is left
+unjudged: replay it alone). None of these changes a verdict or a share
+(tests/test_fleet.py).
 """
 from __future__ import annotations
 
@@ -25,9 +25,7 @@ from dataclasses import dataclass
 from kdiag.analysis.frames import RUN
 
 OMITS = ["clock steps are not looked for in a fleet: replay the bundle alone for its input checks",
-         "no request rows or predictions: replay the bundle alone for its charts",
-         "the socket and thread samples' evidence lines (bytes held unsent, run-queue wait per thread, "
-         "cgroup throttling) are not written: replay the bundle alone for them"]
+         "no request rows or predictions: replay the bundle alone for its charts"]
 UNJUDGED_LOG_BESIDE_STRACE = ("a librdkafka log beside an strace without its Sent lines: the fleet does not "
                               "split such a log by the strace's typical exchange; replay the bundle alone")
 
@@ -36,11 +34,18 @@ UNJUDGED_LOG_BESIDE_STRACE = ("a librdkafka log beside an strace without its Sen
 class Run:
     """One bundle as the fleet judges it."""
     bundle_id: str
-    tables: set              # the tables its parse wrote (some may have no rows)
+    rows: dict               # table -> rows, of each table its parse wrote (some with none)
     version: str | None
     tcp_retrans: int | None
     source: str | None = None   # "strace", "log", "syscalls", or None: signals only
     topics: tuple = ()          # named by its MessageSet lines (debug=msg)
+    samples: object = None      # its analysis.samples.RunSamples
+
+    @property
+    def tables(self) -> set:
+        """The tables its parse wrote: the single analysis reads a table
+        that has no rows as there (a DataFrame), an absent one as None."""
+        return set(self.rows)
 
 
 def judged(spark, tables: dict, facts: list[dict], kdiag_version: str | None = None) -> dict[str, dict]:
@@ -49,7 +54,7 @@ def judged(spark, tables: dict, facts: list[dict], kdiag_version: str | None = N
     bundle's rows)."""
     from kdiag.analysis import input_checks as quality
 
-    runs = {f["bundle_id"]: Run(f["bundle_id"], set((f.get("table_rows") or {}).keys()),
+    runs = {f["bundle_id"]: Run(f["bundle_id"], dict(f.get("table_rows") or {}),
                                 f.get("librdkafka_version"), f.get("tcp_retrans") if f.get("probe") else None)
             for f in facts if f.get("state") == "parsed"}
     if not runs:
@@ -68,19 +73,25 @@ def _judged(spark, tables: dict, runs: dict, q, kdiag_version) -> dict[str, dict
 
     from kdiag.analysis.job import judged_by_signals
     from kdiag.analysis.signals import no_signals, signals_by_run
+    from kdiag.fleet.samples import run_samples
 
     t = _without_copies(tables, q)
     _sources(t, runs)
     by_source = {s: [r for r in runs.values() if r.source == s] for s in ("strace", "log", "syscalls", None)}
-    lw_runs = [r.bundle_id for r in runs.values() if "log_writes" in r.tables]
+    # As job: the lines written under strace when there are any, else the log.
+    lw_runs = [r.bundle_id for r in runs.values() if r.rows.get("log_writes")]
     events = t["log_writes"].filter(F.col(RUN).isin(*lw_runs)).unionByName(
         t["rdkafka_events"].filter(~F.col(RUN).isin(*lw_runs)), allowMissingColumns=True)
     sig = signals_by_run(events)
     empty = no_signals(spark)
-    signals = {b: sig.get(b, dict(empty) if {"rdkafka_events", "log_writes"} & r.tables else {})
-               for b, r in runs.items()}
+    # A run without one such line: a log with no rows has signals of nothing,
+    # no log has none.
+    signals = {b: sig.get(b, dict(empty) if "rdkafka_events" in r.tables else {}) for b, r in runs.items()}
     conns = _connections(t, runs)
     paths = _paths(t, runs, conns)
+    sampled = run_samples(t, runs)
+    for b, r in runs.items():
+        r.samples = sampled[b]
     out: dict[str, dict] = {}
     for r in by_source[None]:
         out[r.bundle_id] = judged_by_signals(r.version, paths[r.bundle_id], _meta(r, signals, kdiag_version))
@@ -102,7 +113,8 @@ def _judged(spark, tables: dict, runs: dict, q, kdiag_version) -> dict[str, dict
 
 
 def _meta(r: Run, signals: dict, kdiag_version) -> dict:
-    meta = {"kdiag_version": kdiag_version, "tables_dir": None, "signals": signals[r.bundle_id]}
+    meta = {"kdiag_version": kdiag_version, "tables_dir": None, "signals": signals[r.bundle_id],
+            "samples": r.samples}
     if r.tcp_retrans is not None:
         meta["tcp_retrans"] = r.tcp_retrans
     return meta
@@ -220,56 +232,40 @@ def _judged_requests(spark, t: dict, runs: dict, conns: dict, paths: dict, signa
     from kdiag.analysis import causes
     from kdiag.analysis.causes import classify
     from kdiag.analysis.connections import attach_connections
-    from kdiag.analysis.job import CONFIDENCE, INFERRED, UNSPLIT_LOG, UNTIMED, unsplit
+    from kdiag.analysis.job import CONFIDENCE, INFERRED, UNSPLIT_LOG, UNTIMED
     from kdiag.analysis.judge import (Before, _per_cause, _sums, before_causes, concluded, median_requests,
                                       one_write_rules_out_nagle)
-    from kdiag.analysis.per_request import (exchanges, fill_write_sizes, flag_syscalls, prepare_syscalls,
-                                            requests, split_requests)
+    from kdiag.analysis.per_request import fill_write_sizes
     from kdiag.analysis.frames import rounded
     from kdiag.analysis.samples import runq_of, throttle_of
 
     of = lambda src: [b for b, r in runs.items() if r.source == src]  # noqa: E731
-    mine = lambda df, ids: df.filter(F.col(RUN).isin(*ids))  # noqa: E731
-    # A response stamped before its request has no latency (see
-    # input_checks.exclude_negative).
-    positive = ~F.coalesce(F.col("recv_us") < F.col("send_us"), F.lit(False))
-    parts = []
-    if of("strace"):
-        reqs = requests(spark, mine(t["log_writes"], of("strace")))
-        parts.append(split_requests(spark, reqs, flag_syscalls(mine(t["syscalls"], of("strace")))).filter(positive))
-    if of("log"):
-        parts.append(unsplit(requests(spark, mine(t["rdkafka_events"], of("log"))).filter(positive)))
-    if of("syscalls"):
-        parts.append(exchanges(prepare_syscalls(mine(t["syscalls"], of("syscalls")))).filter(positive))
-    reqs = parts[0]
-    for p in parts[1:]:
-        reqs = reqs.unionByName(p, allowMissingColumns=True)
-    reqs = reqs.persist()
+    reqs = _requests(spark, t, of).persist()
     inferred = of("syscalls")
     produce = reqs.filter((F.col("request") == "Produce") | F.col(RUN).isin(*inferred))
 
     with_stats = [b for b, r in runs.items() if "stats" in r.tables]
-    stats = mine(t["stats"], with_stats) if with_stats else None
+    stats = t["stats"].filter(F.col(RUN).isin(*with_stats)) if with_stats else None
     pre = {r[RUN]: r for r in before_causes(reqs, stats, (RUN,)).join(
         reqs.groupBy(RUN).agg(F.count(F.when(F.col("send_us").isNotNull() & F.col("recv_us").isNotNull(), 1))
                               .alias("timed")), RUN).collect()}
-    before, facts_rows = {}, []
+    before, nagle = {}, {}
     for b, r in runs.items():
         p = pre.get(b)
         single = {"n": p.n1 if p else 0, "wait_p50_ms": rounded(p.m1, 3) if p else None}
         client_ms = p.client_ms if p is not None and b in with_stats else None
-        rtt, source, bound = paths[b]
-        before[b] = Before(p.all_kinds if p else 0, single, client_ms, rtt, source, bound)
-        nagle = not one_write_rules_out_nagle(single["n"], single["wait_p50_ms"], p.multi_wait if p else None)
-        facts_rows.append((b, rtt, nagle, "threads" in r.tables))
-    run_facts = spark.createDataFrame(facts_rows, f"{RUN} string, _path_rtt double, _nagle boolean, "
-                                                  "_threads boolean")
+        before[b] = Before(p.all_kinds if p else 0, single, client_ms, *paths[b])
+        nagle[b] = not one_write_rules_out_nagle(single["n"], single["wait_p50_ms"], p.multi_wait if p else None)
+    # What each run is judged from, joined on: a column, not a job per run.
+    run_facts = spark.createDataFrame([(b, paths[b][0], nagle[b], "threads" in r.tables) for b, r in runs.items()],
+                                      f"{RUN} string, _path_rtt double, _nagle boolean, _threads boolean")
     produce = produce.join(F.broadcast(run_facts), RUN)
     if any(r.tables & {"threads"} for r in runs.values()):
         produce = runq_of(spark, None, produce, threads=t["threads"]).withColumn(
             "runq_ms", F.when(F.col("_threads"), F.col("runq_ms")))
     else:
         produce = produce.withColumn("runq_ms", F.lit(None).cast("double"))
+    mine = lambda df, ids: df.filter(F.col(RUN).isin(*ids))  # noqa: E731
     throttled = [b for b in with_stats if pre.get(b) is not None and pre[b].throttled]
     produce = throttle_of(mine(stats, throttled), produce) if throttled else \
         produce.withColumn("throttle_ms", F.lit(None).cast("double"))
@@ -288,7 +284,7 @@ def _judged_requests(spark, t: dict, runs: dict, conns: dict, paths: dict, signa
     out = {}
     for b, r in runs.items():
         meta = {**_meta(r, signals, kdiag_version), "one_write": before[b].one_write,
-                "nagle_possible": any(x[0] == b and x[2] for x in facts_rows), "has_stats": b in with_stats}
+                "nagle_possible": nagle[b], "has_stats": b in with_stats}
         unknowns = []
         if r.source == "syscalls":
             unknowns.append(INFERRED)
@@ -302,3 +298,30 @@ def _judged_requests(spark, t: dict, runs: dict, conns: dict, paths: dict, signa
         res["confidence"] = CONFIDENCE[r.source]
         out[b] = res
     return out
+
+
+def _requests(spark, t: dict, of):
+    """Every run's requests, each from its source (``of(source)``: its runs)
+    as ``job`` takes them: librdkafka's lines split by the syscalls, the log
+    alone, or exchanges inferred from syscalls."""
+    from pyspark.sql import functions as F
+
+    from kdiag.analysis.job import unsplit
+    from kdiag.analysis.per_request import exchanges, flag_syscalls, prepare_syscalls, requests, split_requests
+
+    mine = lambda df, src: df.filter(F.col(RUN).isin(*of(src)))  # noqa: E731
+    # A response stamped before its request has no latency (see
+    # input_checks.exclude_negative).
+    positive = ~F.coalesce(F.col("recv_us") < F.col("send_us"), F.lit(False))
+    parts = []
+    if of("strace"):
+        reqs = requests(spark, mine(t["log_writes"], "strace"))
+        parts.append(split_requests(spark, reqs, flag_syscalls(mine(t["syscalls"], "strace"))).filter(positive))
+    if of("log"):
+        parts.append(unsplit(requests(spark, mine(t["rdkafka_events"], "log")).filter(positive)))
+    if of("syscalls"):
+        parts.append(exchanges(prepare_syscalls(mine(t["syscalls"], "syscalls"))).filter(positive))
+    reqs = parts[0]
+    for p in parts[1:]:
+        reqs = reqs.unionByName(p, allowMissingColumns=True)
+    return reqs

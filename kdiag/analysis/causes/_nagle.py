@@ -2,6 +2,7 @@
 sentences before the one about the client socket's TCP_NODELAY."""
 from __future__ import annotations
 
+from kdiag.analysis import samples
 from kdiag.analysis.samples import socket_held
 from kdiag.analysis.thresholds import DELAYED_ACK_MS, NAGLE_EXCESS_MAX_MS, NAGLE_EXCESS_MIN_MS
 
@@ -44,7 +45,7 @@ def log_only_evidence(facts) -> list[str]:
                   f"a healthy path beside a 40 ms rtt is the sign of a held send, not of a slow network")
     ev.append("no syscalls in the inputs: the held send itself is not seen (capture strace with -f -tt -T -yy "
               "-s 256 of the producer, or run kdiag trace --pid PID, to see the writes and the 40 ms poll())")
-    held = socket_held(facts.meta.get("tables_dir"), None)   # a pasted ss -ti: no fd to match
+    held = socket_held(samples.of(facts.meta), None)   # a pasted ss -ti: no fd to match
     if held and held["held"]:
         ev.append(f"the user's ss -ti showed the client socket holding {held['notsent_bytes']} bytes unsent behind "
                   f"an unacknowledged segment in {held['held']} of {held['samples']} socket lines (ato "
@@ -68,7 +69,7 @@ def evidence(facts) -> list[str]:
         ev.append(f"the path itself is fast: {le}{path_rtt:.3f} ms ({facts.summary['path_rtt_source']}); "
                   f"a SYN probe carries no data, so it can never show a Nagle stall: a healthy path "
                   f"beside a 40 ms wait is itself the sign of a held send")
-    held = socket_held(facts.meta.get("tables_dir"), ex.get("fd"))
+    held = socket_held(samples.of(facts.meta), ex.get("fd"))
     if held:
         if held["held"]:
             ev.append(f"the client socket, sampled {held['samples']} times, held {held['notsent_bytes']} bytes "

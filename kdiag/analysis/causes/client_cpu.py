@@ -3,6 +3,7 @@ there, the producer could not run to read it."""
 from __future__ import annotations
 
 from kdiag.analysis.frames import rounded
+from kdiag.analysis import samples
 from kdiag.analysis.samples import cpu_starvation
 from kdiag.analysis.thresholds import CPU_STARVED_SHARE, SLOW_MS
 
@@ -35,7 +36,7 @@ def evidence(facts) -> list[str]:
           f"their thread was runnable but waiting for a core for up to {agg.p50['runq_ms']:.1f} ms of that "
           f"(median; run-queue wait from /proc/PID/task/TID/schedstat, sampled ~every 100 ms): the "
           f"response was there, the producer could not run to read it"]
-    ev += _cpu_samples(cpu_starvation(facts.meta.get("tables_dir"), facts.example.get("pid")))
+    ev += _cpu_samples(cpu_starvation(samples.of(facts.meta), facts.example.get("pid")))
     path_rtt = facts.path_rtt_ms
     ev.append(f"the path ({rounded(path_rtt, 3) if path_rtt is not None else '?'} ms) and the broker answer fast; "
               f"the time is lost in the client")
