@@ -330,8 +330,10 @@ def _writes_joined(syscalls, want: list[dict]):
             & (F.col("b_hi").isNull() | ts.isNull() | (ts <= F.col("b_hi")))
             & (F.col("b_lo").isNull() | (ts >= F.col("b_lo"))))
     cols = [RUN, "kind", "line_no", "pid", "ts_us", "dur_us", "syscall", "fd", "fd_info", "ret"]
-    # A write two examples' bounds hold is one write.
-    near = sc.select(*cols).join(F.broadcast(bounds), cond).select(*cols).dropDuplicates([RUN, "pid", "line_no", "ts_us"])
+    # Only writes can be socket writes (flag_syscalls): the rest is not
+    # joined. A write two examples' bounds hold is one write.
+    writes = sc.filter(F.col("syscall").isin(*WRITE_CALLS) & (F.col("ret") > 0)).select(*cols)
+    near = writes.join(F.broadcast(bounds), cond).select(*cols).dropDuplicates([RUN, "pid", "line_no", "ts_us"])
     return flag_syscalls(near).filter("sock_write").select(RUN, "pid", "ts_us", "line_no", "ret")
 
 

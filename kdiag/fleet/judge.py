@@ -186,7 +186,7 @@ def _connections(t: dict, runs: dict) -> dict:
     with_sc = [b for b, r in runs.items() if "syscalls" in r.tables]
     got: dict = {b: [] for b in runs}
     if with_sc:
-        for c in connections(t["syscalls"].filter(F.col(RUN).isin(*with_sc))):
+        for c in connections(t["syscalls"].filter(F.col(RUN).isin(*with_sc)), many=True):
             got[c.get(RUN, "")].append(c)
     so = t["sockets"].filter(F.col("nodelay").isNotNull())
     first = so.withColumn("_i", F.row_number().over(Window.partitionBy(RUN, "fd").orderBy("_id"))).filter("_i = 1")
