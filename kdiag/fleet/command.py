@@ -35,7 +35,7 @@ examples:
       --work-dir hdfs://nn/tmp/kdiag-work -o hdfs://nn/kdiag/fleet-2026-11
       on a standalone cluster: the executors read the bundles, write the
       tables under --work-dir and the results under -o (URIs all can reach)
-  kdiag fleet s3a://tickets/kdiag/ --remote sc://spark-connect:15002 \
+  kdiag fleet s3a://tickets/kdiag/ --remote sc://spark-connect:15002 \\
       --work-dir s3a://scratch/kdiag-work -o s3a://reports/fleet
       through a Spark Connect endpoint (pip install 'kdiag[connect]')
   python -c "import pandas as pd; print(pd.read_parquet('fleet-out/bundles')[['host','verdict']])"
