@@ -120,6 +120,12 @@ def test_the_output_is_parquet_any_reader_takes_and_the_summary_adds_up(fleet_ru
     assert summary["verdicts"]["nagle_delayed_ack"] == 1
     assert {(c["value"], c["verdict"]) for c in counts if c["dimension"] == "version"} >= {
         ("2.16.0", "nagle_delayed_ack"), ("2.16.0", "healthy")}
+    # DuckDB reads the folder as it is (it is kdiag[bench]'s, which CI installs).
+    duckdb = pytest.importorskip("duckdb", reason="DuckDB is in kdiag[bench]: pip install 'kdiag[bench]'")
+    got = duckdb.sql(f"SELECT verdict, count(*) FROM '{out}/bundles/*.parquet' WHERE verdict IS NOT NULL "
+                     "GROUP BY verdict").fetchall()
+    assert dict(got) == {k: n for k, n in summary["verdicts"].items() if k not in ("no data", "not judged")}
+    assert summary["verdicts"]["not judged"] == 1
 
 
 def test_through_a_spark_connect_endpoint_the_verdicts_are_the_same(fleet_run, tmp_path):

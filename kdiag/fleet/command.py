@@ -151,9 +151,12 @@ def fleet(sources: list[str], work: str, out: str, limits=None, verify: bool = T
         clock.append(time.monotonic())
         return round(clock[-1] - clock[-2], 1)
 
+    say = say or (lambda msg: None)
     got = ingest(spark, sources, work, limits, verify)
     facts = [r.asDict(recursive=True) for r in got.bundles.collect()]
     seconds = {"ingest": lap()}
+    parsed = sum(1 for f in facts if f.get("state") == "parsed")
+    say(f"{len(facts)} bundle(s) found, {parsed} parsed on the executors in {seconds['ingest']} s; judging them")
     found = judged(spark, got.tables, facts, __version__)
     seconds["judge"] = lap()
     bundles = [bundle_row(f, found.get(f["bundle_id"])) for f in facts]
@@ -167,7 +170,7 @@ def fleet(sources: list[str], work: str, out: str, limits=None, verify: bool = T
     seconds["write"] = lap()
     return {"output": out, "stage_seconds": seconds, "bundles": len(bundles), "judged": sum(1 for b in bundles if b["judged"]),
             "unread": [{"source": b["source"], "problems": b["problems"]} for b in bundles if b["state"] != "parsed"],
-            "verdicts": _count(b["verdict"] or "no data" for b in bundles if b["state"] == "parsed"),
+            "verdicts": _count(_verdict(b) for b in bundles if b["state"] == "parsed"),
             "by": {dim: _by(summary_rows, dim) for dim in DIMENSIONS.values()}}
 
 
@@ -208,7 +211,7 @@ def summarise(bundles: list[dict]) -> list[dict]:
     for b in bundles:
         if b["state"] != "parsed":
             continue
-        verdict = b["verdict"] or "no data"
+        verdict = _verdict(b)
         values = {"version": [b["librdkafka_version"]], "host": [b["host"]], "broker": b["brokers"] or [None],
                   "topic": b["topics"] or [None], "day": [b["day"]]}
         for dim, vs in values.items():
@@ -231,6 +234,11 @@ def render(summary: dict) -> str:
         out += ["", f"{dim.upper():<26} {'VERDICT':<22} BUNDLES"]
         out += [f"{value:<26} {verdict:<22} {n:>7}" for value, verdict, n in rows]
     return "\n".join(out) + "\n"
+
+
+def _verdict(b: dict) -> str:
+    """A read bundle's verdict as the summary counts it."""
+    return b["verdict"] or ("no data" if b["judged"] else "not judged")
 
 
 def _by(rows: list[dict], dim: str) -> list[tuple]:
