@@ -185,10 +185,15 @@ def sampled_connections(tables_dir: Path, conns: list[dict]) -> list[dict]:
     for r in t.to_pylist():
         if r["fd"] in seen or r["fd"] in out:
             continue
-        out[r["fd"]] = {"fd": r["fd"], "pid": None, "connect_us": 0, "connect_line": None, "peer": r["remote"],
-                        "nodelay": bool(r["nodelay"]), "nodelay_line": None, "handshake_ms": None,
-                        "sampled": True}
+        out[r["fd"]] = sampled_connection(r["fd"], r["remote"], r["nodelay"])
     return list(out.values())
+
+
+def sampled_connection(fd: int, remote: str | None, nodelay) -> dict:
+    """A socket as sampled live, in the shape of a connection ``_walk`` found:
+    no connect() seen, so it stands from the capture's start."""
+    return {"fd": fd, "pid": None, "connect_us": 0, "connect_line": None, "peer": remote,
+            "nodelay": bool(nodelay), "nodelay_line": None, "handshake_ms": None, "sampled": True}
 
 
 

@@ -26,11 +26,21 @@ from kdiag.analysis.frames import Later, any_rows, at_once, cached, fits_in_plan
 from kdiag.analysis.judge import judge
 from kdiag.analysis.per_request import exchanges, flag_syscalls, prepare_syscalls, requests, split_requests
 from kdiag.analysis.signals import signals
-from kdiag.analysis.runs import log_of_another_run, split_by_typical, timing_unknowns
+from kdiag.analysis.runs import UNSPLIT, log_of_another_run, split_by_typical, timing_unknowns
 
 _SOURCE_NAMES = {"syscalls": "the strace output", "rdkafka_events": "the librdkafka log"}
 # The tables the analysis reads, in the order their input checks are reported.
 TABLES = ("rdkafka_events", "syscalls", "log_writes", "stats")
+# What a run's findings say of where its requests came from.
+UNTIMED = "the log has no timestamps: a request's time is librdkafka's rtt"
+# runs.split_by_typical finds it by its start, UNSPLIT.
+UNSPLIT_LOG = (f"{UNSPLIT}: a request's time cannot be split into socket and wait, and Nagle cannot be told "
+               "from a slow broker")
+CONFIDENCE = {"strace": "high: requests from librdkafka's own lines", "log": "low: librdkafka's log without syscalls",
+              "syscalls": "medium: requests inferred from syscalls"}
+INFERRED = ("the producer logged no librdkafka Sent/Received lines: requests were inferred from "
+            "its syscalls (a burst of socket writes, then the first read of the response); "
+            "no correlation ids, and pipelined requests would pair with the wrong response")
 
 
 def analyze(spark, tables_dir: Path, meta: dict | None = None) -> dict:
@@ -90,7 +100,7 @@ def _judged(spark, inp: _Inputs, q, later: Later) -> dict:
             quality.exclude_spanning(spark, None, table, q, name)
         result = _judge_signals(spark, inp)
         result["signals"] = resolved(inp.meta["signals"])
-        _rank_when_thin(result)
+        rank_when_thin(result)
         return result
     timing = later(lambda: timing_unknowns(inp.syscalls))
     other_run = later(lambda: log_of_another_run(inp.log, inp.log_writes, inp.source))
@@ -107,11 +117,11 @@ def _judged(spark, inp: _Inputs, q, later: Later) -> dict:
                                 "medium: strace without -T, the calls' durations are upper bounds")
     result["paths"] = paths()
     result["signals"] = resolved(inp.meta["signals"])
-    _rank_when_thin(result)
+    rank_when_thin(result)
     return result
 
 
-def _rank_when_thin(result: dict) -> None:
+def rank_when_thin(result: dict) -> None:
     """Without syscalls, the path evidence decides how sure a verdict is;
     the likely causes are ranked, each with the capture that decides it."""
     from kdiag.analysis.likely import rank
@@ -263,16 +273,6 @@ def _judge_logged(spark, inp: _Inputs, q, later: Later) -> dict:
                    inp.read.get("syscalls"), inp.small, inp.local)
     result["confidence"] = CONFIDENCE[inp.source]
     return result
-
-
-UNTIMED = "the log has no timestamps: a request's time is librdkafka's rtt"
-UNSPLIT_LOG = ("no librdkafka Sent lines inside an strace capture: a request's time cannot be split "
-               "into socket and wait, and Nagle cannot be told from a slow broker")
-CONFIDENCE = {"strace": "high: requests from librdkafka's own lines", "log": "low: librdkafka's log without syscalls",
-              "syscalls": "medium: requests inferred from syscalls"}
-INFERRED = ("the producer logged no librdkafka Sent/Received lines: requests were inferred from "
-            "its syscalls (a burst of socket writes, then the first read of the response); "
-            "no correlation ids, and pipelined requests would pair with the wrong response")
 
 
 def _unsplit(reqs, unknowns: list[str]):

@@ -26,7 +26,7 @@ def time_buckets(start: str, end: str, bucket_us: int):
 class RunSamples:
     """One run's samples as ``socket_held`` and ``cpu_starvation`` give
     them, summed in Spark for every run of a fleet at once
-    (``fleet.judge``) instead of read from a tables directory."""
+    (``kdiag.fleet.samples``) instead of read from a tables directory."""
     sockets: dict                # fd -> socket_held's dict (source "sampled")
     pasted: dict | None          # socket_held's dict of ss -ti rows without a time (source "ss")
     threads: dict | None         # {"wall_ms", "process_runq_ms", "per": {tid: thread dict}}

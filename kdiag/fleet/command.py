@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 from pathlib import Path
 
 from kdiag.errors import UsageError
@@ -170,7 +171,7 @@ def fleet(sources: list[str], work: str, out: str, limits=None, verify: bool = T
     seconds["write"] = lap()
     return {"output": out, "stage_seconds": seconds, "bundles": len(bundles), "judged": sum(1 for b in bundles if b["judged"]),
             "unread": [{"source": b["source"], "problems": b["problems"]} for b in bundles if b["state"] != "parsed"],
-            "verdicts": _count(_verdict(b) for b in bundles if b["state"] == "parsed"),
+            "verdicts": dict(Counter(_verdict(b) for b in bundles if b["state"] == "parsed")),
             "by": {dim: _by(summary_rows, dim) for dim in DIMENSIONS.values()}}
 
 
@@ -243,13 +244,6 @@ def _verdict(b: dict) -> str:
 
 def _by(rows: list[dict], dim: str) -> list[tuple]:
     return [(r["value"], r["verdict"], r["bundles"]) for r in rows if r["dimension"] == dim]
-
-
-def _count(values) -> dict:
-    out: dict = {}
-    for v in values:
-        out[v] = out.get(v, 0) + 1
-    return out
 
 
 def _day(created_us) -> str | None:

@@ -71,7 +71,7 @@ def judged(spark, tables: dict, facts: list[dict], kdiag_version: str | None = N
 def _judged(spark, tables: dict, runs: dict, q, kdiag_version) -> dict[str, dict]:
     from pyspark.sql import functions as F
 
-    from kdiag.analysis.job import judged_by_signals
+    from kdiag.analysis.job import judged_by_signals, rank_when_thin
     from kdiag.analysis.signals import no_signals, signals_by_run
     from kdiag.fleet.samples import run_samples
 
@@ -108,23 +108,16 @@ def _judged(spark, tables: dict, runs: dict, q, kdiag_version) -> dict[str, dict
         res["signals"] = signals[b]
         res["fleet_omits"] = list(OMITS)
         res["topics"] = list(runs[b].topics)
-        _rank_when_thin(res)
+        if res["judged"]:
+            rank_when_thin(res)
     return out
 
 
 def _meta(r: Run, signals: dict, kdiag_version) -> dict:
-    meta = {"kdiag_version": kdiag_version, "tables_dir": None, "signals": signals[r.bundle_id],
-            "samples": r.samples}
+    meta = {"kdiag_version": kdiag_version, "signals": signals[r.bundle_id], "samples": r.samples}
     if r.tcp_retrans is not None:
         meta["tcp_retrans"] = r.tcp_retrans
     return meta
-
-
-def _rank_when_thin(result: dict) -> None:
-    from kdiag.analysis.job import _rank_when_thin as rank
-
-    if result.get("judged") and "summary" in result and result.get("findings") is not None:
-        rank(result)
 
 
 def _without_copies(tables: dict, q) -> dict:
@@ -181,20 +174,19 @@ def _connections(t: dict, runs: dict) -> dict:
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
-    from kdiag.analysis.connections import connections
+    from kdiag.analysis.connections import connections, sampled_connection
 
     with_sc = [b for b, r in runs.items() if "syscalls" in r.tables]
     got: dict = {b: [] for b in runs}
     if with_sc:
         for c in connections(t["syscalls"].filter(F.col(RUN).isin(*with_sc)), many=True):
             got[c.get(RUN, "")].append(c)
+    seen = {b: {c["fd"] for c in cs} for b, cs in got.items()}
     so = t["sockets"].filter(F.col("nodelay").isNotNull())
     first = so.withColumn("_i", F.row_number().over(Window.partitionBy(RUN, "fd").orderBy("_id"))).filter("_i = 1")
     for s in first.select(RUN, "fd", "remote", "nodelay").collect():
-        if s[RUN] in got and s.fd not in {c["fd"] for c in got[s[RUN]] if not c.get("sampled")}:
-            got[s[RUN]].append({RUN: s[RUN], "fd": s.fd, "pid": None, "connect_us": 0, "connect_line": None,
-                                "peer": s.remote, "nodelay": bool(s.nodelay), "nodelay_line": None,
-                                "handshake_ms": None, "sampled": True})
+        if s[RUN] in got and s.fd not in seen[s[RUN]]:
+            got[s[RUN]].append({**sampled_connection(s.fd, s.remote, s.nodelay), RUN: s[RUN]})
     return got
 
 
