@@ -282,12 +282,20 @@ def fill_write_sizes(syscalls, examples: dict) -> None:
         got = (_writes_around(syscalls, want) if len(want) <= WRITES_FILTER_MAX
                else _writes_joined(syscalls, want)).collect()
         key = lambda ts, line: (ts is not None, ts or 0, line)  # noqa: E731
+        # Each example looks only at its own thread's writes: a fleet's
+        # examples (1,250) against all their writes (4,500) were 5.6 M
+        # comparisons, 5 s.
+        by_thread: dict = {}
+        for g in got:
+            by_thread.setdefault((None, g.pid), []).append(g)
+            if g[RUN]:
+                by_thread.setdefault((g[RUN], g.pid), []).append(g)
         for e in want:
             lo, hi = e["_run_lo"], e["_run_hi"]
             top = key(hi["ts_us"], hi["line_no"])
             bottom = key(lo["ts_us"], lo["line_no"]) if lo is not None else None
-            mine = [g for g in got if g.pid == e["pid"] and g[RUN] == (e.get(RUN) or g[RUN])
-                    and key(g.ts_us, g.line_no) < top and (bottom is None or key(g.ts_us, g.line_no) > bottom)]
+            mine = [g for g in by_thread.get((e.get(RUN) or None, e["pid"]), [])
+                    if key(g.ts_us, g.line_no) < top and (bottom is None or key(g.ts_us, g.line_no) > bottom)]
             # as sort_array of (ts_us, line_no, ret): untimed first, then in line order
             e["write_sizes"] = [g.ret for g in sorted(mine, key=lambda g: key(g.ts_us, g.line_no))]
     for e in examples.values():
