@@ -289,3 +289,46 @@ def test_foreign_log_interleaved(spark, tmp_path):
     assert c["parsed"] == len(LOG) and c["skipped_total"] == len(LOG)
     rc, alone = replay(mixed)
     assert alone["summary"]["requests"] == 30 and alone["input_checks"] == []
+
+
+def test_where_inputs_are_parsed_the_copies_are_seen_as_spark_sees_them(spark, tmp_path):
+    """A fleet looks for copies in Spark only in the inputs whose parse
+    said it has some (input_checks.has_copies): it must never say none where
+    Spark's check drops a row. Each table of the clean capture, of one with
+    a block given twice, and with a float that differs only in its sign of
+    zero (-0.0 and 0.0: equal to Spark, not to every hash)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from kdiag.analysis import input_checks as quality
+    from kdiag.analysis.frames import RUN, release
+    from kdiag.ingest.tables import parse_paths
+
+    def spark_drops(t: pa.Table, name: str) -> int:
+        df = quality.with_order(spark.createDataFrame(t.to_pandas(), schema=from_arrow_schema(t.schema)))
+        q = quality.Quality()
+        try:
+            return df.count() - quality.drop_duplicates(df, name, q, quality.copy_candidates(df, name)).count()
+        finally:
+            release(q)
+
+    seen = {}
+    for case, files in (("clean", {"rdkafka.log": LOG, "strace.txt": STRACE}),
+                        ("twice", {"rdkafka.log": LOG + LOG[-40:], "strace.txt": STRACE + STRACE[100:400]})):
+        (tmp_path / case).mkdir()
+        paths = [write(tmp_path / case, n, lines) for n, lines in files.items()]
+        out = parse_paths(paths, tmp_path / case / "tables")
+        for name in quality.COPY_TABLES:
+            if name in out.paths:
+                t = pq.read_table(out.paths[name])
+                t = t.append_column(RUN, pa.array([""] * t.num_rows, pa.string()))
+                seen[(case, name)] = (quality.has_copies(t, name), spark_drops(t, name))
+    assert seen[("clean", "syscalls")] == (False, 0) and seen[("clean", "rdkafka_events")] == (False, 0)
+    assert seen[("twice", "syscalls")][0] and seen[("twice", "syscalls")][1] > 0
+    assert seen[("twice", "rdkafka_events")][0] and seen[("twice", "rdkafka_events")][1] > 0
+    # Never "none" where Spark drops one.
+    assert all(has for has, drops in seen.values() if drops), seen
+    signed = pa.table({"ts_us": [1, 1], "line_no": [1, 2], "rtt_avg_ms": [0.0, -0.0]})
+    assert quality.has_copies(signed, "stats")
+    assert not quality.has_copies(signed.slice(0, 1), "stats")

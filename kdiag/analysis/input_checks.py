@@ -115,6 +115,47 @@ def _copy_scope(table: str):
     return scope
 
 
+# The tables whose copies are looked for (the others' rows repeat for real:
+# a socket sampled twice the same, a probe's two equal answers).
+COPY_TABLES = ("rdkafka_events", "syscalls", "log_writes", "stats")
+
+
+def has_copies(t, table: str) -> bool:
+    """Whether one input's rows of ``table`` (an Arrow table) may hold
+    copies as ``drop_duplicates`` finds them, told where the input is
+    parsed, so that a fleet's check runs in Spark only for the inputs where
+    this says yes. Never no where Spark would find one: the same scope as
+    ``_copy_scope`` and every column but line_no compared exactly; a NaN or
+    a -0.0 (which Spark normalises and Arrow's grouping need not) says yes."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if t.num_rows < 2:
+        return False
+    scope = pc.is_valid(t["ts_us"])
+    if table == "rdkafka_events":
+        scope = pc.and_(scope, pc.and_(pc.is_in(t["event"], pa.array(_CORR_EVENTS)), pc.is_valid(t["corr_id"])))
+    if table in ("syscalls", "log_writes"):
+        scope = pc.and_(scope, pc.not_equal(pc.remainder(t["ts_us"], 1_000_000), 0))
+    t = t.filter(pc.fill_null(scope, False))
+    if t.num_rows < 2:
+        return False
+    content = [c for c in t.column_names if c not in ("line_no", "_id", RUN)]
+    for c in content:
+        if pa.types.is_floating(t.schema.field(c).type):
+            v = t[c]
+            if pc.any(pc.or_(pc.is_nan(v), pc.and_(pc.equal(v, 0.0), pc.less(pc.divide(1.0, v), 0.0)))).as_py():
+                return True
+    # Copies agree on their time first, then on the narrow columns: each
+    # a cheaper necessary condition (a bundle's syscalls: 9.3 -> 1 ms).
+    if len(pc.unique(t["ts_us"])) == t.num_rows:
+        return False
+    for cols in ([c for c in content if c not in WIDE_COLUMNS], content):
+        if cols and t.group_by(cols).aggregate([]).num_rows == t.num_rows:
+            return False
+    return True
+
+
 def tables_with_copies(candidates: dict) -> set[str]:
     """The tables that have copy candidates, in one job for all of them."""
     from functools import reduce
