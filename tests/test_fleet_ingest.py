@@ -104,3 +104,51 @@ def test_a_path_that_is_not_there_is_said_before_spark(tmp_path):
     files, trees = locations([str(ON), str(tmp_path), str(tmp_path / "*.tgz"), "s3a://b/x/y.tar.gz", "hdfs://nn/d"])
     assert files == [ON.resolve().as_uri(), "s3a://b/x/y.tar.gz"]
     assert trees == [tmp_path.resolve().as_uri(), str(tmp_path / "*.tgz"), "hdfs://nn/d"]
+
+
+def test_where_python_cannot_write_the_work_dir_spark_writes_the_tables(tmp_path, spark):
+    """A work dir given as a bare path is Hadoop's default filesystem (HDFS
+    on many clusters), which the executors' Python cannot write: the
+    tables come back as bytes and Spark writes them. Same rows as the
+    direct writes."""
+    from pyspark.sql import functions as F
+
+    from kdiag.fleet.ingest import ingest
+
+    shutil.copy(ON, tmp_path / "on.tar.gz")
+    sums = {}
+    for kind, work in (("spark", str(tmp_path / "bare")), ("direct", (tmp_path / "direct").as_uri())):
+        got = ingest(spark, [str(tmp_path / "on.tar.gz")], work)
+        sums[kind] = {name: df.agg(checksum(df), F.count("*")).first()[:] for name, df in got.tables.items()}
+    want, own = own_parse(ON, tmp_path, spark)
+    assert sums["spark"] == sums["direct"]
+    assert {t: sums["direct"][t][0] for t in want} == own
+    assert {t: sums["direct"][t][1] for t in want} == want
+    # Spark's writes carry its commit marker; the direct ones are named by the parse job's output.
+    assert (tmp_path / "bare" / "tables" / "syscalls" / "_SUCCESS").exists()
+    assert not (tmp_path / "direct" / "tables" / "syscalls" / "_SUCCESS").exists()
+
+
+def test_only_the_files_the_committed_parse_names_are_read(tmp_path, spark):
+    """A task that failed or ran twice may leave a table file behind; the
+    parse job's output names the files of the attempts Spark kept, and
+    only those are read. The others are removed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kdiag.bundle import archive
+    from kdiag.fleet.ingest import WRITTEN, _written
+
+    schema = archive.table_schemas()["host"].append(pa.field("bundle_id", pa.string()))
+    root = tmp_path / "tables"
+    (root / "host").mkdir(parents=True)
+    kept, stray = root / "host" / "part-a.parquet", root / "host" / "part-b.parquet"
+    for path, bid in ((kept, "kept"), (stray, "stray")):
+        pq.write_table(pa.Table.from_pylist([{"bundle_id": bid}], schema=schema), path)
+    staged = spark.createDataFrame(
+        [(None, WRITTEN, json.dumps({"table": "host", "path": str(kept)}).encode())],
+        "bundle_id string, tbl string, data binary")
+    tables = _written(spark, staged, str(root))
+    assert [r.bundle_id for r in tables["host"].collect()] == ["kept"]
+    assert not stray.exists() and kept.exists()
+    assert tables["syscalls"].count() == 0 and "bundle_id" in tables["syscalls"].columns
