@@ -35,6 +35,11 @@ def _bundles(folder):
                               ("other-run.tar.gz", "strace_plus_log_other_run",
                                {"rdkafka_log": "rdkafka.log", "strace": "strace.txt"})):
         bundle_of(folder, name, {f"raw/{d}/{f}": EXCERPTS / case / f for d, f in files.items()})
+    # cat strace.txt strace.txt: each copy's rows dropped, as replay drops them.
+    twice = folder.parent / "strace-twice.txt"
+    twice.write_bytes((CAPTURES / "nagle_on" / "strace.txt").read_bytes() * 2)
+    bundle_of(folder, "copies.tar.gz", {"raw/rdkafka_log/rdkafka.log": CAPTURES / "nagle_on" / "rdkafka.log",
+                                        "raw/strace/strace.txt": twice})
     (folder / "junk.tar.gz").write_bytes(b"pasted text, not an archive\n")
 
 
@@ -71,7 +76,8 @@ def test_each_bundle_is_judged_as_its_replay_alone(fleet_run, spark):
     rows = pd.read_parquet(out / "bundles")
     by_name = {r.source.rsplit("/", 1)[-1]: r for r in rows.itertuples()}
     assert set(by_name) == {p.name for p in folder.glob("*.tar.gz")}
-    judged = ["on.tar.gz", "off.tar.gz", "throttled.tar.gz", "retries.tar.gz", "timeouts.tar.gz", "inferred.tar.gz"]
+    judged = ["on.tar.gz", "off.tar.gz", "throttled.tar.gz", "retries.tar.gz", "timeouts.tar.gz", "inferred.tar.gz",
+              "copies.tar.gz"]
     verdicts = {}
     for name in judged:
         r = by_name[name]
@@ -85,7 +91,8 @@ def test_each_bundle_is_judged_as_its_replay_alone(fleet_run, spark):
     assert verdicts["throttled.tar.gz"] == "throttled" and verdicts["retries.tar.gz"] == "retry_backoff"
     assert verdicts["timeouts.tar.gz"] == "request_timeout"
     assert {json.loads(by_name[n].findings_json)["confidence"].split(":")[0] for n in judged} >= {"high", "low"}
-    assert summary["judged"] == len(judged) and summary["bundles"] == 8
+    assert verdicts["copies.tar.gz"] == "nagle_delayed_ack"
+    assert summary["judged"] == len(judged) and summary["bundles"] == 9
 
 
 def test_what_the_fleet_cannot_judge_or_read_is_said(fleet_run):
@@ -117,7 +124,7 @@ def test_the_output_is_parquet_any_reader_takes_and_the_summary_adds_up(fleet_ru
     read = sum(1 for b in bundles if b["state"] == "parsed")
     for dim in ("version", "host", "day"):
         assert sum(c["bundles"] for c in counts if c["dimension"] == dim) == read
-    assert summary["verdicts"]["nagle_delayed_ack"] == 1
+    assert summary["verdicts"]["nagle_delayed_ack"] == 2
     assert {(c["value"], c["verdict"]) for c in counts if c["dimension"] == "version"} >= {
         ("2.16.0", "nagle_delayed_ack"), ("2.16.0", "healthy")}
     # DuckDB reads the folder as it is (it is kdiag[bench]'s, which CI installs).
