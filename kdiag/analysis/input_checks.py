@@ -144,6 +144,7 @@ def has_copies(t, table: str) -> bool:
     for c in content:
         if pa.types.is_floating(t.schema.field(c).type):
             v = t[c]
+            # -0.0 is the zero whose reciprocal is -inf.
             if pc.any(pc.or_(pc.is_nan(v), pc.and_(pc.equal(v, 0.0), pc.less(pc.divide(1.0, v), 0.0)))).as_py():
                 return True
     # Copies agree on their time first, then on the narrow columns: each
