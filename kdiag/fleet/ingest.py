@@ -13,8 +13,8 @@ writes its bundles' rows itself, one Parquet file per table, and says in
 the parse job's own (committed) output which files it wrote: only those
 are read, so a failed or repeated task's files are never counted. On any
 other filesystem (``hdfs://``, ``s3a://``: Hadoop's, which Python cannot
-write), the tables come back as Parquet bytes, one row per (bundle,
-table), and a second pass per table writes them through Spark. Handing
+write), the tables come back as Arrow stream bytes, one row per
+(bundle, table), and a second pass per table writes them through Spark. Handing
 the rows to the JVM costs more than writing them: at 1000 bundles that
 second pass took 39 s, while the tasks' own writes cost 7-9 ms of CPU a
 bundle (about 4 s on 2 cores).
@@ -196,8 +196,8 @@ def _written(spark, staged, direct: str) -> dict:
 
 
 def _decoded(spark, staged, work: str) -> dict:
-    """Each table's Parquet bytes, one row a bundle, turned into rows by a
-    pass of its own and written by Spark under ``work``."""
+    """Each table's Arrow stream bytes, one row a bundle, turned into rows
+    by a pass of its own and written by Spark under ``work``."""
     from pyspark.sql import functions as F
 
     from kdiag.bundle import archive
@@ -205,24 +205,39 @@ def _decoded(spark, staged, work: str) -> dict:
     tables = {}
     for name, schema in archive.table_schemas().items():
         out = f"{work}/tables/{name}"
-        (staged.filter(F.col("tbl") == name).mapInArrow(_Decode(schema), _spark_schema(schema))
+        (staged.filter(F.col("tbl") == name).mapInArrow(_decode, _spark_schema(schema))
          .write.mode("overwrite").parquet(out))
         tables[name] = spark.read.parquet(out)
     return tables
 
 
-def _spark_schema(schema):
+def _keyed_schema(schema):
+    """A table's schema with the bundle_id every fleet row carries."""
     import pyarrow as pa
+
+    return schema.append(pa.field("bundle_id", pa.string()))
+
+
+def _keyed(t, bid: str, schema):
+    """One bundle's rows of a table, with its bundle_id, in ``_keyed_schema``."""
+    import pyarrow as pa
+
+    want = _keyed_schema(schema)
+    return t.append_column("bundle_id", pa.array([bid] * t.num_rows, pa.string())).select(want.names).cast(want)
+
+
+def _spark_schema(schema):
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    return from_arrow_schema(schema.append(pa.field("bundle_id", pa.string())))
+    return from_arrow_schema(_keyed_schema(schema))
 
 
 class _Parse:
-    """The executors' half: Arrow batches of (path, content) -> rows of
-    (bundle_id, table, Parquet bytes), and one (bundle_id, "bundles",
-    facts as JSON) a bundle. A class, so that what it carries (the caps)
-    is plain data to pickle."""
+    """The executors' half: Arrow batches of (path, content) -> each
+    bundle's tables, written to ``direct`` (then a row naming each file
+    written) or as rows of (bundle_id, table, Arrow stream bytes), and one
+    (bundle_id, "bundles", facts as JSON) a bundle. A class, so that what
+    it carries (the caps, the directory) is plain data to pickle."""
 
     def __init__(self, limits, verify: bool, direct: str | None = None) -> None:
         self.limits = limits
@@ -232,7 +247,10 @@ class _Parse:
     def __call__(self, batches):
         import pyarrow as pa
 
+        from kdiag.bundle import archive
+
         schema = pa.schema([("bundle_id", pa.string()), ("tbl", pa.string()), ("data", pa.binary())])
+        schemas = archive.table_schemas()
         files = _TableFiles(self.direct) if self.direct else None
         try:
             for batch in batches:
@@ -242,9 +260,9 @@ class _Parse:
                         if t == FACTS:
                             rows.append({"bundle_id": b, "tbl": t, "data": d})
                         elif files is not None:
-                            files.add(t, b, d)
+                            files.add(t, _keyed(d, b, schemas[t]))
                         else:
-                            rows.append({"bundle_id": b, "tbl": t, "data": _parquet_bytes(d)})
+                            rows.append({"bundle_id": b, "tbl": t, "data": _ipc_bytes(_keyed(d, b, schemas[t]))})
                     yield pa.RecordBatch.from_pylist(rows, schema=schema)
             if files is not None:
                 written = files.close()
@@ -257,14 +275,15 @@ class _Parse:
             raise
 
 
-def _parquet_bytes(t) -> bytes:
-    import io
+def _ipc_bytes(t) -> bytes:
+    """A table as an Arrow stream: the parse has it as Arrow already, and
+    the stage's Parquet compresses the bytes."""
+    import pyarrow as pa
 
-    import pyarrow.parquet as pq
-
-    buf = io.BytesIO()
-    pq.write_table(t, buf)
-    return buf.getvalue()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, t.schema) as w:
+        w.write_table(t)
+    return sink.getvalue().to_pybytes()
 
 
 class _TableFiles:
@@ -274,19 +293,13 @@ class _TableFiles:
     def __init__(self, root: str) -> None:
         import uuid
 
-        from kdiag.bundle import archive
-
         self.root = Path(root)
         self.tag = uuid.uuid4().hex[:12]
-        self.schemas = archive.table_schemas()
         self.writers: dict = {}
         self.pending: dict[str, list] = {}
 
-    def add(self, table: str, bid: str, t) -> None:
-        import pyarrow as pa
-
-        want = self.schemas[table].append(pa.field("bundle_id", pa.string()))
-        t = t.append_column("bundle_id", pa.array([bid] * t.num_rows, pa.string())).select(want.names).cast(want)
+    def add(self, table: str, t) -> None:
+        """``t``: one bundle's rows, ``_keyed``."""
         self.pending.setdefault(table, []).append(t)
         if sum(p.num_rows for p in self.pending[table]) >= ROW_GROUP_ROWS:
             self._flush(table)
@@ -320,24 +333,14 @@ class _TableFiles:
                 path.unlink(missing_ok=True)
 
 
-class _Decode:
-    """Parquet bytes of one table -> its rows, with their bundle_id."""
+def _decode(batches):
+    """The Arrow streams of one table's bundles (``_ipc_bytes``, already
+    ``_keyed``) -> their rows."""
+    import pyarrow as pa
 
-    def __init__(self, schema) -> None:
-        self.schema = schema
-
-    def __call__(self, batches):
-        import io
-
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        want = self.schema.append(pa.field("bundle_id", pa.string()))
-        for batch in batches:
-            for bid, data in zip(batch.column("bundle_id").to_pylist(), batch.column("data").to_pylist()):
-                t = pq.read_table(io.BytesIO(data))
-                t = t.append_column("bundle_id", pa.array([bid] * t.num_rows, pa.string()))
-                yield from t.select(want.names).cast(want).to_batches()
+    for batch in batches:
+        for data in batch.column("data").to_pylist():
+            yield from pa.ipc.open_stream(data).read_all().to_batches()
 
 
 def parsed(source: str, content: bytes, limits, verify: bool = True):
