@@ -343,6 +343,13 @@ def _trace_status(env: Environment, res, as_json: bool) -> ExitStatus:
     return ExitStatus.INTERRUPTED if res.interrupted and status == ExitStatus.OK else status
 
 
+# Set by a Ctrl-C or SIGTERM. The KeyboardInterrupt it raises does not
+# always reach _run as one: raised inside PySpark's collect, its cleanup
+# (``getResult`` on a socket the interrupted reader left) raises a
+# Py4JJavaError over it; the run still ends as interrupted.
+_SIGNALLED = threading.Event()
+
+
 @contextlib.contextmanager
 def _sigterm_interrupts():
     """SIGTERM ends a trace as Ctrl-C does: detach, keep what was captured,
@@ -352,14 +359,27 @@ def _sigterm_interrupts():
         yield
         return
 
-    def on_sigterm(signum, frame):
+    def on_signal(signum, frame):
+        _SIGNALLED.set()
+        # py4j logs the interrupt it is handed, traceback and all, on the
+        # root logger; "kdiag: interrupted" is the one line to show.
+        if "logging" in sys.modules:
+            sys.modules["logging"].disable(sys.modules["logging"].CRITICAL)
         raise KeyboardInterrupt
 
-    old = signal.signal(signal.SIGTERM, on_sigterm)
+    old_term = signal.signal(signal.SIGTERM, on_signal)
+    # A SIGINT the caller ignores (nohup, a shell's background job) stays ignored.
+    old_int = signal.getsignal(signal.SIGINT)
+    if old_int is signal.default_int_handler:
+        signal.signal(signal.SIGINT, on_signal)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        signal.signal(signal.SIGTERM, old_term)
+        if old_int is signal.default_int_handler:
+            signal.signal(signal.SIGINT, old_int)
+        if _SIGNALLED.is_set() and "logging" in sys.modules:
+            sys.modules["logging"].disable(sys.modules["logging"].NOTSET)
 
 
 @contextlib.contextmanager
@@ -738,6 +758,7 @@ def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
 
 
 def _run(args, env: Environment, argv: list[str], command: list[str]) -> int:
+    _SIGNALLED.clear()
     try:
         if command and args.command != "trace":
             raise UsageError("'-- CMD' goes with kdiag trace only")
@@ -765,15 +786,20 @@ def _run(args, env: Environment, argv: list[str], command: list[str]) -> int:
             with _sigterm_interrupts():
                 return fleet.run(args, env)
         return cmd_lab(args, env)
-    except UsageError as e:
-        env.say(f"error: {e}")
-        return ExitStatus.USAGE
-    except KdiagError as e:
-        env.say(f"error: {e}")
-        return ExitStatus.ERROR
     except KeyboardInterrupt:
         env.say("interrupted")
         return ExitStatus.INTERRUPTED
+    except Exception as e:
+        if _SIGNALLED.is_set():   # what the interrupted call raised instead
+            env.say("interrupted")
+            return ExitStatus.INTERRUPTED
+        if isinstance(e, UsageError):
+            env.say(f"error: {e}")
+            return ExitStatus.USAGE
+        if isinstance(e, KdiagError):
+            env.say(f"error: {e}")
+            return ExitStatus.ERROR
+        raise
 
 
 if __name__ == "__main__":

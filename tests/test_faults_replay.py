@@ -136,7 +136,9 @@ def _alive(procs) -> list[int]:
 def _replay_with_spark_running(tmp_path):
     """A real replay of a real bundle, returned once its Spark JVM runs
     and has started on the tables (the replay's table directory exists)."""
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    # A crash of the interpreter itself (a SIGSEGV on SIGINT has been seen,
+    # once in many runs) shows its threads' stacks in the assertion's stderr.
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONFAULTHANDLER": "1"}
     kd = subprocess.Popen([sys.executable, "-m", "kdiag", "replay", str(BUNDLE)], env=env, cwd=ROOT,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 90
@@ -274,3 +276,49 @@ def test_bundles_are_private(tmp_path):
     assert archive.verify(out).ok
     assert json.loads((staging / "manifest.json").read_text())["sealed"] is True
     os.umask(old)
+
+
+def test_an_interrupt_that_surfaces_as_another_error_still_ends_as_interrupted(monkeypatch, tmp_path):
+    """Ctrl-C inside PySpark's collect does not reach kdiag as a
+    KeyboardInterrupt: the collect's cleanup raises a Py4JJavaError over
+    it. A real SIGINT, to this process, in the middle of a replay whose
+    interrupted call raises something else: the one line and 130 all the
+    same, no traceback."""
+    import io
+
+    from kdiag import cli
+    from kdiag.status import ExitStatus
+
+    def replay_interrupted_in_a_collect(args, env):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)   # the handler raises here
+        except KeyboardInterrupt:
+            raise RuntimeError("An error occurred while calling o1301.getResult") from None
+        pytest.fail("no interrupt")
+
+    monkeypatch.setattr(cli, "cmd_replay", replay_interrupted_in_a_collect)
+    err = io.StringIO()
+    rc = cli.main(["replay", str(BUNDLE)], cli.Environment(stdout=io.StringIO(), stderr=err))
+    assert rc == ExitStatus.INTERRUPTED, err.getvalue()
+    assert err.getvalue().splitlines() == ["kdiag: interrupted"]
+    # Nothing of the handler is left for the tests that follow.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    import logging
+    assert logging.root.manager.disable == logging.NOTSET
+
+
+def test_an_error_without_a_signal_is_still_an_error(monkeypatch):
+    import io
+
+    from kdiag import cli
+    from kdiag.errors import KdiagError
+    from kdiag.status import ExitStatus
+
+    def replay_fails(args, env):
+        raise KdiagError("the tables are gone")
+
+    monkeypatch.setattr(cli, "cmd_replay", replay_fails)
+    err = io.StringIO()
+    assert cli.main(["replay", str(BUNDLE)], cli.Environment(stdout=io.StringIO(), stderr=err)) == ExitStatus.ERROR
+    assert err.getvalue().splitlines() == ["kdiag: error: the tables are gone"]
