@@ -34,6 +34,7 @@ def make_tables(out: Path, n: int, seed: int = 7) -> dict[str, int]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from kdiag.ingest import facts
     from kdiag.parsers.rdkafka_log import SCHEMA as EVENTS
     from kdiag.parsers.stats import SCHEMA as STATS
     from kdiag.parsers.strace import SCHEMA as SYSCALLS
@@ -45,10 +46,13 @@ def make_tables(out: Path, n: int, seed: int = 7) -> dict[str, int]:
     writers = {name: pq.ParquetWriter(out / f"{name}.parquet", schema) for name, schema in
                (("syscalls", SYSCALLS), ("log_writes", lw_schema), ("rdkafka_events", EVENTS), ("stats", STATS))}
     rows = dict.fromkeys(writers, 0)
+    # What kdiag's parse tells of the tables it writes, told the same way.
+    watches = {name: facts.Watch(name) for name in writers}
 
     def put(name: str, cols: dict) -> None:
         schema = writers[name].schema
         t = pa.table({f.name: _col(cols.get(f.name), f.type, _len(cols)) for f in schema}, schema=schema)
+        watches[name].feed(t)
         writers[name].write_table(t, row_group_size=len(t))
         rows[name] += len(t)
 
@@ -91,7 +95,8 @@ def make_tables(out: Path, n: int, seed: int = 7) -> dict[str, int]:
         if len(sec):
             put("stats", _stats_rows(sec, rows["stats"]))
             last_stats = int(sec[-1])
-    for w in writers.values():
+    for name, w in writers.items():
+        watches[name].stamp(w)
         w.close()
     return rows
 

@@ -168,6 +168,7 @@ def _inputs(spark, tables_dir: Path, meta: dict, q) -> _Inputs:
     that run at once on a small input."""
     from kdiag.analysis import input_checks as quality
     from kdiag.analysis.spark import SMALL_INPUT_BYTES, tables_bytes
+    from kdiag.ingest import facts as table_facts
 
     # Rows that repeat earlier ones go before anything counts them; the
     # clock steps are found per thread in file order. A small input's tables
@@ -183,7 +184,11 @@ def _inputs(spark, tables_dir: Path, meta: dict, q) -> _Inputs:
     read = {name: read_table(spark, tables_dir, name, ("data",) if name == "syscalls" else ()) for name in TABLES}
     raw_syscalls = read["syscalls"]
     ordered = {name: quality.with_order(df) for name, df in read.items()}
-    candidates = {name: quality.copy_candidates(df, name) for name, df in ordered.items()}
+    # What the parse told of each table in its footer (kdiag.ingest.facts):
+    # a table it saw hold no copies is not hashed again.
+    told = {name: table_facts.read(Path(tables_dir) / f"{name}.parquet") for name in TABLES}
+    candidates = {name: None if told[name].get("no_copies") else quality.copy_candidates(df, name)
+                  for name, df in ordered.items()}
     copied, (version, source), conns = at_once(small, [
         lambda: quality.tables_with_copies(candidates), lambda: _facts(read, meta),
         lambda: connections(raw_syscalls) if raw_syscalls is not None else []])
@@ -192,8 +197,11 @@ def _inputs(spark, tables_dir: Path, meta: dict, q) -> _Inputs:
     checked = dict(ordered)
     if small:
         checked = dict(zip(TABLES, at_once(True, [lambda df=ordered[n]: cached(df, q, local) for n in TABLES])))
-    # Clock steps are found per thread in file order, after the copies went.
-    quality.clock_steps(spark, {"syscalls": checked["syscalls"], "rdkafka_events": checked["rdkafka_events"]}, q)
+    # Clock steps are found per thread in file order, after the copies went
+    # (none, where the parse saw none of either).
+    stepped = {name: checked[name] for name in ("syscalls", "rdkafka_events")
+               if not (told[name].get("no_copies") and told[name].get("no_clock_steps"))}
+    quality.clock_steps(spark, stepped, q)
     if read["syscalls"] is not raw_syscalls:   # its copies were dropped: they are not connections
         conns = connections(read["syscalls"])
     return _Inputs(tables_dir, meta, small, local, read, checked["rdkafka_events"], checked["syscalls"],

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from kdiag.ingest import feeding
+from kdiag.ingest import facts, feeding
 
 
 class TableSink:
@@ -27,6 +27,7 @@ class TableSink:
         self.out_dir = out_dir
         self.work_dir: Path | None = None   # 0700, in out_dir: the rename into place stays on one disk
         self.writers: dict = {}
+        self.watches: dict[str, facts.Watch] = {}   # what each table's footer will tell of it
         self.rows: dict[str, int] = {}
         self._queue = None
         self._thread = None
@@ -42,6 +43,7 @@ class TableSink:
                 self.out_dir.mkdir(parents=True, exist_ok=True)
                 self.work_dir = Path(tempfile.mkdtemp(prefix=".kdiag-parse-", dir=self.out_dir))
             self.writers[name] = pq.ParquetWriter(self.work_dir / f"{name}.parquet", table.schema)
+            self.watches[name] = facts.Watch(name)
             self.rows[name] = 0
         if len(table):
             self.rows[name] += len(table)
@@ -61,6 +63,7 @@ class TableSink:
         while (item := self._queue.get()) is not None:
             if self._error is None:
                 try:
+                    self.watches[item[0]].feed(item[1])
                     self.writers[item[0]].write_table(item[1])
                 except BaseException as e:  # noqa: BLE001 - handed to the parsing thread
                     self._error = e
@@ -73,8 +76,10 @@ class TableSink:
             self._thread.join()
             self._thread = None
         writers, self.writers = self.writers, {}
-        for w in writers.values():
+        for name, w in writers.items():
             try:
+                if self._error is None:
+                    self.watches[name].stamp(w)
                 w.close()
             except BaseException as e:  # noqa: BLE001 - the first error is the one to report
                 self._error = self._error or e

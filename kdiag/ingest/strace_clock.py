@@ -223,8 +223,11 @@ def _shift_rows(path: Path, ranges: list[tuple[int, int, int, bool]]) -> None:
     shift = np.array([r[2] for r in ranges], dtype=np.int64)
     logged = np.array([r[3] for r in ranges], dtype=bool)
     tmp = path.with_suffix(".dated")
+    from kdiag.ingest import facts
+
     src = pq.ParquetFile(path)
     row = 0
+    watch = facts.Watch(path.stem)   # the times moved: what the footer tells is told again
     with pq.ParquetWriter(tmp, src.schema_arrow) as w:
         for i in range(src.num_row_groups):
             t = src.read_row_group(i).combine_chunks()
@@ -238,5 +241,8 @@ def _shift_rows(path: Path, ranges: list[tuple[int, int, int, bool]]) -> None:
             if use_log.any():
                 ts = pc.if_else(pc.and_(pa.array(use_log), pc.is_valid(t["log_ts_us"].chunk(0))),
                                 t["log_ts_us"].chunk(0), ts)
-            w.write_table(t.set_column(t.schema.get_field_index("ts_us"), t.schema.field("ts_us"), ts))
+            t = t.set_column(t.schema.get_field_index("ts_us"), t.schema.field("ts_us"), ts)
+            watch.feed(t)
+            w.write_table(t)
+        watch.stamp(w)
     tmp.replace(path)

@@ -1,0 +1,248 @@
+"""What the writer of a table can tell of it on the way, so that the
+analysis need not read every row again to find out: that it holds no
+copies, and that no thread's clock steps in it.
+
+The analysis's input checks (``kdiag.analysis.input_checks``) read every
+row of four tables: a hash aggregate for copies, a sort per thread in file
+order for clock steps; at 1e7 requests a third of its time. The parse
+already sees every row, in file order, a chunk at a time: a few numbers per
+thread kept from chunk to chunk tell the usual case, a clean capture, for
+sure. Each fact is a sufficient condition, never a guess: where it does not
+hold the analysis runs its checks as before.
+
+- No copies: within each group of rows a copy would share (same thread, or
+  same client, broker and event), one column rises strictly in file order
+  (the call's time, or the CorrId), so no two rows in the check's scope
+  agree on it: none is a copy of another, whatever the other columns hold.
+- No clock steps: per thread, in file order, no row is behind the previous
+  one by more than the check's tolerance and none follows it by more than
+  its forward gap: the check would observe nothing.
+
+The facts go into the Parquet file's footer (key ``kdiag.facts``) with the
+row count they describe; a file whose rows differ from it (rewritten by
+another tool that kept the metadata) has none.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+KEY = "kdiag.facts"
+VERSION = 1
+# Past this many threads (or client, broker and event groups) the state is
+# not kept: the facts are left unknown, as for a table no parse wrote.
+MAX_GROUPS = 100_000
+
+
+@dataclass(frozen=True)
+class _Plan:
+    copy_group: tuple[str, ...]     # rows a copy shares these with ...
+    copy_rises: str                 # ... and this, which rises strictly when there is none
+    clock_group: tuple[str, ...] = ()   # a thread, for the clock check (none: not checked)
+    back_tolerance_us: int = 0
+    ends_after_dur: bool = False    # a call's end is ts_us + dur_us (syscalls)
+
+
+def _plans() -> dict[str, _Plan]:
+    from kdiag.analysis.input_checks import LOG_BACK_TOLERANCE_US, STRACE_BACK_TOLERANCE_US
+
+    # No plan for stats: several snapshots a second share a whole-second
+    # time, and nothing else in them rises; they are few rows for Spark.
+    return {
+        "syscalls": _Plan(("pid",), "ts_us", ("pid",), STRACE_BACK_TOLERANCE_US, True),
+        "log_writes": _Plan(("pid",), "ts_us"),
+        "rdkafka_events": _Plan(("client", "broker", "event"), "corr_id", ("client", "thread"), LOG_BACK_TOLERANCE_US),
+    }
+
+
+class Watch:
+    """Fed a table's chunks in the order they are written; ``facts()`` at
+    the end. A table kdiag does not check has no plan: nothing to tell."""
+
+    def __init__(self, table: str) -> None:
+        self.plan = _plans().get(table)
+        self.table = table
+        self.rows = 0
+        self.copies_seen = False      # a group whose value did not rise: maybe a copy
+        self.steps_seen = False       # a row the clock check would observe
+        self._last_rise: dict = {}    # copy group -> its last value
+        self._last_call: dict = {}    # thread -> (line_no, ts_us, end_us) of its last timed row
+        self.lost = False             # too many groups: no facts
+
+    def feed(self, t) -> None:
+        self.rows += t.num_rows
+        if self.plan is None or self.lost or not t.num_rows:
+            return
+        from kdiag.analysis.frames import RUN
+
+        import pyarrow as pa
+
+        extra = (RUN,) if RUN in t.column_names else ()
+        p = self.plan
+        # Only the columns looked at: filtering the rest (a call's args) is most of the cost.
+        wanted = {*extra, *p.copy_group, p.copy_rises, *p.clock_group, "ts_us", "line_no", "event", "corr_id",
+                  *(("dur_us",) if p.ends_after_dur else ())}
+        t = t.select([c for c in t.column_names if c in wanted])
+        try:
+            if not self.copies_seen:
+                self.copies_seen = not _rises(self._scoped(t), extra + self.plan.copy_group, self.plan.copy_rises,
+                                              self._last_rise)
+            if self.plan.clock_group and not self.steps_seen:
+                self.steps_seen = _steps(t, extra + self.plan.clock_group, self.plan, self._last_call)
+        except (KeyError, TypeError, ValueError, pa.ArrowException):
+            # A table of another shape than planned: the facts are unknown,
+            # and the analysis checks; the table itself is written all the same.
+            self.lost = True
+        if len(self._last_rise) > MAX_GROUPS or len(self._last_call) > MAX_GROUPS:
+            self.lost = True
+
+    def _scoped(self, t):
+        """The rows the copy check looks at (``input_checks._copy_scope``)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from kdiag.analysis.input_checks import _CORR_EVENTS
+
+        scope = pc.is_valid(t["ts_us"])
+        if self.table == "rdkafka_events":
+            scope = pc.and_(scope, pc.and_(pc.is_in(t["event"], pa.array(_CORR_EVENTS)), pc.is_valid(t["corr_id"])))
+        if self.table in ("syscalls", "log_writes"):
+            scope = pc.and_(scope, pc.not_equal(pc.remainder(t["ts_us"], 1_000_000), 0))
+        return t.filter(pc.fill_null(scope, False))
+
+    def facts(self) -> dict | None:
+        if self.plan is None or self.lost:
+            return None
+        return {"v": VERSION, "rows": self.rows, "no_copies": not self.copies_seen,
+                "no_clock_steps": bool(self.plan.clock_group) and not self.steps_seen}
+
+    def stamp(self, writer) -> None:
+        """Into the footer of the file ``writer`` (a ParquetWriter, before
+        its close) writes."""
+        f = self.facts()
+        if f is not None:
+            writer.add_key_value_metadata({KEY: json.dumps(f)})
+
+
+def _groups(t, cols: tuple[str, ...]):
+    """Each row's group as one integer (codes of this chunk only), and the
+    group's values by code."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    code = np.zeros(t.num_rows, dtype=np.int64)
+    dicts = []
+    for c in cols:
+        enc = pc.dictionary_encode(t[c].combine_chunks(), null_encoding="encode")
+        idx = _np(enc.indices)
+        code = code * len(enc.dictionary) + idx
+        dicts.append(enc.dictionary.to_pylist())
+    return code, dicts
+
+
+def _np(col):
+    """A column without nulls as a numpy int64 array."""
+    import numpy as np
+
+    if hasattr(col, "combine_chunks"):
+        col = col.combine_chunks()
+    return col.to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _key(code: int, dicts: list) -> tuple:
+    out = []
+    for d in reversed(dicts):
+        code, i = divmod(int(code), len(d))
+        out.append(d[i])
+    return tuple(reversed(out))
+
+
+def _segments(code):
+    """Rows sorted by group, file order kept within each; where each group starts."""
+    import numpy as np
+
+    order = np.argsort(code, kind="stable")
+    sc = code[order]
+    starts = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]])
+    return order, sc, starts
+
+
+def _rises(t, cols: tuple[str, ...], rises: str, last: dict) -> bool:
+    """Whether ``rises`` rises strictly within each group, from the group's
+    last value in earlier chunks on."""
+    import numpy as np
+
+    if not t.num_rows:
+        return True
+    code, dicts = _groups(t, cols)
+    order, sc, starts = _segments(code)
+    v = _np(t[rises])[order]
+    same = sc[1:] == sc[:-1]
+    if np.any(v[1:][same] <= v[:-1][same]):
+        return False
+    ends = np.r_[starts[1:], len(v)] - 1
+    for s, e in zip(starts, ends):
+        k = _key(sc[s], dicts)
+        prev = last.get(k)
+        if prev is not None and v[s] <= prev:
+            return False
+        last[k] = int(v[e])
+    return True
+
+
+def _steps(t, cols: tuple[str, ...], plan: _Plan, last: dict) -> bool:
+    """Whether the clock check (``input_checks._step_observations``) would
+    observe a row here: per thread, among rows with a time, a row whose
+    line number rises from the previous one and whose time is behind it by
+    more than the tolerance, or after its end by more than the gap."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from kdiag.analysis.input_checks import FORWARD_GAP_US
+
+    t = t.filter(pc.is_valid(t["ts_us"]))
+    if not t.num_rows:
+        return False
+    code, dicts = _groups(t, cols)
+    order, sc, starts = _segments(code)
+    ts = _np(t["ts_us"])[order]
+    end = ts
+    if plan.ends_after_dur:
+        end = ts + _np(pc.fill_null(t["dur_us"], 0))[order]
+    has_line = _np(pc.is_valid(t["line_no"]))[order].astype(bool)
+    line = _np(pc.fill_null(t["line_no"], 0))[order]
+    # Each row's predecessor in its thread: the row before it in the sorted
+    # chunk when the group is the same, else the group's last from before.
+    p_line, p_ts, p_end = np.r_[0, line[:-1]], np.r_[0, ts[:-1]], np.r_[0, end[:-1]]
+    p_ok = np.r_[False, has_line[:-1]]
+    ends = np.r_[starts[1:], len(ts)] - 1
+    for s, e in zip(starts, ends):
+        k = _key(sc[s], dicts)
+        prev = last.get(k)
+        if prev is None:
+            p_ok[s] = False
+        else:
+            p_ok[s] = prev[0] is not None
+            p_line[s], p_ts[s], p_end[s] = (prev[0] or 0), prev[1], prev[2]
+        last[k] = (int(line[e]) if has_line[e] else None, int(ts[e]), int(end[e]))
+    compared = p_ok & has_line & (line > p_line)
+    back = ts - p_ts < -plan.back_tolerance_us
+    fwd = ts - p_end > FORWARD_GAP_US
+    return bool(np.any(compared & (back | fwd)))
+
+
+def read(path: Path) -> dict:
+    """A table file's facts, ``{}`` when it has none (another writer, an
+    older kdiag, or rows that are no longer the ones described)."""
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.read_metadata(path)
+        raw = (meta.metadata or {}).get(KEY.encode())
+        f = json.loads(raw) if raw else None
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(f, dict) or f.get("v") != VERSION or f.get("rows") != meta.num_rows:
+        return {}
+    return {k: f.get(k) is True for k in ("no_copies", "no_clock_steps")}
