@@ -350,6 +350,19 @@ def _trace_status(env: Environment, res, as_json: bool) -> ExitStatus:
 _SIGNALLED = threading.Event()
 
 
+def _interrupted(e: BaseException) -> bool:
+    """A signal came, or ``e`` was raised while a KeyboardInterrupt was
+    handled (a handler installed after ours, such as the one PySpark's
+    SparkContext puts in the main thread, does not set the flag)."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return _SIGNALLED.is_set()
+
+
 @contextlib.contextmanager
 def _sigterm_interrupts():
     """SIGTERM ends a trace as Ctrl-C does: detach, keep what was captured,
@@ -358,6 +371,7 @@ def _sigterm_interrupts():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    old_int = signal.getsignal(signal.SIGINT)
 
     def on_signal(signum, frame):
         _SIGNALLED.set()
@@ -365,18 +379,22 @@ def _sigterm_interrupts():
         # root logger; "kdiag: interrupted" is the one line to show.
         if "logging" in sys.modules:
             sys.modules["logging"].disable(sys.modules["logging"].CRITICAL)
+        # Ctrl-C still does what the handler before ours did (PySpark's
+        # cancels the running jobs), then interrupts.
+        if signum == signal.SIGINT and callable(old_int) and old_int is not signal.default_int_handler:
+            old_int(signum, frame)
         raise KeyboardInterrupt
 
     old_term = signal.signal(signal.SIGTERM, on_signal)
     # A SIGINT the caller ignores (nohup, a shell's background job) stays ignored.
-    old_int = signal.getsignal(signal.SIGINT)
-    if old_int is signal.default_int_handler:
+    ours = callable(old_int)
+    if ours:
         signal.signal(signal.SIGINT, on_signal)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, old_term)
-        if old_int is signal.default_int_handler:
+        if ours:
             signal.signal(signal.SIGINT, old_int)
         if _SIGNALLED.is_set() and "logging" in sys.modules:
             sys.modules["logging"].disable(sys.modules["logging"].NOTSET)
@@ -790,7 +808,7 @@ def _run(args, env: Environment, argv: list[str], command: list[str]) -> int:
         env.say("interrupted")
         return ExitStatus.INTERRUPTED
     except Exception as e:
-        if _SIGNALLED.is_set():   # what the interrupted call raised instead
+        if _interrupted(e):   # what the interrupted call raised instead
             env.say("interrupted")
             return ExitStatus.INTERRUPTED
         if isinstance(e, UsageError):

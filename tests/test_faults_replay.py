@@ -278,18 +278,33 @@ def test_bundles_are_private(tmp_path):
     os.umask(old)
 
 
-def test_an_interrupt_that_surfaces_as_another_error_still_ends_as_interrupted(monkeypatch, tmp_path):
+@pytest.mark.parametrize("handler", ["python", "before", "after"])
+def test_an_interrupt_that_surfaces_as_another_error_still_ends_as_interrupted(monkeypatch, handler):
     """Ctrl-C inside PySpark's collect does not reach kdiag as a
     KeyboardInterrupt: the collect's cleanup raises a Py4JJavaError over
     it. A real SIGINT, to this process, in the middle of a replay whose
     interrupted call raises something else: the one line and 130 all the
-    same, no traceback."""
+    same, no traceback. The SIGINT handler in place is Python's own, or one
+    of another library's (PySpark's SparkContext cancels its jobs and raises
+    KeyboardInterrupt) installed before kdiag's, which still runs, or after
+    it, as a session started in the main thread during the command does."""
     import io
 
     from kdiag import cli
     from kdiag.status import ExitStatus
 
+    ran = []
+
+    def library_handler(signum, frame):
+        ran.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, library_handler if handler == "before" else signal.default_int_handler)
+
     def replay_interrupted_in_a_collect(args, env):
+        if handler == "after":
+            signal.signal(signal.SIGINT, library_handler)
         try:
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(5)   # the handler raises here
@@ -299,11 +314,16 @@ def test_an_interrupt_that_surfaces_as_another_error_still_ends_as_interrupted(m
 
     monkeypatch.setattr(cli, "cmd_replay", replay_interrupted_in_a_collect)
     err = io.StringIO()
-    rc = cli.main(["replay", str(BUNDLE)], cli.Environment(stdout=io.StringIO(), stderr=err))
+    try:
+        rc = cli.main(["replay", str(BUNDLE)], cli.Environment(stdout=io.StringIO(), stderr=err))
+        after = signal.getsignal(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert rc == ExitStatus.INTERRUPTED, err.getvalue()
     assert err.getvalue().splitlines() == ["kdiag: interrupted"]
-    # Nothing of the handler is left for the tests that follow.
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert ran == ([] if handler == "python" else [signal.SIGINT])
+    # Nothing of kdiag's handler is left for what runs next in this process.
+    assert after is (library_handler if handler == "before" else signal.default_int_handler)
     import logging
     assert logging.root.manager.disable == logging.NOTSET
 
