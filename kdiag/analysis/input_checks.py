@@ -120,6 +120,20 @@ def _copy_scope(table: str):
 COPY_TABLES = ("rdkafka_events", "syscalls", "log_writes", "stats")
 
 
+def in_copy_scope(t, table: str):
+    """The rows of ``t`` (an Arrow table of ``table``) that ``_copy_scope``
+    keeps: where a parse looks for copies as Spark would."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    scope = pc.is_valid(t["ts_us"])
+    if table == "rdkafka_events":
+        scope = pc.and_(scope, pc.and_(pc.is_in(t["event"], pa.array(_CORR_EVENTS)), pc.is_valid(t["corr_id"])))
+    if table in ("syscalls", "log_writes"):
+        scope = pc.and_(scope, pc.not_equal(pc.remainder(t["ts_us"], 1_000_000), 0))
+    return t.filter(pc.fill_null(scope, False))
+
+
 def has_copies(t, table: str) -> bool:
     """Whether one input's rows of ``table`` (an Arrow table) may hold
     copies as ``drop_duplicates`` finds them, told where the input is
@@ -132,12 +146,7 @@ def has_copies(t, table: str) -> bool:
 
     if t.num_rows < 2:
         return False
-    scope = pc.is_valid(t["ts_us"])
-    if table == "rdkafka_events":
-        scope = pc.and_(scope, pc.and_(pc.is_in(t["event"], pa.array(_CORR_EVENTS)), pc.is_valid(t["corr_id"])))
-    if table in ("syscalls", "log_writes"):
-        scope = pc.and_(scope, pc.not_equal(pc.remainder(t["ts_us"], 1_000_000), 0))
-    t = t.filter(pc.fill_null(scope, False))
+    t = in_copy_scope(t, table)
     if t.num_rows < 2:
         return False
     content = [c for c in t.column_names if c not in ("line_no", "_id", RUN)]

@@ -74,9 +74,10 @@ class Watch:
         self.rows += t.num_rows
         if self.plan is None or self.lost or not t.num_rows:
             return
-        from kdiag.analysis.frames import RUN
-
         import pyarrow as pa
+
+        from kdiag.analysis.frames import RUN
+        from kdiag.analysis.input_checks import in_copy_scope
 
         extra = (RUN,) if RUN in t.column_names else ()
         p = self.plan
@@ -86,30 +87,16 @@ class Watch:
         t = t.select([c for c in t.column_names if c in wanted])
         try:
             if not self.copies_seen:
-                self.copies_seen = not _rises(self._scoped(t), extra + self.plan.copy_group, self.plan.copy_rises,
+                self.copies_seen = not _rises(in_copy_scope(t, self.table), extra + p.copy_group, p.copy_rises,
                                               self._last_rise)
-            if self.plan.clock_group and not self.steps_seen:
-                self.steps_seen = _steps(t, extra + self.plan.clock_group, self.plan, self._last_call)
+            if p.clock_group and not self.steps_seen:
+                self.steps_seen = _steps(t, extra + p.clock_group, p, self._last_call)
         except (KeyError, TypeError, ValueError, pa.ArrowException):
             # A table of another shape than planned: the facts are unknown,
             # and the analysis checks; the table itself is written all the same.
             self.lost = True
         if len(self._last_rise) > MAX_GROUPS or len(self._last_call) > MAX_GROUPS:
             self.lost = True
-
-    def _scoped(self, t):
-        """The rows the copy check looks at (``input_checks._copy_scope``)."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        from kdiag.analysis.input_checks import _CORR_EVENTS
-
-        scope = pc.is_valid(t["ts_us"])
-        if self.table == "rdkafka_events":
-            scope = pc.and_(scope, pc.and_(pc.is_in(t["event"], pa.array(_CORR_EVENTS)), pc.is_valid(t["corr_id"])))
-        if self.table in ("syscalls", "log_writes"):
-            scope = pc.and_(scope, pc.not_equal(pc.remainder(t["ts_us"], 1_000_000), 0))
-        return t.filter(pc.fill_null(scope, False))
 
     def facts(self) -> dict | None:
         if self.plan is None or self.lost:

@@ -218,13 +218,13 @@ def _shift_rows(path: Path, ranges: list[tuple[int, int, int, bool]]) -> None:
     set, take librdkafka's log_ts_us instead."""
     import pyarrow.parquet as pq
 
+    from kdiag.ingest import facts
+
     starts = np.array([r[0] for r in ranges], dtype=np.int64)
     ends = np.array([r[1] for r in ranges], dtype=np.int64)
     shift = np.array([r[2] for r in ranges], dtype=np.int64)
     logged = np.array([r[3] for r in ranges], dtype=bool)
     tmp = path.with_suffix(".dated")
-    from kdiag.ingest import facts
-
     src = pq.ParquetFile(path)
     row = 0
     watch = facts.Watch(path.stem)   # the times moved: what the footer tells is told again
