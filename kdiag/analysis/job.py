@@ -25,6 +25,7 @@ from kdiag.analysis.connections import connections, path_rows, sampled_connectio
 from kdiag.analysis.frames import Later, any_rows, at_once, cached, fits_in_plan, read_table, release, resolved
 from kdiag.analysis.judge import judge
 from kdiag.analysis.per_request import exchanges, flag_syscalls, prepare_syscalls, requests, split_requests
+from kdiag.analysis.pieces import pieces_of
 from kdiag.analysis.signals import signals
 from kdiag.analysis.runs import UNSPLIT, log_of_another_run, split_by_typical, timing_unknowns
 
@@ -266,7 +267,9 @@ def _judge_logged(spark, inp: _Inputs, q, later: Later) -> dict:
     if inp.source == "strace" and inp.syscalls is not None:
         # Cached before the input checks: their counts and every later
         # action read one computation of the split.
-        split = cached(split_requests(spark, reqs, flag_syscalls(inp.syscalls)), q, inp.local)
+        # A large capture's threads are walked in time pieces (see pieces).
+        pieces = None if inp.small else pieces_of(inp.tables_dir)
+        split = cached(split_requests(spark, reqs, flag_syscalls(inp.syscalls), pieces), q, inp.local)
         reqs = _checked(spark, split, "syscalls", q, later)
         conns = inp.conns + sampled_connections(inp.tables_dir, inp.conns)
     else:

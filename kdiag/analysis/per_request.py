@@ -140,7 +140,7 @@ def _bursts(sc):
     ).withColumn("write_sizes", F.col("_w.ret")).drop("_w")
 
 
-def split_requests(spark, reqs, sc):
+def split_requests(spark, reqs, sc, pieces=None):
     """Attach each request's send burst and the first socket read of its
     window (between its Sent and Received lines, both included).
 
@@ -154,7 +154,8 @@ def split_requests(spark, reqs, sc):
     before its Sent line's own write(2): a second, small sort of markers and
     runs brings the two together by that line's number. No range join and
     no syscall compared with a request: windows that overlap (pipelined
-    requests) cost nothing more.
+    requests) cost nothing more. ``pieces``: a large capture's threads are
+    walked in time pieces (see ``pieces``).
 
     ``write_sizes`` is left empty: it is only shown for the example
     requests, filled in by ``fill_write_sizes`` from the run's bounds
@@ -162,7 +163,7 @@ def split_requests(spark, reqs, sc):
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
-    rows = _runs(_calls_and_marks(one_run(reqs), one_run(sc)))
+    rows = _runs(_calls_and_marks(one_run(reqs), one_run(sc), pieces))
     # A request meets its run by its Sent line's number.
     pair = Window.partitionBy(RUN, "pid", "_line").orderBy(F.col("_k").desc()).rowsBetween(Window.unboundedPreceding, 0)
     rows = rows.withColumn("_b", F.first("_run", ignorenulls=True).over(pair)).filter(F.col("_k") == 0)
@@ -200,11 +201,14 @@ def _short_runs(r):
              .withColumn("unseen_bytes", F.when(short, F.col("req_bytes") - F.col("written_bytes"))))
 
 
-def _calls_and_marks(reqs, sc):
+def _calls_and_marks(reqs, sc, pieces=None):
     """The thread's calls and one marker row per request (``_k`` 0), in one
-    frame: the marker carries its request whole in ``_req``."""
+    frame: the marker carries its request whole in ``_req``; each row has
+    its time piece (``_p``), and the copies a piece needs (``_copy``)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructField, StructType
+
+    from kdiag.analysis.pieces import edges, piece_of, with_edges
 
     req_t = StructType([StructField(f.name, f.dataType, True) for f in reqs.schema.fields])
     flag = lambda c: F.coalesce(F.col(c), F.lit(False))  # noqa: E731
@@ -212,12 +216,15 @@ def _calls_and_marks(reqs, sc):
         RUN, "pid", F.col("ts_us").alias("_ts"), F.lit(1).alias("_k"), F.col("line_no").alias("_line"),
         flag("sock_write").alias("_wr"), flag("sock_read").alias("_rd"), F.col("ret").alias("_ret"),
         F.col("fd").alias("_fd"), F.when(flag("sock_write"), F.col("fd_info")).alias("_fdi"),
-        F.lit(None).cast(req_t).alias("_req"))
+        F.lit(None).cast(req_t).alias("_req")).withColumn("_p", piece_of(pieces))
+    calls = with_edges(calls, edges(calls, pieces), req_t) if pieces is not None else \
+        calls.withColumn("_copy", F.lit(False))
     marks = reqs.select(
         RUN, "pid", F.col("send_us").alias("_ts"), F.lit(0).alias("_k"), F.col("send_line").alias("_line"),
         F.lit(False).alias("_wr"), F.lit(False).alias("_rd"), F.lit(None).cast("long").alias("_ret"),
         F.lit(None).cast("int").alias("_fd"), F.lit(None).cast("string").alias("_fdi"),
-        F.struct(*[F.col(c) for c in reqs.columns]).cast(req_t).alias("_req"))
+        F.struct(*[F.col(c) for c in reqs.columns]).cast(req_t).alias("_req")).withColumn(
+        "_p", piece_of(pieces)).withColumn("_copy", F.lit(False))
     return calls.unionByName(marks)
 
 
@@ -227,7 +234,7 @@ def _runs(rows):
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
-    fwd = Window.partitionBy(RUN, "pid").orderBy("_ts", "_k", "_line")
+    fwd = Window.partitionBy(RUN, "pid", "_p").orderBy("_ts", "_k", "_line")
     upto = fwd.rowsBetween(Window.unboundedPreceding, 0)
     one = lambda c: F.when(c, 1).otherwise(0)  # noqa: E731
     wr, call = F.col("_wr"), F.col("_k") == 1
@@ -250,7 +257,7 @@ def _runs(rows):
     first_timed = timed_wr & (prev.isNull() | ~prev.getField("wr") | prev.getField("untimed"))
     pos = F.struct(F.col("_ts").alias("ts_us"), F.col("_line").alias("line_no"))
     rows = rows.select(
-        RUN, "pid", "_k", "_line", "_req", "_next_read", "_cw", "_ctw", "_cb", pos.alias("_pos"),
+        RUN, "pid", "_k", "_line", "_copy", "_req", "_next_read", "_cw", "_ctw", "_cb", pos.alias("_pos"),
         F.last(F.when(first, F.struct("_fd", "_fdi")), ignorenulls=True).over(upto).alias("_fw"),
         F.last(F.when(wr, F.col("_ret")), ignorenulls=True).over(upto).alias("_lw"),
         F.last(F.when(first_timed, F.col("_ts")), ignorenulls=True).over(upto).alias("_tw"),
@@ -264,7 +271,8 @@ def _runs(rows):
                    F.col("_fw._fd").alias("fd"), F.col("_fw._fdi").alias("fd_info"),
                    F.col("_lw").alias("last_write_bytes"),
                    F.col("_prev_end.at").alias("lo"), F.col("_pos").alias("hi"))
-    return rows.filter((F.col("_k") == 0) | (n > 0)).select(
+    # A copy is walked for its piece's sake; its own piece reports it.
+    return rows.filter((F.col("_k") == 0) | ((n > 0) & ~F.col("_copy"))).select(
         RUN, "pid", "_k", "_line", "_req", "_next_read", F.when(F.col("_k") == 1, run).alias("_run"))
 
 

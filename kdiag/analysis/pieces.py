@@ -1,0 +1,159 @@
+"""Time pieces: a large capture's threads walked a piece of time at a time
+(``per_request._runs``), one window partition each, so its threads become
+many bounded tasks on every core instead of one sort per thread (at 1e7
+requests: 3 tasks on 2 cores, each spilling 13 GB).
+
+What crosses a piece's edge is copied into the piece (``with_edges``): the
+writes of a run still open at its start, the last call before it that
+ended a run, and the first socket read after it. Walked with the piece,
+the copies make each of its rows see what the walk of the whole thread
+shows it; they are walked but never reported (``_copy``). One aggregation
+of the calls, a row per thread and piece, tells where those are.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import NamedTuple
+
+from kdiag.analysis.frames import RUN
+
+# The piece of calls without a time: they sort before all others.
+UNTIMED = -(2 ** 63)
+# Pieces are walked apart when the syscalls are at least this many rows,
+# each about PIECE_ROWS of them (of all threads).
+PIECE_MIN_ROWS = 20_000_000
+PIECE_ROWS = 200_000
+
+
+class Pieces(NamedTuple):
+    """Time pieces of ``us`` microseconds from ``t0_us``; every row's piece
+    is in ``lo``..``hi`` (or UNTIMED)."""
+    us: int
+    t0_us: int
+    lo: int
+    hi: int
+
+
+def pieces_of(tables_dir: Path, us: int | None = None,
+              names: tuple[str, ...] = ("syscalls", "log_writes")) -> Pieces | None:
+    """The pieces a large capture is walked in, from its tables' footers
+    (row count, ts_us's bounds); None when it is small or a footer lacks
+    the bounds. ``us``: pieces this long, however small the capture."""
+    import pyarrow.parquet as pq
+
+    lo = hi = None
+    rows = 0
+    for name in names:
+        path = Path(tables_dir) / f"{name}.parquet"
+        if not path.exists():
+            continue
+        meta = pq.read_metadata(path)
+        if name == names[0]:
+            rows = meta.num_rows
+        col = meta.schema.to_arrow_schema().get_field_index("ts_us")
+        for i in range(meta.num_row_groups):
+            st = meta.row_group(i).column(col).statistics
+            if meta.row_group(i).num_rows == 0:
+                continue
+            if st is None or not st.has_min_max:
+                if st is not None and st.null_count == meta.row_group(i).num_rows:
+                    continue   # untimed rows only
+                return None
+            lo = st.min if lo is None else min(lo, st.min)
+            hi = st.max if hi is None else max(hi, st.max)
+    if lo is None or (us is None and rows < PIECE_MIN_ROWS):
+        return None
+    us = us or max(1, math.ceil((hi - lo + 1) * PIECE_ROWS / rows))
+    # One piece below and above: a row the footer's bounds miss still has one.
+    return Pieces(us, lo, -1, (hi - lo) // us + 1)
+
+
+def piece_of(pieces: Pieces | None):
+    from pyspark.sql import functions as F
+
+    ts = F.col("_ts")
+    if pieces is None:
+        return F.lit(0).cast("long")
+    return F.when(ts.isNull(), F.lit(UNTIMED)).otherwise(
+        F.expr(f"(_ts - {pieces.t0_us}L) div {pieces.us}L"))
+
+
+def _pid_key():
+    """pid as a join key: the calls without one are a thread too."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(F.col("pid"), F.lit(-1))
+
+
+class _Edges(NamedTuple):
+    """Per thread, what each piece needs from the others (``edges``)."""
+    into: list      # (run, pid, piece, last ending call (t, l) or None, [later pieces its open writes go to])
+    rows: list      # (run, pid, piece, ts, line, is_read): the ending call before it, the read after it
+
+
+def edges(calls, pieces: Pieces) -> _Edges:
+    """One aggregation of the calls (a row per thread and piece: its last
+    call that ended a run, its first socket read), walked here in piece
+    order: the writes after a piece's last ending call are copied into the
+    later pieces up to the next one with an ending call (the run they
+    begin is open there); each piece, with calls or not (a marker may fall
+    in one without), gets a copy of the last ending call before it and of
+    the first socket read after it."""
+    from pyspark.sql import functions as F
+
+    o = F.struct(F.coalesce(F.col("_ts"), F.lit(UNTIMED)).alias("t"), F.col("_line").alias("l"))
+    got = calls.groupBy(RUN, "pid", "_p").agg(
+        F.max(F.when(~F.col("_wr"), o)).alias("le"),
+        F.min(F.when(F.col("_rd") & F.col("_ts").isNotNull(), o)).alias("fr")).collect()
+    threads: dict = {}
+    for g in got:
+        threads.setdefault((g[RUN], g.pid), {})[g._p] = (tuple(g.le) if g.le else None, tuple(g.fr) if g.fr else None)
+    every = [UNTIMED, *range(pieces.lo, pieces.hi + 1)]
+    into, rows = [], []
+    for (run, pid), mine in threads.items():
+        have = sorted(mine)
+        for i, q in enumerate(have):
+            to = []
+            for r in have[i + 1:]:
+                to.append(r)
+                if mine[r][0] is not None:
+                    break
+            into.append((run, pid, q, mine[q][0], to))
+        last_end, reads, next_read = None, {}, None
+        for q in reversed(every):   # the first read after each piece
+            reads[q] = next_read
+            if q in mine and mine[q][1] is not None:
+                next_read = mine[q][1]
+        for q in every:
+            if last_end is not None:
+                rows.append((run, pid, q, None if last_end[0] == UNTIMED else last_end[0], last_end[1], False))
+            if reads[q] is not None:
+                rows.append((run, pid, q, reads[q][0], reads[q][1], True))
+            if q in mine and mine[q][0] is not None:
+                last_end = mine[q][0]
+    return _Edges(into, rows)
+
+
+def with_edges(calls, edges: _Edges, req_t):
+    """The calls (with ``_p``) and their copies: the open writes in the
+    pieces after theirs, each piece's ending call before it and read after
+    it (``_copy`` true)."""
+    from pyspark.sql import functions as F
+
+    spark = calls.sparkSession
+    into = spark.createDataFrame(edges.into, f"{RUN} string, pid int, _p long, _le struct<t: long, l: long>, "
+                                              "_to array<long>").withColumn("_pk", _pid_key()).drop("pid")
+    o = F.struct(F.coalesce(F.col("_ts"), F.lit(UNTIMED)).alias("t"), F.col("_line").alias("l"))
+    open_ = F.col("_wr") & (F.col("_le").isNull() | (o > F.col("_le")))
+    walked = calls.withColumn("_pk", _pid_key()).join(F.broadcast(into), [RUN, "_pk", "_p"], "left").withColumn(
+        "_in", F.explode(F.when(open_, F.concat(F.array("_p"), F.col("_to"))).otherwise(F.array("_p"))))
+    walked = walked.withColumn("_copy", F.col("_in") != F.col("_p")).withColumn("_p", F.col("_in")).drop(
+        "_pk", "_le", "_to", "_in")
+    near = spark.createDataFrame(edges.rows or [], f"{RUN} string, pid int, _p long, _ts long, _line long, _rd boolean")
+    near = near.select(
+        RUN, "pid", "_ts", F.lit(1).alias("_k"), "_line", F.lit(False).alias("_wr"), "_rd",
+        F.lit(None).cast("long").alias("_ret"), F.lit(None).cast("int").alias("_fd"),
+        F.lit(None).cast("string").alias("_fdi"), F.lit(None).cast(req_t).alias("_req"), "_p",
+        F.lit(True).alias("_copy"))
+    return walked.unionByName(near)
