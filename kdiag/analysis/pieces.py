@@ -21,7 +21,9 @@ from kdiag.analysis.frames import RUN
 # The piece of calls without a time: they sort before all others.
 UNTIMED = -(2 ** 63)
 # Pieces are walked apart when the syscalls are at least this many rows,
-# each about PIECE_ROWS of them (of all threads).
+# each about PIECE_ROWS of them (of all threads). The copies cost one more
+# read of the calls: at 5 M calls (1e6 requests) the split took 20.3 s in
+# pieces against 11.7-14.4 s whole, at 50 M 147 s against 168 s.
 PIECE_MIN_ROWS = 20_000_000
 PIECE_ROWS = 200_000
 
