@@ -87,9 +87,6 @@ def test_pieces_give_what_the_whole_thread_gives(spark, seed):
     reqs, sc, calls, raw_reqs = _capture(spark, seed)
     whole = _rows(pr.split_requests(spark, reqs, sc))
     assert len(whole) == len(raw_reqs)
-    # Runs and waits that cross edges: some requests have writes, a read and
-    # a start of sending, some have none.
-    assert any(r for r in whole)
     for us in (7_000, 1_000_000, 10 ** 12):
         got = _rows(pr.split_requests(spark, reqs, sc, _pieces(calls, raw_reqs, us)))
         assert got == whole, f"pieces of {us} us"
@@ -108,7 +105,8 @@ def test_the_capture_crosses_edges(spark):
     assert any(piece(r.send_start_us) != piece(r.send_us) for r in runs)
     waits = [r for r in split if r.first_read_us is not None]
     assert any(piece(r.first_read_us) != piece(r.send_us) for r in waits)
-    assert any(r.n_writes and r.send_start_us is None for r in split) or any(r.pid is None for r in split)
+    # The thread without a pid, and its calls without a time, have runs too.
+    assert any(r.pid is None and r.n_writes for r in split)
 
 
 def test_a_small_capture_is_walked_whole_and_a_large_one_in_pieces(tmp_path):

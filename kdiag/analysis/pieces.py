@@ -81,6 +81,14 @@ def piece_of(pieces: Pieces | None):
         F.expr(f"(_ts - {pieces.t0_us}L) div {pieces.us}L"))
 
 
+def _order():
+    """A call's place in its thread, comparable in an aggregate or a join:
+    (time, line), the calls without a time first."""
+    from pyspark.sql import functions as F
+
+    return F.struct(F.coalesce(F.col("_ts"), F.lit(UNTIMED)).alias("t"), F.col("_line").alias("l"))
+
+
 def _pid_key():
     """pid as a join key: the calls without one are a thread too."""
     from pyspark.sql import functions as F
@@ -104,7 +112,7 @@ def edges(calls, pieces: Pieces) -> _Edges:
     the first socket read after it."""
     from pyspark.sql import functions as F
 
-    o = F.struct(F.coalesce(F.col("_ts"), F.lit(UNTIMED)).alias("t"), F.col("_line").alias("l"))
+    o = _order()
     got = calls.groupBy(RUN, "pid", "_p").agg(
         F.max(F.when(~F.col("_wr"), o)).alias("le"),
         F.min(F.when(F.col("_rd") & F.col("_ts").isNotNull(), o)).alias("fr")).collect()
@@ -137,22 +145,21 @@ def edges(calls, pieces: Pieces) -> _Edges:
     return _Edges(into, rows)
 
 
-def with_edges(calls, edges: _Edges, req_t):
+def with_edges(calls, found: _Edges, req_t):
     """The calls (with ``_p``) and their copies: the open writes in the
     pieces after theirs, each piece's ending call before it and read after
     it (``_copy`` true)."""
     from pyspark.sql import functions as F
 
     spark = calls.sparkSession
-    into = spark.createDataFrame(edges.into, f"{RUN} string, pid int, _p long, _le struct<t: long, l: long>, "
+    into = spark.createDataFrame(found.into, f"{RUN} string, pid int, _p long, _le struct<t: long, l: long>, "
                                               "_to array<long>").withColumn("_pk", _pid_key()).drop("pid")
-    o = F.struct(F.coalesce(F.col("_ts"), F.lit(UNTIMED)).alias("t"), F.col("_line").alias("l"))
-    open_ = F.col("_wr") & (F.col("_le").isNull() | (o > F.col("_le")))
+    open_ = F.col("_wr") & (F.col("_le").isNull() | (_order() > F.col("_le")))
     walked = calls.withColumn("_pk", _pid_key()).join(F.broadcast(into), [RUN, "_pk", "_p"], "left").withColumn(
         "_in", F.explode(F.when(open_, F.concat(F.array("_p"), F.col("_to"))).otherwise(F.array("_p"))))
     walked = walked.withColumn("_copy", F.col("_in") != F.col("_p")).withColumn("_p", F.col("_in")).drop(
         "_pk", "_le", "_to", "_in")
-    near = spark.createDataFrame(edges.rows or [], f"{RUN} string, pid int, _p long, _ts long, _line long, _rd boolean")
+    near = spark.createDataFrame(found.rows or [], f"{RUN} string, pid int, _p long, _ts long, _line long, _rd boolean")
     near = near.select(
         RUN, "pid", "_ts", F.lit(1).alias("_k"), "_line", F.lit(False).alias("_wr"), "_rd",
         F.lit(None).cast("long").alias("_ret"), F.lit(None).cast("int").alias("_fd"),
