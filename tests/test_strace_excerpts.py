@@ -192,3 +192,28 @@ def test_a_log_of_another_run_beside_an_strace_with_its_own_sent_lines_is_named(
     assert f["verdict"] == "nagle_delayed_ack"
     assert any("different runs" in u and "left out" in u for u in f["unknowns"])
     assert f["findings"][0]["example"]["corr_id"] in (17, 18)    # the strace's own requests
+
+
+def test_a_log_is_of_another_run_only_when_none_of_its_sent_lines_was_seen(spark, monkeypatch):
+    """The log's first Sent lines are looked for first; when none of them
+    was seen, all of them are: one seen past the first few still makes the
+    log this run's."""
+    from kdiag.analysis import runs
+
+    monkeypatch.setattr(runs, "FEW_SENT", 5)
+    log_t = "event string, broker string, corr_id int, ts_us long"
+    lw_t = "event string, broker string, corr_id int, log_ts_us long"
+    sent = [("send", "b1", i, 1_000 + i) for i in range(20)]
+    log = spark.createDataFrame(sent, log_t)
+
+    def named(seen_ids):
+        lw = spark.createDataFrame([("send", "b1", i, 1_000 + i) for i in seen_ids] + [("recv", "b1", 0, 1_000)], lw_t)
+        return runs.log_of_another_run(log, lw, "strace")
+
+    assert named([17]) == []               # past the first five: found by the whole join
+    assert named([2]) == []                # among the first five
+    assert named([]) and "different runs" in named([])[0]
+    assert named([30]) and "different runs" in named([30])[0]   # an id the log lacks
+    # Fewer Sent lines than the first few: the broadcast look is the whole.
+    monkeypatch.setattr(runs, "FEW_SENT", 50)
+    assert named([17]) == [] and "different runs" in named([30])[0]
