@@ -3,12 +3,14 @@
 # the real strace and bpftrace, TLS terminator, tcpdump (the tests read
 # kdiag's probe captures with it), mtr and ping (the path tools whose output
 # kdiag reads; fixtures/path/ was made with them), Java for Spark and Chromium with
-# its driver (the tests open the HTML report in it), then kdiag itself,
+# its driver (the tests open the HTML report in it), gcc for kdiag's compiled
+# scans (parsers/_scan.c; without it the parse runs their slower reference),
+# then kdiag itself,
 # then the class archive that halves a small Spark run's start.
 set -euo pipefail
 cd "$(dirname "$0")"
 need=()
-for tool in strace:strace bpftrace:bpftrace stunnel4:stunnel4 socat:socat openssl:openssl java:openjdk-17-jre-headless ip:iproute2 ethtool:ethtool traceroute:traceroute tcpdump:tcpdump mtr:mtr-tiny ping:iputils-ping chromium:chromium chromedriver:chromium-driver; do
+for tool in strace:strace bpftrace:bpftrace stunnel4:stunnel4 socat:socat openssl:openssl java:openjdk-17-jre-headless ip:iproute2 ethtool:ethtool traceroute:traceroute tcpdump:tcpdump mtr:mtr-tiny ping:iputils-ping chromium:chromium chromedriver:chromium-driver gcc:gcc; do
     command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
 done
 if [ "${#need[@]}" -gt 0 ]; then

@@ -55,6 +55,14 @@ def test_site_packages_hold_kdiag_only(venv):
     assert (Path(site) / "kdiag" / "collectors").is_dir() and (Path(site) / "kdiag" / "parsers").is_dir()
 
 
+def test_a_users_install_builds_the_compiled_scans(venv, tmp_path):
+    """pip compiles parsers/_scan.c with the system's compiler: the parse
+    a user gets is the compiled one, not its slower reference."""
+    res = subprocess.run([str(venv / "bin" / "python"), "-c", "from kdiag.parsers import scan; print(scan.COMPILED)"],
+                         cwd=tmp_path, env=_clean_env(venv), capture_output=True, text=True, timeout=60)
+    assert res.stdout.strip() == "True", res.stdout + res.stderr[-2000:]
+
+
 def test_every_module_imports(venv, tmp_path):
     """Import-time dependencies of every module, __main__ ones aside."""
     code = ("import pkgutil, importlib, kdiag\n"

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kdiag.parsers import scan
 from kdiag.parsers.rdkafka_log.columns import _frac_resolution, _local_ts, _mask, _opt, _resolution, _unescape
 from kdiag.parsers.rdkafka_log.patterns import _BROKER_NAME
 
@@ -81,10 +82,7 @@ _MANGLED = r"^\s*[>`]|<[A-Za-z][A-Za-z0-9+._\-]*://|&(?:lt|gt|quot|amp);|\]\([A-
 def unmangle(lines: pa.Array) -> pa.Array:
     """The lines with chat's and markdown's changes undone; the others as
     they are (a literal check keeps a plain log from paying the regexes)."""
-    cheap = np.zeros(len(lines), dtype=bool)
-    for needle in ("<", "&", "`", "](", "\u00a0"):
-        cheap |= _mask(pc.match_substring(lines, needle))
-    cheap |= _mask(pc.starts_with(pc.utf8_ltrim_whitespace(lines), ">"))
+    cheap = scan.mangle_candidates(lines)
     if not cheap.any():
         return lines
     idx = np.flatnonzero(cheap)

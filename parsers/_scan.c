@@ -1,0 +1,170 @@
+/* One pass over a chunk's lines in compiled code, for the parsers' hottest
+ * steps. Each function reads an Arrow string array's own buffers (32-bit
+ * offsets and data, as parsers/strings.py hands them over) and fills a
+ * caller's numpy array; the Python it stands in for (parsers/scan.py) is the
+ * reference the tests compare it with, line for line. The GIL is let go:
+ * the ingest parses chunks on several threads.
+ *
+ * Needs only Python's headers; built by pip (setup.py) with the system's C
+ * compiler, and optional: without it the parsers run the reference.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* The buffers of n lines: offsets[first .. first + n] into data. */
+typedef struct {
+    Py_buffer off, data, out;
+    const int32_t *o;
+    const uint8_t *d;
+    Py_ssize_t first, n;
+} Lines;
+
+static int lines_open(PyObject *args, Lines *L, Py_ssize_t out_item, Py_ssize_t out_per_line)
+{
+    memset(L, 0, sizeof *L);
+    if (!PyArg_ParseTuple(args, "y*nny*w*", &L->off, &L->first, &L->n, &L->data, &L->out))
+        return -1;
+    if (L->first < 0 || L->n < 0 || L->off.len < (L->first + L->n + 1) * (Py_ssize_t)sizeof(int32_t)
+        || L->out.len < L->n * out_item * out_per_line) {
+        PyErr_SetString(PyExc_ValueError, "buffers too small for the lines asked for");
+        return -1;
+    }
+    L->o = (const int32_t *)L->off.buf + L->first;
+    L->d = (const uint8_t *)L->data.buf;
+    for (Py_ssize_t i = 0; i <= L->n; i += L->n ? L->n : 1) {   /* first and last offsets bound the rest */
+        if (L->o[i] < 0 || L->o[i] > L->data.len) {
+            PyErr_SetString(PyExc_ValueError, "offsets outside the data buffer");
+            return -1;
+        }
+        if (!L->n) break;
+    }
+    return 0;
+}
+
+static void lines_close(Lines *L)
+{
+    if (L->off.obj) PyBuffer_Release(&L->off);
+    if (L->data.obj) PyBuffer_Release(&L->data);
+    if (L->out.obj) PyBuffer_Release(&L->out);
+}
+
+/* The first c in d[from, to), or -1. */
+static inline int64_t find(const uint8_t *d, int64_t from, int64_t to, uint8_t c)
+{
+    if (from >= to) return -1;
+    const uint8_t *p = memchr(d + from, c, (size_t)(to - from));
+    return p ? (int64_t)(p - d) : -1;
+}
+
+/* mangle_candidates(offsets, first, n, data, out uint8[n]): 1 for each line
+ * that chat or markdown may have changed, a superset of what
+ * rdkafka_log/wrapped.unmangle's literal checks flag: it holds "<", "&", "`",
+ * "](" or a no-break space (C2 A0), or its first byte past any control
+ * character or space is ">" or a byte of a multi-byte character (which may be
+ * Unicode whitespace before a ">"). unmangle's regex then decides, as
+ * before, so the result is the reference's. */
+static PyObject *mangle_candidates(PyObject *self, PyObject *args)
+{
+    Lines L;
+    if (lines_open(args, &L, 1, 1) < 0) { lines_close(&L); return NULL; }
+    uint8_t *out = (uint8_t *)L.out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < L.n; i++) {
+        int64_t s = L.o[i], e = L.o[i + 1];
+        uint8_t hit = 0;
+        int64_t k = s;
+        while (k < e && L.d[k] <= 0x20) k++;
+        if (k < e && (L.d[k] == '>' || L.d[k] >= 0x80)) hit = 1;
+        for (int64_t j = s; !hit && j < e; j++) {
+            uint8_t c = L.d[j];
+            if (c == '<' || c == '&' || c == '`') hit = 1;
+            else if (c == ']' && j + 1 < e && L.d[j + 1] == '(') hit = 1;
+            else if (c == 0xC2 && j + 1 < e && L.d[j + 1] == 0xA0) hit = 1;
+        }
+        out[i] = hit;
+    }
+    Py_END_ALLOW_THREADS
+    lines_close(&L);
+    Py_RETURN_NONE;
+}
+
+/* Fields of rdkafka_plain_cut's rows, as parsers/scan.py names them. */
+enum { P_OK, P_MS, P_P2, P_P3, P_P4, P_THRD, P_CLOSE, P_REST, P_CAND, P_SPACE, P_FIELDS };
+
+/* rdkafka_plain_cut(offsets, first, n, data, out int64[n, P_FIELDS]): each
+ * line cut as librdkafka's stderr format lays it out,
+ * "%%%i|%u.%03u|%s|%s| %s" (rd_kafka_log_print()), with the message's
+ * " [thrd:NAME]: " and "BROKER: " cut at their first "]" and " ". Positions
+ * are into data. OK is 0 where the line is not of that shape; the facility
+ * and the broker name are left to the caller's patterns. */
+static PyObject *rdkafka_plain_cut(PyObject *self, PyObject *args)
+{
+    Lines L;
+    if (lines_open(args, &L, sizeof(int64_t), P_FIELDS) < 0) { lines_close(&L); return NULL; }
+    int64_t *out = (int64_t *)L.out.buf;
+    const uint8_t *d = L.d;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < L.n; i++) {
+        int64_t *r = out + i * P_FIELDS;
+        int64_t s = L.o[i], e = L.o[i + 1];
+        memset(r, 0, P_FIELDS * sizeof *r);
+        r[P_CLOSE] = r[P_SPACE] = -1;
+        if (e - s < 10 || d[s] != '%' || d[s + 2] != '|' || d[s + 1] < '0' || d[s + 1] > '7')
+            continue;
+        int64_t p2 = find(d, s + 3, e, '|');
+        int64_t p3 = p2 < 0 ? -1 : find(d, p2 + 1, e, '|');
+        int64_t p4 = p3 < 0 ? -1 : find(d, p3 + 1, e, '|');
+        if (p4 < 0 || p4 + 1 >= e || d[p4 + 1] != ' ')
+            continue;
+        /* "%u.%03u": 1 to 12 digits, ".", 3 digits. */
+        int64_t ts_len = p2 - s - 3;
+        if (ts_len < 5 || ts_len > 16)
+            continue;
+        int64_t ms = 0;
+        int good = 1;
+        for (int64_t c = 0; c < ts_len && good; c++) {
+            uint8_t b = d[s + 3 + c];
+            if (c == ts_len - 4) good = b == '.';
+            else if (b >= '0' && b <= '9') ms = ms * 10 + (b - '0');
+            else good = 0;
+        }
+        if (!good)
+            continue;
+        r[P_OK] = 1;
+        r[P_MS] = ms;
+        r[P_P2] = p2;
+        r[P_P3] = p3;
+        r[P_P4] = p4;
+        int64_t rest = p4 + 2;
+        if (e - p4 - 1 >= 7 && memcmp(d + p4 + 1, " [thrd:", 7) == 0) {
+            int64_t close = find(d, p4 + 8, e, ']');
+            r[P_CLOSE] = close;
+            if (close >= 0 && close + 2 < e && d[close + 1] == ':' && d[close + 2] == ' ') {
+                r[P_THRD] = 1;
+                rest = close + 3;
+            }
+        }
+        r[P_REST] = rest;
+        int64_t space = find(d, rest, e, ' ');
+        r[P_SPACE] = space;
+        r[P_CAND] = space >= 0 && space - 1 > rest && d[space - 1] == ':';
+    }
+    Py_END_ALLOW_THREADS
+    lines_close(&L);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"mangle_candidates", mangle_candidates, METH_VARARGS, "Lines chat or markdown may have changed."},
+    {"rdkafka_plain_cut", rdkafka_plain_cut, METH_VARARGS, "librdkafka stderr lines cut by byte position."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__scan(void)
+{
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,133 @@
+"""The parsers' hottest scans over a chunk's lines, in compiled code
+(``parsers/_scan.c``, built by pip with the system's C compiler) where it
+was built, else in numpy and Arrow here: the reference the tests hold the
+compiled code to, line for line. Each takes an Arrow string array and
+returns numpy arrays; ``compiled=False`` asks for the reference.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+try:
+    from kdiag.parsers import _scan
+except ImportError:   # no compiler where kdiag was installed: the reference runs
+    _scan = None
+
+COMPILED = _scan is not None
+
+# The columns of rdkafka_plain_cut's rows (see _scan.c).
+OK, MS, P2, P3, P4, THRD, CLOSE, REST, CAND, SPACE = range(10)
+FIELDS = 10
+_THRD = np.frombuffer(b" [thrd:", dtype=np.uint8)
+# "%u.%03u": up to 12 digits of seconds, ".", 3 of milliseconds.
+_TS_WIDTH = 16
+
+
+def _use(compiled: bool | None) -> bool:
+    if compiled and not COMPILED:
+        raise RuntimeError("kdiag's compiled scans were not built (no C compiler when it was installed)")
+    return COMPILED if compiled is None else compiled
+
+
+def _buffers(lines: pa.Array):
+    bufs = lines.buffers()
+    data = bufs[2] if bufs[2] is not None and bufs[2].size else pa.py_buffer(b"\0")
+    return bufs[1], lines.offset, len(lines), data
+
+
+def mangle_candidates(lines: pa.Array, compiled: bool | None = None) -> np.ndarray:
+    """Which lines chat or markdown may have changed (rdkafka_log.wrapped.
+    unmangle runs its regex on these). The compiled scan flags a superset of
+    the reference's (see _scan.c); the regex that follows decides."""
+    if _use(compiled):
+        out = np.zeros(len(lines), dtype=np.uint8)
+        if len(lines):
+            _scan.mangle_candidates(*_buffers(lines), out)
+        return out.view(bool)
+    from kdiag.parsers.rdkafka_log.columns import _mask
+
+    cheap = np.zeros(len(lines), dtype=bool)
+    for needle in ("<", "&", "`", "](", "\u00a0"):
+        cheap |= _mask(pc.match_substring(lines, needle))
+    cheap |= _mask(pc.starts_with(pc.utf8_ltrim_whitespace(lines), ">"))
+    return cheap
+
+
+def rdkafka_plain_cut(lines: pa.Array, compiled: bool | None = None) -> np.ndarray:
+    """n x FIELDS int64: each line cut as librdkafka's stderr format lays it
+    out (see _scan.c); row[OK] 0 where it is not of that shape."""
+    if _use(compiled):
+        out = np.zeros((len(lines), FIELDS), dtype=np.int64)
+        if len(lines):
+            _scan.rdkafka_plain_cut(*_buffers(lines), out)
+        return out
+    return _plain_cut_numpy(lines)
+
+
+def _next_at(pos: np.ndarray, at: np.ndarray, k: int = 0) -> np.ndarray:
+    """The k-th position in sorted ``pos`` at or after each ``at`` (a large
+    number when there is none)."""
+    padded = np.concatenate([pos, np.full(k + 1, np.iinfo(np.int64).max // 2, dtype=np.int64)])
+    return padded[np.searchsorted(pos, at) + k]
+
+
+def _byte(data: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """data[at], 0 where at is out of range."""
+    ok = (at >= 0) & (at < len(data))
+    out = np.zeros(len(at), dtype=np.uint8)
+    out[ok] = data[at[ok]]
+    return out
+
+
+def _plain_cut_numpy(lines: pa.Array) -> np.ndarray:
+    from kdiag.parsers.strings import gather, offsets_data
+
+    out = np.zeros((len(lines), FIELDS), dtype=np.int64)
+    out[:, CLOSE] = out[:, SPACE] = -1
+    off, data = offsets_data(lines)
+    start, end = off[:-1], off[1:]
+    plain = (end - start >= 10) & (_byte(data, start) == ord("%")) & (_byte(data, start + 2) == ord("|"))
+    lvl = _byte(data, start + 1)
+    plain &= (lvl >= ord("0")) & (lvl <= ord("7"))
+    idx = np.flatnonzero(plain)
+    if not len(idx):
+        return out
+    start, end = start[idx], end[idx]
+    pipes = np.flatnonzero(data == ord("|"))
+    p2, p3, p4 = (_next_at(pipes, start + 2, k) for k in (1, 2, 3))
+    ok = (p4 + 1 < end) & (_byte(data, p4 + 1) == ord(" "))
+    # The timestamp "%u.%03u" between the first and second "|".
+    ts_len = p2 - start - 3
+    ok &= (ts_len >= 5) & (ts_len <= _TS_WIDTH)
+    g = gather(data, start + 3, np.where(ok, ts_len, 0), _TS_WIDTH)
+    col = np.arange(_TS_WIDTH)
+    dot_at = (ts_len - 4)[:, None]
+    inside = col < ts_len[:, None]
+    digit = (g >= ord("0")) & (g <= ord("9"))
+    ok &= np.all(~inside | np.where(col == dot_at, g == ord("."), digit), axis=1)
+    ms = np.zeros(len(idx), dtype=np.int64)
+    for c in range(_TS_WIDTH):
+        take = inside[:, c] & (c != dot_at[:, 0])
+        ms = np.where(take, ms * 10 + (g[:, c].astype(np.int64) - ord("0")), ms)
+    keep = np.flatnonzero(ok)
+    start, end, p2, p3, p4, ms, idx = (a[keep] for a in (start, end, p2, p3, p4, ms, idx))
+    # " [thrd:NAME]: ": NAME runs to the first "]", which ": " must follow.
+    thrd = gather(data, p4 + 1, end - p4 - 1, len(_THRD))
+    is_thrd = np.all(thrd == _THRD, axis=1)
+    close = _next_at(np.flatnonzero(data == ord("]")), p4 + 8)
+    has_thrd = is_thrd & (close + 2 < end) & (_byte(data, close + 1) == ord(":")) & (_byte(data, close + 2) == ord(" "))
+    rest = np.where(has_thrd, close + 3, p4 + 2)
+    # "BROKER: ": the first word, if it ends in ":".
+    space = _next_at(np.flatnonzero(data == ord(" ")), rest)
+    cand = (space < end) & (space - 1 > rest) & (_byte(data, space - 1) == ord(":"))
+    rows = out[idx]
+    rows[:, OK] = 1
+    rows[:, MS], rows[:, P2], rows[:, P3], rows[:, P4] = ms, p2, p3, p4
+    rows[:, THRD], rows[:, REST], rows[:, CAND] = has_thrd, rest, cand
+    # Where there is no "]" or " " in the line, the compiled scan says -1.
+    rows[:, CLOSE] = np.where(is_thrd & (close < end), close, -1)
+    rows[:, SPACE] = np.where(space < end, space, -1)
+    out[idx] = rows
+    return out

@@ -1,0 +1,138 @@
+"""The compiled scans (parsers/_scan.c) give what their reference gives.
+
+``kdiag.parsers.scan`` runs each scan in C where pip built it, else in
+numpy and Arrow: the reference. Both are run here on real logs, on the
+lines bent where the byte arithmetic could go wrong (test_parse_fast), on
+random lines, and on arrays that start inside their buffers (a slice), and
+the parser's whole table is compared both ways.
+"""
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kdiag.ingest.lines import iter_line_chunks
+from kdiag.parsers import scan
+from kdiag.parsers.rdkafka_log import RdkafkaLogParser
+from test_parse_fast import BENT, LOGS
+
+pytestmark = pytest.mark.skipif(not scan.COMPILED and not os.environ.get("CI"),
+                                reason="kdiag's compiled scans were not built here (no C compiler at install)")
+
+
+def test_ci_builds_the_compiled_scans():
+    # CI installs with the compiler setup.sh provides: it must not fall back.
+    assert scan.COMPILED
+
+
+def _cut_same(lines: pa.Array) -> None:
+    c, ref = scan.rdkafka_plain_cut(lines, True), scan.rdkafka_plain_cut(lines, False)
+    bad = np.flatnonzero((c != ref).any(axis=1))
+    assert not len(bad), [(lines[int(i)].as_py(), c[i].tolist(), ref[i].tolist()) for i in bad[:3]]
+
+
+def _mangle_superset(lines: pa.Array) -> None:
+    c, ref = scan.mangle_candidates(lines, True), scan.mangle_candidates(lines, False)
+    missed = np.flatnonzero(ref & ~c)
+    assert not len(missed), [lines[int(i)].as_py() for i in missed[:3]]
+
+
+def _table_same(lines: pa.Array, monkeypatch) -> None:
+    got = RdkafkaLogParser().feed(lines, 1)
+    with monkeypatch.context() as m:
+        m.setattr(scan, "COMPILED", False)
+        ref_parser = RdkafkaLogParser()
+        ref = ref_parser.feed(lines, 1)
+    assert got.equals(ref)
+
+
+@pytest.mark.parametrize("path", LOGS, ids=lambda p: p.parent.name + "/" + p.name)
+def test_real_logs(path, monkeypatch):
+    for chunk in iter_line_chunks(path):
+        _cut_same(chunk.lines)
+        _mangle_superset(chunk.lines)
+        _table_same(chunk.lines, monkeypatch)
+
+
+def test_bent_lines_and_slices(monkeypatch):
+    lines = pa.array(BENT * 3, pa.string())
+    _cut_same(lines)
+    _mangle_superset(lines)
+    _table_same(lines, monkeypatch)
+    for lo in (1, 5, len(BENT) + 3):
+        part = lines.slice(lo, len(BENT))
+        _cut_same(part)
+        _mangle_superset(part)
+        _table_same(part, monkeypatch)
+    _cut_same(pa.array([], pa.string()))
+    _cut_same(pa.array(["", "", "%"], pa.string()))
+
+
+def test_mangled_lines_are_flagged():
+    lines = pa.array(["> %7|1.000|A|c| x", "  >> x", "\u2003> x", "a &lt; b", "`x`", "[a](http://b)", "a\u00a0b",
+                      "plain line", "%7|1795334606.649|SEND|c| [thrd:a]: x"], pa.string())
+    got = scan.mangle_candidates(lines, True).tolist()
+    assert got == [True] * 7 + [False, False]
+
+
+_ALPHABET = st.sampled_from(list("%|[]: /.0123456789abc#-_\t<>&`(\u00a0\u2003") +
+                            ["thrd:", "ssl://", "Sent ", "](", "é"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, len(BENT) - 1), min_size=1, max_size=6),
+       st.lists(st.tuples(st.integers(0, 200), st.lists(_ALPHABET, max_size=4).map("".join)), max_size=4),
+       st.integers(0, 3))
+def test_mutated_lines(picks, edits, lo):
+    lines = []
+    for i, (at, ins) in zip(picks, edits + [(0, "")] * len(picks)):
+        line = BENT[i]
+        at = min(at, len(line))
+        lines.append(line[:at] + ins + line[at + len(ins):])
+    arr = pa.array(["x"] * lo + lines, pa.string()).slice(lo)
+    _cut_same(arr)
+    _mangle_superset(arr)
+
+
+def test_random_bytes_lines(monkeypatch):
+    rng = random.Random(3)
+    pieces = ["%7|", "1795334606.649", "|", "SEND", "rdkafka#producer-1", " [thrd:", "]: ", "ssl://h:1/2", ": ",
+              " ", "]", "<", "&amp;", "`", "](", "\u00a0", ">", "Sent ProduceRequest (v1, 5 bytes, CorrId 1)"]
+    lines = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 12))) for _ in range(5000)]
+    arr = pa.array(lines, pa.string())
+    _cut_same(arr)
+    _mangle_superset(arr)
+    _table_same(arr, monkeypatch)
+
+
+def test_short_buffers_are_refused():
+    from kdiag.parsers import _scan
+
+    lines = pa.array(["%7|1795334606.649|SEND|c| x"], pa.string())
+    off, first, n, data = scan._buffers(lines)
+    with pytest.raises(ValueError):
+        _scan.rdkafka_plain_cut(off, first, n + 5, data, np.zeros((n + 5, scan.FIELDS), np.int64))
+    with pytest.raises(ValueError):
+        _scan.mangle_candidates(off, first, n, data, np.zeros(0, np.uint8))
+
+
+def test_a_field_cut_at_the_line_end_does_not_borrow_the_next_line(monkeypatch):
+    # Each line ends where the byte arithmetic looks one or two bytes on;
+    # the next line starts with what it would look for.
+    lines = []
+    for cut in ("%7|1795334606.649|SEND|c|", "%7|1795334606.649|SEND|c| [thrd:a]", "%7|1795334606.649|SEND|c| [thrd:a]:",
+                "%7|1795334606.649|SEND|c| [thrd:a]: ssl://h:1/2", "%7|1795334606.649|SEND|c| [thrd:a]: ssl://h:1/2:",
+                "%7|1795334606.649", "%7|1795334606.649|", "x <", "x ]", "x \u00c2"):
+        for nxt in (" ", ": ", " x", ": x", "|", "(", "\u00a0"):
+            lines += [cut, nxt + "ssl://h:1/2: Sent x"]
+    arr = pa.array(lines, pa.string())
+    _cut_same(arr)
+    _mangle_superset(arr)
+    assert not scan.mangle_candidates(pa.array(["x ]", "(y"], pa.string()), True).any()
+    _table_same(arr, monkeypatch)
