@@ -55,6 +55,28 @@ def mangle_candidates(lines: pa.Array, compiled: bool | None = None) -> np.ndarr
     return cheap
 
 
+def needle_flags(lines: pa.Array, needles: list[tuple[str, bool]], compiled: bool | None = None) -> np.ndarray:
+    """uint32 a line: bit k set where needles[k] = (text, anywhere) begins
+    the line (anywhere false) or stands in it (true). At most 32."""
+    if not 0 < len(needles) <= 32 or any(not t for t, _ in needles):
+        raise ValueError("needle_flags: 1 to 32 needles, none empty")
+    if _use(compiled):
+        out = np.zeros(len(lines), dtype=np.uint32)
+        if len(lines):
+            _scan.needle_flags(*_buffers(lines), out, tuple(t.encode() for t, _ in needles),
+                               bytes(bool(a) for _, a in needles))
+        if lines.null_count:   # a null's offsets may span bytes all the same
+            out[~np.asarray(pc.is_valid(lines))] = 0
+        return out
+    from kdiag.parsers.rdkafka_log.columns import _mask
+
+    out = np.zeros(len(lines), dtype=np.uint32)
+    for k, (text, anywhere) in enumerate(needles):
+        hit = _mask((pc.match_substring if anywhere else pc.starts_with)(lines, text))
+        out[hit] |= np.uint32(1 << k)
+    return out
+
+
 def rdkafka_plain_cut(lines: pa.Array, compiled: bool | None = None) -> np.ndarray:
     """n x FIELDS int64: each line cut as librdkafka's stderr format lays it
     out (see _scan.c); row[OK] 0 where it is not of that shape."""

@@ -136,3 +136,27 @@ def test_a_field_cut_at_the_line_end_does_not_borrow_the_next_line(monkeypatch):
     _mangle_superset(arr)
     assert not scan.mangle_candidates(pa.array(["x ]", "(y"], pa.string()), True).any()
     _table_same(arr, monkeypatch)
+
+
+def test_needle_flags():
+    from kdiag.parsers.rdkafka_log.parser import _NEEDLES
+    from kdiag.parsers.rdkafka_log.patterns import _ANYWHERE
+
+    needles = [(prefix, name in _ANYWHERE) for name, prefix in _NEEDLES] + [("é", True), ("x", False)]
+    texts = [prefix + " tail" for _, prefix in _NEEDLES] + [
+        "topic [0]: Produce MessageSet with 1 message(s)", "a [1] 3 message(s) in xmit queue (1 added",
+        "Sent", "", "xé", "Timed out 1 in-flight", None, "ProduceRequest failed: x: actions y"]
+    rng = random.Random(5)
+    texts += ["".join(rng.choice(["Sent ", "Sen", "x", "é", " in xmit queue", "Request failed: ", "MessageSet with "])
+                      for _ in range(rng.randint(0, 5))) for _ in range(3000)]
+    arr = pa.array(texts, pa.string())
+    for part in (arr, arr.slice(3), arr.slice(7, 40)):
+        got, ref = scan.needle_flags(part, needles, True), scan.needle_flags(part, needles, False)
+        assert (got == ref).all()
+    assert scan.needle_flags(arr, needles, True)[: len(_NEEDLES)].astype(bool).all()
+    # A null whose offsets span bytes (an array built from buffers) flags nothing.
+    odd = pa.Array.from_buffers(pa.string(), 2, [pa.py_buffer(bytes([0b10])), pa.py_buffer(
+        np.array([0, 5, 10], np.int32)), pa.py_buffer(b"Sent Sent ")])
+    assert scan.needle_flags(odd, [("Sent", False)], True).tolist() == [0, 1]
+    with pytest.raises(ValueError):
+        scan.needle_flags(arr, [("", False)])

@@ -5,6 +5,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kdiag.parsers import scan
 from kdiag.parsers.base import ParseCounts
 from kdiag.parsers.rdkafka_log.columns import (
     _as,
@@ -52,6 +53,8 @@ from kdiag.parsers.rdkafka_log.wrapped import unmangle, unquoted, wrapped
 
 
 _FAIL_TEXT = r"^[0-9]+ request\(s\) timed out"
+# The events found by a prefix (or a substring: _ANYWHERE) of the text.
+_NEEDLES = [(name, prefix) for name, prefix, _ in _EVENTS if name not in _BY_FACILITY]
 
 
 class RdkafkaLogParser:
@@ -299,17 +302,17 @@ class RdkafkaLogParser:
         names = ["other"]
         rows: list[np.ndarray] = []
         found: list[pa.StructArray] = []
+        # Every prefix test in one pass over the texts: bit k for _NEEDLES[k].
+        flags = scan.needle_flags(text, [(prefix, name in _ANYWHERE) for name, prefix in _NEEDLES])
         for name, prefix, pattern in _EVENTS:
             if name in _BY_FACILITY:
                 # A wrapper may drop the facility: the timeout's own words then.
                 fac_is = pc.fill_null(pc.equal(cols["facility"], _BY_FACILITY[name]), False)
-                found_at = pc.and_(pc.or_(fac_is, pc.fill_null(pc.match_substring_regex(text, _FAIL_TEXT), False)),
-                                   pa.array(codes == 0))
-            elif name in _ANYWHERE:
-                found_at = pc.match_substring(text, prefix)
+                found_at = _mask(pc.and_(pc.or_(fac_is, pc.fill_null(pc.match_substring_regex(text, _FAIL_TEXT), False)),
+                                         pa.array(codes == 0)))
             else:
-                found_at = pc.starts_with(text, prefix)
-            idx = np.flatnonzero(_mask(found_at))
+                found_at = flags & np.uint32(1 << _NEEDLES.index((name, prefix)))
+            idx = np.flatnonzero(found_at)
             if not len(idx):
                 continue
             got, hit = _extract_event(text.take(idx), name, pattern, self.fast)
