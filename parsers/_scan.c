@@ -91,6 +91,27 @@ static PyObject *mangle_candidates(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* fence_candidates(offsets, first, n, data, out uint8[n]): 1 for each line
+ * whose first bytes past any control character or space are "```" or
+ * "~~~": a superset of the lines strace/markup.fences' regex
+ * (^\s*(?:```|~~~)[^`]*$) matches, which then decides on these alone. */
+static PyObject *fence_candidates(PyObject *self, PyObject *args)
+{
+    Lines L;
+    if (lines_open(args, &L, 1, 1) < 0) { lines_close(&L); return NULL; }
+    uint8_t *out = (uint8_t *)L.out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < L.n; i++) {
+        int64_t k = L.o[i], e = L.o[i + 1];
+        while (k < e && L.d[k] <= 0x20) k++;
+        out[i] = e - k >= 3 && ((L.d[k] == '`' && L.d[k + 1] == '`' && L.d[k + 2] == '`')
+                                || (L.d[k] == '~' && L.d[k + 1] == '~' && L.d[k + 2] == '~'));
+    }
+    Py_END_ALLOW_THREADS
+    lines_close(&L);
+    Py_RETURN_NONE;
+}
+
 /* Fields of rdkafka_plain_cut's rows, as parsers/scan.py names them. */
 enum { P_OK, P_MS, P_P2, P_P3, P_P4, P_THRD, P_CLOSE, P_REST, P_CAND, P_SPACE, P_FIELDS };
 
@@ -215,6 +236,7 @@ static PyObject *needle_flags(PyObject *self, PyObject *args)
 static PyMethodDef methods[] = {
     {"mangle_candidates", mangle_candidates, METH_VARARGS, "Lines chat or markdown may have changed."},
     {"rdkafka_plain_cut", rdkafka_plain_cut, METH_VARARGS, "librdkafka stderr lines cut by byte position."},
+    {"fence_candidates", fence_candidates, METH_VARARGS, "Lines that may be markdown code fences."},
     {"needle_flags", needle_flags, METH_VARARGS, "Which needles begin, or stand in, each line."},
     {NULL, NULL, 0, NULL},
 };

@@ -77,6 +77,20 @@ def needle_flags(lines: pa.Array, needles: list[tuple[str, bool]], compiled: boo
     return out
 
 
+def fence_candidates(lines: pa.Array, compiled: bool | None = None) -> np.ndarray:
+    """Which lines may be markdown code fences: the compiled scan flags a
+    superset of what strace.markup's fence pattern matches (see _scan.c),
+    the reference exactly those."""
+    if _use(compiled):
+        out = np.zeros(len(lines), dtype=np.uint8)
+        if len(lines):
+            _scan.fence_candidates(*_buffers(lines), out)
+        return out.view(bool)
+    from kdiag.parsers.strace.markup import _FENCE
+
+    return np.asarray(pc.match_substring_regex(lines, _FENCE).fill_null(False))
+
+
 def rdkafka_plain_cut(lines: pa.Array, compiled: bool | None = None) -> np.ndarray:
     """n x FIELDS int64: each line cut as librdkafka's stderr format lays it
     out (see _scan.c); row[OK] 0 where it is not of that shape."""

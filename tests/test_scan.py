@@ -160,3 +160,18 @@ def test_needle_flags():
     assert scan.needle_flags(odd, [("Sent", False)], True).tolist() == [0, 1]
     with pytest.raises(ValueError):
         scan.needle_flags(arr, [("", False)])
+
+
+def test_fence_candidates():
+    from kdiag.parsers.strace.markup import fences
+
+    lines = ["```", "  ```text", "~~~", "\t~~~ x", "``", "`` `", "x ```", "```a`b", "~~", " \u00a0```", "```\u00e9",
+             "", "12345 1795315014.558913 write(2, \"```\", 3) = 3"]
+    rng = random.Random(9)
+    lines += ["".join(rng.choice([" ", "\t", "`", "~", "x", "é"]) for _ in range(rng.randint(0, 6))) for _ in range(3000)]
+    arr = pa.array(lines, pa.string())
+    for part in (arr, arr.slice(2), arr.slice(5, 100)):
+        got, ref = scan.fence_candidates(part, True), scan.fence_candidates(part, False)
+        assert not (ref & ~got).any()
+    want = scan.fence_candidates(arr, False)
+    assert (fences(arr) == want).all() and want[:4].all() and not want[4:9].any()

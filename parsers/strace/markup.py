@@ -41,7 +41,14 @@ def fences(lines: pa.Array) -> np.ndarray:
     """Which lines are code fences."""
     if not len(lines):
         return np.zeros(0, dtype=bool)
-    return np.asarray(pc.match_substring_regex(lines, _FENCE).fill_null(False))
+    from kdiag.parsers import scan
+
+    cand = scan.fence_candidates(lines)
+    out = np.zeros(len(lines), dtype=bool)
+    if cand.any():   # the pattern decides, on the few candidates
+        idx = np.flatnonzero(cand)
+        out[idx] = np.asarray(pc.match_substring_regex(lines.take(pa.array(idx)), _FENCE).fill_null(False))
+    return out
 
 
 def _shape(row: dict) -> tuple:
