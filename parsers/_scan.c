@@ -233,9 +233,80 @@ static PyObject *needle_flags(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* Bytes [p, e) are UTF-8 as RFC 3629 has it (what Arrow's full validation
+ * accepts): no overlong forms, no surrogates, nothing past U+10FFFF. */
+static int utf8_ok(const uint8_t *p, const uint8_t *e)
+{
+    while (p < e) {
+        if (e - p >= 8) {   /* eight ASCII bytes at once */
+            uint64_t w;
+            memcpy(&w, p, 8);
+            if (!(w & 0x8080808080808080ULL)) { p += 8; continue; }
+        }
+        uint8_t c = *p;
+        if (c < 0x80) { p++; continue; }
+        Py_ssize_t len;
+        uint8_t lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) len = 2;
+        else if (c >= 0xE0 && c <= 0xEF) { len = 3; if (c == 0xE0) lo = 0xA0; else if (c == 0xED) hi = 0x9F; }
+        else if (c >= 0xF0 && c <= 0xF4) { len = 4; if (c == 0xF0) lo = 0x90; else if (c == 0xF4) hi = 0x8F; }
+        else return 0;
+        if (e - p < len || p[1] < lo || p[1] > hi) return 0;
+        for (Py_ssize_t k = 2; k < len; k++)
+            if ((p[k] & 0xC0) != 0x80) return 0;
+        p += len;
+    }
+    return 1;
+}
+
+/* split_lines(block, data_out uint8[len(block)], offsets_out int32[count("\n") + 2])
+ * -> (lines, data bytes, longest line, is UTF-8): the block's lines as an
+ * Arrow string array's buffers, each line without its "\n" and a "\r"
+ * before it, as kdiag/ingest/lines._to_chunk makes them with numpy. The
+ * longest line is measured with its "\r". */
+static PyObject *split_lines(PyObject *self, PyObject *args)
+{
+    Py_buffer in = {0}, data = {0}, offs = {0};
+    if (!PyArg_ParseTuple(args, "y*w*w*", &in, &data, &offs))
+        return NULL;
+    const uint8_t *b = (const uint8_t *)in.buf;
+    uint8_t *out = (uint8_t *)data.buf;
+    int32_t *o = (int32_t *)offs.buf;
+    Py_ssize_t len = in.len, cap = offs.len / (Py_ssize_t)sizeof(int32_t), n = 0, at = 0, longest = 0;
+    int ok = 1, fits = len <= INT32_MAX && data.len >= len;
+    if (fits) {
+        Py_BEGIN_ALLOW_THREADS
+        Py_ssize_t s = 0;
+        o[0] = 0;
+        for (;;) {
+            const uint8_t *nl = s < len ? memchr(b + s, '\n', (size_t)(len - s)) : NULL;
+            Py_ssize_t e = nl ? (Py_ssize_t)(nl - b) : len;
+            if (n + 2 > cap) { fits = 0; break; }
+            Py_ssize_t keep = e - s - (e > s && b[e - 1] == '\r');
+            if (e - s > longest) longest = e - s;
+            memcpy(out + at, b + s, (size_t)keep);
+            if (ok) ok = utf8_ok(out + at, out + at + keep);
+            at += keep;
+            o[++n] = (int32_t)at;
+            if (!nl) break;
+            s = e + 1;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&in);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&offs);
+    if (!fits) {
+        PyErr_SetString(PyExc_ValueError, "split_lines: output buffers too small, or a block past 2 GiB");
+        return NULL;
+    }
+    return Py_BuildValue("nnnO", n, at, longest, ok ? Py_True : Py_False);
+}
+
 static PyMethodDef methods[] = {
     {"mangle_candidates", mangle_candidates, METH_VARARGS, "Lines chat or markdown may have changed."},
     {"rdkafka_plain_cut", rdkafka_plain_cut, METH_VARARGS, "librdkafka stderr lines cut by byte position."},
+    {"split_lines", split_lines, METH_VARARGS, "A block's lines as an Arrow string array's buffers."},
     {"fence_candidates", fence_candidates, METH_VARARGS, "Lines that may be markdown code fences."},
     {"needle_flags", needle_flags, METH_VARARGS, "Which needles begin, or stand in, each line."},
     {NULL, NULL, 0, NULL},

@@ -37,6 +37,42 @@ def _buffers(lines: pa.Array):
     return bufs[1], lines.offset, len(lines), data
 
 
+def split_lines(block: bytes, compiled: bool | None = None) -> tuple[pa.Array | None, int]:
+    """(the block's lines as a string array, each without its "\n" and a
+    "\r" before it, or None when the block is not UTF-8; the longest
+    line's bytes, its "\r" counted)."""
+    if _use(compiled):
+        data = np.empty(len(block), dtype=np.uint8)
+        offsets = np.empty(block.count(b"\n") + 2, dtype=np.int32)
+        n, size, longest, utf8 = _scan.split_lines(block, data, offsets)
+        if not utf8:
+            return None, longest
+        return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets[:n + 1]),
+                                                      pa.py_buffer(data[:size])]), longest
+    buf = np.frombuffer(block, dtype=np.uint8)
+    nl = np.flatnonzero(buf == 10)
+    n = len(nl) + 1
+    ends = np.empty(n, dtype=np.int64)
+    ends[:-1] = nl
+    ends[-1] = len(buf)
+    starts = np.empty(n, dtype=np.int64)
+    starts[0] = 0
+    starts[1:] = nl + 1
+    # A CRLF line's "\r" goes with its "\n".
+    cr = ends > starts
+    cr[cr] = buf[ends[cr] - 1] == 13
+    drop = nl if not cr.any() else np.sort(np.concatenate([nl, ends[cr] - 1]))
+    data = np.delete(buf, drop)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(ends - starts - cr, out=offsets[1:])
+    lines = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    try:
+        lines.validate(full=True)
+    except pa.ArrowInvalid:
+        lines = None
+    return lines, int((ends - starts).max())
+
+
 def mangle_candidates(lines: pa.Array, compiled: bool | None = None) -> np.ndarray:
     """Which lines chat or markdown may have changed (rdkafka_log.wrapped.
     unmangle runs its regex on these). The compiled scan flags a superset of

@@ -175,3 +175,38 @@ def test_fence_candidates():
         assert not (ref & ~got).any()
     want = scan.fence_candidates(arr, False)
     assert (fences(arr) == want).all() and want[:4].all() and not want[4:9].any()
+
+
+def _lines_same(block: bytes) -> None:
+    got, got_long = scan.split_lines(block, True)
+    ref, ref_long = scan.split_lines(block, False)
+    assert got_long == ref_long
+    assert (got is None) == (ref is None), (block[:80], got is None)
+    if got is not None:
+        got.validate(full=True)
+        assert got.equals(ref), (block[:80], got.to_pylist()[:3], ref.to_pylist()[:3])
+
+
+def test_split_lines():
+    for block in (b"", b"\n", b"\r\n", b"a", b"a\n", b"a\r\nb\r", b"\r", b"a\n\nb\n\r\n", "é\nx".encode(),
+                  b"\xff\n", b"a\n\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc0\x80", b"\xe0\x9f\xbf",
+                  b"\xf0\x8f\xbf\xbf", "\U0010ffff\n\u07ff\u0800\uffff".encode(), b"12345678\x80abcdefg", b"1234567\x80abcdefgh",
+                  b"abcdefghijklmno\xff", b"\xffbcdefghijklmnop"):
+        _lines_same(block)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.one_of(st.binary(max_size=12), st.sampled_from([b"\n", b"\r\n", b"\r", "é€😀".encode(), b"abcdefghij"])),
+                max_size=30).map(b"".join))
+def test_split_lines_random(block):
+    _lines_same(block)
+
+
+def test_a_file_reads_the_same_both_ways(tmp_path, monkeypatch):
+    from kdiag.ingest.lines import iter_line_chunks
+
+    path = LOGS[0]
+    got = [c.lines for c in iter_line_chunks(path, 4096)]
+    monkeypatch.setattr(scan, "COMPILED", False)
+    ref = [c.lines for c in iter_line_chunks(path, 4096)]
+    assert len(got) == len(ref) and all(a.equals(b) for a, b in zip(got, ref))

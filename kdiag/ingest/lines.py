@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-import numpy as np
 import pyarrow as pa
 
 CHUNK_BYTES = 16 << 20
@@ -64,33 +63,14 @@ def iter_line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Chu
 
 
 def _to_chunk(block: bytes, first_line_no: int) -> Chunk:
-    """The block's lines as one Arrow string array, built with numpy over
-    the block's own bytes: decoding to Python strings and back costs five
-    times as much. Falls back to that only for a block with a line too long
-    or bytes that are not UTF-8."""
-    buf = np.frombuffer(block, dtype=np.uint8)
-    nl = np.flatnonzero(buf == 10)
-    n = len(nl) + 1
-    ends = np.empty(n, dtype=np.int64)
-    ends[:-1] = nl
-    ends[-1] = len(buf)
-    starts = np.empty(n, dtype=np.int64)
-    starts[0] = 0
-    starts[1:] = nl + 1
-    if n and (ends - starts).max() > MAX_LINE_BYTES:
-        return _to_chunk_slow(block, first_line_no)
-    # A CRLF line's "\r" goes with its "\n".
-    cr = ends > starts
-    cr[cr] = buf[ends[cr] - 1] == 13
-    drop = nl if not cr.any() else np.sort(np.concatenate([nl, ends[cr] - 1]))
-    data = np.delete(buf, drop)
-    lengths = ends - starts - cr
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    lines = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-    try:
-        lines.validate(full=True)
-    except pa.ArrowInvalid:
+    """The block's lines as one Arrow string array, built over the block's
+    own bytes (``scan.split_lines``, compiled where built): decoding to
+    Python strings and back costs five times as much. Falls back to that
+    only for a block with a line too long or bytes that are not UTF-8."""
+    from kdiag.parsers import scan
+
+    lines, longest = scan.split_lines(block)
+    if lines is None or longest > MAX_LINE_BYTES:
         return _to_chunk_slow(block, first_line_no)
     return Chunk(first_line_no, lines, 0)
 
