@@ -303,9 +303,129 @@ static PyObject *split_lines(PyObject *self, PyObject *args)
     return Py_BuildValue("nnnO", n, at, longest, ok ? Py_True : Py_False);
 }
 
+/* Digits at d[k..e): how many (stopping at max + 1), their value in *v. */
+static inline int64_t digits(const uint8_t *d, int64_t k, int64_t e, int64_t max, int64_t *v)
+{
+    int64_t n = 0, x = 0;
+    while (k + n < e && n <= max && d[k + n] >= '0' && d[k + n] <= '9') { x = x * 10 + (d[k + n] - '0'); n++; }
+    *v = x;
+    return n;
+}
+
+static inline int starts(const uint8_t *d, int64_t k, int64_t e, const char *lit)
+{
+    size_t n = strlen(lit);
+    return e - k >= (int64_t)n && memcmp(d + k, lit, n) == 0;
+}
+
+/* Fields of sent_received's rows. */
+enum { S_OK, S_REQ, S_REQ_END, S_API, S_API_OK, S_SIZE, S_CORR, S_RTT_OK, S_RTT_N, S_RTT_F, S_FIELDS };
+
+/* sent_received(offsets, first, n, data, out int64[n, S_FIELDS], recv):
+ * librdkafka's request lines, as rdkafka_broker.c prints them:
+ *   send: "Sent %sRequest (v%hd, %zu bytes @ %zu, CorrId %d)" (no "v%hd, "
+ *         before v0.8.5, no " @ %zu" before v0.9.2)
+ *   recv: "Received %sResponse (v%hd, %zu bytes, CorrId %d, rtt %.2fms)"
+ *         (no "v%hd, " and no rtt before v0.8.5)
+ * read as rdkafka_log/patterns._EVENTS' "send" and "recv" patterns read them
+ * (their digit counts included). OK is 1 only where the text is surely one
+ * and every value is exact here: the rtt as RTT_N / 10^RTT_F while RTT_N
+ * is below 2^53. Any other text is left to the pattern (OK 0). */
+static PyObject *sent_received(PyObject *self, PyObject *args)
+{
+    Lines L;
+    int recv;
+    memset(&L, 0, sizeof L);
+    if (!PyArg_ParseTuple(args, "y*nny*w*p", &L.off, &L.first, &L.n, &L.data, &L.out, &recv)) {
+        lines_close(&L);
+        return NULL;
+    }
+    if (L.first < 0 || L.n < 0 || L.off.len < (L.first + L.n + 1) * (Py_ssize_t)sizeof(int32_t)
+        || L.out.len < L.n * S_FIELDS * (Py_ssize_t)sizeof(int64_t)) {
+        lines_close(&L);
+        PyErr_SetString(PyExc_ValueError, "sent_received: buffers too small for the lines asked for");
+        return NULL;
+    }
+    L.o = (const int32_t *)L.off.buf + L.first;
+    L.d = (const uint8_t *)L.data.buf;
+    if (L.n && (L.o[0] < 0 || L.o[L.n] > L.data.len || L.o[0] > L.o[L.n])) {
+        lines_close(&L);
+        PyErr_SetString(PyExc_ValueError, "sent_received: offsets outside the data buffer");
+        return NULL;
+    }
+    const char *head = recv ? "Received " : "Sent ", *suffix = recv ? "Response" : "Request";
+    int64_t slen = recv ? 8 : 7;
+    int64_t *out = (int64_t *)L.out.buf;
+    const uint8_t *d = L.d;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < L.n; i++) {
+        int64_t *r = out + i * S_FIELDS, s = L.o[i], e = L.o[i + 1], k, v, m;
+        memset(r, 0, S_FIELDS * sizeof *r);
+        if (!starts(d, s, e, head)) continue;
+        k = s + (int64_t)strlen(head);
+        int64_t w = k;   /* the API name and its suffix: letters up to " (" */
+        while (w < e && ((d[w] >= 'A' && d[w] <= 'Z') || (d[w] >= 'a' && d[w] <= 'z'))) w++;
+        if (w - k <= slen || memcmp(d + w - slen, suffix, (size_t)slen) != 0 || !starts(d, w, e, " ("))
+            continue;
+        r[S_REQ] = k;
+        r[S_REQ_END] = w - slen;
+        k = w + 2;
+        if (k < e && d[k] == 'v') {
+            m = digits(d, k + 1, e, 4, &v);
+            if (m < 1 || m > 4 || !starts(d, k + 1 + m, e, ", ")) continue;
+            r[S_API] = v;
+            r[S_API_OK] = 1;
+            k += 1 + m + 2;
+        }
+        m = digits(d, k, e, 18, &v);
+        if (m < 1 || m > 18 || !starts(d, k + m, e, " bytes")) continue;
+        r[S_SIZE] = v;
+        k += m + 6;
+        if (!recv && starts(d, k, e, " @ ")) {
+            m = digits(d, k + 3, e, 19, &v);
+            if (m < 1) continue;
+            k += 3 + m;
+            while (k < e && d[k] >= '0' && d[k] <= '9') k++;   /* "[0-9]+": any length */
+        }
+        if (!starts(d, k, e, ", CorrId ")) continue;
+        k += 9;
+        int neg = k < e && d[k] == '-';
+        m = digits(d, k + neg, e, 10, &v);
+        if (m < 1 || m > 10) continue;
+        r[S_CORR] = neg ? -v : v;
+        k += neg + m;
+        if (recv && starts(d, k, e, ", rtt ")) {
+            int64_t ip, fp = 0, f = 0;
+            m = digits(d, k + 6, e, 12, &ip);
+            if (m < 1 || m > 12) continue;
+            k += 6 + m;
+            if (k < e && d[k] == '.') {
+                f = digits(d, k + 1, e, 6, &fp);
+                if (f < 1 || f > 6) continue;
+                k += 1 + f;
+            }
+            if (!starts(d, k, e, "ms)")) continue;
+            int64_t scale = 1;
+            for (int64_t j = 0; j < f; j++) scale *= 10;
+            int64_t num = ip * scale + fp;
+            if (num >= ((int64_t)1 << 53)) continue;   /* not exact as a double: the pattern's */
+            r[S_RTT_OK] = 1;
+            r[S_RTT_N] = num;
+            r[S_RTT_F] = f;
+        } else if (!starts(d, k, e, ")")) {
+            continue;
+        }
+        r[S_OK] = 1;
+    }
+    Py_END_ALLOW_THREADS
+    lines_close(&L);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"mangle_candidates", mangle_candidates, METH_VARARGS, "Lines chat or markdown may have changed."},
     {"rdkafka_plain_cut", rdkafka_plain_cut, METH_VARARGS, "librdkafka stderr lines cut by byte position."},
+    {"sent_received", sent_received, METH_VARARGS, "librdkafka's Sent and Received lines read."},
     {"split_lines", split_lines, METH_VARARGS, "A block's lines as an Arrow string array's buffers."},
     {"fence_candidates", fence_candidates, METH_VARARGS, "Lines that may be markdown code fences."},
     {"needle_flags", needle_flags, METH_VARARGS, "Which needles begin, or stand in, each line."},

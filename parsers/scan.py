@@ -17,6 +17,9 @@ except ImportError:   # no compiler where kdiag was installed: the reference run
 
 COMPILED = _scan is not None
 
+# The columns of sent_received's rows (see _scan.c).
+S_OK, S_REQ, S_REQ_END, S_API, S_API_OK, S_SIZE, S_CORR, S_RTT_OK, S_RTT_N, S_RTT_F = range(10)
+S_FIELDS = 10
 # The columns of rdkafka_plain_cut's rows (see _scan.c).
 OK, MS, P2, P3, P4, THRD, CLOSE, REST, CAND, SPACE = range(10)
 FIELDS = 10
@@ -125,6 +128,19 @@ def fence_candidates(lines: pa.Array, compiled: bool | None = None) -> np.ndarra
     from kdiag.parsers.strace.markup import _FENCE
 
     return np.asarray(pc.match_substring_regex(lines, _FENCE).fill_null(False))
+
+
+def sent_received(texts: pa.Array, recv: bool) -> np.ndarray | None:
+    """n x S_FIELDS int64: librdkafka's Sent (``recv`` false) or Received
+    lines read (see _scan.c); row[S_OK] 0 where the text is left to the
+    event's pattern. None where the compiled scans were not built: the
+    pattern reads every line (the reference)."""
+    if not COMPILED:
+        return None
+    out = np.zeros((len(texts), S_FIELDS), dtype=np.int64)
+    if len(texts):
+        _scan.sent_received(*_buffers(texts), out, recv)
+    return out
 
 
 def rdkafka_plain_cut(lines: pa.Array, compiled: bool | None = None) -> np.ndarray:

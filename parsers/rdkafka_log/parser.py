@@ -53,8 +53,51 @@ from kdiag.parsers.rdkafka_log.wrapped import unmangle, unquoted, wrapped
 
 
 _FAIL_TEXT = r"^[0-9]+ request\(s\) timed out"
+# Events read by the compiled scans where built (scan.sent_received), their
+# patterns reading what those leave.
+_READ_COMPILED = ("send", "recv")
 # The events found by a prefix (or a substring: _ANYWHERE) of the text.
 _NEEDLES = [(name, prefix) for name, prefix, _ in _EVENTS if name not in _BY_FACILITY]
+
+
+def _sent_received(texts: pa.Array, name: str, pattern: str) -> tuple[pa.StructArray, np.ndarray]:
+    """The Sent or Received lines' fields, typed as the table has them (what
+    _typed makes of the pattern's captures), optional groups null; read by
+    the compiled scan, and by the pattern where it leaves a line."""
+    cut = scan.sent_received(texts, name == "recv")
+    names = ["request", "api_version", "size_bytes", "corr_id"] + (["rtt_ms"] if name == "recv" else [])
+    types = [SCHEMA.field(f).type for f in names]
+    done = np.zeros(len(texts), dtype=bool) if cut is None else cut[:, scan.S_OK] == 1
+    parts, where = [], []
+    if done.any():
+        c = cut[done]
+        off = np.frombuffer(texts.buffers()[1], dtype=np.int32, count=len(texts) + 1, offset=texts.offset * 4)
+        base = off[:-1][done].astype(np.int64)
+        from kdiag.parsers.strings import cut as cut_str
+
+        cols = {"request": cut_str(texts, np.flatnonzero(done), c[:, scan.S_REQ] - base, c[:, scan.S_REQ_END] - base),
+                "api_version": pa.array(c[:, scan.S_API], mask=c[:, scan.S_API_OK] == 0),
+                "size_bytes": pa.array(c[:, scan.S_SIZE]), "corr_id": pa.array(c[:, scan.S_CORR])}
+        if name == "recv":
+            cols["rtt_ms"] = pa.array(c[:, scan.S_RTT_N] / 10.0 ** c[:, scan.S_RTT_F], mask=c[:, scan.S_RTT_OK] == 0)
+        parts.append([_typed(cols[f], t) for f, t in zip(names, types)])
+        where.append(np.flatnonzero(done))
+    rest = np.flatnonzero(~done)
+    hit = done.copy()
+    if len(rest):
+        got, ok = _extract_event(texts.take(pa.array(rest)), name, pattern, True)
+        keep = np.flatnonzero(ok)
+        got = got.filter(pa.array(ok))
+        parts.append([_typed(_opt(got, f) if f in _OPTIONAL[name] else _field(got, f), t) for f, t in zip(names, types)])
+        where.append(rest[keep])
+        hit[rest[keep]] = True
+    at = np.concatenate(where) if where else np.zeros(0, np.int64)
+    pos = np.full(len(texts), -1, dtype=np.int64)
+    pos[at] = np.arange(len(at))
+    take = pa.array(pos, mask=pos < 0)
+    arrays = [pa.concat_arrays([p[j] for p in parts]).take(take) if parts else pa.nulls(len(texts), types[j])
+              for j in range(len(names))]
+    return pa.StructArray.from_arrays(arrays, names=names, mask=pa.array(~hit)), hit
 
 
 class RdkafkaLogParser:
@@ -315,8 +358,11 @@ class RdkafkaLogParser:
             idx = np.flatnonzero(found_at)
             if not len(idx):
                 continue
-            got, hit = _extract_event(text.take(idx), name, pattern, self.fast)
-            if name in _OPTIONAL:
+            if name in _READ_COMPILED and self.fast:
+                got, hit = _sent_received(text.take(idx), name, pattern)
+            else:
+                got, hit = _extract_event(text.take(idx), name, pattern, self.fast)
+            if name in _OPTIONAL and (name not in _READ_COMPILED or not self.fast):
                 got = pa.StructArray.from_arrays(
                     [_opt(got, f) if f in _OPTIONAL[name] else _field(got, f) for f in got.type.names],
                     names=got.type.names, mask=pc.invert(pc.is_valid(got)))
