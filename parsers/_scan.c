@@ -422,10 +422,90 @@ static PyObject *sent_received(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* RE2's \s: what \S+ stops at. */
+static inline int re2_space(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\f' || c == '\r'; }
+
+/* Fields of topic_lines' rows. OK: 1 read, 2 surely not the event (the
+ * text is "TOPIC [PARTITION]: " and then something else), 0 unsure. */
+enum { T_OK, T_TOPIC, T_TOPIC_END, T_PART, T_MSGS, T_SIZE, T_FIELDS };
+
+/* topic_lines(offsets, first, n, data, out int64[n, T_FIELDS], msgset):
+ * the lines a partition's messages make, as rdkafka_msgset_writer.c and
+ * rdkafka_request.c print them:
+ *   produce: "%s [%"PRId32"]: Produce MessageSet with %i message(s) (%"PRIusz" bytes, ..."
+ *   msgset:  "%s [%"PRId32"]: MessageSet with %i message(s) (MsgId %"PRIu64", BaseSeq %"PRId32") delivered"
+ * read as the "produce" and "msgset" patterns of rdkafka_log/patterns read
+ * them; a MessageSet that met an error is left to the pattern. */
+static PyObject *topic_lines(PyObject *self, PyObject *args)
+{
+    Lines L;
+    int msgset;
+    memset(&L, 0, sizeof L);
+    if (!PyArg_ParseTuple(args, "y*nny*w*p", &L.off, &L.first, &L.n, &L.data, &L.out, &msgset)) {
+        lines_close(&L);
+        return NULL;
+    }
+    if (L.first < 0 || L.n < 0 || L.off.len < (L.first + L.n + 1) * (Py_ssize_t)sizeof(int32_t)
+        || L.out.len < L.n * T_FIELDS * (Py_ssize_t)sizeof(int64_t)) {
+        lines_close(&L);
+        PyErr_SetString(PyExc_ValueError, "topic_lines: buffers too small for the lines asked for");
+        return NULL;
+    }
+    L.o = (const int32_t *)L.off.buf + L.first;
+    L.d = (const uint8_t *)L.data.buf;
+    if (L.n && (L.o[0] < 0 || L.o[L.n] > L.data.len || L.o[0] > L.o[L.n])) {
+        lines_close(&L);
+        PyErr_SetString(PyExc_ValueError, "topic_lines: offsets outside the data buffer");
+        return NULL;
+    }
+    const char *what = msgset ? "MessageSet with " : "Produce MessageSet with ";
+    int64_t *out = (int64_t *)L.out.buf;
+    const uint8_t *d = L.d;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < L.n; i++) {
+        int64_t *r = out + i * T_FIELDS, s = L.o[i], e = L.o[i + 1], k = s, m, v;
+        memset(r, 0, T_FIELDS * sizeof *r);
+        while (k < e && !re2_space(d[k])) k++;
+        if (k == s || !starts(d, k, e, " [")) continue;
+        r[T_TOPIC] = s;
+        r[T_TOPIC_END] = k;
+        k += 2;
+        int neg = k < e && d[k] == '-';
+        m = digits(d, k + neg, e, 10, &v);
+        if (m < 1 || m > 10 || !starts(d, k + neg + m, e, "]: ")) continue;
+        r[T_PART] = neg ? -v : v;
+        k += neg + m + 3;
+        if (!starts(d, k, e, what)) { r[T_OK] = 2; continue; }
+        k += (int64_t)strlen(what);
+        m = digits(d, k, e, 9, &v);
+        if (m < 1 || m > 9 || !starts(d, k + m, e, " message(s)")) continue;
+        r[T_MSGS] = v;
+        k += m + 11;
+        if (!msgset) {
+            if (!starts(d, k, e, " (")) continue;
+            m = digits(d, k + 2, e, 18, &v);
+            if (m < 1 || m > 18 || !starts(d, k + 2 + m, e, " bytes")) continue;
+            r[T_SIZE] = v;
+        } else {
+            if (starts(d, k, e, " (")) {   /* "(?: \([^)]*\))?": to the first ")" */
+                const uint8_t *close = memchr(d + k + 2, ')', (size_t)(e - k - 2));
+                if (!close) continue;
+                k = (int64_t)(close - d) + 1;
+            }
+            if (!starts(d, k, e, " delivered")) continue;
+        }
+        r[T_OK] = 1;
+    }
+    Py_END_ALLOW_THREADS
+    lines_close(&L);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"mangle_candidates", mangle_candidates, METH_VARARGS, "Lines chat or markdown may have changed."},
     {"rdkafka_plain_cut", rdkafka_plain_cut, METH_VARARGS, "librdkafka stderr lines cut by byte position."},
     {"sent_received", sent_received, METH_VARARGS, "librdkafka's Sent and Received lines read."},
+    {"topic_lines", topic_lines, METH_VARARGS, "librdkafka's Produce MessageSet and MessageSet lines read."},
     {"split_lines", split_lines, METH_VARARGS, "A block's lines as an Arrow string array's buffers."},
     {"fence_candidates", fence_candidates, METH_VARARGS, "Lines that may be markdown code fences."},
     {"needle_flags", needle_flags, METH_VARARGS, "Which needles begin, or stand in, each line."},

@@ -20,6 +20,9 @@ COMPILED = _scan is not None
 # The columns of sent_received's rows (see _scan.c).
 S_OK, S_REQ, S_REQ_END, S_API, S_API_OK, S_SIZE, S_CORR, S_RTT_OK, S_RTT_N, S_RTT_F = range(10)
 S_FIELDS = 10
+# The columns of topic_lines' rows (see _scan.c); T_OK 2: surely not the event.
+T_OK, T_TOPIC, T_TOPIC_END, T_PART, T_MSGS, T_SIZE = range(6)
+T_FIELDS = 6
 # The columns of rdkafka_plain_cut's rows (see _scan.c).
 OK, MS, P2, P3, P4, THRD, CLOSE, REST, CAND, SPACE = range(10)
 FIELDS = 10
@@ -140,6 +143,18 @@ def sent_received(texts: pa.Array, recv: bool) -> np.ndarray | None:
     out = np.zeros((len(texts), S_FIELDS), dtype=np.int64)
     if len(texts):
         _scan.sent_received(*_buffers(texts), out, recv)
+    return out
+
+
+def topic_lines(texts: pa.Array, msgset: bool) -> np.ndarray | None:
+    """n x T_FIELDS int64: librdkafka's "Produce MessageSet" (``msgset``
+    false) or delivered "MessageSet" lines read (see _scan.c); None where
+    the compiled scans were not built."""
+    if not COMPILED:
+        return None
+    out = np.zeros((len(texts), T_FIELDS), dtype=np.int64)
+    if len(texts):
+        _scan.topic_lines(*_buffers(texts), out, msgset)
     return out
 
 

@@ -253,3 +253,44 @@ def test_sent_and_received_lines_read_as_their_patterns_read_them(monkeypatch):
     _table_same(lines, monkeypatch)
     slow = RdkafkaLogParser(fast=False).feed(lines, 1)
     assert got.equals(slow)
+
+
+def _topic_text(rng: random.Random) -> str:
+    """A Produce MessageSet or MessageSet line's text as librdkafka prints
+    it, or bent where its pattern counts digits, cuts the topic or takes a
+    part as optional."""
+    bent = rng.random() < 0.5
+    pick = lambda *xs: rng.choice(xs) if bent else xs[0]  # noqa: E731
+    digits = lambda lo, hi: "".join(rng.choice("0123456789") for _ in range(rng.randint(lo, hi)))  # noqa: E731
+    produce = rng.random() < 0.4
+    topic = pick("kdiag-probe", "t\u00e9", "", "a\tb", "a\u00a0b", "x[0]", "a\vb")
+    part = pick(digits(1, 2), "-1", digits(1, 10), digits(11, 12), "", "-")
+    sep = pick("]: ", "] ", "]:", "]::", "]x ")
+    msgs = pick(digits(1, 3), digits(9, 9), digits(10, 11), "")
+    if produce:
+        what = pick("Produce MessageSet with ", "MessageSet with ", "Produce MessageSet with  ")
+        size = pick(digits(1, 5), digits(18, 18), digits(19, 19), "")
+        rest = pick(f" ({size} bytes, ApiVersion 10, MsgVersion 2)", f"({size} bytes", f" ({size}bytes", "")
+    else:
+        what = pick("MessageSet with ", "Produce MessageSet with ", "MessageSet with")
+        rest = pick(" (MsgId 0, BaseSeq -1) delivered", " delivered", " (a) (b) delivered", " (a delivered",
+                    " (MsgId 1) encountered error: Broker: Not leader (actions Refresh,MsgNotPersisted)",
+                    " encountered error: x (actions y)", " (x) deliveredfoo", " (x)delivered", "")
+    return f"{topic} [{part}{sep}{what}{msgs} message(s){rest}"
+
+
+def test_messageset_lines_read_as_their_patterns_read_them(monkeypatch):
+    rng = random.Random(13)
+    texts = [_topic_text(rng) for _ in range(20000)]
+    lines = pa.array([f"%7|1795334606.649|{'PRODUCE' if 'Produce' in t else 'MSGSET'}|c| [thrd:a]: ssl://h:1/2: {t}"
+                      for t in texts], pa.string())
+    got = RdkafkaLogParser().feed(lines, 1)
+    arr = pa.array(texts, pa.string())
+    for msgset in (False, True):
+        status = scan.topic_lines(arr, msgset)[:, scan.T_OK]
+        assert (status == 1).sum() > 1000 and (status == 2).sum() > 100 and (status == 0).sum() > 100
+    events = got["event"].to_numpy(zero_copy_only=False)
+    assert (events == "msgset").sum() > 1000 and (events == "produce").sum() > 1000
+    assert got["error"].null_count < len(got)
+    _table_same(lines, monkeypatch)
+    assert got.equals(RdkafkaLogParser(fast=False).feed(lines, 1))

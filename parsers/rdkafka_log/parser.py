@@ -53,44 +53,59 @@ from kdiag.parsers.rdkafka_log.wrapped import unmangle, unquoted, wrapped
 
 
 _FAIL_TEXT = r"^[0-9]+ request\(s\) timed out"
-# Events read by the compiled scans where built (scan.sent_received), their
-# patterns reading what those leave.
-_READ_COMPILED = ("send", "recv")
+# Events read by the compiled scans where built (scan.sent_received,
+# scan.topic_lines), their patterns reading what those leave.
+_COMPILED_FIELDS = {
+    "send": ["request", "api_version", "size_bytes", "corr_id"],
+    "recv": ["request", "api_version", "size_bytes", "corr_id", "rtt_ms"],
+    "produce": ["topic", "partition", "msgs", "size_bytes"],
+    "msgset": ["topic", "partition", "msgs", "error", "detail"],
+}
+_READ_COMPILED = tuple(_COMPILED_FIELDS)
 # The events found by a prefix (or a substring: _ANYWHERE) of the text.
 _NEEDLES = [(name, prefix) for name, prefix, _ in _EVENTS if name not in _BY_FACILITY]
 
 
-def _sent_received(texts: pa.Array, name: str, pattern: str) -> tuple[pa.StructArray, np.ndarray]:
-    """The Sent or Received lines' fields, typed as the table has them (what
-    _typed makes of the pattern's captures), optional groups null; read by
-    the compiled scan, and by the pattern where it leaves a line."""
-    cut = scan.sent_received(texts, name == "recv")
-    names = ["request", "api_version", "size_bytes", "corr_id"] + (["rtt_ms"] if name == "recv" else [])
+def _compiled_read(texts: pa.Array, name: str, pattern: str) -> tuple[pa.StructArray, np.ndarray]:
+    """The event's fields, typed as the table has them (what _typed makes
+    of the pattern's captures), optional groups null: read by the compiled
+    scans (scan.sent_received, scan.topic_lines), by the pattern where they
+    are unsure of a line."""
+    from kdiag.parsers.strings import cut as cut_str
+
+    names = _COMPILED_FIELDS[name]
     types = [SCHEMA.field(f).type for f in names]
-    done = np.zeros(len(texts), dtype=bool) if cut is None else cut[:, scan.S_OK] == 1
+    topic = name in ("produce", "msgset")
+    cut = scan.topic_lines(texts, name == "msgset") if topic else scan.sent_received(texts, name == "recv")
+    status = np.zeros(len(texts), dtype=np.int64) if cut is None else cut[:, 0]
+    done = status == 1
     parts, where = [], []
     if done.any():
         c = cut[done]
-        off = np.frombuffer(texts.buffers()[1], dtype=np.int32, count=len(texts) + 1, offset=texts.offset * 4)
-        base = off[:-1][done].astype(np.int64)
-        from kdiag.parsers.strings import cut as cut_str
-
-        cols = {"request": cut_str(texts, np.flatnonzero(done), c[:, scan.S_REQ] - base, c[:, scan.S_REQ_END] - base),
-                "api_version": pa.array(c[:, scan.S_API], mask=c[:, scan.S_API_OK] == 0),
-                "size_bytes": pa.array(c[:, scan.S_SIZE]), "corr_id": pa.array(c[:, scan.S_CORR])}
-        if name == "recv":
-            cols["rtt_ms"] = pa.array(c[:, scan.S_RTT_N] / 10.0 ** c[:, scan.S_RTT_F], mask=c[:, scan.S_RTT_OK] == 0)
+        at = np.flatnonzero(done)
+        base = np.frombuffer(texts.buffers()[1], dtype=np.int32, count=len(texts) + 1,
+                             offset=texts.offset * 4)[:-1][done].astype(np.int64)
+        if topic:
+            cols = {"topic": cut_str(texts, at, c[:, scan.T_TOPIC] - base, c[:, scan.T_TOPIC_END] - base),
+                    "partition": pa.array(c[:, scan.T_PART]), "msgs": pa.array(c[:, scan.T_MSGS]),
+                    "size_bytes": pa.array(c[:, scan.T_SIZE]),
+                    "error": pa.nulls(len(c), pa.string()), "detail": pa.nulls(len(c), pa.string())}
+        else:
+            cols = {"request": cut_str(texts, at, c[:, scan.S_REQ] - base, c[:, scan.S_REQ_END] - base),
+                    "api_version": pa.array(c[:, scan.S_API], mask=c[:, scan.S_API_OK] == 0),
+                    "size_bytes": pa.array(c[:, scan.S_SIZE]), "corr_id": pa.array(c[:, scan.S_CORR]),
+                    "rtt_ms": pa.array(c[:, scan.S_RTT_N] / 10.0 ** c[:, scan.S_RTT_F], mask=c[:, scan.S_RTT_OK] == 0)}
         parts.append([_typed(cols[f], t) for f, t in zip(names, types)])
-        where.append(np.flatnonzero(done))
-    rest = np.flatnonzero(~done)
+        where.append(at)
+    rest = np.flatnonzero(status == 0)
     hit = done.copy()
     if len(rest):
         got, ok = _extract_event(texts.take(pa.array(rest)), name, pattern, True)
-        keep = np.flatnonzero(ok)
         got = got.filter(pa.array(ok))
-        parts.append([_typed(_opt(got, f) if f in _OPTIONAL[name] else _field(got, f), t) for f, t in zip(names, types)])
-        where.append(rest[keep])
-        hit[rest[keep]] = True
+        opt = _OPTIONAL.get(name, ())
+        parts.append([_typed(_opt(got, f) if f in opt else _field(got, f), t) for f, t in zip(names, types)])
+        where.append(rest[ok])
+        hit[rest[ok]] = True
     at = np.concatenate(where) if where else np.zeros(0, np.int64)
     pos = np.full(len(texts), -1, dtype=np.int64)
     pos[at] = np.arange(len(at))
@@ -359,7 +374,7 @@ class RdkafkaLogParser:
             if not len(idx):
                 continue
             if name in _READ_COMPILED and self.fast:
-                got, hit = _sent_received(text.take(idx), name, pattern)
+                got, hit = _compiled_read(text.take(idx), name, pattern)
             else:
                 got, hit = _extract_event(text.take(idx), name, pattern, self.fast)
             if name in _OPTIONAL and (name not in _READ_COMPILED or not self.fast):
