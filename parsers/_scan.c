@@ -78,12 +78,13 @@ static PyObject *mangle_candidates(PyObject *self, PyObject *args)
         int64_t k = s;
         while (k < e && L.d[k] <= 0x20) k++;
         if (k < e && (L.d[k] == '>' || L.d[k] >= 0x80)) hit = 1;
-        for (int64_t j = s; !hit && j < e; j++) {
-            uint8_t c = L.d[j];
-            if (c == '<' || c == '&' || c == '`') hit = 1;
-            else if (c == ']' && j + 1 < e && L.d[j + 1] == '(') hit = 1;
-            else if (c == 0xC2 && j + 1 < e && L.d[j + 1] == 0xA0) hit = 1;
-        }
+        /* memchr a byte at a time beats one loop testing each byte for all */
+        if (!hit && (find(L.d, s, e, '<') >= 0 || find(L.d, s, e, '&') >= 0 || find(L.d, s, e, '`') >= 0))
+            hit = 1;
+        for (int64_t j = find(L.d, s, e, ']'); !hit && j >= 0; j = find(L.d, j + 1, e, ']'))
+            hit = j + 1 < e && L.d[j + 1] == '(';
+        for (int64_t j = find(L.d, s, e, 0xC2); !hit && j >= 0; j = find(L.d, j + 1, e, 0xC2))
+            hit = j + 1 < e && L.d[j + 1] == 0xA0;
         out[i] = hit;
     }
     Py_END_ALLOW_THREADS
