@@ -22,10 +22,15 @@ typedef struct {
     Py_ssize_t first, n;
 } Lines;
 
-static int lines_open(PyObject *args, Lines *L, Py_ssize_t out_item, Py_ssize_t out_per_line)
+/* The arguments every scan takes: (offsets, first, n, data, out), and a
+ * flag after them where ``flag`` is not NULL. ``out`` must hold n lines of
+ * out_per_line items of out_item bytes. */
+static int lines_open(PyObject *args, Lines *L, Py_ssize_t out_item, Py_ssize_t out_per_line, int *flag)
 {
     memset(L, 0, sizeof *L);
-    if (!PyArg_ParseTuple(args, "y*nny*w*", &L->off, &L->first, &L->n, &L->data, &L->out))
+    int parsed = flag ? PyArg_ParseTuple(args, "y*nny*w*p", &L->off, &L->first, &L->n, &L->data, &L->out, flag)
+                      : PyArg_ParseTuple(args, "y*nny*w*", &L->off, &L->first, &L->n, &L->data, &L->out);
+    if (!parsed)
         return -1;
     if (L->first < 0 || L->n < 0 || L->off.len < (L->first + L->n + 1) * (Py_ssize_t)sizeof(int32_t)
         || L->out.len < L->n * out_item * out_per_line) {
@@ -34,12 +39,10 @@ static int lines_open(PyObject *args, Lines *L, Py_ssize_t out_item, Py_ssize_t 
     }
     L->o = (const int32_t *)L->off.buf + L->first;
     L->d = (const uint8_t *)L->data.buf;
-    for (Py_ssize_t i = 0; i <= L->n; i += L->n ? L->n : 1) {   /* first and last offsets bound the rest */
-        if (L->o[i] < 0 || L->o[i] > L->data.len) {
-            PyErr_SetString(PyExc_ValueError, "offsets outside the data buffer");
-            return -1;
-        }
-        if (!L->n) break;
+    /* Arrow's offsets rise: the first and the last bound the rest. */
+    if (L->o[0] < 0 || L->o[L->n] > L->data.len || L->o[0] > L->o[L->n]) {
+        PyErr_SetString(PyExc_ValueError, "offsets outside the data buffer");
+        return -1;
     }
     return 0;
 }
@@ -59,6 +62,14 @@ static inline int64_t find(const uint8_t *d, int64_t from, int64_t to, uint8_t c
     return p ? (int64_t)(p - d) : -1;
 }
 
+/* The first byte at or after k that is not a control character or a space
+ * (a superset of RE2's and Arrow's leading whitespace), or e. */
+static inline int64_t past_blanks(const uint8_t *d, int64_t k, int64_t e)
+{
+    while (k < e && d[k] <= 0x20) k++;
+    return k;
+}
+
 /* mangle_candidates(offsets, first, n, data, out uint8[n]): 1 for each line
  * that chat or markdown may have changed, a superset of what
  * rdkafka_log/wrapped.unmangle's literal checks flag: it holds "<", "&", "`",
@@ -69,15 +80,13 @@ static inline int64_t find(const uint8_t *d, int64_t from, int64_t to, uint8_t c
 static PyObject *mangle_candidates(PyObject *self, PyObject *args)
 {
     Lines L;
-    if (lines_open(args, &L, 1, 1) < 0) { lines_close(&L); return NULL; }
+    if (lines_open(args, &L, 1, 1, NULL) < 0) { lines_close(&L); return NULL; }
     uint8_t *out = (uint8_t *)L.out.buf;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < L.n; i++) {
         int64_t s = L.o[i], e = L.o[i + 1];
-        uint8_t hit = 0;
-        int64_t k = s;
-        while (k < e && L.d[k] <= 0x20) k++;
-        if (k < e && (L.d[k] == '>' || L.d[k] >= 0x80)) hit = 1;
+        int64_t k = past_blanks(L.d, s, e);
+        uint8_t hit = k < e && (L.d[k] == '>' || L.d[k] >= 0x80);
         /* memchr a byte at a time beats one loop testing each byte for all */
         if (!hit && (find(L.d, s, e, '<') >= 0 || find(L.d, s, e, '&') >= 0 || find(L.d, s, e, '`') >= 0))
             hit = 1;
@@ -99,12 +108,11 @@ static PyObject *mangle_candidates(PyObject *self, PyObject *args)
 static PyObject *fence_candidates(PyObject *self, PyObject *args)
 {
     Lines L;
-    if (lines_open(args, &L, 1, 1) < 0) { lines_close(&L); return NULL; }
+    if (lines_open(args, &L, 1, 1, NULL) < 0) { lines_close(&L); return NULL; }
     uint8_t *out = (uint8_t *)L.out.buf;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < L.n; i++) {
-        int64_t k = L.o[i], e = L.o[i + 1];
-        while (k < e && L.d[k] <= 0x20) k++;
+        int64_t e = L.o[i + 1], k = past_blanks(L.d, L.o[i], e);
         out[i] = e - k >= 3 && ((L.d[k] == '`' && L.d[k + 1] == '`' && L.d[k + 2] == '`')
                                 || (L.d[k] == '~' && L.d[k + 1] == '~' && L.d[k + 2] == '~'));
     }
@@ -125,7 +133,7 @@ enum { P_OK, P_MS, P_P2, P_P3, P_P4, P_THRD, P_CLOSE, P_REST, P_CAND, P_SPACE, P
 static PyObject *rdkafka_plain_cut(PyObject *self, PyObject *args)
 {
     Lines L;
-    if (lines_open(args, &L, sizeof(int64_t), P_FIELDS) < 0) { lines_close(&L); return NULL; }
+    if (lines_open(args, &L, sizeof(int64_t), P_FIELDS, NULL) < 0) { lines_close(&L); return NULL; }
     int64_t *out = (int64_t *)L.out.buf;
     const uint8_t *d = L.d;
     Py_BEGIN_ALLOW_THREADS
@@ -187,31 +195,29 @@ static PyObject *rdkafka_plain_cut(PyObject *self, PyObject *args)
 static PyObject *needle_flags(PyObject *self, PyObject *args)
 {
     Lines L;
-    PyObject *needles;
-    Py_buffer anywhere = {0};
     memset(&L, 0, sizeof L);
-    if (!PyArg_ParseTuple(args, "y*nny*w*O!y*", &L.off, &L.first, &L.n, &L.data, &L.out, &PyTuple_Type, &needles,
-                          &anywhere)) {
+    PyObject *needles, *skip, *lines = PyTuple_GetSlice(args, 0, 5);   /* the scan's usual five */
+    Py_buffer anywhere = {0};
+    int opened = lines ? lines_open(lines, &L, sizeof(uint32_t), 1, NULL) : -1;
+    Py_XDECREF(lines);
+    if (opened < 0 || !PyArg_ParseTuple(args, "OOOOOO!y*", &skip, &skip, &skip, &skip, &skip, &PyTuple_Type,
+                                        &needles, &anywhere)) {
         lines_close(&L);
         return NULL;
     }
     Py_ssize_t k = PyTuple_GET_SIZE(needles);
     const char *nd[32];
     Py_ssize_t nl[32];
-    int bad = k > 32 || anywhere.len < k || L.first < 0 || L.n < 0
-        || L.off.len < (L.first + L.n + 1) * (Py_ssize_t)sizeof(int32_t) || L.out.len < L.n * (Py_ssize_t)sizeof(uint32_t);
+    int bad = k > 32 || anywhere.len < k;
     for (Py_ssize_t j = 0; !bad && j < k; j++) {
         PyObject *b = PyTuple_GET_ITEM(needles, j);
         if (!PyBytes_Check(b) || PyBytes_GET_SIZE(b) == 0) bad = 1;
         else { nd[j] = PyBytes_AS_STRING(b); nl[j] = PyBytes_GET_SIZE(b); }
     }
-    L.o = (const int32_t *)L.off.buf + L.first;
-    L.d = (const uint8_t *)L.data.buf;
-    if (!bad && L.n && (L.o[0] < 0 || L.o[L.n] > L.data.len || L.o[0] > L.o[L.n])) bad = 1;
     if (bad) {
         PyBuffer_Release(&anywhere);
         lines_close(&L);
-        PyErr_SetString(PyExc_ValueError, "needle_flags: buffers too small, or needles not 1 to 32 non-empty bytes");
+        PyErr_SetString(PyExc_ValueError, "needle_flags: needles not 1 to 32 non-empty bytes");
         return NULL;
     }
     const uint8_t *any = (const uint8_t *)anywhere.buf;
@@ -336,24 +342,7 @@ static PyObject *sent_received(PyObject *self, PyObject *args)
 {
     Lines L;
     int recv;
-    memset(&L, 0, sizeof L);
-    if (!PyArg_ParseTuple(args, "y*nny*w*p", &L.off, &L.first, &L.n, &L.data, &L.out, &recv)) {
-        lines_close(&L);
-        return NULL;
-    }
-    if (L.first < 0 || L.n < 0 || L.off.len < (L.first + L.n + 1) * (Py_ssize_t)sizeof(int32_t)
-        || L.out.len < L.n * S_FIELDS * (Py_ssize_t)sizeof(int64_t)) {
-        lines_close(&L);
-        PyErr_SetString(PyExc_ValueError, "sent_received: buffers too small for the lines asked for");
-        return NULL;
-    }
-    L.o = (const int32_t *)L.off.buf + L.first;
-    L.d = (const uint8_t *)L.data.buf;
-    if (L.n && (L.o[0] < 0 || L.o[L.n] > L.data.len || L.o[0] > L.o[L.n])) {
-        lines_close(&L);
-        PyErr_SetString(PyExc_ValueError, "sent_received: offsets outside the data buffer");
-        return NULL;
-    }
+    if (lines_open(args, &L, sizeof(int64_t), S_FIELDS, &recv) < 0) { lines_close(&L); return NULL; }
     const char *head = recv ? "Received " : "Sent ", *suffix = recv ? "Response" : "Request";
     int64_t slen = recv ? 8 : 7;
     int64_t *out = (int64_t *)L.out.buf;
@@ -441,24 +430,7 @@ static PyObject *topic_lines(PyObject *self, PyObject *args)
 {
     Lines L;
     int msgset;
-    memset(&L, 0, sizeof L);
-    if (!PyArg_ParseTuple(args, "y*nny*w*p", &L.off, &L.first, &L.n, &L.data, &L.out, &msgset)) {
-        lines_close(&L);
-        return NULL;
-    }
-    if (L.first < 0 || L.n < 0 || L.off.len < (L.first + L.n + 1) * (Py_ssize_t)sizeof(int32_t)
-        || L.out.len < L.n * T_FIELDS * (Py_ssize_t)sizeof(int64_t)) {
-        lines_close(&L);
-        PyErr_SetString(PyExc_ValueError, "topic_lines: buffers too small for the lines asked for");
-        return NULL;
-    }
-    L.o = (const int32_t *)L.off.buf + L.first;
-    L.d = (const uint8_t *)L.data.buf;
-    if (L.n && (L.o[0] < 0 || L.o[L.n] > L.data.len || L.o[0] > L.o[L.n])) {
-        lines_close(&L);
-        PyErr_SetString(PyExc_ValueError, "topic_lines: offsets outside the data buffer");
-        return NULL;
-    }
+    if (lines_open(args, &L, sizeof(int64_t), T_FIELDS, &msgset) < 0) { lines_close(&L); return NULL; }
     const char *what = msgset ? "MessageSet with " : "Produce MessageSet with ";
     int64_t *out = (int64_t *)L.out.buf;
     const uint8_t *d = L.d;

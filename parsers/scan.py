@@ -133,29 +133,29 @@ def fence_candidates(lines: pa.Array, compiled: bool | None = None) -> np.ndarra
     return np.asarray(pc.match_substring_regex(lines, _FENCE).fill_null(False))
 
 
-def sent_received(texts: pa.Array, recv: bool) -> np.ndarray | None:
-    """n x S_FIELDS int64: librdkafka's Sent (``recv`` false) or Received
-    lines read (see _scan.c); row[S_OK] 0 where the text is left to the
-    event's pattern. None where the compiled scans were not built: the
-    pattern reads every line (the reference)."""
+def _read(fn: str, texts: pa.Array, fields: int, flag: bool) -> np.ndarray | None:
+    """n x fields int64 from the compiled scan ``fn``; None where the
+    compiled scans were not built: the event's pattern reads every line
+    (the reference)."""
     if not COMPILED:
         return None
-    out = np.zeros((len(texts), S_FIELDS), dtype=np.int64)
+    out = np.zeros((len(texts), fields), dtype=np.int64)
     if len(texts):
-        _scan.sent_received(*_buffers(texts), out, recv)
+        getattr(_scan, fn)(*_buffers(texts), out, flag)
     return out
+
+
+def sent_received(texts: pa.Array, recv: bool) -> np.ndarray | None:
+    """librdkafka's Sent (``recv`` false) or Received lines read (see
+    _scan.c); row[S_OK] 0 where the text is left to the event's pattern."""
+    return _read("sent_received", texts, S_FIELDS, recv)
 
 
 def topic_lines(texts: pa.Array, msgset: bool) -> np.ndarray | None:
-    """n x T_FIELDS int64: librdkafka's "Produce MessageSet" (``msgset``
-    false) or delivered "MessageSet" lines read (see _scan.c); None where
-    the compiled scans were not built."""
-    if not COMPILED:
-        return None
-    out = np.zeros((len(texts), T_FIELDS), dtype=np.int64)
-    if len(texts):
-        _scan.topic_lines(*_buffers(texts), out, msgset)
-    return out
+    """librdkafka's "Produce MessageSet" (``msgset`` false) or delivered
+    "MessageSet" lines read (see _scan.c); row[T_OK] 0 where the text is
+    left to the event's pattern, 2 where it is surely not the event."""
+    return _read("topic_lines", texts, T_FIELDS, msgset)
 
 
 def rdkafka_plain_cut(lines: pa.Array, compiled: bool | None = None) -> np.ndarray:

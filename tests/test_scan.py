@@ -212,6 +212,19 @@ def test_a_file_reads_the_same_both_ways(tmp_path, monkeypatch):
     assert len(got) == len(ref) and all(a.equals(b) for a, b in zip(got, ref))
 
 
+def _as_logged(texts: list[str], facility) -> tuple[pa.Array, pa.Table]:
+    """The texts as librdkafka's stderr lines (``facility`` of each text),
+    and the table the parser makes of them."""
+    lines = pa.array([f"%7|1795334606.649|{facility(t)}|c| [thrd:a]: ssl://h:1/2: {t}" for t in texts], pa.string())
+    return lines, RdkafkaLogParser().feed(lines, 1)
+
+
+def _same_both_ways(lines: pa.Array, got: pa.Table, monkeypatch) -> None:
+    """The table the reference scans make, and the one the patterns alone make."""
+    _table_same(lines, monkeypatch)
+    assert got.equals(RdkafkaLogParser(fast=False).feed(lines, 1))
+
+
 def _request_text(rng: random.Random) -> str:
     """A Sent or Received line's text as librdkafka prints it, or bent at
     one of the places its pattern counts digits or takes a part as optional."""
@@ -239,9 +252,7 @@ def _request_text(rng: random.Random) -> str:
 def test_sent_and_received_lines_read_as_their_patterns_read_them(monkeypatch):
     rng = random.Random(11)
     texts = [_request_text(rng) for _ in range(20000)]
-    lines = pa.array([f"%7|1795334606.649|{'RECV' if t.startswith('Rec') else 'SEND'}|c| [thrd:a]: ssl://h:1/2: {t}"
-                      for t in texts], pa.string())
-    got = RdkafkaLogParser().feed(lines, 1)
+    lines, got = _as_logged(texts, lambda t: "RECV" if t.startswith("Rec") else "SEND")
     # Both ways somewhere: the compiled read and the pattern's.
     cut_send = scan.sent_received(pa.array(texts, pa.string()), False)
     cut_recv = scan.sent_received(pa.array(texts, pa.string()), True)
@@ -250,9 +261,7 @@ def test_sent_and_received_lines_read_as_their_patterns_read_them(monkeypatch):
     # would differ from it below.
     assert (got["event"].to_numpy(zero_copy_only=False) == "other").sum() > 1000
     assert got["rtt_ms"].null_count < len(got) - 3000 and got["api_version"].null_count > 1000
-    _table_same(lines, monkeypatch)
-    slow = RdkafkaLogParser(fast=False).feed(lines, 1)
-    assert got.equals(slow)
+    _same_both_ways(lines, got, monkeypatch)
 
 
 def _topic_text(rng: random.Random) -> str:
@@ -282,9 +291,7 @@ def _topic_text(rng: random.Random) -> str:
 def test_messageset_lines_read_as_their_patterns_read_them(monkeypatch):
     rng = random.Random(13)
     texts = [_topic_text(rng) for _ in range(20000)]
-    lines = pa.array([f"%7|1795334606.649|{'PRODUCE' if 'Produce' in t else 'MSGSET'}|c| [thrd:a]: ssl://h:1/2: {t}"
-                      for t in texts], pa.string())
-    got = RdkafkaLogParser().feed(lines, 1)
+    lines, got = _as_logged(texts, lambda t: "PRODUCE" if "Produce" in t else "MSGSET")
     arr = pa.array(texts, pa.string())
     for msgset in (False, True):
         status = scan.topic_lines(arr, msgset)[:, scan.T_OK]
@@ -292,5 +299,4 @@ def test_messageset_lines_read_as_their_patterns_read_them(monkeypatch):
     events = got["event"].to_numpy(zero_copy_only=False)
     assert (events == "msgset").sum() > 1000 and (events == "produce").sum() > 1000
     assert got["error"].null_count < len(got)
-    _table_same(lines, monkeypatch)
-    assert got.equals(RdkafkaLogParser(fast=False).feed(lines, 1))
+    _same_both_ways(lines, got, monkeypatch)
