@@ -79,6 +79,24 @@ def split_lines(block: bytes, compiled: bool | None = None) -> tuple[pa.Array | 
     return lines, int((ends - starts).max())
 
 
+def gather(buffer: pa.Buffer, start: np.ndarray, length: np.ndarray, type_=pa.string()) -> pa.Array | None:
+    """buffer[start[i]:start[i]+length[i]] for every i, as a ``type_``
+    (string or binary) array, copied once; None where the compiled scans
+    were not built (strings.views then cuts by string views: the
+    reference)."""
+    if not COMPILED:
+        return None
+    start = np.ascontiguousarray(start, dtype=np.int64)
+    length = np.ascontiguousarray(length, dtype=np.int64)
+    if len(start) and ((length < 0).any() or (start < 0).any() or (start + length > buffer.size).any()):
+        return None   # what the reference makes of such pieces, it makes
+    n = len(start)
+    offsets = np.empty(n + 1, dtype=np.int32)
+    data = np.empty(max(1, int(length.sum()) if n else 0), dtype=np.uint8)
+    _scan.gather(buffer, start, length, offsets, data)
+    return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(offsets), pa.py_buffer(data[:int(offsets[-1])])])
+
+
 def mangle_candidates(lines: pa.Array, compiled: bool | None = None) -> np.ndarray:
     """Which lines chat or markdown may have changed (rdkafka_log.wrapped.
     unmangle runs its regex on these). The compiled scan flags a superset of

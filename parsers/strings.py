@@ -66,6 +66,12 @@ def views(start: np.ndarray, length: np.ndarray, buf: np.ndarray, buffers: list[
     n = len(start)
     if n == 0:
         return pa.array([], type_)
+    if (buf == buf[0]).all() and type_ in (pa.string(), pa.binary()):
+        from kdiag.parsers import scan
+
+        got = scan.gather(buffers[int(buf[0])], start, length, type_)   # the same pieces, copied in one pass
+        if got is not None:
+            return got
     base, vtype = (pa.string(), pa.string_view()) if type_ == pa.string() else (pa.binary(), pa.binary_view())
     if (buf == buf[0]).all():
         groups = [(int(buf[0]), None)]
@@ -78,8 +84,10 @@ def views(start: np.ndarray, length: np.ndarray, buf: np.ndarray, buffers: list[
             continue
         s = start if rows is None else start[rows]
         e = s + (length if rows is None else length[rows])
-        if len(s) > 1 and (s[1:] < s[:-1]).any():
-            order = np.argsort(s, kind="stable")
+        # An empty piece where another begins must come first, or the
+        # laid-out offsets fall back and Arrow's cast reads out of bounds.
+        if len(s) > 1 and ((s[1:] < s[:-1]) | ((s[1:] == s[:-1]) & (e[1:] < e[:-1]))).any():
+            order = np.lexsort((e, s))
             rows = order if rows is None else rows[order]
             s, e = s[order], e[order]
         k = len(s)

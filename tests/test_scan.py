@@ -300,3 +300,28 @@ def test_messageset_lines_read_as_their_patterns_read_them(monkeypatch):
     assert (events == "msgset").sum() > 1000 and (events == "produce").sum() > 1000
     assert got["error"].null_count < len(got)
     _same_both_ways(lines, got, monkeypatch)
+
+
+def test_gathered_strings_are_the_views_cut(monkeypatch):
+    from kdiag.parsers import strings
+
+    rng = random.Random(17)
+    words = ["", "a", "é", "Sent ProduceRequest", "\u00a0x", "😀😀", "thrd:ssl://h:1/2"]
+    arr = pa.array(["".join(rng.choice(words) for _ in range(rng.randint(0, 6))) for _ in range(4000)], pa.string())
+    idx = np.array(rng.sample(range(len(arr)), 3000))
+    ascii_idx = np.array([i for i in idx if arr[int(i)].as_py().isascii() and len(arr[int(i)].as_py()) > 2])
+    lo = np.array([rng.randint(0, 1) for _ in ascii_idx])
+
+    def both(fn):
+        got = fn()
+        with monkeypatch.context() as m:
+            m.setattr(scan, "COMPILED", False)
+            ref = fn()
+        assert got.equals(ref)
+        return got
+
+    assert len(both(lambda: strings.take_str(arr, idx))) == 3000
+    both(lambda: strings.take_str(arr.slice(7), idx[idx < len(arr) - 7]))
+    both(lambda: strings.take_str(arr, idx, pa.binary()))
+    both(lambda: strings.cut(arr, ascii_idx, lo, lo + 2))
+    assert scan.gather(pa.py_buffer(b"abc"), np.array([2]), np.array([2])) is None   # past the end: the reference's
