@@ -1,8 +1,12 @@
 """The parsers' hottest scans over a chunk's lines, in compiled code
 (``parsers/_scan.c``, built by pip with the system's C compiler) where it
 was built, else in numpy and Arrow here: the reference the tests hold the
-compiled code to, line for line. Each takes an Arrow string array and
-returns numpy arrays; ``compiled=False`` asks for the reference.
+compiled code to, line for line. The scans over lines take an Arrow
+string array and return numpy arrays, ``compiled=False`` asking for the
+reference. The compiled reads of an event's lines (``sent_received``,
+``topic_lines``) and ``gather`` return None where nothing was built: their
+reference is the code that ran before them (the event's pattern,
+``strings.views``' string views).
 """
 from __future__ import annotations
 
