@@ -474,11 +474,11 @@ static PyObject *topic_lines(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* gather(data, start int64[n], length int64[n], offsets_out int32[n + 1],
+/* copy_out(data, start int64[n], length int64[n], offsets_out int32[n + 1],
  * data_out): the pieces data[start[i], start[i] + length[i]) one after
  * another, as an Arrow string or binary array's offsets and data: what
  * parsers/strings.views makes through string views and a cast. */
-static PyObject *gather(PyObject *self, PyObject *args)
+static PyObject *copy_out(PyObject *self, PyObject *args)
 {
     Py_buffer data = {0}, start = {0}, length = {0}, offs = {0}, out = {0};
     if (!PyArg_ParseTuple(args, "y*y*y*w*w*", &data, &start, &length, &offs, &out))
@@ -511,7 +511,7 @@ static PyObject *gather(PyObject *self, PyObject *args)
     PyBuffer_Release(&offs);
     PyBuffer_Release(&out);
     if (!ok) {
-        PyErr_SetString(PyExc_ValueError, "gather: a piece outside the data, or output buffers too small");
+        PyErr_SetString(PyExc_ValueError, "copy_out: a piece outside the data, or output buffers too small");
         return NULL;
     }
     Py_RETURN_NONE;
@@ -522,7 +522,7 @@ static PyMethodDef methods[] = {
     {"rdkafka_plain_cut", rdkafka_plain_cut, METH_VARARGS, "librdkafka stderr lines cut by byte position."},
     {"sent_received", sent_received, METH_VARARGS, "librdkafka's Sent and Received lines read."},
     {"topic_lines", topic_lines, METH_VARARGS, "librdkafka's Produce MessageSet and MessageSet lines read."},
-    {"gather", gather, METH_VARARGS, "Pieces of a buffer as an Arrow string array's buffers."},
+    {"copy_out", copy_out, METH_VARARGS, "Pieces of a buffer as an Arrow string array's buffers."},
     {"split_lines", split_lines, METH_VARARGS, "A block's lines as an Arrow string array's buffers."},
     {"fence_candidates", fence_candidates, METH_VARARGS, "Lines that may be markdown code fences."},
     {"needle_flags", needle_flags, METH_VARARGS, "Which needles begin, or stand in, each line."},

@@ -4,7 +4,7 @@ was built, else in numpy and Arrow here: the reference the tests hold the
 compiled code to, line for line. The scans over lines take an Arrow
 string array and return numpy arrays, ``compiled=False`` asking for the
 reference. The compiled reads of an event's lines (``sent_received``,
-``topic_lines``) and ``gather`` return None where nothing was built: their
+``topic_lines``) and ``copy_out`` return None where nothing was built: their
 reference is the code that ran before them (the event's pattern,
 ``strings.views``' string views).
 """
@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from kdiag.parsers.strings import data_buffer, gather, offsets_data
 
 try:
     from kdiag.parsers import _scan
@@ -42,9 +44,13 @@ def _use(compiled: bool | None) -> bool:
 
 
 def _buffers(lines: pa.Array):
-    bufs = lines.buffers()
-    data = bufs[2] if bufs[2] is not None and bufs[2].size else pa.py_buffer(b"\0")
-    return bufs[1], lines.offset, len(lines), data
+    """A string array as the compiled scans take it: (offsets, first, n, data)."""
+    return lines.buffers()[1], lines.offset, len(lines), data_buffer(lines)
+
+
+def _mask(arr) -> np.ndarray:
+    """A boolean Arrow result as numpy, null as false."""
+    return pc.fill_null(arr, False).to_numpy(zero_copy_only=False)
 
 
 def split_lines(block: bytes, compiled: bool | None = None) -> tuple[pa.Array | None, int]:
@@ -83,7 +89,7 @@ def split_lines(block: bytes, compiled: bool | None = None) -> tuple[pa.Array | 
     return lines, int((ends - starts).max())
 
 
-def gather(buffer: pa.Buffer, start: np.ndarray, length: np.ndarray, type_=pa.string()) -> pa.Array | None:
+def copy_out(buffer: pa.Buffer, start: np.ndarray, length: np.ndarray, type_=pa.string()) -> pa.Array | None:
     """buffer[start[i]:start[i]+length[i]] for every i, as a ``type_``
     (string or binary) array, copied once; None where the compiled scans
     were not built (strings.views then cuts by string views: the
@@ -97,7 +103,7 @@ def gather(buffer: pa.Buffer, start: np.ndarray, length: np.ndarray, type_=pa.st
     n = len(start)
     offsets = np.empty(n + 1, dtype=np.int32)
     data = np.empty(max(1, int(length.sum()) if n else 0), dtype=np.uint8)
-    _scan.gather(buffer, start, length, offsets, data)
+    _scan.copy_out(buffer, start, length, offsets, data)
     return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(offsets), pa.py_buffer(data[:int(offsets[-1])])])
 
 
@@ -110,8 +116,6 @@ def mangle_candidates(lines: pa.Array, compiled: bool | None = None) -> np.ndarr
         if len(lines):
             _scan.mangle_candidates(*_buffers(lines), out)
         return out.view(bool)
-    from kdiag.parsers.rdkafka_log.columns import _mask
-
     cheap = np.zeros(len(lines), dtype=bool)
     for needle in ("<", "&", "`", "](", "\u00a0"):
         cheap |= _mask(pc.match_substring(lines, needle))
@@ -132,8 +136,6 @@ def needle_flags(lines: pa.Array, needles: list[tuple[str, bool]], compiled: boo
         if lines.null_count:   # a null's offsets may span bytes all the same
             out[~np.asarray(pc.is_valid(lines))] = 0
         return out
-    from kdiag.parsers.rdkafka_log.columns import _mask
-
     out = np.zeros(len(lines), dtype=np.uint32)
     for k, (text, anywhere) in enumerate(needles):
         hit = _mask((pc.match_substring if anywhere else pc.starts_with)(lines, text))
@@ -207,8 +209,6 @@ def _byte(data: np.ndarray, at: np.ndarray) -> np.ndarray:
 
 
 def _plain_cut_numpy(lines: pa.Array) -> np.ndarray:
-    from kdiag.parsers.strings import gather, offsets_data
-
     out = np.zeros((len(lines), FIELDS), dtype=np.int64)
     out[:, CLOSE] = out[:, SPACE] = -1
     off, data = offsets_data(lines)

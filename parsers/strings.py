@@ -69,7 +69,7 @@ def views(start: np.ndarray, length: np.ndarray, buf: np.ndarray, buffers: list[
     if (buf == buf[0]).all() and type_ in (pa.string(), pa.binary()):
         from kdiag.parsers import scan
 
-        got = scan.gather(buffers[int(buf[0])], start, length, type_)   # the same pieces, copied in one pass
+        got = scan.copy_out(buffers[int(buf[0])], start, length, type_)   # the same pieces, copied in one pass
         if got is not None:
             return got
     base, vtype = (pa.string(), pa.string_view()) if type_ == pa.string() else (pa.binary(), pa.binary_view())

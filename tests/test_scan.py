@@ -324,4 +324,4 @@ def test_gathered_strings_are_the_views_cut(monkeypatch):
     both(lambda: strings.take_str(arr.slice(7), idx[idx < len(arr) - 7]))
     both(lambda: strings.take_str(arr, idx, pa.binary()))
     both(lambda: strings.cut(arr, ascii_idx, lo, lo + 2))
-    assert scan.gather(pa.py_buffer(b"abc"), np.array([2]), np.array([2])) is None   # past the end: the reference's
+    assert scan.copy_out(pa.py_buffer(b"abc"), np.array([2]), np.array([2])) is None   # past the end: the reference's

@@ -7,6 +7,7 @@ import pyarrow.compute as pc
 
 from kdiag.parsers import scan
 from kdiag.parsers.base import ParseCounts
+from kdiag.parsers.strings import data_buffer, views
 from kdiag.parsers.rdkafka_log.columns import (
     _as,
     _extract_event,
@@ -71,8 +72,6 @@ def _compiled_read(texts: pa.Array, name: str, pattern: str) -> tuple[pa.StructA
     of the pattern's captures), optional groups null: read by the compiled
     scans (scan.sent_received, scan.topic_lines), by the pattern where they
     are unsure of a line."""
-    from kdiag.parsers.strings import cut as cut_str
-
     names = _COMPILED_FIELDS[name]
     types = [SCHEMA.field(f).type for f in names]
     topic = name in ("produce", "msgset")
@@ -83,15 +82,16 @@ def _compiled_read(texts: pa.Array, name: str, pattern: str) -> tuple[pa.StructA
     if done.any():
         c = cut[done]
         at = np.flatnonzero(done)
-        base = np.frombuffer(texts.buffers()[1], dtype=np.int32, count=len(texts) + 1,
-                             offset=texts.offset * 4)[:-1][done].astype(np.int64)
+        # The scans' positions are into the texts' data buffer.
+        piece = lambda lo, hi: views(c[:, lo], c[:, hi] - c[:, lo], np.zeros(len(c), np.int64),  # noqa: E731
+                                     [data_buffer(texts)])
         if topic:
-            cols = {"topic": cut_str(texts, at, c[:, scan.T_TOPIC] - base, c[:, scan.T_TOPIC_END] - base),
+            cols = {"topic": piece(scan.T_TOPIC, scan.T_TOPIC_END),
                     "partition": pa.array(c[:, scan.T_PART]), "msgs": pa.array(c[:, scan.T_MSGS]),
                     "size_bytes": pa.array(c[:, scan.T_SIZE]),
                     "error": pa.nulls(len(c), pa.string()), "detail": pa.nulls(len(c), pa.string())}
         else:
-            cols = {"request": cut_str(texts, at, c[:, scan.S_REQ] - base, c[:, scan.S_REQ_END] - base),
+            cols = {"request": piece(scan.S_REQ, scan.S_REQ_END),
                     "api_version": pa.array(c[:, scan.S_API], mask=c[:, scan.S_API_OK] == 0),
                     "size_bytes": pa.array(c[:, scan.S_SIZE]), "corr_id": pa.array(c[:, scan.S_CORR]),
                     "rtt_ms": pa.array(c[:, scan.S_RTT_N] / 10.0 ** c[:, scan.S_RTT_F], mask=c[:, scan.S_RTT_OK] == 0)}
