@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kdiag.analysis.frames import RUN, one_run, pctl, read_table
+from kdiag.analysis.frames import RUN, one_run, pctl, quantile, read_table
 from kdiag.analysis.per_request import WAIT_CALLS
 
 # A wait after connect() times its handshake only this soon after it.
@@ -263,7 +263,7 @@ def handshake_rtts(hs, keys: tuple = ()):
     from pyspark.sql import functions as F
 
     ok = hs.filter(F.col("error").isNull() & F.col("rtt_ms").isNotNull())
-    cols = [F.count("*").alias("k"), F.percentile_approx("rtt_ms", 0.5, 100000).alias("m")]
+    cols = [F.count("*").alias("k"), quantile("rtt_ms", 0.5).alias("m")]
     return ok.groupBy(*keys).agg(*cols) if keys else ok.agg(*cols)
 
 
@@ -274,7 +274,7 @@ def probe_rtts(pr, keys: tuple = ()):
 
     return pr.filter(F.col("answer").isin("open", "closed", "reply") & F.col("rtt_ms").isNotNull()).groupBy(
         *keys, F.when(F.col("method").isin(*USER_TOOL_NAMES), F.col("method")).alias("method")).agg(
-        F.count("*").alias("k"), F.percentile_approx("rtt_ms", 0.5, 100000).alias("m"))
+        F.count("*").alias("k"), quantile("rtt_ms", 0.5).alias("m"))
 
 
 def path_choice(hs: tuple | None, by_method: dict, conns: list[dict], ss) -> tuple[float | None, str | None, bool]:

@@ -235,7 +235,7 @@ def before_causes(reqs, stats, keys: tuple = ()):
                      0.5).alias("multi_wait")]
     pre = reqs.groupBy(*keys).agg(*cols) if keys else reqs.agg(*cols)
     if stats is not None:
-        scols = [F.percentile_approx("int_latency_p50_ms", 0.5).alias("client_ms"),
+        scols = [quantile("int_latency_p50_ms", 0.5).alias("client_ms"),
                  F.count(F.when(F.col("throttle_max_ms") > 0, 1)).alias("throttled")]
         pre = pre.join(stats.groupBy(*keys).agg(*scols), list(keys), "left") if keys else \
             pre.crossJoin(stats.agg(*scols))
