@@ -5,14 +5,16 @@
 # kdiag reads; fixtures/path/ was made with them), Java for Spark and Chromium with
 # its driver (the tests open the HTML report in it), gcc for kdiag's compiled
 # scans (parsers/_scan.c; without it the parse runs their slower reference),
-# then kdiag itself,
+# clang and libbpf's headers for its BPF tracer (collectors/_bpfcalls*.c;
+# without them kdiag trace falls back to bpftrace), then kdiag itself,
 # then the class archive that halves a small Spark run's start.
 set -euo pipefail
 cd "$(dirname "$0")"
 need=()
-for tool in strace:strace bpftrace:bpftrace stunnel4:stunnel4 socat:socat openssl:openssl java:openjdk-17-jre-headless ip:iproute2 ethtool:ethtool traceroute:traceroute tcpdump:tcpdump mtr:mtr-tiny ping:iputils-ping chromium:chromium chromedriver:chromium-driver gcc:gcc; do
+for tool in strace:strace bpftrace:bpftrace stunnel4:stunnel4 socat:socat openssl:openssl java:openjdk-17-jre-headless ip:iproute2 ethtool:ethtool traceroute:traceroute tcpdump:tcpdump mtr:mtr-tiny ping:iputils-ping chromium:chromium chromedriver:chromium-driver gcc:gcc clang:clang; do
     command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
 done
+[ -f /usr/include/bpf/libbpf.h ] || need+=(libbpf-dev)
 if [ "${#need[@]}" -gt 0 ]; then
     SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
     $SUDO apt-get update -qq

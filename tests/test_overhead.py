@@ -73,14 +73,20 @@ def test_busiest_thread_and_probe_estimate(tmp_path):
 def test_choose():
     busy = overhead.Rates(1.0, 13000.0, 1.0, 500.0)
     idle = overhead.Rates(1.0, 150.0, 0.05, 300.0)
-    assert overhead.choose("auto", busy, None)[0] == "bpftrace"
-    assert overhead.choose("auto", idle, None)[0] == "strace"
-    assert overhead.choose("auto", None, None)[0] == "bpftrace"
-    tool, why = overhead.choose("auto", busy, "bpftrace not found on PATH")
-    assert tool == "strace" and "bpftrace not found" in why
-    assert overhead.choose("strace", busy, None)[0] == "strace"
-    assert overhead.choose("bpftrace", idle, None)[0] == "bpftrace"
-    assert overhead.choose("bpftrace", idle, "no BTF")[0] == "strace"
+    both = {"bpfcalls": None, "bpftrace": None}
+    only_bt = {"bpfcalls": "no loader", "bpftrace": None}
+    neither = {"bpfcalls": "no loader", "bpftrace": "bpftrace not found on PATH"}
+    assert overhead.choose("auto", busy, both)[0] == "bpfcalls"
+    assert overhead.choose("auto", idle, both)[0] == "strace"
+    assert overhead.choose("auto", None, both)[0] == "bpfcalls"
+    tool, why = overhead.choose("auto", busy, only_bt)
+    assert tool == "bpftrace" and "bpfcalls cannot run here: no loader" in why
+    tool, why = overhead.choose("auto", busy, neither)
+    assert tool == "strace" and "bpftrace not found" in why and "no loader" in why
+    assert overhead.choose("strace", busy, both)[0] == "strace"
+    assert overhead.choose("bpftrace", idle, both)[0] == "bpftrace"
+    assert overhead.choose("bpftrace", idle, {"bpfcalls": None, "bpftrace": "no BTF"})[0] == "strace"
+    assert overhead.choose("bpfcalls", idle, only_bt) == ("strace", "bpfcalls asked for but cannot run: no loader")
 
 
 # --- bpftrace records -> strace text ---------------------------------------------

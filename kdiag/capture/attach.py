@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kdiag import collectors, progress
+from kdiag.collectors import bpfcalls as c_bpfcalls
 from kdiag.collectors import bpftrace as c_bpf
 from kdiag.collectors import strace as c_strace
 from kdiag.collectors.base import COMMAND, PID, Capture, Collector, gaps, proc_status_field
@@ -71,7 +72,9 @@ class TargetOptions:
     tracer: str | None = None       # auto, strace, bpftrace; None: $KDIAG_TRACER, else auto
 
 
-TRACERS = ("auto", "strace", "bpftrace")
+TRACERS = ("auto", "strace", "bpfcalls", "bpftrace")
+# The tracers that stop no thread, cheapest first (bench/RESULTS.md).
+IN_KERNEL = (c_bpfcalls.NAME, c_bpf.NAME)
 TRACER_ENV = "KDIAG_TRACER"
 BPF_READY_S = c_bpf.READY_TIMEOUT_S
 
@@ -136,9 +139,10 @@ def start_tracer(tool: str, target: int, strace_out: Path, flags: list[str], err
     """Starts ``tool`` on ``target``; returns it once it traces, or None and
     why it could not. The bpftrace collector's status, when it gave up, is
     in the reason."""
-    if tool == "bpftrace":
-        child, why = c_bpf.start(target, strace_out, BPF_READY_S)
-        return (Tracer("bpftrace", bpf=child), None) if child is not None else (None, why)
+    if tool in IN_KERNEL:
+        module = c_bpfcalls if tool == c_bpfcalls.NAME else c_bpf
+        child, why = module.start(target, strace_out, BPF_READY_S)
+        return (Tracer(tool, bpf=child), None) if child is not None else (None, why)
     proc = c_strace.attach(target, strace_out, flags, err_file)
     return Tracer("strace", strace=proc, cpu_at_start=overhead.cpu_s([proc.pid])), None
 
@@ -156,11 +160,11 @@ class Target:
 @dataclass
 class TracerChoice:
     """Which syscall tracer runs, and why."""
-    tracer: Collector | None        # the strace or bpftrace collector that traces, if any
+    tracer: Collector | None        # the syscall tracer's collector that traces, if any
     tool: str
     setting: str
     why: str
-    bpftrace_failed: str | None = None
+    failed: dict = field(default_factory=dict)      # in-kernel tracer -> why it did not start
 
 
 @dataclass
@@ -222,20 +226,31 @@ def _start_target(opts: TargetOptions, capture: Capture, stderr_path: Path | Non
 
 
 def _start_tracer(setting: str, target: Target, active: list[Collector], log) -> TracerChoice:
-    """bpftrace when ``overhead.choose`` takes it and it starts; strace
-    otherwise, or none when strace cannot run here (the sampler still does)."""
+    """The in-kernel tracer ``overhead.choose`` takes, if it starts (under
+    auto, the next that can run if not); strace otherwise, or none when
+    strace cannot run here (the sampler still does)."""
     tracers = {c.name: c for c in active if c.syscall_tracer}
-    bpf, strace = tracers[c_bpf.NAME], tracers[c_strace.NAME]
-    tool, why = overhead.choose(setting, target.untraced, bpf.unmet() or may_trace(target.pid))
+    strace = tracers[c_strace.NAME]
+    refused = may_trace(target.pid)
+    unusable = {name: tracers[name].unmet() or refused for name in IN_KERNEL}
+    tool, why = overhead.choose(setting, target.untraced, unusable)
     choice = TracerChoice(None, tool, setting, why)
-    if tool == c_bpf.NAME:
-        log(f"tracing with bpftrace: {why}")
-        bpf.start(target.pid)
-        if bpf.child is not None:
-            choice.tracer = bpf
+    tries = [tool] if tool in IN_KERNEL else []
+    if tries and setting == "auto":
+        tries += [n for n in IN_KERNEL if n != tool and unusable[n] is None]
+    for name in tries:
+        t = tracers[name]
+        log(f"tracing with {name}: {why}")
+        t.start(target.pid)
+        if t.child is not None:
+            choice.tracer, choice.tool = t, name
             return choice
-        choice.bpftrace_failed, choice.tool = bpf.failed_to_start, c_strace.NAME
-        log(f"bpftrace did not start ({bpf.failed_to_start}); strace instead")
+        choice.failed[name] = t.failed_to_start
+        log(f"{name} did not start ({t.failed_to_start})")
+        why = f"{name} did not start ({t.failed_to_start})"
+    if tries:
+        choice.tool = c_strace.NAME
+        log("strace instead")
     strace.start(target.pid)
     choice.tracer = strace if strace.proc is not None else None
     return choice
@@ -295,8 +310,9 @@ def _overhead(choice: TracerChoice, target: Target, window: Window) -> overhead.
     if tracer is None:
         return overhead.unknown(None, "no syscall tracer ran")
     bpf_status = getattr(tracer, "child_status", {})
-    tracer_cpu = bpf_status.get("cpu_s") if tracer.name == c_bpf.NAME else tracer.cpu_used_s
-    cost = overhead.BPF_EVENT_US if choice.tool == c_bpf.NAME else overhead.PTRACE_STOP_US
+    tracer_cpu = bpf_status.get("cpu_s") if tracer.name in IN_KERNEL else tracer.cpu_used_s
+    cost = {c_bpf.NAME: overhead.BPF_EVENT_US, c_bpfcalls.NAME: overhead.BPFCALLS_EVENT_US}.get(
+        choice.tool, overhead.PTRACE_STOP_US)
     strace_out = tracer.out_path
     if target.mode == PID:
         _, top = overhead.busiest_thread_lines(strace_out) if strace_out.exists() else (0, 0)
@@ -322,7 +338,8 @@ def _manifest(opts: TargetOptions, target: Target, choice: TracerChoice, window:
         "versions": {"strace": c_strace.version(),
                      "bpftrace": c_bpf.version() if choice.tool == c_bpf.NAME else None},
         "tracer": {"tool": choice.tool if choice.tracer is not None else None, "setting": choice.setting,
-                   "why": choice.why, "bpftrace_failed": choice.bpftrace_failed,
+                   "why": choice.why, "bpfcalls_failed": choice.failed.get(c_bpfcalls.NAME),
+                   "bpftrace_failed": choice.failed.get(c_bpf.NAME),
                    "lost_events": bpf_status.get("lost_events"), "tracefs": bpf_status.get("tracefs")},
         "overhead": _overhead(choice, target, window).to_dict(),
         "collectors": statuses,

@@ -35,6 +35,9 @@ from pathlib import Path
 # measures the producer itself).
 PTRACE_STOP_US = 23.0
 BPF_EVENT_US = 6.6
+# The same loop under kdiag's bpfcalls program: 1.05 us a call against 0.25
+# untraced (its loader's copy of each record runs on another core).
+BPFCALLS_EVENT_US = 0.8
 # ``auto`` takes bpftrace when strace's estimated cost to the producer is at
 # least this share of a core: below it strace's fuller view costs little.
 AUTO_BPF_SHARE = 0.05
@@ -280,25 +283,31 @@ def for_probe(capture: Path, started_us: int | None, ended_us: int | None) -> di
     return for_capture("strace --seccomp-bpf", Path(capture), started_us, ended_us, PTRACE_STOP_US).to_dict()
 
 
-def choose(setting: str, before: Rates | None, bpf_unusable: str | None) -> tuple[str, str]:
-    """(tool, why) for ``setting`` auto, strace or bpftrace. auto: bpftrace
-    when it can run and strace would cost the producer at least
-    AUTO_BPF_SHARE of a core (its read+write calls, or its context switches
-    when higher, a lower bound of its calls, times PTRACE_STOP_US), or when
-    nothing was measured (a command kdiag starts); else strace."""
+def choose(setting: str, before: Rates | None, unusable: dict[str, str | None]) -> tuple[str, str]:
+    """(tool, why) for ``setting`` auto, strace or an in-kernel tracer.
+    ``unusable``: each in-kernel tracer, in order of preference (cheapest
+    first), -> why it cannot run here, or None. auto: the first that can
+    run when strace would cost the producer at least AUTO_BPF_SHARE of a
+    core (its read+write calls, or its context switches when higher, a
+    lower bound of its calls, times PTRACE_STOP_US), or when nothing was
+    measured (a command kdiag starts); else strace."""
     if setting == "strace":
         return "strace", "asked for strace"
-    if setting == "bpftrace":
-        return ("strace", f"bpftrace asked for but cannot run: {bpf_unusable}") if bpf_unusable \
-            else ("bpftrace", "asked for bpftrace")
-    if bpf_unusable:
-        return "strace", f"bpftrace cannot run here: {bpf_unusable}"
+    if setting in unusable:
+        why = unusable[setting]
+        return ("strace", f"{setting} asked for but cannot run: {why}") if why else (setting, f"asked for {setting}")
+    usable = [t for t, why in unusable.items() if why is None]
+    if not usable:
+        return "strace", "; ".join(f"{t} cannot run here: {why}" for t, why in unusable.items())
+    tool = usable[0]
+    passed = "".join(f"; {t} cannot run here: {unusable[t]}" for t in unusable if t != tool and
+                     list(unusable).index(t) < list(unusable).index(tool))
     if before is None:
-        return "bpftrace", "bpftrace stops no thread; the producer's call rate is unknown before it starts"
+        return tool, f"{tool} stops no thread; the producer's call rate is unknown before it starts" + passed
     calls = max(before.io_calls_per_s or 0.0, before.ctx_per_s or 0.0)
     cost = calls * PTRACE_STOP_US / 1e6
     if cost >= AUTO_BPF_SHARE:
-        return "bpftrace", (f"the producer made {calls:.0f} calls/s: strace would stop it for about "
-                            f"{100 * cost:.0f}% of a core; bpftrace stops no thread")
+        return tool, (f"the producer made {calls:.0f} calls/s: strace would stop it for about "
+                      f"{100 * cost:.0f}% of a core; {tool} stops no thread" + passed)
     return "strace", (f"the producer made {calls:.0f} calls/s: strace costs it about {100 * cost:.1f}% of a core "
                       f"(under {100 * AUTO_BPF_SHARE:g}%), and shows every call")

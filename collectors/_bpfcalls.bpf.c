@@ -1,0 +1,395 @@
+// The in-kernel half of the bpfcalls tracer (kdiag.collectors.bpfcalls):
+// the producer's socket, log and wait syscalls, one binary record per call,
+// filtered by process in the kernel.
+//
+// bpftrace's program (kdiag.collectors.bpftrace) hangs on the per-syscall
+// tracepoints, whose argument buffers are filled before its predicates run,
+// and its records are text formatted in bpftrace's process. Here one
+// program on the raw sys_enter/sys_exit tracepoints (tp_btf: no argument
+// buffer) answers "not the traced process" with one comparison, keeps a
+// call's entry on the thread itself (task storage), and the record is a
+// struct the loader (_bpfcalls.c) writes out as it is.
+//
+// The record carries what bpftrace's record carries (see
+// kdiag/collectors/_bpftrace_records.py: the same call codes and fields), so
+// both become the same strace text.
+//
+// Kernel structures are declared here only as far as they are read; CO-RE
+// (preserve_access_index) finds each field in the running kernel's BTF.
+// sk_type and sk_protocol are plain u16 fields from Linux 5.6 on; task
+// storage in tracing programs needs 5.11.
+
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+
+#include "_bpfcalls.h"
+
+#define __pra __attribute__((preserve_access_index))
+
+struct pt_regs { unsigned long r10, r8, r9, dx, si, di; } __pra;
+struct qstr { const unsigned char *name; } __pra;
+struct dentry { struct qstr d_name; } __pra;
+struct path { struct dentry *dentry; } __pra;
+struct inode { unsigned short i_mode; unsigned long i_ino; } __pra;
+struct in6_addr { union { __u32 u6_addr32[4]; } in6_u; } __pra;
+struct sock_common {
+    __be32 skc_daddr; __be32 skc_rcv_saddr; __be16 skc_dport; __u16 skc_num;
+    unsigned short skc_family; struct in6_addr skc_v6_daddr; struct in6_addr skc_v6_rcv_saddr;
+} __pra;
+struct sock { struct sock_common __sk_common; __u16 sk_type; __u16 sk_protocol; } __pra;
+struct socket { struct sock *sk; } __pra;
+struct file { struct inode *f_inode; void *private_data; struct path f_path; } __pra;
+struct fdtable { unsigned int max_fds; struct file **fd; } __pra;
+struct files_struct { struct fdtable *fdt; } __pra;
+struct task_struct { struct files_struct *files; int exit_code; int tgid; int pid; } __pra;
+struct pollfd { int fd; short events; short revents; };
+struct __kernel_timespec { long long tv_sec; long long tv_nsec; };
+
+char LICENSE[] SEC("license") = "GPL";
+
+// The call in progress on a thread (code 0: none), and the file its last
+// call named: a producer calls on the same socket thousands of times, and
+// naming it again is most of a record's cost in the kernel.
+struct entry { __u64 ts; __u64 a[4]; __u32 code; struct file *last; struct fdid id; };
+
+struct { __uint(type, BPF_MAP_TYPE_RINGBUF); __uint(max_entries, 16 << 20); } records SEC(".maps");
+// The processes traced: the one asked for, and those it forks.
+struct { __uint(type, BPF_MAP_TYPE_HASH); __uint(max_entries, 1024); __type(key, __u32); __type(value, __u8); }
+    tgids SEC(".maps");
+// A thread's call in progress, kept on the thread itself (no hash to look
+// it up in, freed with the thread). code 0: none.
+struct { __uint(type, BPF_MAP_TYPE_TASK_STORAGE); __uint(map_flags, BPF_F_NO_PREALLOC); __type(key, int);
+         __type(value, struct entry); } entries SEC(".maps");
+// [0] records the ring buffer had no room for
+struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, 1); __type(key, __u32); __type(value, __u64); }
+    lost SEC(".maps");
+
+// Set by the loader before it loads the program.
+const volatile struct { __u32 tgid; } cfg = {};
+// Set once the traced process forks another: only then is the map asked.
+__u32 forked = 0;
+
+// Runs on every syscall of every process: the common answer, no, must be cheap.
+static __always_inline int traced(void)
+{
+    __u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    if (tgid == cfg.tgid)
+        return 1;
+    return forked && bpf_map_lookup_elem(&tgids, &tgid) != 0;
+}
+
+static __always_inline void enter(__u32 code, struct pt_regs *regs)
+{
+    struct entry *e = bpf_task_storage_get(&entries, bpf_get_current_task_btf(), 0,
+                                           BPF_LOCAL_STORAGE_GET_F_CREATE);
+    if (!e)
+        return;
+    e->ts = bpf_ktime_get_ns();
+    e->code = code;
+    e->a[0] = BPF_CORE_READ(regs, di);
+    e->a[1] = BPF_CORE_READ(regs, si);
+    e->a[2] = BPF_CORE_READ(regs, dx);
+    e->a[3] = BPF_CORE_READ(regs, r10);
+}
+
+static __always_inline struct entry *entry_of(void)
+{
+    return bpf_task_storage_get(&entries, bpf_get_current_task_btf(), 0, 0);
+}
+
+// A record of the call ``e`` for its exit; ``big``: room for log text.
+static __always_inline struct rec *begin(struct entry *e, __u32 kind, long ret, int big)
+{
+    __u32 tid = (__u32)bpf_get_current_pid_tgid();
+    struct rec *r;
+    if (big)
+        r = bpf_ringbuf_reserve(&records, sizeof(*r), 0);
+    else
+        r = bpf_ringbuf_reserve(&records, REC_SMALL, 0);
+    if (!r) {
+        __u32 k = 0;
+        __u64 *n = bpf_map_lookup_elem(&lost, &k);
+        if (n)
+            __sync_fetch_and_add(n, 1);
+        e->code = 0;
+        return 0;
+    }
+    __u64 now = bpf_ktime_get_ns();
+    r->ts = e->ts;
+    r->dur = now - e->ts;
+    r->ret = ret;
+    r->a[0] = e->a[0]; r->a[1] = e->a[1]; r->a[2] = e->a[2]; r->a[3] = e->a[3];
+    r->tid = tid;
+    r->code = e->code;
+    r->kind = kind;
+    r->count = 0;
+    __builtin_memset(&r->id, 0, sizeof(r->id));
+    r->extra = 0; r->name_len = 0; r->data_len = 0;
+    e->code = 0;
+    return r;
+}
+
+// Waking the loader for each record costs the traced thread more than the
+// rest of the record (an interrupt to the loader's CPU): it is woken once
+// this much waits, else it finds the records when its poll times out.
+#define WAKE_BYTES (1 << 20)
+
+static __always_inline void submit(void *r)
+{
+    __u64 waiting = bpf_ringbuf_query(&records, BPF_RB_AVAIL_DATA);
+    bpf_ringbuf_submit(r, waiting >= WAKE_BYTES ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+}
+
+static __always_inline void done(struct rec *r)
+{
+    submit(r);
+}
+
+static __always_inline struct file *file_of(long fd)
+{
+    struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+    struct fdtable *fdt = BPF_CORE_READ(t, files, fdt);
+    if (fd < 0 || fd >= BPF_CORE_READ(fdt, max_fds))
+        return 0;
+    struct file **fds = BPF_CORE_READ(fdt, fd);
+    struct file *f = 0;
+    bpf_core_read(&f, sizeof(f), fds + fd);
+    return f;
+}
+
+#define S_IFMT 0xf000
+#define S_IFSOCK 0xc000
+#define S_IFIFO 0x1000
+
+// The fd as strace -yy names it: its inode, and for a socket its endpoints.
+static __always_inline void name_fd(struct rec *r, struct entry *e, long fd)
+{
+    struct file *f = file_of(fd);
+    if (!f)
+        return;
+    if (f == e->last) {
+        r->id = e->id;
+        return;
+    }
+    struct fdid *id = &r->id;
+    struct inode *in = BPF_CORE_READ(f, f_inode);
+    id->mode = BPF_CORE_READ(in, i_mode) & S_IFMT;
+    id->ino = BPF_CORE_READ(in, i_ino);
+    if (id->mode == S_IFSOCK) {
+        struct socket *so = BPF_CORE_READ(f, private_data);
+        struct sock *sk = BPF_CORE_READ(so, sk);
+        id->fam = BPF_CORE_READ(sk, __sk_common.skc_family);
+        id->typ = BPF_CORE_READ(sk, sk_type);
+        id->proto = BPF_CORE_READ(sk, sk_protocol);
+        id->lport = BPF_CORE_READ(sk, __sk_common.skc_num);
+        id->rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+        id->la = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
+        id->ra = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+        BPF_CORE_READ_INTO(&id->la6, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32);
+        BPF_CORE_READ_INTO(&id->ra6, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr32);
+        // Connected, it names itself the same way until it is closed (a new
+        // file, whose address may repeat: closing forgets it, see on_exit_plain).
+        if (id->rport) {
+            e->last = f;
+            e->id = *id;
+        }
+    } else if (id->mode != S_IFIFO && in) {
+        const unsigned char *nm = BPF_CORE_READ(f, f_path.dentry, d_name.name);
+        long n = bpf_probe_read_kernel_str(r->name, NAME, nm);
+        r->name_len = n > 0 ? n - 1 : 0;
+    }
+}
+
+static __always_inline void on_exit_fd(struct entry *e, long ret, int by_ret)
+{
+    struct rec *r = begin(e, KIND_F, ret, 0);
+    if (!r)
+        return;
+    name_fd(r, e, by_ret ? ret : (long)r->a[0]);
+    done(r);
+}
+
+static __always_inline void on_exit_write(struct entry *e, long ret)
+{
+    long fd = (long)e->a[0];
+    int log = fd >= 0 && fd <= 2;
+    struct rec *r = log ? begin(e, KIND_D, ret, 1) : begin(e, KIND_F, ret, 0);
+    if (!r)
+        return;
+    if (log) {
+        // librdkafka's log lines: their first DATA bytes, as strace -s 256 keeps
+        r->kind = KIND_D;
+        __u64 n = r->a[2];
+        r->count = n > 0xffffffff ? 0xffffffff : n;
+        if (n > DATA)
+            n = DATA;
+        if (bpf_probe_read_user(r->data, n, (void *)r->a[1]) == 0)
+            r->data_len = n;
+    } else {
+        name_fd(r, e, fd);
+    }
+    done(r);
+}
+
+static __always_inline void on_exit_sockopt(struct entry *e, long ret)
+{
+    struct rec *r = begin(e, KIND_F, ret, 0);
+    if (!r)
+        return;
+    name_fd(r, e, (long)r->a[0]);
+    // the int the option holds: set before the call, got after it
+    bpf_probe_read_user(&r->extra, 4, (void *)r->a[3]);
+    done(r);
+}
+
+static __always_inline void on_exit_poll(struct entry *e, long ret, int ppoll)
+{
+    struct rec *r = begin(e, KIND_P, ret, 0);
+    if (!r)
+        return;
+    __u64 nfds = r->a[1];
+    r->a[1] = r->a[0];      // poll(ufds, nfds, timeout): the record keeps nfds first, as bpftrace's
+    r->a[0] = nfds;
+    r->count = nfds;
+    __u64 n = nfds < POLLS ? nfds : POLLS;
+    if (bpf_probe_read_user(r->data, n * sizeof(struct pollfd), (void *)r->a[1]) == 0)
+        r->data_len = n * sizeof(struct pollfd);
+    if (ppoll) {
+        // the timeout in ms, -1 for none, as poll() takes it
+        struct __kernel_timespec ts = {};
+        if (r->a[2] == 0 || bpf_probe_read_user(&ts, sizeof(ts), (void *)r->a[2]))
+            r->a[2] = (__u64)-1;
+        else
+            r->a[2] = (__u64)ts.tv_sec * 1000 + (__u64)ts.tv_nsec / 1000000;
+    }
+    done(r);
+}
+
+static __always_inline void on_exit_connect(struct entry *e, long ret)
+{
+    struct rec *r = begin(e, KIND_C, ret, 0);
+    if (!r)
+        return;
+    name_fd(r, e, (long)r->a[0]);
+    r->extra = (__s32)r->a[2];
+    // the address asked for: family, port, v4 or v6 address
+    if (bpf_probe_read_user(r->data, 28, (void *)r->a[1]) == 0)
+        r->data_len = 28;
+    done(r);
+}
+
+static __always_inline void on_exit_plain(struct entry *e, long ret)
+{
+    struct rec *r = begin(e, KIND_X, ret, 0);
+    if (!r)
+        return;
+    e->last = 0;
+    done(r);
+}
+
+static __always_inline void event(__u32 kind, long code)
+{
+    struct rec *r = bpf_ringbuf_reserve(&records, REC_SMALL, 0);
+    if (!r) {
+        __u32 k = 0;
+        __u64 *n = bpf_map_lookup_elem(&lost, &k);
+        if (n)
+            __sync_fetch_and_add(n, 1);
+        return;
+    }
+    __builtin_memset(r, 0, REC_HEAD);
+    r->ts = bpf_ktime_get_ns();
+    r->tid = (__u32)bpf_get_current_pid_tgid();
+    r->kind = kind;
+    r->ret = code;
+    submit(r);
+}
+
+// x86-64 syscall numbers -> _bpftrace_records.CALLS codes
+static __always_inline __u32 code_of(long id)
+{
+    switch (id) {
+    case 1: return 1;       // write
+    case 0: return 2;       // read
+    case 20: return 3;      // writev
+    case 44: return 5;      // sendto
+    case 45: return 6;      // recvfrom
+    case 46: return 7;      // sendmsg
+    case 47: return 8;      // recvmsg
+    case 7: return 11;      // poll
+    case 271: return 12;    // ppoll
+    case 232: return 13;    // epoll_wait
+    case 281: return 14;    // epoll_pwait
+    case 42: return 15;     // connect
+    case 41: return 16;     // socket
+    case 54: return 17;     // setsockopt
+    case 55: return 18;     // getsockopt
+    case 3: return 19;      // close
+    }
+    return 0;
+}
+#define NR_EXIT_GROUP 231
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
+{
+    if (!traced())
+        return 0;
+    if (id == NR_EXIT_GROUP) {
+        event(KIND_G, (long)BPF_CORE_READ(regs, di));
+        return 0;
+    }
+    __u32 code = code_of(id);
+    if (code)
+        enter(code, regs);
+    return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
+{
+    if (!traced())
+        return 0;
+    struct entry *e = entry_of();
+    if (!e || !e->code)
+        return 0;
+    switch (e->code) {
+    case 1: on_exit_write(e, ret); break;
+    case 11: on_exit_poll(e, ret, 0); break;
+    case 12: on_exit_poll(e, ret, 1); break;
+    case 15: on_exit_connect(e, ret); break;
+    case 16: on_exit_fd(e, ret, 1); break;
+    case 17: case 18: on_exit_sockopt(e, ret); break;
+    case 19: on_exit_plain(e, ret); break;
+    default: on_exit_fd(e, ret, 0);
+    }
+    return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(process_exit, struct task_struct *t)
+{
+    if (traced())
+        event(KIND_E, BPF_CORE_READ(t, exit_code) >> 8);
+    return 0;
+}
+
+// strace -f follows what the process forks; so does the tracer.
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(process_fork, struct task_struct *parent, struct task_struct *child)
+{
+    __u32 tgid = BPF_CORE_READ(parent, tgid);
+    if (tgid != cfg.tgid && !bpf_map_lookup_elem(&tgids, &tgid))
+        return 0;
+    __u32 kid = BPF_CORE_READ(child, tgid);
+    if (kid == tgid)    // a thread
+        return 0;
+    __u8 one = 1;
+    bpf_map_update_elem(&tgids, &kid, &one, BPF_ANY);
+    forked = 1;
+    return 0;
+}

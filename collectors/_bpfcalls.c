@@ -1,0 +1,206 @@
+/* The user-space half of the bpfcalls tracer (kdiag.collectors.bpfcalls):
+ * loads _bpfcalls.bpf.o with libbpf, attaches it to one process, and
+ * writes the records from its ring buffer to a file as they are, with no
+ * formatting: the formatting waits until tracing has stopped, so the
+ * traced host pays only a copy per call. Python's signals stop it.
+ *
+ * A record on file is struct rec up to its name, then name_len bytes of
+ * name and data_len bytes of data (the layout is RECORD in bpfcalls.py). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/utsname.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "_bpfcalls.h"
+/* BPF_OBJECT: _bpfcalls.bpf.o, compiled and written out by setup.py */
+#include "_bpfcalls_object.h"
+
+/* The program wakes the loader only once a MiB waits (WAKE_BYTES there);
+ * a 16 MiB ring holds 1.5 s of the busiest producer measured. */
+#define POLL_MS 50
+
+struct sink {
+    FILE *out;
+    unsigned long long records, bytes, over_budget, budget;
+};
+
+static int on_record(void *ctx, void *raw, size_t size)
+{
+    struct sink *s = ctx;
+    const struct rec *r = raw;
+    size_t head = REC_HEAD;
+    if (size < head)
+        return 0;
+    size_t nl = r->name_len < NAME ? r->name_len : NAME;
+    size_t dl = r->data_len < DATA ? r->data_len : DATA;
+    if (head + NAME + dl > size)       /* a small record's data never passes its end */
+        dl = size > head + NAME ? size - head - NAME : 0;
+    size_t n = head + nl + dl;
+    if (s->budget && s->bytes + n > s->budget) {
+        s->over_budget++;
+        return 0;
+    }
+    struct rec copy;
+    memcpy(&copy, r, head);
+    copy.name_len = (uint16_t)nl;
+    copy.data_len = (uint16_t)dl;
+    fwrite(&copy, 1, head, s->out);
+    fwrite(r->name, 1, nl, s->out);
+    fwrite(r->data, 1, dl, s->out);
+    s->records++;
+    s->bytes += n;
+    return 0;
+}
+
+static PyObject *fail(const char *what, int err)
+{
+    PyErr_Format(PyExc_OSError, "%s: %s", what, strerror(err < 0 ? -err : err));
+    return NULL;
+}
+
+/* The program reads x86-64 syscall numbers and registers. */
+static int supported(void)
+{
+    struct utsname u;
+    return uname(&u) == 0 && strcmp(u.machine, "x86_64") == 0;
+}
+
+static PyObject *trace(PyObject *self, PyObject *args)
+{
+    int pid;
+    const char *out_path;
+    PyObject *ready;
+    unsigned long long budget;
+    if (!PyArg_ParseTuple(args, "isOK", &pid, &out_path, &ready, &budget))
+        return NULL;
+    PyObject *result = NULL;
+    struct bpf_object *obj = NULL;
+    struct bpf_link *links[64];
+    int n_links = 0;
+    struct ring_buffer *rb = NULL;
+    struct sink sink = {0};
+    sink.budget = budget;
+    int err;
+    if (!supported()) {
+        PyErr_SetString(PyExc_OSError, "the program reads x86-64 syscalls only");
+        goto out;
+    }
+
+    LIBBPF_OPTS(bpf_object_open_opts, opts, .object_name = "kdiag_bpfcalls");
+    obj = bpf_object__open_mem(BPF_OBJECT, sizeof(BPF_OBJECT), &opts);
+    if (!obj) {
+        fail("opening the BPF object", errno);
+        goto out;
+    }
+    /* cfg, the program's only read-only data: which process to trace */
+    struct bpf_map *ro = NULL, *m;
+    bpf_object__for_each_map(m, obj) {
+        const char *nm = bpf_map__name(m);
+        size_t l = strlen(nm);
+        if (l >= 7 && strcmp(nm + l - 7, ".rodata") == 0)
+            ro = m;
+    }
+    uint32_t cfg = (uint32_t)pid;
+    if (!ro || bpf_map__set_initial_value(ro, &cfg, sizeof(cfg))) {
+        fail("naming the process to trace", ro ? errno : ENOENT);
+        goto out;
+    }
+    if ((err = bpf_object__load(obj))) {
+        fail("loading the BPF programs", err);
+        goto out;
+    }
+    struct bpf_map *tgids = bpf_object__find_map_by_name(obj, "tgids");
+    uint32_t key = (uint32_t)pid;
+    uint8_t one = 1;
+    if (!tgids || bpf_map_update_elem(bpf_map__fd(tgids), &key, &one, BPF_ANY)) {
+        fail("naming the process to trace", errno);
+        goto out;
+    }
+    struct bpf_program *p;
+    bpf_object__for_each_program(p, obj) {
+        if (!bpf_program__autoload(p))
+            continue;
+        if (n_links >= 64) {
+            PyErr_SetString(PyExc_RuntimeError, "more than 64 BPF programs");
+            goto out;
+        }
+        struct bpf_link *l = bpf_program__attach(p);
+        if (!l) {
+            PyErr_Format(PyExc_OSError, "attaching %s: %s", bpf_program__name(p), strerror(errno));
+            goto out;
+        }
+        links[n_links++] = l;
+    }
+    sink.out = fopen(out_path, "wb");
+    if (!sink.out) {
+        PyErr_SetFromErrnoWithFilename(PyExc_OSError, out_path);
+        goto out;
+    }
+    setvbuf(sink.out, NULL, _IOFBF, 1 << 20);
+    rb = ring_buffer__new(bpf_map__fd(bpf_object__find_map_by_name(obj, "records")), on_record, &sink, NULL);
+    if (!rb) {
+        fail("opening the ring buffer", errno);
+        goto out;
+    }
+    PyObject *r = PyObject_CallNoArgs(ready);
+    if (!r)
+        goto out;
+    Py_DECREF(r);
+
+    int stopped = 0;
+    while (!stopped) {
+        Py_BEGIN_ALLOW_THREADS
+        err = ring_buffer__poll(rb, POLL_MS);
+        Py_END_ALLOW_THREADS
+        if (err < 0 && err != -EINTR) {
+            fail("reading the ring buffer", err);
+            goto out;
+        }
+        /* SIGINT or SIGTERM: Python's handler runs here; an exception
+         * it raises stops the trace, and what is left is still read. */
+        if (PyErr_CheckSignals() < 0) {
+            PyErr_Clear();
+            stopped = 1;
+        }
+    }
+    for (int i = 0; i < n_links; i++)
+        bpf_link__destroy(links[i]);
+    n_links = 0;
+    ring_buffer__consume(rb);
+    uint32_t zero = 0;
+    uint64_t lost = 0;
+    bpf_map_lookup_elem(bpf_map__fd(bpf_object__find_map_by_name(obj, "lost")), &zero, &lost);
+    if (fflush(sink.out)) {
+        PyErr_SetFromErrnoWithFilename(PyExc_OSError, out_path);
+        goto out;
+    }
+    result = Py_BuildValue("{sKsKsKsK}", "records", sink.records, "bytes", sink.bytes, "lost_events",
+                           (unsigned long long)lost, "over_budget", sink.over_budget);
+out:
+    for (int i = 0; i < n_links; i++)
+        bpf_link__destroy(links[i]);
+    if (rb)
+        ring_buffer__free(rb);
+    if (sink.out)
+        fclose(sink.out);
+    bpf_object__close(obj);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"trace", trace, METH_VARARGS,
+     "trace(pid, out_path, ready, max_bytes) -> dict: traces until a signal's handler raises"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_bpfcalls", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__bpfcalls(void) { return PyModule_Create(&module); }

@@ -1,0 +1,46 @@
+/* A record of the bpfcalls tracer, shared by the BPF program
+ * (_bpfcalls.bpf.c), its loader (_bpfcalls.c) and the converter
+ * (bpfcalls.py, RECORD there, which must change with it). */
+#ifndef KDIAG_BPFCALLS_H
+#define KDIAG_BPFCALLS_H
+
+#include <linux/types.h>
+
+#define DATA 256
+#define NAME 64
+#define POLLS 4
+/* Reserved for a record without log text: its name and up to SMALL_DATA bytes. */
+#define SMALL_DATA 32
+enum { KIND_F = 1, KIND_D, KIND_P, KIND_C, KIND_X, KIND_E, KIND_G };
+
+/* What names an fd, as strace -yy does: its inode's number and mode; a
+ * socket's family, type, protocol, ports, and IPv4 and IPv6 addresses as
+ * the kernel holds them. */
+struct fdid {
+    __u64 ino;
+    __u32 mode;
+    __s32 fam, typ, proto, lport, rport;
+    __u32 la, ra, la6[4], ra6[4];
+};
+
+struct rec {
+    __u64 ts;          /* entry, CLOCK_MONOTONIC ns (bpf_ktime_get_ns) */
+    __u64 dur;         /* ns from entry to exit */
+    __s64 ret;
+    __u64 a[4];        /* the call's first four arguments as it got them */
+    __u32 tid;
+    __u16 code;        /* _bpftrace_records.CALLS code; E and G: none */
+    __u16 kind;        /* KIND_* */
+    __u32 count;       /* D: bytes the call wrote; P: nfds */
+    struct fdid id;
+    __s32 extra;       /* getsockopt/setsockopt: the int value; C: address length */
+    __u16 name_len;    /* a file's last path component (files only) */
+    __u16 data_len;    /* bytes of data used: D text, P pollfds, C sockaddr */
+    char name[NAME];
+    __u8 data[DATA];
+};
+
+#define REC_HEAD __builtin_offsetof(struct rec, name)
+#define REC_SMALL (REC_HEAD + NAME + SMALL_DATA)
+
+#endif
