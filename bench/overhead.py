@@ -14,8 +14,9 @@ of the same run of the benchmark:
   strace -f             plain ``strace -f -o FILE CMD``, the reference the issue names
   kdiag --pid, strace   what ``kdiag trace --pid`` ran before: strace -p, every thread, no seccomp
   kdiag --pid, broker threads   strace -p on the rdk:broker threads only
-  kdiag --pid, bpftrace what ``kdiag trace --pid`` runs now on a busy producer
-  kdiag -- CMD, strace / bpftrace   the same from the command's exec (kdiag's shim)
+  kdiag --pid, bpfcalls what ``kdiag trace --pid`` runs now on a busy producer
+  kdiag --pid, bpftrace what it runs where bpfcalls cannot (and ran before it)
+  kdiag -- CMD, strace / bpfcalls / bpftrace   the same from the command's exec (kdiag's shim)
   bpftrace, log lines without their text / probes only   kdiag's program cut
                         down, to show where its cost lies (``variant_program``)
 The tracers are started exactly as kdiag.capture.attach starts them; kdiag's Spark

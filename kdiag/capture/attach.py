@@ -19,13 +19,15 @@ The traced producer is never harmed:
 
 The tracer: strace -p stops the traced thread on every call (~23 us each);
 a producer at full speed over TLS makes ~13 k calls a second on its broker
-thread and loses most of its throughput to it. bpftrace
-(kdiag.collectors.bpftrace) stops no thread and writes the same strace text.
-``tracer`` (KDIAG_TRACER) is auto, strace or bpftrace; auto measures the
-producer's call rate for a second before attaching and takes bpftrace when
-strace would cost it a noticeable share of a core (kdiag.capture.overhead.choose),
-and for a command (no rate to measure) whenever bpftrace can run; strace
-otherwise, and whenever bpftrace fails to start. bpftrace is used only on a
+thread and loses most of its throughput to it. The BPF tracers stop no
+thread and write the same strace text: kdiag's own (kdiag.collectors.bpfcalls,
+built at install) and bpftrace (kdiag.collectors.bpftrace).
+``tracer`` (KDIAG_TRACER) is auto, strace, bpfcalls or bpftrace; auto
+measures the producer's call rate for a second before attaching and takes
+the first BPF tracer that can run (bpfcalls, then bpftrace) when strace
+would cost it a noticeable share of a core (kdiag.capture.overhead.choose),
+and for a command (no rate to measure) whenever one can run; strace
+otherwise, and whenever they fail to start. A BPF tracer is used only on a
 process kdiag may ptrace (``/proc/PID/mem`` opens): it sees every process,
 and kdiag observes no more than strace would be allowed to. The manifest's
 ``tracer`` says which ran and why, its ``overhead`` what it cost.
