@@ -63,6 +63,18 @@ def test_a_users_install_builds_the_compiled_scans(venv, tmp_path):
     assert res.stdout.strip() == "True", res.stdout + res.stderr[-2000:]
 
 
+def test_a_users_install_builds_the_bpf_tracer(venv, tmp_path):
+    """pip builds the BPF program with clang into its loader, where clang
+    and libbpf-dev are installed (setup.sh installs them): a user's
+    ``kdiag trace`` gets the tracer that costs a busy producer least. As
+    root, its check says nothing is missing."""
+    code = "from kdiag.collectors import bpfcalls; print(bpfcalls.loader() is not None, bpfcalls.check())"
+    res = subprocess.run([str(venv / "bin" / "python"), "-c", code], cwd=tmp_path, env=_clean_env(venv),
+                         capture_output=True, text=True, timeout=60)
+    want = "True None" if os.geteuid() == 0 else "True"
+    assert res.stdout.strip().startswith(want), res.stdout + res.stderr[-2000:]
+
+
 def test_every_module_imports(venv, tmp_path):
     """Import-time dependencies of every module, __main__ ones aside."""
     code = ("import pkgutil, importlib, kdiag\n"
