@@ -29,7 +29,7 @@ from pathlib import Path
 import kdiag
 from kdiag.collectors import bpftrace as _bt
 from kdiag.collectors._bpftrace_records import STRSIZE, Converted, Converter
-from kdiag.collectors.base import MODES, PROBE, CollectorStatus, Requirement, cpu_s, unmet
+from kdiag.collectors.base import MODES, PROBE, Requirement, cpu_s, unmet
 
 NAME = "bpfcalls"
 BTF = Path("/sys/kernel/btf/vmlinux")
@@ -156,34 +156,20 @@ def convert(records: Path, out_path: Path, epoch_offset_ns: int) -> Converted:
 # loader in this process instead of a bpftrace child.
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import json
-
-    ap = argparse.ArgumentParser(prog="python -m kdiag.collectors.bpfcalls")
-    ap.add_argument("--pid", type=int, required=True)
-    ap.add_argument("--out", type=Path, required=True)
-    args = ap.parse_args(argv)
-    st = CollectorStatus(NAME, version=kdiag.__version__, files=[str(args.out)], started_us=int(time.time() * 1e6),
-                         command=["bpfcalls", "--pid", str(args.pid)])
-    extra: dict = {"lost_events": None, "bad_records": None, "lines": None, "setup_cpu_s": None, "cpu_s": None,
-                   "ready_us": None, "stopped_us": None, "over_budget": None}
+    r = _bt.runner("kdiag.collectors.bpfcalls", NAME, kdiag.__version__, argv, "over_budget")
+    st, extra, finish = r.st, r.extra, r.finish
+    st.command = ["bpfcalls", "--pid", str(r.pid)]
 
     def stop(signum, frame):
         raise KeyboardInterrupt
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
 
-    def finish() -> int:
-        st.ended_us = int(time.time() * 1e6)
-        st.bytes = args.out.stat().st_size if args.out.exists() else 0
-        print(json.dumps({**st.to_dict(), **extra}), flush=True)
-        return 0
-
     why = check()
     if why:
         st.state, st.reason = "skipped", why
         return finish()
-    records = args.out.with_name(args.out.name + ".records")
+    records = r.out.with_name(r.out.name + ".records")
     me = os.getpid()
     # The traced host's CPU is the producer's first: the loader only copies
     # records out of a 16 MiB ring, which holds bursts while it waits its
@@ -198,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
 
     offset = time.time_ns() - time.monotonic_ns()
     try:
-        got = loader().trace(args.pid, str(records), ready, MAX_BYTES)
+        got = loader().trace(r.pid, str(records), ready, MAX_BYTES)
     except (OSError, RuntimeError) as e:
         st.state, st.reason = "failed", f"bpfcalls: {e}"
         records.unlink(missing_ok=True)
@@ -215,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     # Converting is not part of the trace: a second signal must not cut it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        res = convert(records, args.out, offset)
+        res = convert(records, r.out, offset)
     finally:
         with contextlib.suppress(OSError):
             records.unlink()

@@ -216,17 +216,42 @@ def _ready(records: Path) -> bool:
         return False
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import json
+@dataclass
+class Runner:
+    """A BPF tracer's runner (``python -m MODULE --pid PID --out FILE``):
+    what it was asked, and the status it prints last, as JSON (``finish``)."""
+    pid: int
+    out: Path
+    st: CollectorStatus
+    extra: dict
 
-    ap = argparse.ArgumentParser(prog="python -m kdiag.collectors.bpftrace")
+    def finish(self) -> int:
+        import json
+
+        self.st.ended_us = int(time.time() * 1e6)
+        self.st.bytes = self.out.stat().st_size if self.out.exists() else 0
+        print(json.dumps({**self.st.to_dict(), **self.extra}), flush=True)
+        return 0
+
+
+# What every BPF tracer's status says beyond CollectorStatus (None until known).
+RUNNER_FIELDS = ("lost_events", "bad_records", "lines", "setup_cpu_s", "cpu_s", "ready_us", "stopped_us")
+
+
+def runner(module: str, name: str, tool_version: str | None, argv: list[str] | None, *more: str) -> Runner:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog=f"python -m {module}")
     ap.add_argument("--pid", type=int, required=True)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
-    st = CollectorStatus(NAME, version=version(), files=[str(args.out)], started_us=int(time.time() * 1e6))
-    extra: dict = {"tracefs": None, "lost_events": None, "bad_records": None, "lines": None, "setup_cpu_s": None,
-                   "cpu_s": None, "ready_us": None, "stopped_us": None}
+    st = CollectorStatus(name, version=tool_version, files=[str(args.out)], started_us=int(time.time() * 1e6))
+    return Runner(args.pid, args.out, st, dict.fromkeys((*more, *RUNNER_FIELDS)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    r = runner("kdiag.collectors.bpftrace", NAME, version(), argv, "tracefs")
+    st, extra, finish = r.st, r.extra, r.finish
     stop_now = []
 
     def on_signal(signum, frame):
@@ -234,22 +259,16 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
 
-    def finish() -> int:
-        st.ended_us = int(time.time() * 1e6)
-        st.bytes = args.out.stat().st_size if args.out.exists() else 0
-        print(json.dumps({**st.to_dict(), **extra}), flush=True)
-        return 0
-
     why = check()
     if why is None:
         why, extra["tracefs"] = ensure_tracefs()
     if why:
         st.state, st.reason = "skipped", why
         return finish()
-    records = args.out.with_name(args.out.name + ".records")
-    src = args.out.with_name(args.out.name + ".bt")
-    err_path = args.out.with_name(args.out.name + ".bpftrace-stderr")
-    src.write_text(program(args.pid))
+    records = r.out.with_name(r.out.name + ".records")
+    src = r.out.with_name(r.out.name + ".bt")
+    err_path = r.out.with_name(r.out.name + ".bpftrace-stderr")
+    src.write_text(program(r.pid))
     st.command = ["bpftrace", src.name]
     env = {**os.environ, "BPFTRACE_STRLEN": str(CHUNK), "BPFTRACE_PERF_RB_PAGES": str(RB_PAGES)}
     offset = time.time_ns() - time.monotonic_ns()
@@ -276,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             proc.wait()
         if extra["setup_cpu_s"] is not None and None not in end_cpu:
             extra["cpu_s"] = round(sum(end_cpu) - extra["setup_cpu_s"], 3)
-        res = convert(records, args.out, offset)
+        res = convert(records, r.out, offset)
         lost_err = 0
         with contextlib.suppress(OSError):
             for ln in err_path.read_text(errors="replace").splitlines():

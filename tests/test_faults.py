@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, need, wait_gone
+from conftest import ROOT, need, require, wait_gone
 from kdiag.cli import Environment, main
 from test_attach import PRODUCER, not_traced, producer, progress, the_lab, wait_for  # noqa: F401 (fixtures)
 
@@ -173,8 +173,13 @@ def test_kill_9_leaves_an_unsealed_bundle_that_replays_and_seals(producer, spark
 
 
 def test_strace_missing(the_lab, spark, tmp_path, monkeypatch):
-    """Without strace, the wrapped producer's own log and its sockets'
-    samples are still captured; the bundle says what is missing."""
+    """Without strace (nor bpftrace, on this PATH, nor kdiag's own BPF
+    tracer, as where kdiag was installed without clang), the wrapped
+    producer's own log and its sockets' samples are still captured; the
+    bundle says what is missing."""
+    from kdiag.collectors import bpfcalls
+
+    monkeypatch.setattr(bpfcalls, "loader", lambda: None)
     bare = tmp_path / "bin"
     bare.mkdir()
     os.symlink(sys.executable, bare / "python3")
@@ -197,6 +202,26 @@ def test_strace_missing(the_lab, spark, tmp_path, monkeypatch):
     assert any("the held send itself is not seen" in e for e in f["findings"][0]["evidence"])
     assert replays(out)["verdict"] == f["verdict"]
 
+
+
+def test_without_strace_kdiags_own_tracer_traces(the_lab, spark, tmp_path, monkeypatch):
+    """No strace on PATH is no loss where kdiag's own BPF tracer was built:
+    the capture is whole and the held send is seen."""
+    from kdiag.collectors import bpfcalls
+
+    require(bpfcalls.check())
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    os.symlink(sys.executable, bare / "python3")
+    monkeypatch.setenv("PATH", str(bare))
+    out = tmp_path / "bpfcalls.tar.gz"
+    rc, stdout, err = run(["trace", "--json", "-o", str(out), "--", "python3", str(PRODUCER), the_lab.bootstrap,
+                           str(the_lab.ca_path), "false", "3", str(tmp_path / "prog")])
+    assert rc == 0, err
+    man = manifest_of(out)
+    assert man["tracer"]["tool"] == "bpfcalls" and not man["partial"], (man["tracer"], man["partial_reasons"])
+    f = json.loads(stdout)
+    assert f["verdict"] == "nagle_delayed_ack" and f["confidence"].startswith("high"), f["findings"]
 
 def test_ptrace_refused(producer, spark, tmp_path):
     """kdiag without CAP_SYS_PTRACE: the kernel refuses to let it trace a
