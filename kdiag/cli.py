@@ -55,8 +55,8 @@ examples:
   kdiag trace -- python3 my_producer.py --rate 50
       run a producer under kdiag until it exits
   kdiag trace --pid 4242 --tracer strace
-      attach with strace whatever the producer's call rate (auto would take
-      bpftrace for a busy producer: it stops no thread)
+      attach with strace, which shows every call (auto takes kdiag's own
+      BPF tracer where it was built: it stops no thread)
   kdiag trace -b 10.1.2.3:9093 -X security.protocol=ssl --pseudonymise ~/kdiag-hosts.json
       the bundle names no host: every address and hostname is a pseudonym,
       the same one in every run that uses that map
@@ -162,10 +162,11 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("-p", "--pid", type=int, help="attach to this running producer (it keeps running)")
     t.add_argument("--duration", type=float, metavar="S",
                    help="trace --pid or -- CMD for S seconds (default: 30 for --pid, until CMD exits)")
-    t.add_argument("--tracer", choices=("auto", "strace", "bpftrace"),
-                   help="syscall tracer for --pid and -- CMD (default: $KDIAG_TRACER, else auto: bpftrace when "
-                        "strace would cost a busy producer a noticeable share of its throughput, or for a "
-                        "command; strace otherwise and whenever bpftrace cannot run)")
+    t.add_argument("--tracer", choices=("auto", "strace", "bpfcalls", "bpftrace"),
+                   help="syscall tracer for --pid and -- CMD (default: $KDIAG_TRACER, else auto: bpfcalls, "
+                        "kdiag's own BPF tracer, where it was built and can load; else bpftrace when strace "
+                        "would cost a busy producer a noticeable share of its throughput, or for a command; "
+                        "strace otherwise and whenever neither can run)")
     t.add_argument("--scenario", metavar="NAME",
                    help="a lab scenario instead of the default (scenarios: below); it does not go with -b")
     t.add_argument("--no-path-probe", action="store_true", help="skip the TCP path probe of the brokers")

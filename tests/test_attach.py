@@ -84,10 +84,14 @@ def test_attach_names_the_cause_and_detaches(producer, spark, tmp_path, monkeypa
     f = json.loads(out.getvalue())
     assert f["verdict"] == "nagle_delayed_ack"
     man = manifest_of(tmp_path / "a.tar.gz")
-    # a producer stalled at ~20 msg/s makes few calls: auto keeps strace's full view
-    assert man["tracer"]["tool"] == "strace" and man["tracer"]["setting"] == "auto", man["tracer"]
+    # kdiag's own BPF tracer where it runs, at any rate; else a producer
+    # stalled at ~20 msg/s makes few calls, and auto keeps strace's full view
+    from kdiag.collectors import bpfcalls
+
+    want = "bpfcalls" if bpfcalls.check() is None else "strace"
+    assert man["tracer"]["tool"] == want and man["tracer"]["setting"] == "auto", man["tracer"]
     ovh = man["overhead"]
-    assert set(ovh) == OVERHEAD_FIELDS and ovh["tool"] == "strace", ovh
+    assert set(ovh) == OVERHEAD_FIELDS and ovh["tool"] == want, ovh
     assert ovh["method"].startswith("measured:") and ovh["throughput_pct"] is not None
     assert f["target"]["pid"] == proc.pid and f["target"]["running_at_detach"] is True
     # attached after connect(): strace cannot know TCP_NODELAY, the sampler read it off the socket
@@ -130,7 +134,8 @@ def test_attach_in_kernel_names_the_cause_and_detaches(producer, spark, tmp_path
 
 def test_kill_9_of_kdiag_leaves_the_producer_running(producer, tmp_path):
     proc, prog = producer
-    kd = subprocess.Popen([sys.executable, "-m", "kdiag", "trace", "--pid", str(proc.pid), "--duration", "60",
+    kd = subprocess.Popen([sys.executable, "-m", "kdiag", "trace", "--tracer", "strace", "--pid", str(proc.pid),
+                           "--duration", "60",
                            "-o", str(tmp_path / "k.tar.gz")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                           cwd=ROOT)
     assert wait_for(lambda: not not_traced(proc.pid), 20), "kdiag never attached"
@@ -145,12 +150,45 @@ def test_kill_9_of_kdiag_leaves_the_producer_running(producer, tmp_path):
     assert wait_for(lambda: progress(prog) >= before + 10, 10), "producer stopped after kdiag was killed"
 
 
+def test_kill_9_of_kdiag_stops_its_bpf_tracer(producer, tmp_path):
+    """kdiag's own BPF tracer dies with kdiag (PR_SET_PDEATHSIG); its
+    programs are held only by its open fds (nothing is pinned), so the
+    kernel drops them with it: nothing is left tracing."""
+    from kdiag.collectors import bpfcalls
+
+    require(bpfcalls.check())
+    proc, prog = producer
+    kd = subprocess.Popen([sys.executable, "-m", "kdiag", "trace", "--tracer", "bpfcalls", "--pid", str(proc.pid),
+                           "--duration", "60", "-o", str(tmp_path / "k.tar.gz")], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, cwd=ROOT)
+
+    def runners():
+        found = []
+        for c in psutil.Process(kd.pid).children(recursive=True):
+            try:
+                if "kdiag.collectors.bpfcalls" in " ".join(c.cmdline()):
+                    found.append(c)
+            except psutil.Error:    # gone, or a zombie, since it was listed
+                pass
+        return found
+    assert wait_for(lambda: runners(), 20), "kdiag never started its tracer"
+    tracer = runners()[0]
+    assert wait_for(lambda: any("bpf-prog" in os.readlink(f"/proc/{tracer.pid}/fd/{fd}")
+                                for fd in os.listdir(f"/proc/{tracer.pid}/fd")), 20), "it never loaded its programs"
+    os.kill(kd.pid, signal.SIGKILL)
+    kd.wait()
+    assert wait_gone([tracer.pid], 30) == [], "the BPF tracer outlived kdiag"
+    assert proc.poll() is None
+    before = progress(prog)
+    assert wait_for(lambda: progress(prog) >= before + 10, 10), "producer stopped after kdiag was killed"
+
+
 def test_sigterm_detaches_and_keeps_a_partial_bundle(producer, tmp_path):
     """SIGTERM (a service manager stopping kdiag) ends the window as Ctrl-C
     does: detach, analyse what was captured, bundle marked partial."""
     proc, prog = producer
     out = tmp_path / "t.tar.gz"
-    kd = subprocess.Popen([sys.executable, "-m", "kdiag", "trace", "--json", "--pid", str(proc.pid),
+    kd = subprocess.Popen([sys.executable, "-m", "kdiag", "trace", "--json", "--tracer", "strace", "--pid", str(proc.pid),
                            "--duration", "60", "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                           cwd=ROOT)
     assert wait_for(lambda: not not_traced(proc.pid), 20), "kdiag never attached"

@@ -104,8 +104,9 @@ def test_output_disk_full_stops_the_capture(producer, spark, small_disk):
     out = small_disk / "full.tar.gz"
     res = {}
     t = threading.Thread(target=lambda: res.update(zip(("rc", "out", "err"), run(
-        ["trace", "--json", "--pid", str(proc.pid), "--duration", "60", "-o", str(out)]))))
+        ["trace", "--json", "--tracer", "strace", "--pid", str(proc.pid), "--duration", "60", "-o", str(out)]))))
     t.start()
+    # strace, whose text grows while it traces (a BPF tracer's is written when it stops)
     assert wait_for(lambda: not not_traced(proc.pid), 20), "kdiag never attached"
     time.sleep(1)
     # 64 MiB disk: kdiag keeps 5 % (3.2 MiB) free; another writer takes all but 2 MiB
@@ -147,8 +148,8 @@ def test_archive_that_does_not_fit_leaves_a_sealed_directory(producer, spark, tm
 def test_kill_9_leaves_an_unsealed_bundle_that_replays_and_seals(producer, spark, tmp_path):
     proc, prog = producer
     out = tmp_path / "k.tar.gz"
-    kd = subprocess.Popen(kdiag_cmd("trace", "--pid", str(proc.pid), "--duration", "60", "-o", str(out)),
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    kd = subprocess.Popen(kdiag_cmd("trace", "--tracer", "strace", "--pid", str(proc.pid), "--duration", "60",
+                                    "-o", str(out)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     staging = out.with_name(out.name + ".partial")
     assert wait_for(lambda: not not_traced(proc.pid), 20), "kdiag never attached"
     strace_txt = staging / "raw" / "strace" / "strace.txt"

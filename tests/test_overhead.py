@@ -76,11 +76,14 @@ def test_choose():
     both = {"bpfcalls": None, "bpftrace": None}
     only_bt = {"bpfcalls": "no loader", "bpftrace": None}
     neither = {"bpfcalls": "no loader", "bpftrace": "bpftrace not found on PATH"}
+    # kdiag's own tracer at any rate; bpftrace only where strace would cost more
     assert overhead.choose("auto", busy, both)[0] == "bpfcalls"
-    assert overhead.choose("auto", idle, both)[0] == "strace"
+    assert overhead.choose("auto", idle, both)[0] == "bpfcalls"
     assert overhead.choose("auto", None, both)[0] == "bpfcalls"
     tool, why = overhead.choose("auto", busy, only_bt)
     assert tool == "bpftrace" and "bpfcalls cannot run here: no loader" in why
+    assert overhead.choose("auto", idle, only_bt)[0] == "strace"
+    assert overhead.choose("auto", None, only_bt)[0] == "bpftrace"
     tool, why = overhead.choose("auto", busy, neither)
     assert tool == "strace" and "bpftrace not found" in why and "no loader" in why
     assert overhead.choose("strace", busy, both)[0] == "strace"

@@ -23,11 +23,11 @@ thread and loses most of its throughput to it. The BPF tracers stop no
 thread and write the same strace text: kdiag's own (kdiag.collectors.bpfcalls,
 built at install) and bpftrace (kdiag.collectors.bpftrace).
 ``tracer`` (KDIAG_TRACER) is auto, strace, bpfcalls or bpftrace; auto
-measures the producer's call rate for a second before attaching and takes
-the first BPF tracer that can run (bpfcalls, then bpftrace) when strace
-would cost it a noticeable share of a core (kdiag.capture.overhead.choose),
-and for a command (no rate to measure) whenever one can run; strace
-otherwise, and whenever they fail to start. A BPF tracer is used only on a
+takes bpfcalls wherever it runs; else it measures the producer's call rate
+for a second before attaching and takes bpftrace when strace would cost it
+a noticeable share of a core (kdiag.capture.overhead.choose), and for a
+command (no rate to measure) whenever it can run; strace otherwise, and
+whenever they fail to start. A BPF tracer is used only on a
 process kdiag may ptrace (``/proc/PID/mem`` opens): it sees every process,
 and kdiag observes no more than strace would be allowed to. The manifest's
 ``tracer`` says which ran and why, its ``overhead`` what it cost.

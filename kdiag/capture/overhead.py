@@ -283,14 +283,22 @@ def for_probe(capture: Path, started_us: int | None, ended_us: int | None) -> di
     return for_capture("strace --seccomp-bpf", Path(capture), started_us, ended_us, PTRACE_STOP_US).to_dict()
 
 
+# In-kernel tracers cheap enough to be auto's choice at any rate: bpfcalls
+# kept 100.0 % of the seed's 22.7 msg/s, 97.4 % at 2.3 k msg/s and 91-93 %
+# at full speed (bench/RESULTS.md); bpftrace, 53-56 % at full speed, is
+# worth it only where strace would cost more.
+ANY_RATE = ("bpfcalls",)
+
+
 def choose(setting: str, before: Rates | None, unusable: dict[str, str | None]) -> tuple[str, str]:
     """(tool, why) for ``setting`` auto, strace or an in-kernel tracer.
     ``unusable``: each in-kernel tracer, in order of preference (cheapest
     first), -> why it cannot run here, or None. auto: the first that can
-    run when strace would cost the producer at least AUTO_BPF_SHARE of a
-    core (its read+write calls, or its context switches when higher, a
-    lower bound of its calls, times PTRACE_STOP_US), or when nothing was
-    measured (a command kdiag starts); else strace."""
+    run if it is one of ANY_RATE; else it when strace would cost the
+    producer at least AUTO_BPF_SHARE of a core (its read+write calls, or its
+    context switches when higher, a lower bound of its calls, times
+    PTRACE_STOP_US), or when nothing was measured (a command kdiag starts);
+    else strace."""
     if setting == "strace":
         return "strace", "asked for strace"
     if setting in unusable:
@@ -302,6 +310,8 @@ def choose(setting: str, before: Rates | None, unusable: dict[str, str | None]) 
     tool = usable[0]
     passed = "".join(f"; {t} cannot run here: {unusable[t]}" for t in unusable if t != tool and
                      list(unusable).index(t) < list(unusable).index(tool))
+    if tool in ANY_RATE:
+        return tool, f"{tool} stops no thread and costs a producer least at any rate" + passed
     if before is None:
         return tool, f"{tool} stops no thread; the producer's call rate is unknown before it starts" + passed
     calls = max(before.io_calls_per_s or 0.0, before.ctx_per_s or 0.0)
