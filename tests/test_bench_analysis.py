@@ -26,7 +26,10 @@ def test_analysis_smoke(tmp_path):
     steps = spark.note.split("Spark actions by step: ", 1)[1]
     assert "input checks" in steps and "pairing and split" in steps and "facts and connections" in steps, spark.note
     ratio = by[f"Spark / DuckDB at {n:,} requests"]
-    assert ratio.value == pytest.approx(spark.value / duck.value, rel=0.05) and ratio.goal is None
+    # the times are figures rounded to 0.01 s, the ratio is of the times
+    # themselves: DuckDB's ~0.1 s here moves it by up to 5 % on rounding alone
+    lo, hi = (spark.value - 0.005) / (duck.value + 0.005), (spark.value + 0.005) / max(duck.value - 0.005, 1e-9)
+    assert lo - 0.01 <= ratio.value <= hi + 0.01 and ratio.goal is None, (ratio.value, spark.value, duck.value)
 
 
 def test_made_tables_read_as_their_verdict(tmp_path, spark):
