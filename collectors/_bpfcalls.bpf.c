@@ -45,7 +45,7 @@ struct socket { struct sock *sk; } __pra;
 struct file { struct inode *f_inode; void *private_data; struct path f_path; } __pra;
 struct fdtable { unsigned int max_fds; struct file **fd; } __pra;
 struct files_struct { struct fdtable *fdt; } __pra;
-struct task_struct { struct files_struct *files; int exit_code; int tgid; int pid; } __pra;
+struct task_struct { struct files_struct *files; int exit_code; int tgid; } __pra;
 struct pollfd { int fd; short events; short revents; };
 struct __kernel_timespec { long long tv_sec; long long tv_nsec; };
 
@@ -57,11 +57,11 @@ char LICENSE[] SEC("license") = "GPL";
 struct entry { __u64 ts; __u64 a[4]; __u32 code; struct file *last; struct fdid id; };
 
 struct { __uint(type, BPF_MAP_TYPE_RINGBUF); __uint(max_entries, 16 << 20); } records SEC(".maps");
-// The processes traced: the one asked for, and those it forks.
+// The processes the traced one forked (itself is cfg.tgid).
 struct { __uint(type, BPF_MAP_TYPE_HASH); __uint(max_entries, 1024); __type(key, __u32); __type(value, __u8); }
     tgids SEC(".maps");
-// A thread's call in progress, kept on the thread itself (no hash to look
-// it up in, freed with the thread). code 0: none.
+// Each thread's entry, kept on the thread itself (no hash to look it up
+// in, freed with the thread).
 struct { __uint(type, BPF_MAP_TYPE_TASK_STORAGE); __uint(map_flags, BPF_F_NO_PREALLOC); __type(key, int);
          __type(value, struct entry); } entries SEC(".maps");
 // [0] records the ring buffer had no room for
@@ -101,10 +101,9 @@ static __always_inline struct entry *entry_of(void)
     return bpf_task_storage_get(&entries, bpf_get_current_task_btf(), 0, 0);
 }
 
-// A record of the call ``e`` for its exit; ``big``: room for log text.
-static __always_inline struct rec *begin(struct entry *e, __u32 kind, long ret, int big)
+// Room for a record (``big``: with log text), or null, counted as lost.
+static __always_inline struct rec *reserve(int big)
 {
-    __u32 tid = (__u32)bpf_get_current_pid_tgid();
     struct rec *r;
     if (big)
         r = bpf_ringbuf_reserve(&records, sizeof(*r), 0);
@@ -115,6 +114,16 @@ static __always_inline struct rec *begin(struct entry *e, __u32 kind, long ret, 
         __u64 *n = bpf_map_lookup_elem(&lost, &k);
         if (n)
             __sync_fetch_and_add(n, 1);
+    }
+    return r;
+}
+
+// A record of the call ``e`` for its exit; ``big``: room for log text.
+static __always_inline struct rec *begin(struct entry *e, __u32 kind, long ret, int big)
+{
+    __u32 tid = (__u32)bpf_get_current_pid_tgid();
+    struct rec *r = reserve(big);
+    if (!r) {
         e->code = 0;
         return 0;
     }
@@ -142,11 +151,6 @@ static __always_inline void submit(void *r)
 {
     __u64 waiting = bpf_ringbuf_query(&records, BPF_RB_AVAIL_DATA);
     bpf_ringbuf_submit(r, waiting >= WAKE_BYTES ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
-}
-
-static __always_inline void done(struct rec *r)
-{
-    submit(r);
 }
 
 static __always_inline struct file *file_of(long fd)
@@ -210,7 +214,7 @@ static __always_inline void on_exit_fd(struct entry *e, long ret, int by_ret)
     if (!r)
         return;
     name_fd(r, e, by_ret ? ret : (long)r->a[0]);
-    done(r);
+    submit(r);
 }
 
 static __always_inline void on_exit_write(struct entry *e, long ret)
@@ -222,7 +226,6 @@ static __always_inline void on_exit_write(struct entry *e, long ret)
         return;
     if (log) {
         // librdkafka's log lines: their first DATA bytes, as strace -s 256 keeps
-        r->kind = KIND_D;
         __u64 n = r->a[2];
         r->count = n > 0xffffffff ? 0xffffffff : n;
         if (n > DATA)
@@ -232,7 +235,7 @@ static __always_inline void on_exit_write(struct entry *e, long ret)
     } else {
         name_fd(r, e, fd);
     }
-    done(r);
+    submit(r);
 }
 
 static __always_inline void on_exit_sockopt(struct entry *e, long ret)
@@ -243,7 +246,7 @@ static __always_inline void on_exit_sockopt(struct entry *e, long ret)
     name_fd(r, e, (long)r->a[0]);
     // the int the option holds: set before the call, got after it
     bpf_probe_read_user(&r->extra, 4, (void *)r->a[3]);
-    done(r);
+    submit(r);
 }
 
 static __always_inline void on_exit_poll(struct entry *e, long ret, int ppoll)
@@ -266,7 +269,7 @@ static __always_inline void on_exit_poll(struct entry *e, long ret, int ppoll)
         else
             r->a[2] = (__u64)ts.tv_sec * 1000 + (__u64)ts.tv_nsec / 1000000;
     }
-    done(r);
+    submit(r);
 }
 
 static __always_inline void on_exit_connect(struct entry *e, long ret)
@@ -279,7 +282,7 @@ static __always_inline void on_exit_connect(struct entry *e, long ret)
     // the address asked for: family, port, v4 or v6 address
     if (bpf_probe_read_user(r->data, 28, (void *)r->a[1]) == 0)
         r->data_len = 28;
-    done(r);
+    submit(r);
 }
 
 static __always_inline void on_exit_plain(struct entry *e, long ret)
@@ -288,19 +291,14 @@ static __always_inline void on_exit_plain(struct entry *e, long ret)
     if (!r)
         return;
     e->last = 0;
-    done(r);
+    submit(r);
 }
 
 static __always_inline void event(__u32 kind, long code)
 {
-    struct rec *r = bpf_ringbuf_reserve(&records, REC_SMALL, 0);
-    if (!r) {
-        __u32 k = 0;
-        __u64 *n = bpf_map_lookup_elem(&lost, &k);
-        if (n)
-            __sync_fetch_and_add(n, 1);
+    struct rec *r = reserve(0);
+    if (!r)
         return;
-    }
     __builtin_memset(r, 0, REC_HEAD);
     r->ts = bpf_ktime_get_ns();
     r->tid = (__u32)bpf_get_current_pid_tgid();

@@ -117,13 +117,6 @@ static PyObject *trace(PyObject *self, PyObject *args)
         fail("loading the BPF programs", err);
         goto out;
     }
-    struct bpf_map *tgids = bpf_object__find_map_by_name(obj, "tgids");
-    uint32_t key = (uint32_t)pid;
-    uint8_t one = 1;
-    if (!tgids || bpf_map_update_elem(bpf_map__fd(tgids), &key, &one, BPF_ANY)) {
-        fail("naming the process to trace", errno);
-        goto out;
-    }
     struct bpf_program *p;
     bpf_object__for_each_program(p, obj) {
         if (!bpf_program__autoload(p))

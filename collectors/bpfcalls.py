@@ -32,7 +32,6 @@ from kdiag.collectors._bpftrace_records import STRSIZE, Converted, Converter
 from kdiag.collectors.base import MODES, PROBE, Requirement, cpu_s, unmet
 
 NAME = "bpfcalls"
-BTF = Path("/sys/kernel/btf/vmlinux")
 REQUIRES = (
     Requirement(root=True, why="loads BPF programs"),
 )
@@ -69,8 +68,8 @@ def check() -> str | None:
     if loader() is None:
         return ("kdiag was installed without its BPF tracer (building it needs clang and libbpf-dev: "
                 "apt-get install clang libbpf-dev, then reinstall kdiag)")
-    if not BTF.exists():
-        return f"the kernel has no BTF ({BTF}): the program cannot find its structures"
+    if not _bt.BTF.exists():
+        return f"the kernel has no BTF ({_bt.BTF}): the program cannot find its structures"
     return None
 
 
