@@ -92,6 +92,48 @@ def test_choose():
     assert overhead.choose("bpfcalls", idle, only_bt) == ("strace", "bpfcalls asked for but cannot run: no loader")
 
 
+class _FakeTracer:
+    """A syscall tracer collector that starts, or not, without a process."""
+    syscall_tracer = True
+
+    def __init__(self, name, unmet=None, starts=True):
+        self.name, self._unmet, self._starts = name, unmet, starts
+        self.child = self.proc = None
+        self.failed_to_start = None
+        self.started = False
+
+    def unmet(self):
+        return self._unmet
+
+    def start(self, pid):
+        self.started = True
+        if self.name == "strace":
+            self.proc = object()
+        elif self._starts:
+            self.child = object()
+        else:
+            self.failed_to_start = "planted failure"
+
+
+@pytest.mark.parametrize("setting, rate, want", [
+    ("auto", 13000.0, "bpftrace"),     # busy: strace would cost more, bpftrace is next
+    ("auto", 150.0, "strace"),         # idle: bpftrace is not worth it, as choose says
+    ("bpfcalls", 13000.0, "strace"),   # asked for, failed: strace, not another BPF tracer
+])
+def test_a_tracer_that_does_not_start_is_chosen_past(monkeypatch, setting, rate, want):
+    from kdiag.capture import attach
+
+    monkeypatch.setattr(attach, "may_trace", lambda pid: None)
+    fakes = [_FakeTracer("bpfcalls", starts=False), _FakeTracer("bpftrace"), _FakeTracer("strace")]
+    target = attach.Target(os.getpid(), attach.PID, 1.0, untraced=overhead.Rates(1.0, rate, 1.0, 500.0))
+    logged = []
+    choice = attach._start_tracer(setting, target, fakes, logged.append)
+    assert choice.tool == want and choice.tracer is next(f for f in fakes if f.name == want), choice
+    assert choice.failed == {"bpfcalls": "planted failure"}
+    assert "bpfcalls" in choice.why and "planted failure" in choice.why, choice.why
+    assert [f.name for f in fakes if f.started] == ["bpfcalls", want]
+
+
 # --- bpftrace records -> strace text ---------------------------------------------
 
 def _fd_fields(mode="c000", ino=777, fam=2, typ=1, proto=6, lport=41550, rport=9093, la=0x0100007F,

@@ -228,31 +228,27 @@ def _start_target(opts: TargetOptions, capture: Capture, stderr_path: Path | Non
 
 
 def _start_tracer(setting: str, target: Target, active: list[Collector], log) -> TracerChoice:
-    """The in-kernel tracer ``overhead.choose`` takes, if it starts (under
-    auto, the next that can run if not); strace otherwise, or none when
-    strace cannot run here (the sampler still does)."""
+    """The in-kernel tracer ``overhead.choose`` takes, if it starts; one
+    that does not is then as unusable as one that cannot run, and choose
+    is asked again; strace otherwise, or none when strace cannot run here
+    (the sampler still does)."""
     tracers = {c.name: c for c in active if c.syscall_tracer}
     strace = tracers[c_strace.NAME]
     refused = may_trace(target.pid)
     unusable = {name: tracers[name].unmet() or refused for name in IN_KERNEL}
     tool, why = overhead.choose(setting, target.untraced, unusable)
     choice = TracerChoice(None, tool, setting, why)
-    tries = [tool] if tool in IN_KERNEL else []
-    if tries and setting == "auto":
-        tries += [n for n in IN_KERNEL if n != tool and unusable[n] is None]
-    for name in tries:
-        t = tracers[name]
-        log(f"tracing with {name}: {why}")
+    while choice.tool in IN_KERNEL:
+        t = tracers[choice.tool]
+        log(f"tracing with {choice.tool}: {choice.why}")
         t.start(target.pid)
         if t.child is not None:
-            choice.tracer, choice.tool = t, name
+            choice.tracer = t
             return choice
-        choice.failed[name] = t.failed_to_start
-        log(f"{name} did not start ({t.failed_to_start})")
-        why = f"{name} did not start ({t.failed_to_start})"
-    if tries:
-        choice.tool = c_strace.NAME
-        log("strace instead")
+        choice.failed[choice.tool] = t.failed_to_start
+        log(f"{choice.tool} did not start ({t.failed_to_start})")
+        unusable[choice.tool] = f"it did not start ({t.failed_to_start})"
+        choice.tool, choice.why = overhead.choose(setting, target.untraced, unusable)
     strace.start(target.pid)
     choice.tracer = strace if strace.proc is not None else None
     return choice

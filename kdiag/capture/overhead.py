@@ -304,12 +304,14 @@ def choose(setting: str, before: Rates | None, unusable: dict[str, str | None]) 
     if setting in unusable:
         why = unusable[setting]
         return ("strace", f"{setting} asked for but cannot run: {why}") if why else (setting, f"asked for {setting}")
-    usable = [t for t, why in unusable.items() if why is None]
-    if not usable:
-        return "strace", "; ".join(f"{t} cannot run here: {why}" for t, why in unusable.items())
-    tool = usable[0]
-    passed = "".join(f"; {t} cannot run here: {unusable[t]}" for t in unusable if t != tool and
-                     list(unusable).index(t) < list(unusable).index(tool))
+    passed_over = []
+    for tool, why in unusable.items():
+        if why is None:
+            break
+        passed_over.append(f"{tool} cannot run here: {why}")
+    else:
+        return "strace", "; ".join(passed_over)
+    passed = "".join(f"; {p}" for p in passed_over)
     if tool in ANY_RATE:
         return tool, f"{tool} stops no thread and costs a producer least at any rate" + passed
     if before is None:
@@ -320,4 +322,4 @@ def choose(setting: str, before: Rates | None, unusable: dict[str, str | None]) 
         return tool, (f"the producer made {calls:.0f} calls/s: strace would stop it for about "
                       f"{100 * cost:.0f}% of a core; {tool} stops no thread" + passed)
     return "strace", (f"the producer made {calls:.0f} calls/s: strace costs it about {100 * cost:.1f}% of a core "
-                      f"(under {100 * AUTO_BPF_SHARE:g}%), and shows every call")
+                      f"(under {100 * AUTO_BPF_SHARE:g}%), and shows every call" + passed)
