@@ -1,7 +1,7 @@
 """kdiag's compiled parts, each optional, so that kdiag installs where they
 cannot be built and runs its slower path there:
 
-- the compiled scans (parsers/_scan.c); without them the parsers run their
+- the compiled scans (parsers/_scan.c, parsers/_scan_strace.c); without them the parsers run their
   reference code (parsers/scan.py). Needs a C compiler.
 - the bpfcalls tracer (collectors/_bpfcalls.bpf.c, a BPF program, and
   collectors/_bpfcalls.c, its loader); without it ``kdiag trace`` uses
@@ -55,7 +55,8 @@ class BuildExt(build_ext):
 setup(
     cmdclass={"build_ext": BuildExt},
     ext_modules=[
-        Extension("kdiag.parsers._scan", ["parsers/_scan.c"], optional=True, extra_compile_args=["-O2"]),
+        Extension("kdiag.parsers._scan", ["parsers/_scan.c", "parsers/_scan_strace.c"], optional=True,
+                  extra_compile_args=["-O2"], depends=["parsers/_scan.h"]),
         Extension(BPF_LOADER, ["collectors/_bpfcalls.c"], optional=True, extra_compile_args=["-O2"],
                   include_dirs=["collectors"], libraries=["bpf"], depends=["collectors/_bpfcalls.h"]),
     ],

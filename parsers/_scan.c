@@ -8,67 +8,8 @@
  * Needs only Python's headers; built by pip (setup.py) with the system's C
  * compiler, and optional: without it the parsers run the reference.
  */
-#define PY_SSIZE_T_CLEAN
-#define _GNU_SOURCE   /* memmem */
-#include <Python.h>
-#include <stdint.h>
-#include <string.h>
 
-/* The buffers of n lines: offsets[first .. first + n] into data. */
-typedef struct {
-    Py_buffer off, data, out;
-    const int32_t *o;
-    const uint8_t *d;
-    Py_ssize_t first, n;
-} Lines;
-
-/* The arguments every scan takes: (offsets, first, n, data, out), and a
- * flag after them where ``flag`` is not NULL. ``out`` must hold n lines of
- * out_per_line items of out_item bytes. */
-static int lines_open(PyObject *args, Lines *L, Py_ssize_t out_item, Py_ssize_t out_per_line, int *flag)
-{
-    memset(L, 0, sizeof *L);
-    int parsed = flag ? PyArg_ParseTuple(args, "y*nny*w*p", &L->off, &L->first, &L->n, &L->data, &L->out, flag)
-                      : PyArg_ParseTuple(args, "y*nny*w*", &L->off, &L->first, &L->n, &L->data, &L->out);
-    if (!parsed)
-        return -1;
-    if (L->first < 0 || L->n < 0 || L->off.len < (L->first + L->n + 1) * (Py_ssize_t)sizeof(int32_t)
-        || L->out.len < L->n * out_item * out_per_line) {
-        PyErr_SetString(PyExc_ValueError, "buffers too small for the lines asked for");
-        return -1;
-    }
-    L->o = (const int32_t *)L->off.buf + L->first;
-    L->d = (const uint8_t *)L->data.buf;
-    /* Arrow's offsets rise: the first and the last bound the rest. */
-    if (L->o[0] < 0 || L->o[L->n] > L->data.len || L->o[0] > L->o[L->n]) {
-        PyErr_SetString(PyExc_ValueError, "offsets outside the data buffer");
-        return -1;
-    }
-    return 0;
-}
-
-static void lines_close(Lines *L)
-{
-    if (L->off.obj) PyBuffer_Release(&L->off);
-    if (L->data.obj) PyBuffer_Release(&L->data);
-    if (L->out.obj) PyBuffer_Release(&L->out);
-}
-
-/* The first c in d[from, to), or -1. */
-static inline int64_t find(const uint8_t *d, int64_t from, int64_t to, uint8_t c)
-{
-    if (from >= to) return -1;
-    const uint8_t *p = memchr(d + from, c, (size_t)(to - from));
-    return p ? (int64_t)(p - d) : -1;
-}
-
-/* The first byte at or after k that is not a control character or a space
- * (a superset of RE2's and Arrow's leading whitespace), or e. */
-static inline int64_t past_blanks(const uint8_t *d, int64_t k, int64_t e)
-{
-    while (k < e && d[k] <= 0x20) k++;
-    return k;
-}
+#include "_scan.h"
 
 /* mangle_candidates(offsets, first, n, data, out uint8[n]): 1 for each line
  * that chat or markdown may have changed, a superset of what
@@ -310,21 +251,6 @@ static PyObject *split_lines(PyObject *self, PyObject *args)
     return Py_BuildValue("nnnO", n, at, longest, ok ? Py_True : Py_False);
 }
 
-/* Digits at d[k..e): how many (stopping at max + 1), their value in *v. */
-static inline int64_t digits(const uint8_t *d, int64_t k, int64_t e, int64_t max, int64_t *v)
-{
-    int64_t n = 0, x = 0;
-    while (k + n < e && n <= max && d[k + n] >= '0' && d[k + n] <= '9') { x = x * 10 + (d[k + n] - '0'); n++; }
-    *v = x;
-    return n;
-}
-
-static inline int starts(const uint8_t *d, int64_t k, int64_t e, const char *lit)
-{
-    size_t n = strlen(lit);
-    return e - k >= (int64_t)n && memcmp(d + k, lit, n) == 0;
-}
-
 /* Fields of sent_received's rows. */
 enum { S_OK, S_REQ, S_REQ_END, S_API, S_API_OK, S_SIZE, S_CORR, S_RTT_OK, S_RTT_N, S_RTT_F, S_FIELDS };
 
@@ -526,6 +452,8 @@ static PyMethodDef methods[] = {
     {"split_lines", split_lines, METH_VARARGS, "A block's lines as an Arrow string array's buffers."},
     {"fence_candidates", fence_candidates, METH_VARARGS, "Lines that may be markdown code fences."},
     {"needle_flags", needle_flags, METH_VARARGS, "Which needles begin, or stand in, each line."},
+    {"first_fds", first_fds, METH_VARARGS, "The first argument of strace's calls read as an fd."},
+    {"strace_lines", strace_lines, METH_VARARGS, "strace's lines read where the file's layout reads them."},
     {NULL, NULL, 0, NULL},
 };
 

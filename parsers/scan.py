@@ -33,6 +33,16 @@ T_FIELDS = 6
 OK, MS, P2, P3, P4, THRD, CLOSE, REST, CAND, SPACE = range(10)
 FIELDS = 10
 _THRD = np.frombuffer(b" [thrd:", dtype=np.uint8)
+# The columns of strace_lines' rows (see _scan_strace.c).
+(L_OK, L_KIND, L_PID, L_PID_OK, L_TS, L_TS_OK, L_HLEN, L_A_STOP, L_NAME, L_NAME_LEN,
+ L_RET, L_RET_OK, L_DUR, L_DUR_OK, L_ERR, L_ERR_LEN) = range(16)
+L_FIELDS = 16
+# The columns of first_fds' rows (see _scan_strace.c).
+F_RUN, F_FD, F_ANNOTATED, F_INFO, F_INFO_LEN = range(5)
+F_FIELDS = 5
+# strace_lines' layout code: bit 0 "[pid N] " prefixes, bits 1-2 the
+# timestamp, bit 3 -T durations.
+_TS_CODES = {"none": 0, "num": 1, "num_o": 2, "tod": 3}
 # "%u.%03u": up to 12 digits of seconds, ".", 3 of milliseconds.
 _TS_WIDTH = 16
 
@@ -105,6 +115,35 @@ def copy_out(buffer: pa.Buffer, start: np.ndarray, length: np.ndarray, type_=pa.
     data = np.empty(max(1, int(length.sum()) if n else 0), dtype=np.uint8)
     _scan.copy_out(buffer, start, length, offsets, data)
     return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(offsets), pa.py_buffer(data[:int(offsets[-1])])])
+
+
+def strace_lines(lines: pa.Array, pid_kind: str, ts_kind: str, has_dur: bool,
+                 compiled: bool | None = None) -> np.ndarray | None:
+    """strace's lines read in one pass where a file's layout (``pid_kind``
+    "o" or "b", ``ts_kind`` as strace/line_fields.Layout names them) reads
+    them: int64[L_FIELDS, n], a field a row, L_OK 1 on the lines read. None
+    where the compiled scans were not built or ``compiled`` is False:
+    line_fields' patterns, the reference, read every line then."""
+    if not _use(compiled):
+        return None
+    out = np.zeros((L_FIELDS, len(lines)), dtype=np.int64)
+    code = (pid_kind == "b") | _TS_CODES[ts_kind] << 1 | bool(has_dur) << 3
+    if len(lines):
+        _scan.strace_lines(*_buffers(lines), out, code)
+    return out
+
+
+def first_fds(args: pa.Array, compiled: bool | None = None) -> np.ndarray | None:
+    """The first argument of each of strace's argument lists read as an fd:
+    int64[F_FIELDS, n] (see _scan_strace.c). None where the compiled scans
+    were not built or ``compiled`` is False: strace/rows.py's reading, the
+    reference, runs then."""
+    if not _use(compiled):
+        return None
+    out = np.zeros((F_FIELDS, len(args)), dtype=np.int64)
+    if len(args):
+        _scan.first_fds(*_buffers(args), out)
+    return out
 
 
 def mangle_candidates(lines: pa.Array, compiled: bool | None = None) -> np.ndarray:

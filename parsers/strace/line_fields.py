@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kdiag.parsers import scan
 from kdiag.parsers.strace.grammar import (
     _ERRNO,
     _EXIT_BODY,
@@ -57,6 +58,8 @@ class Layout(NamedTuple):
     fast_head: str          # the one-pass head pattern for it
     fast_tod: bool          # its timestamps are times of day
     has_dur: bool           # -T durations: which tail pattern to try first
+    pid_kind: str = "b"     # _FAST_PID's key
+    ts_kind: str = "none"   # _FAST_TS's key
 
 
 def learn_layout(lines: pa.Array) -> Layout | None:
@@ -74,11 +77,17 @@ def learn_layout(lines: pa.Array) -> Layout | None:
     ts = row["ts"] or ""
     pid_kind = "o" if row["p"] and not row["p"].startswith("[") else "b"
     ts_kind = "tod" if ":" in ts else ("num" if ts else "none")
-    ts_pat = _FAST_TS["num_o" if ts_kind == "num" and pid_kind == "o" else ts_kind]
     tail = pc.extract_regex(sample, pattern=_TAIL_ANY)
     durs = tail.filter(tail.is_valid()).field("d")
     has_dur = bool(len(durs)) and bool(pc.any(pc.not_equal(durs, "")).as_py())
-    return Layout("^" + _FAST_PID[pid_kind] + ts_pat + _FAST_TOKEN, ts_kind == "tod", has_dur)
+    return layout_of(pid_kind, "num_o" if ts_kind == "num" and pid_kind == "o" else ts_kind, has_dur)
+
+
+def layout_of(pid_kind: str, ts_kind: str, has_dur: bool) -> Layout:
+    """The Layout of pid prefixes ``pid_kind`` and timestamps ``ts_kind``
+    (_FAST_PID's and _FAST_TS's keys)."""
+    return Layout("^" + _FAST_PID[pid_kind] + _FAST_TS[ts_kind] + _FAST_TOKEN, ts_kind == "tod", has_dur,
+                  pid_kind, ts_kind)
 
 
 @dataclass
@@ -115,9 +124,42 @@ class _Fields:
         }
 
 
-def line_fields(lines: pa.Array, layout: Layout | None) -> dict:
+def line_fields(lines: pa.Array, layout: Layout | None, compiled: bool | None = None) -> dict:
     """Per-line fields of a block: kind code, pid, ts, name, args range
-    and what follows the arguments."""
+    and what follows the arguments. The lines the file's layout reads and
+    that end as most calls end are read in one compiled pass
+    (``scan.strace_lines``) where it was built; the patterns below read the
+    rest, and every line where ``compiled`` is False: the reference."""
+    c = None if layout is None else scan.strace_lines(lines, layout.pid_kind, layout.ts_kind, layout.has_dur,
+                                                      compiled)
+    if c is None:
+        return _line_fields(lines, layout)
+    ok = c[scan.L_OK] == 1
+    n = len(lines)
+    flag = lambda k: c[k].astype(bool)  # noqa: E731
+    p = {"kind": c[scan.L_KIND], "pid": c[scan.L_PID], "pid_ok": flag(scan.L_PID_OK), "ts": c[scan.L_TS],
+         "ts_ok": flag(scan.L_TS_OK), "tod": np.full(n, layout.fast_tod), "a_start": c[scan.L_HLEN],
+         "a_stop": c[scan.L_A_STOP], "ret": c[scan.L_RET], "ret_ok": flag(scan.L_RET_OK), "dur": c[scan.L_DUR],
+         "dur_ok": flag(scan.L_DUR_OK)}
+    buf = [_data_buffer(lines)]
+    sure = np.flatnonzero(ok)
+    names = [(sure, _views(c[scan.L_NAME, sure], c[scan.L_NAME_LEN, sure], np.zeros(len(sure), np.int64), buf))]
+    ei = np.flatnonzero(c[scan.L_ERR_LEN] > 0)
+    errs = [(ei, _views(c[scan.L_ERR, ei], c[scan.L_ERR_LEN, ei], np.zeros(len(ei), np.int64), buf))]
+    if len(sure) < n:
+        rest = np.flatnonzero(~ok)
+        ref = _line_fields(_take_str(lines, rest), layout)
+        for k, v in p.items():
+            v[rest] = ref[k]
+        names.append((rest, ref["name"]))
+        errs.append((rest, ref["errno"]))
+    p["name"] = _scatter_str(n, names)
+    p["errno"] = _scatter_str(n, errs)
+    return p
+
+
+def _line_fields(lines: pa.Array, layout: Layout | None) -> dict:
+    """line_fields by the patterns alone."""
     f = _heads(lines, layout)
     unf, det = _classify(f)
     _completed(f, unf, det, layout.has_dur if layout else None)

@@ -6,6 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kdiag.parsers import scan
 from kdiag.parsers.strace.events import _Events
 from kdiag.parsers.strace.grammar import _QUOTED, _UNUSUAL_ESCAPE
 from kdiag.parsers.strace.schema import _DETACHED, _EXIT, _KIND_NAMES, _RESUMED, SCHEMA, _empty_table
@@ -111,10 +112,31 @@ def _durations(ev: _Events, rows: np.ndarray, src: np.ndarray, has_p: np.ndarray
     return dur, dur_ok
 
 
-def _first_fd(args: pa.Array, name: pa.Array, rows: np.ndarray):
+def _first_fd(args: pa.Array, name: pa.Array, rows: np.ndarray, compiled: bool | None = None):
     """fd, fd-valid mask and -y annotation of each row's first argument:
     "7<TCP:[...]>, " "3, " "3</etc/ld.so.cache>" "1</dev/pts/0<char 136:0>>, "
-    are fds; "0x7f...", "-1", "[{fd=7" are not."""
+    are fds; "0x7f...", "-1", "[{fd=7" are not. Read in compiled code where
+    it was built (``scan.first_fds``), else as below: the reference."""
+    c = scan.first_fds(args, compiled)
+    if c is None:
+        return _first_fd_ref(args, name, rows)
+    n = len(args)
+    valid = rows & (c[scan.F_RUN] > 0)
+    cand = np.flatnonzero(valid & (c[scan.F_ANNOTATED] == 0))
+    if len(cand):
+        known = np.asarray(pc.is_in(name.take(pa.array(cand)), value_set=_FD_FIRST).fill_null(False))
+        valid[cand[~known]] = False
+    fd = np.where(valid, c[scan.F_FD], 0)
+    gi = np.flatnonzero(valid & (c[scan.F_INFO] >= 0))
+    info = pa.nulls(n, pa.string())
+    if len(gi):
+        info = _scatter_str(n, [(gi, _views(c[scan.F_INFO, gi], c[scan.F_INFO_LEN, gi], np.zeros(len(gi), np.int64),
+                                            [_data_buffer(args)]))])
+    return fd, valid, info
+
+
+def _first_fd_ref(args: pa.Array, name: pa.Array, rows: np.ndarray):
+    """_first_fd by numpy and Arrow."""
     n = len(args)
     fd = np.zeros(n, dtype=np.int64)
     ok = np.zeros(n, dtype=bool)

@@ -1,0 +1,86 @@
+/* What the compiled scans share: the lines of an Arrow string array as
+ * they take them, and small readers of bytes. */
+#ifndef KDIAG_SCAN_H
+#define KDIAG_SCAN_H
+#define PY_SSIZE_T_CLEAN
+#define _GNU_SOURCE   /* memmem */
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* The buffers of n lines: offsets[first .. first + n] into data. */
+typedef struct {
+    Py_buffer off, data, out;
+    const int32_t *o;
+    const uint8_t *d;
+    Py_ssize_t first, n;
+} Lines;
+
+/* The arguments every scan takes: (offsets, first, n, data, out), and a
+ * flag after them where ``flag`` is not NULL. ``out`` must hold n lines of
+ * out_per_line items of out_item bytes. */
+static inline int lines_open(PyObject *args, Lines *L, Py_ssize_t out_item, Py_ssize_t out_per_line, int *flag)
+{
+    memset(L, 0, sizeof *L);
+    int parsed = flag ? PyArg_ParseTuple(args, "y*nny*w*i", &L->off, &L->first, &L->n, &L->data, &L->out, flag)
+                      : PyArg_ParseTuple(args, "y*nny*w*", &L->off, &L->first, &L->n, &L->data, &L->out);
+    if (!parsed)
+        return -1;
+    if (L->first < 0 || L->n < 0 || L->off.len < (L->first + L->n + 1) * (Py_ssize_t)sizeof(int32_t)
+        || L->out.len < L->n * out_item * out_per_line) {
+        PyErr_SetString(PyExc_ValueError, "buffers too small for the lines asked for");
+        return -1;
+    }
+    L->o = (const int32_t *)L->off.buf + L->first;
+    L->d = (const uint8_t *)L->data.buf;
+    /* Arrow's offsets rise: the first and the last bound the rest. */
+    if (L->o[0] < 0 || L->o[L->n] > L->data.len || L->o[0] > L->o[L->n]) {
+        PyErr_SetString(PyExc_ValueError, "offsets outside the data buffer");
+        return -1;
+    }
+    return 0;
+}
+
+static inline void lines_close(Lines *L)
+{
+    if (L->off.obj) PyBuffer_Release(&L->off);
+    if (L->data.obj) PyBuffer_Release(&L->data);
+    if (L->out.obj) PyBuffer_Release(&L->out);
+}
+
+/* The first c in d[from, to), or -1. */
+static inline int64_t find(const uint8_t *d, int64_t from, int64_t to, uint8_t c)
+{
+    if (from >= to) return -1;
+    const uint8_t *p = memchr(d + from, c, (size_t)(to - from));
+    return p ? (int64_t)(p - d) : -1;
+}
+
+/* The first byte at or after k that is not a control character or a space
+ * (a superset of RE2's and Arrow's leading whitespace), or e. */
+static inline int64_t past_blanks(const uint8_t *d, int64_t k, int64_t e)
+{
+    while (k < e && d[k] <= 0x20) k++;
+    return k;
+}
+
+/* Digits at d[k..e): how many (stopping at max + 1), their value in *v. */
+static inline int64_t digits(const uint8_t *d, int64_t k, int64_t e, int64_t max, int64_t *v)
+{
+    int64_t n = 0, x = 0;
+    while (k + n < e && n <= max && d[k + n] >= '0' && d[k + n] <= '9') { x = x * 10 + (d[k + n] - '0'); n++; }
+    *v = x;
+    return n;
+}
+
+static inline int starts(const uint8_t *d, int64_t k, int64_t e, const char *lit)
+{
+    size_t n = strlen(lit);
+    return e - k >= (int64_t)n && memcmp(d + k, lit, n) == 0;
+}
+
+/* parsers/_scan_strace.c */
+PyObject *strace_lines(PyObject *self, PyObject *args);
+PyObject *first_fds(PyObject *self, PyObject *args);
+
+#endif
