@@ -452,6 +452,8 @@ static PyMethodDef methods[] = {
     {"split_lines", split_lines, METH_VARARGS, "A block's lines as an Arrow string array's buffers."},
     {"fence_candidates", fence_candidates, METH_VARARGS, "Lines that may be markdown code fences."},
     {"needle_flags", needle_flags, METH_VARARGS, "Which needles begin, or stand in, each line."},
+    {"quoted_data", quoted_data, METH_VARARGS, "The first C string of strace's arguments, decoded."},
+    {"edge_bytes", edge_bytes, METH_VARARGS, "Whether a line starts, or one ends, with a byte."},
     {"first_fds", first_fds, METH_VARARGS, "The first argument of strace's calls read as an fd."},
     {"strace_lines", strace_lines, METH_VARARGS, "strace's lines read where the file's layout reads them."},
     {NULL, NULL, 0, NULL},

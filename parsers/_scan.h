@@ -16,16 +16,10 @@ typedef struct {
     Py_ssize_t first, n;
 } Lines;
 
-/* The arguments every scan takes: (offsets, first, n, data, out), and a
- * flag after them where ``flag`` is not NULL. ``out`` must hold n lines of
- * out_per_line items of out_item bytes. */
-static inline int lines_open(PyObject *args, Lines *L, Py_ssize_t out_item, Py_ssize_t out_per_line, int *flag)
+/* The lines' buffers checked: offsets inside data, out large enough for n
+ * lines of out_per_line items of out_item bytes. */
+static inline int lines_check(Lines *L, Py_ssize_t out_item, Py_ssize_t out_per_line)
 {
-    memset(L, 0, sizeof *L);
-    int parsed = flag ? PyArg_ParseTuple(args, "y*nny*w*i", &L->off, &L->first, &L->n, &L->data, &L->out, flag)
-                      : PyArg_ParseTuple(args, "y*nny*w*", &L->off, &L->first, &L->n, &L->data, &L->out);
-    if (!parsed)
-        return -1;
     if (L->first < 0 || L->n < 0 || L->off.len < (L->first + L->n + 1) * (Py_ssize_t)sizeof(int32_t)
         || L->out.len < L->n * out_item * out_per_line) {
         PyErr_SetString(PyExc_ValueError, "buffers too small for the lines asked for");
@@ -39,6 +33,19 @@ static inline int lines_open(PyObject *args, Lines *L, Py_ssize_t out_item, Py_s
         return -1;
     }
     return 0;
+}
+
+/* The arguments every scan takes: (offsets, first, n, data, out), and a
+ * flag after them where ``flag`` is not NULL. ``out`` must hold n lines of
+ * out_per_line items of out_item bytes. */
+static inline int lines_open(PyObject *args, Lines *L, Py_ssize_t out_item, Py_ssize_t out_per_line, int *flag)
+{
+    memset(L, 0, sizeof *L);
+    int parsed = flag ? PyArg_ParseTuple(args, "y*nny*w*i", &L->off, &L->first, &L->n, &L->data, &L->out, flag)
+                      : PyArg_ParseTuple(args, "y*nny*w*", &L->off, &L->first, &L->n, &L->data, &L->out);
+    if (!parsed)
+        return -1;
+    return lines_check(L, out_item, out_per_line);
 }
 
 static inline void lines_close(Lines *L)
@@ -82,5 +89,7 @@ static inline int starts(const uint8_t *d, int64_t k, int64_t e, const char *lit
 /* parsers/_scan_strace.c */
 PyObject *strace_lines(PyObject *self, PyObject *args);
 PyObject *first_fds(PyObject *self, PyObject *args);
+PyObject *quoted_data(PyObject *self, PyObject *args);
+PyObject *edge_bytes(PyObject *self, PyObject *args);
 
 #endif

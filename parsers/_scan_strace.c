@@ -355,3 +355,113 @@ PyObject *first_fds(PyObject *self, PyObject *args)
     lines_close(&L);
     Py_RETURN_NONE;
 }
+
+/* quoted_data(offsets, first, n, data, out int64[Q_FIELDS, n], mask uint8[n],
+ * data_out): the first C string of each masked row's arguments, as rows.py's
+ * _data finds it (_QUOTED: the text between the first '"' and the next '"'
+ * not escaped by a backslash) and decodes it where its only escapes are
+ * \n \t \r \" (the log lines a program writes): Q_STATUS 1, the text at
+ * data_out[Q_AT .. Q_AT + Q_LEN). Q_STATUS 2: other escapes, which the
+ * caller decodes from the raw text at data[Q_AT .. Q_AT + Q_LEN); 0: no
+ * string. */
+enum { Q_STATUS, Q_AT, Q_LEN, Q_FIELDS };
+
+PyObject *quoted_data(PyObject *self, PyObject *args)
+{
+    Lines L = {0};
+    Py_buffer mask = {0}, dout = {0};
+    int ok = PyArg_ParseTuple(args, "y*nny*w*y*w*", &L.off, &L.first, &L.n, &L.data, &L.out, &mask, &dout)
+             && lines_check(&L, sizeof(int64_t), Q_FIELDS) == 0;
+    if (ok && (mask.len < L.n || dout.len < L.o[L.n] - L.o[0])) {
+        PyErr_SetString(PyExc_ValueError, "quoted_data: mask or output data too small");
+        ok = 0;
+    }
+    if (ok) {
+        int64_t *out = (int64_t *)L.out.buf;
+        const uint8_t *d = L.d, *m = (const uint8_t *)mask.buf;
+        uint8_t *w = (uint8_t *)dout.buf;
+        Py_BEGIN_ALLOW_THREADS
+        int64_t at = 0;
+        for (Py_ssize_t i = 0; i < L.n; i++) {
+            int64_t s = L.o[i], e = L.o[i + 1], status = 0, q0 = 0, len = 0;
+            int64_t k = m[i] ? find(d, s, e, '"') : -1;
+            if (k >= 0) {
+                int hard = 0;
+                q0 = ++k;
+                while (k < e && d[k] != '"') {
+                    if (d[k] == '\\') {
+                        if (k + 1 >= e) break;
+                        uint8_t x = d[k + 1];
+                        hard |= !(x == 'n' || x == 't' || x == 'r' || x == '"');
+                        k += 2;
+                    } else {
+                        k++;
+                    }
+                }
+                if (k < e && d[k] == '"') {   /* the closing '"' (not a lone '\' at the end) */
+                    status = hard ? 2 : 1;
+                    len = k - q0;
+                    if (!hard) {   /* decoded into the output */
+                        int64_t j = q0, o = at;
+                        while (j < k) {
+                            uint8_t c = d[j];
+                            if (c == '\\') {
+                                uint8_t x = d[j + 1];
+                                w[o++] = x == 'n' ? '\n' : x == 't' ? '\t' : x == 'r' ? '\r' : '"';
+                                j += 2;
+                            } else {
+                                const uint8_t *b = memchr(d + j, '\\', (size_t)(k - j));
+                                int64_t run = b ? (int64_t)(b - d) - j : k - j;
+                                memcpy(w + o, d + j, (size_t)run);
+                                o += run;
+                                j += run;
+                            }
+                        }
+                        q0 = at;
+                        len = o - at;
+                        at = o;
+                    }
+                }
+            }
+            out[Q_STATUS * L.n + i] = status;
+            out[Q_AT * L.n + i] = q0;
+            out[Q_LEN * L.n + i] = len;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    lines_close(&L);
+    if (mask.obj) PyBuffer_Release(&mask);
+    if (dout.obj) PyBuffer_Release(&dout);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* edge_bytes(offsets, first, n, data, out uint8[2], bytes): out[0] 1 when a
+ * line starts with the byte bytes & 0xff, out[1] when one ends with the
+ * byte bytes >> 8 (a pasted excerpt's quote marker, a CRLF file's "\r"). */
+PyObject *edge_bytes(PyObject *self, PyObject *args)
+{
+    Lines L;
+    int bytes;
+    if (lines_open(args, &L, 0, 0, &bytes) < 0) { lines_close(&L); return NULL; }
+    uint8_t *out = (uint8_t *)L.out.buf, f = (uint8_t)(bytes & 0xff), l = (uint8_t)(bytes >> 8);
+    if (L.out.len < 2) {
+        lines_close(&L);
+        PyErr_SetString(PyExc_ValueError, "edge_bytes: out holds 2 bytes");
+        return NULL;
+    }
+    int first = 0, last = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < L.n && !(first && last); i++) {
+        int64_t s = L.o[i], e = L.o[i + 1];
+        if (e > s) {
+            first |= L.d[s] == f;
+            last |= L.d[e - 1] == l;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    out[0] = (uint8_t)first;
+    out[1] = (uint8_t)last;
+    lines_close(&L);
+    Py_RETURN_NONE;
+}

@@ -40,6 +40,9 @@ L_FIELDS = 16
 # The columns of first_fds' rows (see _scan_strace.c).
 F_RUN, F_FD, F_ANNOTATED, F_INFO, F_INFO_LEN = range(5)
 F_FIELDS = 5
+# The columns of quoted_data's rows (see _scan_strace.c).
+Q_STATUS, Q_AT, Q_LEN = range(3)
+Q_FIELDS = 3
 # strace_lines' layout code: bit 0 "[pid N] " prefixes, bits 1-2 the
 # timestamp, bit 3 -T durations.
 _TS_CODES = {"none": 0, "num": 1, "num_o": 2, "tod": 3}
@@ -144,6 +147,37 @@ def first_fds(args: pa.Array, compiled: bool | None = None) -> np.ndarray | None
     if len(args):
         _scan.first_fds(*_buffers(args), out)
     return out
+
+
+def quoted_data(args: pa.Array, mask: np.ndarray, compiled: bool | None = None):
+    """The first C string of each masked row's arguments, decoded where its
+    only escapes are \\n \\t \\r \\": (int64[Q_FIELDS, n], the decoded
+    texts' buffer) (see _scan_strace.c). None where the compiled scans were
+    not built or ``compiled`` is False: strace/rows.py's patterns, the
+    reference, run then."""
+    if not _use(compiled):
+        return None
+    n = len(args)
+    out = np.zeros((Q_FIELDS, n), dtype=np.int64)
+    off, first, _, data = _buffers(args)
+    o = np.frombuffer(off, dtype=np.int32, count=n + 1, offset=first * 4) if n else np.zeros(1, np.int32)
+    text = np.empty(max(1, int(o[-1]) - int(o[0])), dtype=np.uint8)
+    if n:
+        _scan.quoted_data(off, first, n, data, out, np.ascontiguousarray(mask, dtype=np.uint8), text)
+    return out, pa.py_buffer(text)
+
+
+def edge_bytes(lines: pa.Array, first: str, last: str, compiled: bool | None = None) -> tuple[bool, bool]:
+    """Whether a line starts with the byte ``first``, and whether one ends
+    with the byte ``last``."""
+    if _use(compiled):
+        out = np.zeros(2, dtype=np.uint8)
+        if len(lines):
+            _scan.edge_bytes(*_buffers(lines), out, ord(first) | ord(last) << 8)
+        return bool(out[0]), bool(out[1])
+    if not len(lines):
+        return False, False
+    return (bool(pc.any(pc.starts_with(lines, first)).as_py()), bool(pc.any(pc.ends_with(lines, last)).as_py()))
 
 
 def mangle_candidates(lines: pa.Array, compiled: bool | None = None) -> np.ndarray:

@@ -25,7 +25,7 @@ from kdiag.ingest.lines import iter_line_chunks
 from kdiag.parsers import scan
 from kdiag.parsers.strace.line_fields import layout_of, learn_layout, line_fields
 from kdiag.parsers.strace.parser import StraceParser, _as_string_array
-from kdiag.parsers.strace.rows import _first_fd
+from kdiag.parsers.strace.rows import _data, _first_fd
 
 pytestmark = pytest.mark.skipif(not scan.COMPILED and not os.environ.get("CI"),
                                 reason="kdiag's compiled scans were not built here (no C compiler at install)")
@@ -179,6 +179,33 @@ def test_first_fds():
     _fds_same(pa.array(["z"] + args, pa.string()).slice(1), names, rows)
 
 
+def test_quoted_data():
+    # What a write to stdout/stderr carries: the first C string, decoded.
+    rng = random.Random(11)
+    bits = ["%7|1795334606.649|SEND|c| x", "\\n", "\\t", "\\r", '\\"', "\\\\", "\\x41", "\\303\\251",
+            "\\e", "\\", '"', "\u00e9", "a", " ", ", ", "..."]
+    args = []
+    for _ in range(5000):
+        head = rng.choice(['2, "', '1</dev/pts/0>, "', '2, [{iov_base="', "", "x"])
+        args.append(head + "".join(rng.choice(bits) for _ in range(rng.randint(0, 8))) + rng.choice(['", 5', "", '"']))
+    n = len(args)
+    name = pa.array([rng.choice(["write", "writev", "read", None]) for _ in range(n)], pa.string())
+    fd = np.array([rng.choice([1, 2, 3]) for _ in range(n)])
+    fd_ok = np.array([rng.random() < 0.9 for _ in range(n)])
+    arr = pa.array(["q"] + args, pa.string()).slice(1)
+    got, ref = _data(arr, name, fd, fd_ok), _data(arr, name, fd, fd_ok, compiled=False)
+    bad = [i for i in range(n) if got[i].as_py() != ref[i].as_py()]
+    assert not bad, [(args[i], got[i], ref[i]) for i in bad[:3]]
+    assert got.equals(ref)
+    assert n - got.null_count > 500   # strings were found, not all refused
+
+
+def test_edge_bytes():
+    for lines in (["a", "> b"], ["a\r", "b"], ["", ">"], ["x\r"], [""], [], [">\r"], ["a", "b"]):
+        arr = pa.array(["> \r"] + lines, pa.string()).slice(1)
+        assert scan.edge_bytes(arr, ">", "\r") == scan.edge_bytes(arr, ">", "\r", compiled=False), lines
+
+
 def test_short_buffers_are_refused():
     from kdiag.parsers import _scan
 
@@ -190,3 +217,8 @@ def test_short_buffers_are_refused():
         _scan.strace_lines(off, first, n, data, np.zeros((scan.L_FIELDS - 1, n), np.int64), 0)
     with pytest.raises(ValueError):
         _scan.first_fds(off, first, n, data, np.zeros(1, np.int64))
+    with pytest.raises(ValueError):
+        _scan.quoted_data(off, first, n, data, np.zeros((scan.Q_FIELDS, n), np.int64), np.ones(n, np.uint8),
+                          np.zeros(1, np.uint8))
+    with pytest.raises(ValueError):
+        _scan.edge_bytes(off, first, n, data, np.zeros(1, np.uint8), 0)

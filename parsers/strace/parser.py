@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kdiag.parsers import scan
 from kdiag.parsers.base import EXAMPLES_KEPT, ParseCounts
 from kdiag.parsers.strace.events import _Events, pair
 from kdiag.parsers.strace.line_fields import Layout, learn_layout, line_fields
@@ -255,6 +256,7 @@ def _as_string_array(lines) -> pa.Array:
         lines = lines.cast(pa.string())
     if lines.null_count:
         lines = lines.fill_null("")
-    if len(lines) and pc.any(pc.ends_with(lines, "\r")).as_py():  # CRLF files
+    quoted, crlf = scan.edge_bytes(lines, ">", "\r")
+    if crlf:
         lines = pc.utf8_rtrim(lines, "\r")
-    return unquote(lines)
+    return unquote(lines) if quoted else lines

@@ -174,8 +174,10 @@ def _first_fd_ref(args: pa.Array, name: pa.Array, rows: np.ndarray):
     return fd, ok, info
 
 
-def _data(args: pa.Array, name: pa.Array, fd: np.ndarray, fd_ok: np.ndarray) -> pa.Array:
-    """The unescaped first quoted string of writes to stdout/stderr."""
+def _data(args: pa.Array, name: pa.Array, fd: np.ndarray, fd_ok: np.ndarray, compiled: bool | None = None) -> pa.Array:
+    """The unescaped first quoted string of writes to stdout/stderr: found
+    and decoded in compiled code where it was built (``scan.quoted_data``),
+    else by the patterns below, the reference."""
     n = len(args)
     si = np.flatnonzero(fd_ok & ((fd == 1) | (fd == 2)))
     if len(si):
@@ -183,6 +185,30 @@ def _data(args: pa.Array, name: pa.Array, fd: np.ndarray, fd_ok: np.ndarray) -> 
         si = si[w]
     if not len(si):
         return pa.nulls(n, pa.string())
+    mask = np.zeros(n, dtype=bool)
+    mask[si] = True
+    got = scan.quoted_data(args, mask, compiled)
+    if got is None:
+        return _data_ref(args, si)
+    q, text = got
+    status = q[scan.Q_STATUS]
+    # The decoded texts lie in row order in ``text``, from its start.
+    easy = status == 1
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.where(easy, q[scan.Q_LEN], 0), out=offsets[1:])
+    valid = pa.array(easy).buffers()[1]
+    out = pa.Array.from_buffers(pa.string(), n, [valid, pa.py_buffer(offsets), text])
+    hard = np.flatnonzero(status == 2)
+    if len(hard):
+        raw = _views(q[scan.Q_AT, hard], q[scan.Q_LEN, hard], np.zeros(len(hard), np.int64), [_data_buffer(args)])
+        decoded = pa.array([unescape(s) for s in raw.to_pylist()], pa.string())
+        out = _scatter_str(n, [(np.flatnonzero(easy), out.filter(pa.array(easy))), (hard, decoded)])
+    return out
+
+
+def _data_ref(args: pa.Array, si: np.ndarray) -> pa.Array:
+    """_data's strings by the patterns: rows ``si`` of args."""
+    n = len(args)
     m = pc.extract_regex(_take_str(args, si), pattern=_QUOTED)
     v = np.asarray(m.is_valid())
     si = si[v]
