@@ -211,7 +211,8 @@ static int utf8_ok(const uint8_t *p, const uint8_t *e)
  * -> (lines, data bytes, longest line, is UTF-8): the block's lines as an
  * Arrow string array's buffers, each line without its "\n" and a "\r"
  * before it, as kdiag/ingest/lines._to_chunk makes them with numpy. The
- * longest line is measured with its "\r". */
+ * longest line is measured with its "\r". Lines is -1 when offsets_out
+ * holds too few (the caller counts the lines and asks again). */
 static PyObject *split_lines(PyObject *self, PyObject *args)
 {
     Py_buffer in = {0}, data = {0}, offs = {0};
@@ -229,7 +230,7 @@ static PyObject *split_lines(PyObject *self, PyObject *args)
         for (;;) {
             const uint8_t *nl = s < len ? memchr(b + s, '\n', (size_t)(len - s)) : NULL;
             Py_ssize_t e = nl ? (Py_ssize_t)(nl - b) : len;
-            if (n + 2 > cap) { fits = 0; break; }
+            if (n + 2 > cap) { n = -1; break; }
             Py_ssize_t keep = e - s - (e > s && b[e - 1] == '\r');
             if (e - s > longest) longest = e - s;
             memcpy(out + at, b + s, (size_t)keep);
@@ -245,7 +246,7 @@ static PyObject *split_lines(PyObject *self, PyObject *args)
     PyBuffer_Release(&data);
     PyBuffer_Release(&offs);
     if (!fits) {
-        PyErr_SetString(PyExc_ValueError, "split_lines: output buffers too small, or a block past 2 GiB");
+        PyErr_SetString(PyExc_ValueError, "split_lines: the data buffer too small, or a block past 2 GiB");
         return NULL;
     }
     return Py_BuildValue("nnnO", n, at, longest, ok ? Py_True : Py_False);
@@ -453,6 +454,7 @@ static PyMethodDef methods[] = {
     {"fence_candidates", fence_candidates, METH_VARARGS, "Lines that may be markdown code fences."},
     {"needle_flags", needle_flags, METH_VARARGS, "Which needles begin, or stand in, each line."},
     {"quoted_data", quoted_data, METH_VARARGS, "The first C string of strace's arguments, decoded."},
+    {"ends_with", ends_with, METH_VARARGS, "Which lines end with a suffix."},
     {"edge_bytes", edge_bytes, METH_VARARGS, "Whether a line starts, or one ends, with a byte."},
     {"first_fds", first_fds, METH_VARARGS, "The first argument of strace's calls read as an fd."},
     {"strace_lines", strace_lines, METH_VARARGS, "strace's lines read where the file's layout reads them."},

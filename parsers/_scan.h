@@ -91,5 +91,6 @@ PyObject *strace_lines(PyObject *self, PyObject *args);
 PyObject *first_fds(PyObject *self, PyObject *args);
 PyObject *quoted_data(PyObject *self, PyObject *args);
 PyObject *edge_bytes(PyObject *self, PyObject *args);
+PyObject *ends_with(PyObject *self, PyObject *args);
 
 #endif

@@ -275,11 +275,13 @@ PyObject *strace_lines(PyObject *self, PyObject *args)
         if (a < 0) goto done;
         r[L_HLEN] = a - s;
         int64_t stop = -1;
-        if (r[L_KIND] == K_SYSCALL && ends(d, s, e, "<unfinished ...>", 16)) {
+        /* both end "...>"; a call's duration ends in a digit and ">" */
+        int dots = r[L_KIND] == K_SYSCALL && e - s >= 15 && d[e - 2] == '.';
+        if (dots && ends(d, s, e, "<unfinished ...>", 16)) {
             if (e - 16 < a) goto done;   /* the reference calls it truncated */
             stop = e - (ends(d, s, e, " <unfinished ...>", 17) ? 17 : 16);
             r[L_KIND] = K_UNFINISHED;
-        } else if (r[L_KIND] == K_SYSCALL && ends(d, s, e, " <detached ...>", 15)) {
+        } else if (dots && ends(d, s, e, " <detached ...>", 15)) {
             stop = e - 15;
             r[L_KIND] = K_DETACHED;
         }
@@ -334,8 +336,9 @@ PyObject *first_fds(PyObject *self, PyObject *args)
         if (run >= 1 && run <= 9 && (k == e || d[k] == ',' || d[k] == '<')) {
             if (k < e && d[k] == '<') {
                 ann = 1;
-                const uint8_t *m = e - k >= 3 ? memmem(d + s, (size_t)(e - s), ">, ", 3) : NULL;
-                int64_t end = m ? (int64_t)(m - (d + s)) : (d[e - 1] == '>' ? e - 1 - s : -1);
+                int64_t g = k, end = -1;   /* the first ">, " */
+                while ((g = find(d, g + 1, e - 2, '>')) >= 0 && (d[g + 1] != ',' || d[g + 2] != ' ')) ;
+                end = g >= 0 ? g - s : (d[e - 1] == '>' ? e - 1 - s : -1);
                 if (end > run) {
                     info = k + 1;
                     info_len = end - run - 1;
@@ -463,5 +466,36 @@ PyObject *edge_bytes(PyObject *self, PyObject *args)
     out[0] = (uint8_t)first;
     out[1] = (uint8_t)last;
     lines_close(&L);
+    Py_RETURN_NONE;
+}
+
+/* ends_with(offsets, first, n, data, out uint8[n], suffix): out[i] set to 1
+ * where line i ends with suffix (left as it was elsewhere, so that several
+ * suffixes add up). */
+PyObject *ends_with(PyObject *self, PyObject *args)
+{
+    Lines L = {0};
+    Py_buffer suffix = {0};
+    int ok = PyArg_ParseTuple(args, "y*nny*w*y*", &L.off, &L.first, &L.n, &L.data, &L.out, &suffix)
+             && lines_check(&L, 1, 1) == 0;
+    if (ok && suffix.len < 1) {
+        PyErr_SetString(PyExc_ValueError, "ends_with: an empty suffix");
+        ok = 0;
+    }
+    if (ok) {
+        uint8_t *out = (uint8_t *)L.out.buf;
+        const uint8_t *x = (const uint8_t *)suffix.buf, *d = L.d;
+        int64_t m = suffix.len;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < L.n; i++) {
+            int64_t e = L.o[i + 1];
+            if (e - L.o[i] >= m && d[e - 1] == x[m - 1] && memcmp(d + e - m, x, (size_t)m) == 0)
+                out[i] = 1;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    lines_close(&L);
+    if (suffix.obj) PyBuffer_Release(&suffix);
+    if (!ok) return NULL;
     Py_RETURN_NONE;
 }

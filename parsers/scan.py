@@ -72,8 +72,13 @@ def split_lines(block: bytes, compiled: bool | None = None) -> tuple[pa.Array | 
     line's bytes, its "\r" counted)."""
     if _use(compiled):
         data = np.empty(len(block), dtype=np.uint8)
-        offsets = np.empty(block.count(b"\n") + 2, dtype=np.int32)
+        # Room for lines of 32 bytes on average: counting them first would
+        # read the block once more.
+        offsets = np.empty(len(block) // 32 + 2, dtype=np.int32)
         n, size, longest, utf8 = _scan.split_lines(block, data, offsets)
+        if n < 0:
+            offsets = np.empty(bytes(block).count(b"\n") + 2, dtype=np.int32)
+            n, size, longest, utf8 = _scan.split_lines(block, data, offsets)
         if not utf8:
             return None, longest
         return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets[:n + 1]),
@@ -165,6 +170,22 @@ def quoted_data(args: pa.Array, mask: np.ndarray, compiled: bool | None = None):
     if n:
         _scan.quoted_data(off, first, n, data, out, np.ascontiguousarray(mask, dtype=np.uint8), text)
     return out, pa.py_buffer(text)
+
+
+def ends_with(lines: pa.Array, suffixes: tuple[str, ...], compiled: bool | None = None) -> np.ndarray:
+    """Which lines end with one of the suffixes."""
+    if _use(compiled):
+        out = np.zeros(len(lines), dtype=np.uint8)
+        if len(lines):
+            for x in suffixes:
+                _scan.ends_with(*_buffers(lines), out, x.encode())
+        if lines.null_count:   # a null's offsets may span bytes all the same
+            out[~np.asarray(pc.is_valid(lines))] = 0
+        return out.view(bool)
+    out = np.zeros(len(lines), dtype=bool)
+    for x in suffixes:
+        out |= _mask(pc.ends_with(lines, x))
+    return out
 
 
 def edge_bytes(lines: pa.Array, first: str, last: str, compiled: bool | None = None) -> tuple[bool, bool]:

@@ -191,8 +191,13 @@ def test_split_lines():
     for block in (b"", b"\n", b"\r\n", b"a", b"a\n", b"a\r\nb\r", b"\r", b"a\n\nb\n\r\n", "é\nx".encode(),
                   b"\xff\n", b"a\n\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc0\x80", b"\xe0\x9f\xbf",
                   b"\xf0\x8f\xbf\xbf", "\U0010ffff\n\u07ff\u0800\uffff".encode(), b"12345678\x80abcdefg", b"1234567\x80abcdefgh",
-                  b"abcdefghijklmno\xff", b"\xffbcdefghijklmnop"):
+                  b"abcdefghijklmno\xff", b"\xffbcdefghijklmnop",
+                  # more lines than the first guess at their number holds
+                  b"a\n" * 10_000, b"\n" * 5_000 + b"x" * 100_000):
         _lines_same(block)
+    # the file reader hands over views of its buffer
+    got, _ = scan.split_lines(memoryview(b"xa\nb\r\nc")[1:], True)
+    assert got.to_pylist() == ["a", "b", "c"]
 
 
 @settings(max_examples=500, deadline=None)

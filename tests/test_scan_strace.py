@@ -206,6 +206,15 @@ def test_edge_bytes():
         assert scan.edge_bytes(arr, ">", "\r") == scan.edge_bytes(arr, ">", "\r", compiled=False), lines
 
 
+def test_ends_with():
+    lines = pa.array(["x", "a attached", "b detached", "attached", " attached", "d", "", None, "x detached\u00e9",
+                      "strace: Process 1 attached"], pa.string()).slice(1)
+    for suffixes in ((" attached", " detached"), ("d",), ("\u00e9",)):
+        got = scan.ends_with(lines, suffixes)
+        assert got.tolist() == scan.ends_with(lines, suffixes, compiled=False).tolist(), suffixes
+    assert scan.ends_with(lines, (" attached", " detached")).sum() == 4
+
+
 def test_short_buffers_are_refused():
     from kdiag.parsers import _scan
 

@@ -32,37 +32,47 @@ def iter_line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Chu
     line_no = 1
     carry = b""
     skipping = False  # the rest of an endless line already handed over
+    # The end of the last read that was no whole line, then the next read,
+    # in one buffer used again and again: each chunk's lines are copied out
+    # of it, so no read costs a fresh block and its page faults.
+    buf = bytearray()
     with open(path, "rb") as f:
         while True:
-            block = f.read(chunk_bytes)
-            if not block:
+            n0 = len(carry)
+            if len(buf) < n0 + chunk_bytes:
+                buf = bytearray(n0 + chunk_bytes)
+            view = memoryview(buf)
+            view[:n0] = carry
+            got = f.readinto(view[n0:n0 + chunk_bytes])
+            if not got:
                 break
-            if skipping:
-                nl = block.find(b"\n")
+            end = n0 + got
+            start = 0
+            if skipping:   # nothing is carried then
+                nl = buf.find(b"\n", 0, end)
                 if nl < 0:
                     continue
-                block, skipping = block[nl + 1:], False
-            block = carry + block
-            cut = block.rfind(b"\n")
+                start, skipping = nl + 1, False
+            cut = buf.rfind(b"\n", start, end)
             if cut < 0:
-                if len(block) <= MAX_LINE_BYTES:
-                    carry = block
+                if end - start <= MAX_LINE_BYTES:
+                    carry = bytes(view[start:end])
                     continue
                 # An endless line: hand over its start as one cut line and
                 # drop the rest, so that the next line keeps its number.
-                yield Chunk(line_no, _to_chunk(block, line_no).lines, 1)
+                yield Chunk(line_no, _to_chunk(view[start:end], line_no).lines, 1)
                 line_no += 1
                 carry, skipping = b"", True
                 continue
-            carry, block = block[cut + 1:], block[:cut]
-            chunk = _to_chunk(block, line_no)
+            carry = bytes(view[cut + 1:end])
+            chunk = _to_chunk(view[start:cut], line_no)
             line_no += len(chunk.lines)
             yield chunk
     if carry:
         yield _to_chunk(carry, line_no)
 
 
-def _to_chunk(block: bytes, first_line_no: int) -> Chunk:
+def _to_chunk(block, first_line_no: int) -> Chunk:
     """The block's lines as one Arrow string array, built over the block's
     own bytes (``scan.split_lines``, compiled where built): decoding to
     Python strings and back costs five times as much. Falls back to that
@@ -75,8 +85,8 @@ def _to_chunk(block: bytes, first_line_no: int) -> Chunk:
     return Chunk(first_line_no, lines, 0)
 
 
-def _to_chunk_slow(block: bytes, first_line_no: int) -> Chunk:
-    text = block.decode("utf-8", "replace")
+def _to_chunk_slow(block, first_line_no: int) -> Chunk:
+    text = bytes(block).decode("utf-8", "replace")
     lines = text.split("\n")
     cut = 0
     if len(text) > MAX_LINE_BYTES:

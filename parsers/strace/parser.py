@@ -3,6 +3,8 @@ state that spans chunks (calls still unfinished, lines held back for
 their other half, the line layout, the -r running clock)."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,6 +39,16 @@ from kdiag.parsers.strings import offsets_data as _offsets_data
 BLOCK_LINES = 1 << 17
 
 
+class _Prepared(NamedTuple):
+    """What prepare() did ahead for a feed."""
+    block: tuple[int, int]     # the first block's first line number and length
+    joined: pa.Array           # its lines, those cut by strace's messages joined
+    joined_to: np.ndarray
+    fields: dict               # line_fields of joined
+    source: pa.Array           # the lines prepare() was given,
+    lines: pa.Array            # and as feed() reads them (_as_string_array)
+
+
 class StraceParser:
     """Incremental strace parser: feed() chunks of lines, then finish()."""
 
@@ -68,7 +80,8 @@ class StraceParser:
     # -- public ---------------------------------------------------------------
 
     def feed(self, lines: pa.Array, first_line_no: int) -> pa.Table:
-        lines = _as_string_array(lines)
+        ahead = self._ahead
+        lines = ahead.lines if ahead is not None and ahead.source is lines else _as_string_array(lines)
         first = int(first_line_no)
         out = []
         if self._carry is not None and len(lines):
@@ -111,7 +124,7 @@ class StraceParser:
         redone. None until the line format is known."""
         if self._layout is None:
             return None
-        lines = _as_string_array(lines)
+        source, lines = lines, _as_string_array(lines)
         block = lines.slice(0, BLOCK_LINES)
         hold = _held_tail(block)
         if len(lines) > len(block):
@@ -120,7 +133,8 @@ class StraceParser:
         if not len(block):
             return None
         joined, joined_to = _join_cut_lines(block)
-        return (int(first_line_no), len(block)), joined, joined_to, line_fields(joined, self._layout)
+        return _Prepared((int(first_line_no), len(block)), joined, joined_to, line_fields(joined, self._layout),
+                         source, lines)
 
     def use_prepared(self, prepared) -> None:
         self._ahead = prepared
@@ -151,8 +165,8 @@ class StraceParser:
             self._layout = learn_layout(lines.slice(cut + 1))
         line_no = np.arange(first, first + n, dtype=np.int64)
         ahead, self._ahead = self._ahead, None
-        if ahead is not None and ahead[0] == (first, n):
-            _, lines, joined_to, p = ahead
+        if ahead is not None and ahead.block == (first, n):
+            lines, joined_to, p = ahead.joined, ahead.joined_to, ahead.fields
         else:
             lines, joined_to = _join_cut_lines(lines)
             p = line_fields(lines, self._layout)

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kdiag.parsers import scan
 from kdiag.parsers.strace.grammar import _HEAD_ANY, _SPLIT_MSG
 from kdiag.parsers.strace.schema import _TRUNCATED, _UNRECOGNISED
 from kdiag.parsers.strace.values import unescape
@@ -32,8 +33,7 @@ def _join_cut_lines(lines: pa.Array) -> tuple[pa.Array, np.ndarray]:
     """
     n = len(lines)
     joined_to = np.full(n, -1, dtype=np.int64)
-    ends = pc.or_(pc.ends_with(lines, " attached"), pc.ends_with(lines, " detached"))
-    ci = np.flatnonzero(np.asarray(ends))
+    ci = np.flatnonzero(scan.ends_with(lines, (" attached", " detached")))
     ci = ci[ci + 1 < n]
     if not len(ci):
         return lines, joined_to
