@@ -134,7 +134,7 @@ def strace_lines(lines: pa.Array, pid_kind: str, ts_kind: str, has_dur: bool,
     line_fields' patterns, the reference, read every line then."""
     if not _use(compiled):
         return None
-    out = np.zeros((L_FIELDS, len(lines)), dtype=np.int64)
+    out = np.empty((L_FIELDS, len(lines)), dtype=np.int64)
     code = (pid_kind == "b") | _TS_CODES[ts_kind] << 1 | bool(has_dur) << 3
     if len(lines):
         _scan.strace_lines(*_buffers(lines), out, code)
@@ -148,7 +148,7 @@ def first_fds(args: pa.Array, compiled: bool | None = None) -> np.ndarray | None
     reference, runs then."""
     if not _use(compiled):
         return None
-    out = np.zeros((F_FIELDS, len(args)), dtype=np.int64)
+    out = np.empty((F_FIELDS, len(args)), dtype=np.int64)
     if len(args):
         _scan.first_fds(*_buffers(args), out)
     return out
@@ -163,7 +163,7 @@ def quoted_data(args: pa.Array, mask: np.ndarray, compiled: bool | None = None):
     if not _use(compiled):
         return None
     n = len(args)
-    out = np.zeros((Q_FIELDS, n), dtype=np.int64)
+    out = np.empty((Q_FIELDS, n), dtype=np.int64)
     off, first, _, data = _buffers(args)
     o = np.frombuffer(off, dtype=np.int32, count=n + 1, offset=first * 4) if n else np.zeros(1, np.int32)
     text = np.empty(max(1, int(o[-1]) - int(o[0])), dtype=np.uint8)
@@ -206,7 +206,7 @@ def mangle_candidates(lines: pa.Array, compiled: bool | None = None) -> np.ndarr
     unmangle runs its regex on these). The compiled scan flags a superset of
     the reference's (see _scan.c); the regex that follows decides."""
     if _use(compiled):
-        out = np.zeros(len(lines), dtype=np.uint8)
+        out = np.empty(len(lines), dtype=np.uint8)
         if len(lines):
             _scan.mangle_candidates(*_buffers(lines), out)
         return out.view(bool)
@@ -223,7 +223,7 @@ def needle_flags(lines: pa.Array, needles: list[tuple[str, bool]], compiled: boo
     if not 0 < len(needles) <= 32 or any(not t for t, _ in needles):
         raise ValueError("needle_flags: 1 to 32 needles, none empty")
     if _use(compiled):
-        out = np.zeros(len(lines), dtype=np.uint32)
+        out = np.empty(len(lines), dtype=np.uint32)
         if len(lines):
             _scan.needle_flags(*_buffers(lines), out, tuple(t.encode() for t, _ in needles),
                                bytes(bool(a) for _, a in needles))
@@ -242,7 +242,7 @@ def fence_candidates(lines: pa.Array, compiled: bool | None = None) -> np.ndarra
     superset of what strace.markup's fence pattern matches (see _scan.c),
     the reference exactly those."""
     if _use(compiled):
-        out = np.zeros(len(lines), dtype=np.uint8)
+        out = np.empty(len(lines), dtype=np.uint8)
         if len(lines):
             _scan.fence_candidates(*_buffers(lines), out)
         return out.view(bool)
@@ -257,7 +257,7 @@ def _read(fn: str, texts: pa.Array, fields: int, flag: bool) -> np.ndarray | Non
     (the reference)."""
     if not COMPILED:
         return None
-    out = np.zeros((len(texts), fields), dtype=np.int64)
+    out = np.empty((len(texts), fields), dtype=np.int64)
     if len(texts):
         getattr(_scan, fn)(*_buffers(texts), out, flag)
     return out
@@ -280,7 +280,7 @@ def rdkafka_plain_cut(lines: pa.Array, compiled: bool | None = None) -> np.ndarr
     """n x FIELDS int64: each line cut as librdkafka's stderr format lays it
     out (see _scan.c); row[OK] 0 where it is not of that shape."""
     if _use(compiled):
-        out = np.zeros((len(lines), FIELDS), dtype=np.int64)
+        out = np.empty((len(lines), FIELDS), dtype=np.int64)
         if len(lines):
             _scan.rdkafka_plain_cut(*_buffers(lines), out)
         return out

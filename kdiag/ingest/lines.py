@@ -40,7 +40,9 @@ def iter_line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Chu
         while True:
             n0 = len(carry)
             if len(buf) < n0 + chunk_bytes:
-                buf = bytearray(n0 + chunk_bytes)
+                # Room for a carried line of any usual length: a bytearray
+                # is zeroed, 16 MiB of page faults, each time it is made.
+                buf = bytearray(max(n0, MAX_LINE_BYTES) + chunk_bytes)
             view = memoryview(buf)
             view[:n0] = carry
             got = f.readinto(view[n0:n0 + chunk_bytes])

@@ -30,7 +30,7 @@ from kdiag import progress
 from kdiag.ingest.detect import detect
 from kdiag.ingest.feeding import feed_chunks
 from kdiag.ingest.parquet_sink import TableSink
-from kdiag.ingest.strace_clock import StraceFile, emit_strace, pid_of_name, put_on_epoch, write_rows
+from kdiag.ingest.strace_clock import LogWritesAhead, StraceFile, emit_strace, pid_of_name, put_on_epoch, write_rows
 from kdiag.parsers.format import BYTES, CHUNKS
 from kdiag.parsers.strace import log_writes
 
@@ -174,14 +174,21 @@ def _parse_chunked(fmt, path: Path, shown: str, sink: TableSink, strace_files: l
         strace_files.append(sf)
     cut = 0
     done = 0
-    for chunk, table in feed_chunks(fmt, parser, path):
-        cut += chunk.cut_lines
-        done += chunk.lines.nbytes - 4 * (len(chunk.lines) + 1)   # less the offsets: about the text read
-        stage.update(done, lines=chunk.first_line_no + len(chunk.lines) - 1)
-        if sf is not None:
-            sf.clock = parser.clock
-        _emit(sink, fmt, table, sf)
-    _emit(sink, fmt, parser.finish(), sf)
+    ahead = LogWritesAhead(sink, sf) if sf is not None else None
+    try:
+        for chunk, table in feed_chunks(fmt, parser, path):
+            cut += chunk.cut_lines
+            done += chunk.lines.nbytes - 4 * (len(chunk.lines) + 1)   # less the offsets: about the text read
+            stage.update(done, lines=chunk.first_line_no + len(chunk.lines) - 1)
+            if sf is not None:
+                sf.clock = parser.clock
+            _emit(sink, fmt, table, sf, ahead)
+        _emit(sink, fmt, parser.finish(), sf, ahead)
+        if ahead is not None:
+            ahead.close()
+    finally:
+        if ahead is not None:
+            ahead.abandon()
     if sf is not None:
         sf.clock, sf.lines = parser.clock, parser.counts.lines
     counts = parser.counts.to_dict()
@@ -189,12 +196,12 @@ def _parse_chunked(fmt, path: Path, shown: str, sink: TableSink, strace_files: l
     return counts
 
 
-def _emit(sink: TableSink, fmt, table, sf: StraceFile | None) -> None:
+def _emit(sink: TableSink, fmt, table, sf: StraceFile | None, ahead: LogWritesAhead | None = None) -> None:
     if isinstance(table, dict):   # one source, several tables (sockets, threads, host)
         for name, part in table.items():
             sink.write(name, part)
     elif sf is not None:
-        emit_strace(sink, table, sf)
+        emit_strace(sink, table, sf, ahead)
     else:
         write_rows(sink, fmt.table, table, None)
 
