@@ -133,6 +133,19 @@ static PyObject *rdkafka_plain_cut(PyObject *self, PyObject *args)
  * or, where anywhere[k] is nonzero, stands anywhere in it; what Arrow's
  * starts_with and match_substring tell, in one pass instead of one a
  * needle. At most 32 needles. */
+/* Whether x (m >= 1 bytes) stands in d[0, n): memchr for its first byte,
+ * then a compare. glibc's memmem builds a table for each needle on every
+ * call, which cost more than the search in lines of ~100 bytes. */
+static inline int contains(const uint8_t *d, int64_t n, const uint8_t *x, int64_t m)
+{
+    const uint8_t *p = d, *end = d + n - m + 1;
+    while (p < end && (p = memchr(p, x[0], (size_t)(end - p))) != NULL) {
+        if (memcmp(p + 1, x + 1, (size_t)(m - 1)) == 0) return 1;
+        p++;
+    }
+    return 0;
+}
+
 static PyObject *needle_flags(PyObject *self, PyObject *args)
 {
     Lines L;
@@ -169,8 +182,8 @@ static PyObject *needle_flags(PyObject *self, PyObject *args)
         uint32_t f = 0;
         for (Py_ssize_t j = 0; j < k; j++) {
             if (nl[j] > e - s) continue;
-            if (any[j] ? memmem(L.d + s, (size_t)(e - s), nd[j], (size_t)nl[j]) != NULL
-                       : memcmp(L.d + s, nd[j], (size_t)nl[j]) == 0)
+            if (any[j] ? contains(L.d + s, e - s, (const uint8_t *)nd[j], nl[j])
+                       : L.d[s] == (uint8_t)nd[j][0] && memcmp(L.d + s, nd[j], (size_t)nl[j]) == 0)
                 f |= (uint32_t)1 << j;
         }
         out[i] = f;
