@@ -464,6 +464,7 @@ PyObject *edge_bytes(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < L.n && !(first && last); i++) {
         int64_t s = L.o[i], e = L.o[i + 1];
+        if (i + PREFETCH_LINES < L.n) __builtin_prefetch(L.d + L.o[i + PREFETCH_LINES + 1] - 1);
         if (e > s) {
             first |= L.d[s] == f;
             last |= L.d[e - 1] == l;
@@ -496,6 +497,7 @@ PyObject *ends_with(PyObject *self, PyObject *args)
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t i = 0; i < L.n; i++) {
             int64_t e = L.o[i + 1];
+            if (i + PREFETCH_LINES < L.n) __builtin_prefetch(d + L.o[i + PREFETCH_LINES + 1] - 1);
             if (e - L.o[i] >= m && d[e - 1] == x[m - 1] && memcmp(d + e - m, x, (size_t)m) == 0)
                 out[i] = 1;
         }
