@@ -457,12 +457,66 @@ static PyObject *copy_out(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* copy_out_many(buffers tuple, buf int64[n], start int64[n], length int64[n],
+ * offsets_out int32[n + 1], data_out): copy_out over several buffers, piece i
+ * from buffers[buf[i]]: the arguments of strace's calls, most in the
+ * block's lines, a few joined from two lines in a buffer of their own. */
+static PyObject *copy_out_many(PyObject *self, PyObject *args)
+{
+    PyObject *bufs;
+    Py_buffer bi = {0}, start = {0}, length = {0}, offs = {0}, out = {0};
+    if (!PyArg_ParseTuple(args, "O!y*y*y*w*w*", &PyTuple_Type, &bufs, &bi, &start, &length, &offs, &out))
+        return NULL;
+    Py_ssize_t nb = PyTuple_GET_SIZE(bufs), got = 0;
+    Py_buffer *src = nb ? PyMem_Calloc((size_t)nb, sizeof(Py_buffer)) : NULL;
+    int ok = nb == 0 || src != NULL;
+    for (; ok && got < nb; got++)
+        ok = PyObject_GetBuffer(PyTuple_GET_ITEM(bufs, got), &src[got], PyBUF_SIMPLE) == 0;
+    if (!ok && got) got--;   /* the one that failed holds nothing */
+    Py_ssize_t n = start.len / (Py_ssize_t)sizeof(int64_t);
+    const int64_t *b = (const int64_t *)bi.buf, *st = (const int64_t *)start.buf, *ln = (const int64_t *)length.buf;
+    int32_t *o = (int32_t *)offs.buf;
+    uint8_t *dst = (uint8_t *)out.buf;
+    ok = ok && length.len == start.len && bi.len == start.len && offs.len >= (n + 1) * (Py_ssize_t)sizeof(int32_t);
+    int64_t at = 0;
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        ok = b[i] >= 0 && b[i] < nb && st[i] >= 0 && ln[i] >= 0 && st[i] + ln[i] <= src[b[i]].len
+             && at + ln[i] <= out.len && at + ln[i] <= INT32_MAX;
+        at += ok ? ln[i] : 0;
+    }
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        at = 0;
+        o[0] = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            memcpy(dst + at, (const uint8_t *)src[b[i]].buf + st[i], (size_t)ln[i]);
+            at += ln[i];
+            o[i + 1] = (int32_t)at;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (Py_ssize_t j = 0; j < got; j++) PyBuffer_Release(&src[j]);
+    PyMem_Free(src);
+    PyBuffer_Release(&bi);
+    PyBuffer_Release(&start);
+    PyBuffer_Release(&length);
+    PyBuffer_Release(&offs);
+    PyBuffer_Release(&out);
+    if (!ok) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "copy_out_many: a piece outside its buffer, or output buffers too small");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"mangle_candidates", mangle_candidates, METH_VARARGS, "Lines chat or markdown may have changed."},
     {"rdkafka_plain_cut", rdkafka_plain_cut, METH_VARARGS, "librdkafka stderr lines cut by byte position."},
     {"sent_received", sent_received, METH_VARARGS, "librdkafka's Sent and Received lines read."},
     {"topic_lines", topic_lines, METH_VARARGS, "librdkafka's Produce MessageSet and MessageSet lines read."},
     {"copy_out", copy_out, METH_VARARGS, "Pieces of a buffer as an Arrow string array's buffers."},
+    {"copy_out_many", copy_out_many, METH_VARARGS, "Pieces of several buffers as an Arrow string array's buffers."},
     {"split_lines", split_lines, METH_VARARGS, "A block's lines as an Arrow string array's buffers."},
     {"fence_candidates", fence_candidates, METH_VARARGS, "Lines that may be markdown code fences."},
     {"needle_flags", needle_flags, METH_VARARGS, "Which needles begin, or stand in, each line."},

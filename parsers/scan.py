@@ -125,6 +125,28 @@ def copy_out(buffer: pa.Buffer, start: np.ndarray, length: np.ndarray, type_=pa.
     return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(offsets), pa.py_buffer(data[:int(offsets[-1])])])
 
 
+def copy_out_many(buffers: list, buf: np.ndarray, start: np.ndarray, length: np.ndarray,
+                  type_=pa.string()) -> pa.Array | None:
+    """copy_out with piece i from buffers[buf[i]]; None where the compiled
+    scans were not built, or for pieces outside their buffers (the
+    reference's to make)."""
+    if not COMPILED:
+        return None
+    buf = np.ascontiguousarray(buf, dtype=np.int64)
+    start = np.ascontiguousarray(start, dtype=np.int64)
+    length = np.ascontiguousarray(length, dtype=np.int64)
+    n = len(start)
+    if n:
+        sizes = np.array([b.size for b in buffers], dtype=np.int64)
+        if ((buf < 0).any() or (buf >= len(buffers)).any() or (length < 0).any() or (start < 0).any()
+                or (start + length > sizes[np.clip(buf, 0, len(buffers) - 1)]).any()):
+            return None
+    offsets = np.empty(n + 1, dtype=np.int32)
+    data = np.empty(max(1, int(length.sum()) if n else 0), dtype=np.uint8)
+    _scan.copy_out_many(tuple(buffers), buf, start, length, offsets, data)
+    return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(offsets), pa.py_buffer(data[:int(offsets[-1])])])
+
+
 def strace_lines(lines: pa.Array, pid_kind: str, ts_kind: str, has_dur: bool,
                  compiled: bool | None = None) -> np.ndarray | None:
     """strace's lines read in one pass where a file's layout (``pid_kind``

@@ -66,10 +66,13 @@ def views(start: np.ndarray, length: np.ndarray, buf: np.ndarray, buffers: list[
     n = len(start)
     if n == 0:
         return pa.array([], type_)
-    if (buf == buf[0]).all() and type_ in (pa.string(), pa.binary()):
+    if type_ in (pa.string(), pa.binary()):
         from kdiag.parsers import scan
 
-        got = scan.copy_out(buffers[int(buf[0])], start, length, type_)   # the same pieces, copied in one pass
+        # the same pieces, copied in one pass
+        one = (buf == buf[0]).all()
+        got = (scan.copy_out(buffers[int(buf[0])], start, length, type_) if one
+               else scan.copy_out_many(buffers, buf, start, length, type_))
         if got is not None:
             return got
     base, vtype = (pa.string(), pa.string_view()) if type_ == pa.string() else (pa.binary(), pa.binary_view())

@@ -330,3 +330,36 @@ def test_gathered_strings_are_the_views_cut(monkeypatch):
     both(lambda: strings.take_str(arr, idx, pa.binary()))
     both(lambda: strings.cut(arr, ascii_idx, lo, lo + 2))
     assert scan.copy_out(pa.py_buffer(b"abc"), np.array([2]), np.array([2])) is None   # past the end: the reference's
+
+
+def test_pieces_of_several_buffers_are_the_views_cut(monkeypatch):
+    # strace's arguments: most in the block's lines, those of a call joined
+    # from two lines in a buffer of their own.
+    from kdiag.parsers import strings
+
+    rng = random.Random(23)
+    texts = ["".join(rng.choice(["a", "é", "Sent ", "😀", "(7, "]) for _ in range(400)) for _ in range(3)]
+    bufs = [pa.py_buffer(t.encode()) for t in texts]
+    # Each buffer cut into pieces of whole characters, none overlapping (as
+    # views() asks), some skipped, then the pieces of all buffers mixed.
+    pieces = []
+    for b, t in enumerate(texts):
+        at = 0
+        while t:
+            k = rng.randint(0, 12)
+            if rng.random() < 0.8:
+                pieces.append((b, at, len(t[:k].encode())))
+            at += len(t[:k].encode())
+            t = t[k:]
+    rng.shuffle(pieces)
+    buf, start, length = (np.array(x) for x in zip(*pieces))
+    got = strings.views(start, length, buf, bufs)
+    with monkeypatch.context() as m:
+        m.setattr(scan, "COMPILED", False)
+        ref = strings.views(start, length, buf, bufs)
+    assert got.equals(ref) and len(got) == len(pieces) > 100
+    b, at, n = pieces[0]
+    assert got[0].as_py() == texts[b].encode()[at:at + n].decode()
+    # a piece past its buffer's end, or of no buffer: the reference's to make
+    assert scan.copy_out_many(bufs, np.array([1]), np.array([bufs[1].size - 1]), np.array([2])) is None
+    assert scan.copy_out_many(bufs, np.array([3]), np.array([0]), np.array([1])) is None
