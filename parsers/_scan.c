@@ -414,53 +414,13 @@ static PyObject *topic_lines(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* copy_out(data, start int64[n], length int64[n], offsets_out int32[n + 1],
- * data_out): the pieces data[start[i], start[i] + length[i]) one after
- * another, as an Arrow string or binary array's offsets and data: what
- * parsers/strings.views makes through string views and a cast. */
-static PyObject *copy_out(PyObject *self, PyObject *args)
-{
-    Py_buffer data = {0}, start = {0}, length = {0}, offs = {0}, out = {0};
-    if (!PyArg_ParseTuple(args, "y*y*y*w*w*", &data, &start, &length, &offs, &out))
-        return NULL;
-    Py_ssize_t n = start.len / (Py_ssize_t)sizeof(int64_t);
-    const int64_t *st = (const int64_t *)start.buf, *ln = (const int64_t *)length.buf;
-    int32_t *o = (int32_t *)offs.buf;
-    uint8_t *dst = (uint8_t *)out.buf;
-    const uint8_t *src = (const uint8_t *)data.buf;
-    int ok = length.len == start.len && offs.len >= (n + 1) * (Py_ssize_t)sizeof(int32_t);
-    int64_t at = 0;
-    for (Py_ssize_t i = 0; ok && i < n; i++) {
-        ok = st[i] >= 0 && ln[i] >= 0 && st[i] + ln[i] <= data.len && at + ln[i] <= out.len && at + ln[i] <= INT32_MAX;
-        at += ok ? ln[i] : 0;
-    }
-    if (ok) {
-        Py_BEGIN_ALLOW_THREADS
-        at = 0;
-        o[0] = 0;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            memcpy(dst + at, src + st[i], (size_t)ln[i]);
-            at += ln[i];
-            o[i + 1] = (int32_t)at;
-        }
-        Py_END_ALLOW_THREADS
-    }
-    PyBuffer_Release(&data);
-    PyBuffer_Release(&start);
-    PyBuffer_Release(&length);
-    PyBuffer_Release(&offs);
-    PyBuffer_Release(&out);
-    if (!ok) {
-        PyErr_SetString(PyExc_ValueError, "copy_out: a piece outside the data, or output buffers too small");
-        return NULL;
-    }
-    Py_RETURN_NONE;
-}
-
 /* copy_out_many(buffers tuple, buf int64[n], start int64[n], length int64[n],
- * offsets_out int32[n + 1], data_out): copy_out over several buffers, piece i
- * from buffers[buf[i]]: the arguments of strace's calls, most in the
- * block's lines, a few joined from two lines in a buffer of their own. */
+ * offsets_out int32[n + 1], data_out): the pieces
+ * buffers[buf[i]][start[i], start[i] + length[i]) one after another, as an
+ * Arrow string or binary array's offsets and data: what parsers/strings.views
+ * makes through string views and a cast. Several buffers: strace's
+ * arguments, most in the block's lines, a few joined from two lines in a
+ * buffer of their own. */
 static PyObject *copy_out_many(PyObject *self, PyObject *args)
 {
     PyObject *bufs;
@@ -515,7 +475,6 @@ static PyMethodDef methods[] = {
     {"rdkafka_plain_cut", rdkafka_plain_cut, METH_VARARGS, "librdkafka stderr lines cut by byte position."},
     {"sent_received", sent_received, METH_VARARGS, "librdkafka's Sent and Received lines read."},
     {"topic_lines", topic_lines, METH_VARARGS, "librdkafka's Produce MessageSet and MessageSet lines read."},
-    {"copy_out", copy_out, METH_VARARGS, "Pieces of a buffer as an Arrow string array's buffers."},
     {"copy_out_many", copy_out_many, METH_VARARGS, "Pieces of several buffers as an Arrow string array's buffers."},
     {"split_lines", split_lines, METH_VARARGS, "A block's lines as an Arrow string array's buffers."},
     {"fence_candidates", fence_candidates, METH_VARARGS, "Lines that may be markdown code fences."},

@@ -111,18 +111,8 @@ def copy_out(buffer: pa.Buffer, start: np.ndarray, length: np.ndarray, type_=pa.
     """buffer[start[i]:start[i]+length[i]] for every i, as a ``type_``
     (string or binary) array, copied once; None where the compiled scans
     were not built (strings.views then cuts by string views: the
-    reference)."""
-    if not COMPILED:
-        return None
-    start = np.ascontiguousarray(start, dtype=np.int64)
-    length = np.ascontiguousarray(length, dtype=np.int64)
-    if len(start) and ((length < 0).any() or (start < 0).any() or (start + length > buffer.size).any()):
-        return None   # what the reference makes of such pieces, it makes
-    n = len(start)
-    offsets = np.empty(n + 1, dtype=np.int32)
-    data = np.empty(max(1, int(length.sum()) if n else 0), dtype=np.uint8)
-    _scan.copy_out(buffer, start, length, offsets, data)
-    return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(offsets), pa.py_buffer(data[:int(offsets[-1])])])
+    reference), or for pieces outside the buffer."""
+    return copy_out_many([buffer], np.zeros(len(start), dtype=np.int64), start, length, type_)
 
 
 def copy_out_many(buffers: list, buf: np.ndarray, start: np.ndarray, length: np.ndarray,
