@@ -100,9 +100,10 @@ class LogWritesAhead:
     own and written in chunk order: reading the librdkafka lines a producer
     wrote to stderr was a third of the main thread's time in ``kdiag parse``
     of 2 M strace lines, while the strace parser's own state keeps it on
-    that thread. At most ``depth`` chunks wait; close() writes the rest."""
+    that thread. At most ``depth`` chunks wait (each one more is a chunk's
+    tables held in memory); close() writes the rest."""
 
-    def __init__(self, sink, sf: StraceFile, depth: int = 2) -> None:
+    def __init__(self, sink, sf: StraceFile, depth: int = 1) -> None:
         from collections import deque
         from concurrent.futures import ThreadPoolExecutor
 
