@@ -69,10 +69,7 @@ def views(start: np.ndarray, length: np.ndarray, buf: np.ndarray, buffers: list[
     if type_ in (pa.string(), pa.binary()):
         from kdiag.parsers import scan
 
-        # the same pieces, copied in one pass
-        one = (buf == buf[0]).all()
-        got = (scan.copy_out(buffers[int(buf[0])], start, length, type_) if one
-               else scan.copy_out_many(buffers, buf, start, length, type_))
+        got = scan.copy_out_many(buffers, buf, start, length, type_)   # the same pieces, copied in one pass
         if got is not None:
             return got
     base, vtype = (pa.string(), pa.string_view()) if type_ == pa.string() else (pa.binary(), pa.binary_view())

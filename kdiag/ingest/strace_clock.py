@@ -73,7 +73,7 @@ def pid_of_name(name: str) -> int | None:
     return int(m.group(1)) if m and int(m.group(1)) < 2**31 else None
 
 
-def emit_strace(sink, table: pa.Table, sf: StraceFile, ahead: "LogWritesAhead | None" = None) -> None:
+def emit_strace(sink, table: pa.Table, sf: StraceFile, ahead: LogWritesAhead | None = None) -> None:
     """One chunk's syscalls rows, and the log_writes among them, to the
     sink, noting where they went and how librdkafka's clock compares.
     ``ahead``: the log_writes are made on its thread."""
@@ -120,10 +120,10 @@ class LogWritesAhead:
         """Writes what waits."""
         while self.pending:
             _write_log_writes(self.sink, self.pending.popleft().result(), self.sf)
-        self.abandon()
 
     def abandon(self) -> None:
-        """Drops what waits (the parse failed or was stopped)."""
+        """Drops what still waits (none after close(): the parse failed or
+        was stopped) and ends the thread."""
         while self.pending:
             self.pending.popleft().cancel()
         self.pool.shutdown(wait=True)

@@ -17,9 +17,8 @@ line numbers run on, times on the epoch clock): kdiag.ingest.strace_clock.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import stat
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
