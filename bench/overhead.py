@@ -233,7 +233,7 @@ class Bench:
                                 cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         try:
-            if not attach._wait_state(shim.pid, "T"):
+            if not attach.wait_state(shim.pid, "T"):
                 raise RuntimeError("the shim did not stop")
             with tempfile.TemporaryFile() as err:
                 tracer, why = attach.start_tracer(tool, shim.pid, trace, _attach_flags(), err, print)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, ClassVar
@@ -96,6 +97,16 @@ def proc_status_field(pid: int, name: str) -> str | None:
     except OSError:
         return None
     return None
+
+
+def wait_state(pid: int, state: str, timeout_s: float = 10.0) -> bool:
+    """Whether ``pid`` reached ``state`` (``T``: stopped) within the time."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if proc_status_field(pid, "State") == state:
+            return True
+        time.sleep(0.005)
+    return False
 
 
 def dies_with_parent() -> None:

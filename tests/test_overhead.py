@@ -306,7 +306,7 @@ def test_real_bpftrace_from_exec_sees_setsockopt_and_the_log(tmp_path):
     shim = subprocess.Popen([sys.executable, "-c", attach._SHIM, sys.executable, "-c", CHILD, "-"],
                             stderr=subprocess.DEVNULL)
     try:
-        assert attach._wait_state(shim.pid, "T")
+        assert attach.wait_state(shim.pid, "T")
         out = tmp_path / "strace.txt"
         tracer, why = attach.start_tracer("bpftrace", shim.pid, out, [], None, print)
         assert tracer is not None, why

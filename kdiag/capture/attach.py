@@ -47,7 +47,7 @@ from kdiag import collectors, progress
 from kdiag.collectors import bpfcalls as c_bpfcalls
 from kdiag.collectors import bpftrace as c_bpf
 from kdiag.collectors import strace as c_strace
-from kdiag.collectors.base import COMMAND, PID, Capture, Collector, gaps, proc_status_field
+from kdiag.collectors.base import COMMAND, PID, Capture, Collector, gaps, wait_state
 from kdiag.capture import disk_budget
 from kdiag.capture import overhead
 from kdiag.bundle import redact
@@ -210,7 +210,8 @@ def _run(opts: TargetOptions, staging: Path, out: Path, log):
     raw_inputs = [p for c in active for p in c.inputs()]
     findings, out_path = finish(staging, raw_inputs, {}, spark_holder, warm, out, [], manifest,
                                 {"partial": bool(reasons), "target": manifest["target"]}, log, opts.pseudonymise)
-    return TraceResult(findings, out_path, None, bool(reasons), None, interrupted=window.interrupted is not None)
+    return TraceResult(findings, out_path, None, bool(reasons), None, interrupted=window.interrupted is not None,
+                       tracer=choice.tool if choice.tracer is not None else None)
 
 
 def _start_target(opts: TargetOptions, capture: Capture, stderr_path: Path | None) -> Target:
@@ -222,7 +223,7 @@ def _start_target(opts: TargetOptions, capture: Capture, stderr_path: Path | Non
     with open(stderr_path, "wb") as err:
         wrapped = subprocess.Popen([sys.executable, "-c", _SHIM, *opts.command], stdin=subprocess.DEVNULL,
                                    stderr=err)
-    if not _wait_state(wrapped.pid, "T"):
+    if not wait_state(wrapped.pid, "T"):
         raise UsageError(f"{opts.command[0]}: did not start")
     return Target(wrapped.pid, COMMAND, capture.window_s, wrapped=wrapped)
 
@@ -342,12 +343,3 @@ def _manifest(opts: TargetOptions, target: Target, choice: TracerChoice, window:
         "overhead": _overhead(choice, target, window).to_dict(),
         "collectors": statuses,
     }
-
-
-def _wait_state(pid: int, state: str, timeout_s: float = 10.0) -> bool:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if proc_status_field(pid, "State") == state:
-            return True
-        time.sleep(0.005)
-    return False
