@@ -1,8 +1,9 @@
 """Time to verdict: from the command to its printed verdict, whole process.
 
   trace   ``kdiag trace``, the README's first command: the embedded lab
-          broker, the 100-message probe under strace, the path probe, the
-          Spark analysis and the bundle.
+          broker, the 100-message probe under its default tracer (bpfcalls
+          where it runs, else strace), the path probe, the Spark analysis
+          and the bundle.
   replay  ``kdiag replay`` of a 200-request bundle, made here first by
           ``kdiag trace --messages 200``: verify, unpack, parse, analyse.
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import kdiag
 from kdiag.collectors import bpftrace as _bt
 from kdiag.collectors._bpftrace_records import STRSIZE, Converted, Converter
-from kdiag.collectors.base import MODES, PROBE, Requirement, cpu_s, unmet
+from kdiag.collectors.base import MODES, Requirement, cpu_s, unmet
 
 NAME = "bpfcalls"
 REQUIRES = (
@@ -226,13 +226,14 @@ def start(pid: int, out: Path, ready_s: float = 30.0):
 
 class Bpfcalls(_bt.Bpftrace):
     """In place of strace or bpftrace, where the kernel and the install
-    allow it: the same text to the same folder, at the least cost."""
+    allow it: the same text to the same folder, at the least cost. kdiag's
+    own probe too: it starts stopped, and runs once this traces it."""
 
     name = NAME
     raw_dir = "strace"
     requirements = REQUIRES
-    modes = MODES - {PROBE}
-    partial_without = MODES - {PROBE}
+    modes = MODES
+    partial_without = MODES
     syscall_tracer = True
 
     @classmethod

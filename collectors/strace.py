@@ -103,8 +103,9 @@ def failure(tracer: subprocess.Popen, err) -> str:
 
 
 class Strace(Collector):
-    """kdiag's probe runs under strace from its first call; a producer kdiag
-    attaches to, or a command it starts, gets strace -p (see
+    """kdiag's probe runs under strace from its first call when strace is
+    its tracer; a producer kdiag attaches to, a command it starts, or a
+    probe whose in-kernel tracer failed to start, gets strace -p (see
     ``kdiag.capture.attach`` for why a command is not started by strace)."""
 
     name = NAME
@@ -121,16 +122,19 @@ class Strace(Collector):
         self.cpu_at_start_s: float | None = None
         self.cpu_used_s: float | None = None
         self._err = None
+        # strace runs the probe (or was to, and is skipped): nothing to attach or detach
+        self.wrapped = False
 
     def wrap(self, cmd: list[str]) -> list[str]:
         full_cmd, self.record = wrap(cmd, str(self.out_path))
+        self.wrapped = True
         if self.record.state == "skipped":
             self.out_dir.rmdir()
             self.capture.log(f"strace skipped: {self.record.reason}")
         return full_cmd
 
     def start(self, pid: int) -> None:
-        if self.capture.mode == PROBE:
+        if self.wrapped:
             return
         self.record = CollectorStatus(NAME, version=version())
         # Without strace (not installed, not root) the sampler still reads
@@ -145,7 +149,7 @@ class Strace(Collector):
         self.cpu_at_start_s = cpu_s(self.proc.pid)
         self.record.command = list(self.proc.args)
         self.record.files = [str(self.out_path)]
-        if self.capture.mode == COMMAND and not wait_traced(pid, self.proc):
+        if self.capture.mode in (COMMAND, PROBE) and not wait_traced(pid, self.proc):
             detach(self.proc)
 
     def poll(self) -> None:
@@ -156,7 +160,7 @@ class Strace(Collector):
             self.capture.log(f"strace stopped: {self.record.reason}")
 
     def stop(self, started_us: int, ended_us: int, interrupted: bool) -> None:
-        if self.capture.mode == PROBE:
+        if self.wrapped:
             settle(self.record, started_us, ended_us, interrupted)
             return
         if self.proc is not None:

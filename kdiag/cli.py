@@ -163,10 +163,11 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--duration", type=float, metavar="S",
                    help="trace --pid or -- CMD for S seconds (default: 30 for --pid, until CMD exits)")
     t.add_argument("--tracer", choices=("auto", "strace", "bpfcalls", "bpftrace"),
-                   help="syscall tracer for --pid and -- CMD (default: $KDIAG_TRACER, else auto: bpfcalls, "
-                        "kdiag's own BPF tracer, where it was built and can load; else bpftrace when strace "
-                        "would cost a busy producer a noticeable share of its throughput, or for a command; "
-                        "strace otherwise and whenever neither can run)")
+                   help="syscall tracer (default: $KDIAG_TRACER, else auto: bpfcalls, kdiag's own BPF "
+                        "tracer, where it was built and can load; else, for --pid and -- CMD, bpftrace when "
+                        "strace would cost a busy producer a noticeable share of its throughput, or for a "
+                        "command; strace otherwise and whenever neither can run; kdiag's probe runs under "
+                        "bpfcalls or strace)")
     t.add_argument("--scenario", metavar="NAME",
                    help="a lab scenario instead of the default (scenarios: below); it does not go with -b")
     t.add_argument("--no-path-probe", action="store_true", help="skip the TCP path probe of the brokers")
@@ -306,10 +307,6 @@ def cmd_trace(args, env: Environment, argv: list[str], command: list[str]) -> Ex
 
     if args.pid is not None or command:
         return cmd_trace_target(args, env, argv, command)
-    if args.tracer:
-        # The probe starts under strace --seccomp-bpf: only the calls kdiag
-        # reads stop it, at ~22 msg/s that is a few hundred a second.
-        raise UsageError("--tracer goes with --pid or -- CMD; kdiag's own probe always runs under strace")
     if args.scenario and args.brokers:
         raise UsageError("--scenario runs its own lab; it does not go with -b")
     from kdiag.lab import scenarios
@@ -328,7 +325,8 @@ def cmd_trace(args, env: Environment, argv: list[str], command: list[str]) -> Ex
                               messages=args.messages, size=args.size, out=args.output,
                               timeout_s=args.timeout, lab=lab, rate=args.rate,
                               path_probe=not args.no_path_probe, argv=["kdiag", *argv],
-                              max_capture_mb=args.max_capture_mb, pseudonymise=args.pseudonymise)
+                              max_capture_mb=args.max_capture_mb, pseudonymise=args.pseudonymise,
+                              tracer=args.tracer)
     with _sigterm_interrupts():
         res = trace.run(opts, log=env.say)
     return _trace_status(env, res, args.json)

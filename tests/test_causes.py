@@ -6,6 +6,7 @@ import pytest
 
 from conftest import need
 from kdiag.cli import Environment, main
+from kdiag.collectors import bpfcalls
 
 pytestmark = pytest.mark.e2e
 
@@ -92,6 +93,7 @@ def test_matrix_command_one_case(tmp_path, spark):
     (row,) = json.loads(out.getvalue())["rows"]
     assert row["case"] == "nagle-off" and row["expected"] == row["found"] == "healthy" and row["ok"]
     assert row["latency_p50_ms"] < 10 and (tmp_path / "nagle-off.tar.gz").exists()
+    assert row["tracer"] == ("bpfcalls" if bpfcalls.check() is None else "strace")
 
 
 def test_matrix_usage():

@@ -1,5 +1,6 @@
 """kdiag trace on real parts: Tansu behind stunnel4, the probe producer
-under strace, Spark; then the bundle replays to the same findings."""
+under bpfcalls (or strace), Spark; then the bundle replays to the same
+findings."""
 import gzip
 import hashlib
 import io
@@ -10,6 +11,7 @@ import pytest
 
 from conftest import need
 from kdiag.cli import Environment, main
+from kdiag.collectors import bpfcalls
 
 pytestmark = pytest.mark.e2e
 PLANTED = "Planted-S3cret-e2e-7d1f"
@@ -68,9 +70,13 @@ def test_bundle_layout_and_checksums(nagle_on):
             assert hashlib.sha256(tar.extractfile(name).read()).hexdigest() == meta["sha256"], name
     assert {"raw/rdkafka_log/rdkafka.log", "raw/strace/strace.txt", "findings.json", "report.txt", "report.html",
             "tables/syscalls.parquet", "tables/rdkafka_events.parquet"} <= set(names)
-    assert man["versions"]["librdkafka"] and man["versions"]["strace"] and man["versions"]["tansu"]
+    assert man["versions"]["librdkafka"] and man["versions"]["tansu"]
     assert man["host"]["kernel"] and man["host"]["python"]
-    assert {c["name"]: c["state"] for c in man["collectors"]} == {"rdkafka_log": "ok", "strace": "ok",
+    # the default: kdiag's own BPF tracer wherever it can load, strace elsewhere
+    tool = "bpfcalls" if bpfcalls.check() is None else "strace"
+    assert man["tracer"]["tool"] == tool and man["tracer"]["setting"] == "auto", man["tracer"]
+    assert bool(man["versions"]["strace"]) == (tool == "strace")
+    assert {c["name"]: c["state"] for c in man["collectors"]} == {"rdkafka_log": "ok", tool: "ok",
                                                                   "tcp_probe": "ok", "sockets": "ok"}
     sockets = next(c for c in man["collectors"] if c["name"] == "sockets")
     assert sockets["samples"] > 0 and sockets["cpu_ms_per_sample"] is not None
@@ -93,11 +99,40 @@ def test_bundle_replays_to_the_same_findings(nagle_on):
     same_findings(f, replay(bundle))
 
 
+def manifest_of(bundle):
+    with tarfile.open(bundle) as tar:
+        return json.load(tar.extractfile("manifest.json"))
+
+
 def test_nagle_off_is_healthy_and_replays(tmp_path, spark):
-    f, bundle = trace(tmp_path, "off", "-X", "socket.nagle.disable=true")
+    # strace, as asked: it runs the probe from its first call
+    f, bundle = trace(tmp_path, "off", "-X", "socket.nagle.disable=true", "--tracer", "strace")
     assert f["verdict"] == "healthy"
     assert f["summary"]["rtt_p50_ms"] < 10
     same_findings(f, replay(bundle))
+    man = manifest_of(bundle)
+    assert man["tracer"] == {"tool": "strace", "setting": "strace", "why": "asked for strace",
+                             "bpfcalls_failed": None, "lost_events": None}
+    assert man["versions"]["strace"] and "strace" in {c["name"] for c in man["collectors"]}
+
+
+def test_probe_falls_back_to_strace_when_bpfcalls_does_not_start(tmp_path, spark, monkeypatch):
+    """The probe waits, stopped, for its tracer: when bpfcalls fails to
+    start, strace attaches before the probe's first call, and the verdict
+    still has its evidence (TCP_NODELAY never set, from the connect)."""
+    why = bpfcalls.check()
+    if why:
+        pytest.skip(f"bpfcalls cannot run here, so it is never chosen: {why}")
+
+    def refuse(self, pid):
+        self.child, self.failed_to_start = None, "planted failure"
+    monkeypatch.setattr(bpfcalls.Bpfcalls, "start", refuse)
+    f, bundle = trace(tmp_path, "fallback")
+    assert f["verdict"] == "nagle_delayed_ack" and f["partial"] is False
+    assert any("TCP_NODELAY was not set" in e for e in f["findings"][0]["evidence"]), f["findings"][0]
+    man = manifest_of(bundle)
+    assert man["tracer"]["tool"] == "strace" and man["tracer"]["bpfcalls_failed"] == "planted failure"
+    assert {c["name"]: c["state"] for c in man["collectors"]}["strace"] == "ok"
 
 
 def test_unreachable_broker_fails_fast_and_keeps_the_bundle(tmp_path, spark):

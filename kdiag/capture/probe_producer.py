@@ -190,10 +190,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", help="write one JSON line per message here")
     ap.add_argument("--summary", help="write the run's summary JSON here")
     ap.add_argument("--cgroup", help="join this cgroup first (the client-cpu scenario's CPU limit)")
+    ap.add_argument("--stopped", action="store_true",
+                    help="stop (SIGSTOP) before the producer exists, until SIGCONT: a tracer that does not "
+                         "start the process (bpfcalls) attaches first and sees every call")
     a = ap.parse_args(argv)
     if a.cgroup:
         # Before the producer exists, so that librdkafka's threads start inside.
         join_cgroup(a.cgroup)
+    if a.stopped:
+        os.kill(os.getpid(), signal.SIGSTOP)
     config = json.loads(os.environ.get(a.config_env) or "{}")
     summary = run(config, a.topic, a.messages, a.size, a.stats, a.results, a.rate)
     if a.summary:
@@ -206,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
 # --- kdiag trace's side: the probe as its child ----------------------------------
 
 def _probe_pid(proc: subprocess.Popen, timeout_s: float = 10.0) -> int | None:
-    """The probe's own pid, below strace and ``ip netns exec``."""
+    """The probe's own pid: ``proc`` itself, or below strace and ``ip netns exec``."""
     import psutil
 
     import kdiag
@@ -214,7 +219,8 @@ def _probe_pid(proc: subprocess.Popen, timeout_s: float = 10.0) -> int | None:
     end = time.monotonic() + timeout_s
     while time.monotonic() < end and proc.poll() is None:
         try:
-            for p in psutil.Process(proc.pid).children(recursive=True):
+            top = psutil.Process(proc.pid)
+            for p in [top, *top.children(recursive=True)]:
                 cmd = p.cmdline()
                 # strace's and ip's own command lines name the probe too: match
                 # only the process that runs it ("python -m kdiag.capture.probe_producer").
@@ -246,11 +252,13 @@ def run_child(cmd: list[str], log_path: Path, timeout_s: float, log, env: dict, 
         if raw is not None:
             budget = stack.enter_context(disk_budget.DiskBudget(
                 raw, cap_bytes, lambda why: (log(f"stopping the probe: {why}"), _interrupt(proc))))
-        pid = _probe_pid(proc)
-        if pid is not None:
-            on_start(pid)
         deadline = time.monotonic() + timeout_s
         try:
+            # Inside: a Ctrl-C while the tracers start (bpfcalls takes a
+            # second to load) still stops the probe.
+            pid = _probe_pid(proc)
+            if pid is not None:
+                on_start(pid)
             while True:
                 try:
                     proc.wait(timeout=max(0.0, min(TICK_S, deadline - time.monotonic())))
@@ -280,8 +288,10 @@ def _interrupt(proc: subprocess.Popen) -> None:
 
 def _stop(proc: subprocess.Popen) -> None:
     # Our own child (and its strace): SIGINT lets strace detach and flush.
+    # SIGCONT: a probe still stopped, waiting for its tracer, gets it too.
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, signal.SIGCONT)
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:

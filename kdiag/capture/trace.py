@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -22,7 +23,7 @@ from typing import Callable, ContextManager, Protocol
 
 from kdiag import collectors
 from kdiag.collectors import probe_output
-from kdiag.collectors.base import PROBE, Capture, Collector, gaps
+from kdiag.collectors.base import PROBE, Capture, Collector, gaps, wait_state
 import kdiag
 from kdiag import __version__, progress
 from kdiag.bundle import archive as bundle
@@ -69,6 +70,7 @@ class TraceOptions:
     argv: list[str] = field(default_factory=list)
     max_capture_mb: float | None = disk_budget.DEFAULT_CAP_MB
     pseudonymise: Path | None = None    # the map file, kept outside the bundle
+    tracer: str | None = None       # auto, strace, bpfcalls; None: $KDIAG_TRACER, else auto
 
 
 @dataclass
@@ -80,6 +82,7 @@ class TraceResult:
     error: str | None = None
     # Stopped before its end: Ctrl-C, SIGTERM, the size cap or a full disk.
     interrupted: bool = False
+    tracer: str | None = None       # the syscall tracer that ran, if any
 
 
 def read_properties(path: Path) -> dict[str, str]:
@@ -220,6 +223,7 @@ class ProbeRun:
 
     stopped: str | None         # why it was stopped early; None when it ran to its end
     exit_code: int | None
+    tracer: dict                # the manifest's "tracer": which syscall tracer ran, and why
 
 
 def _run(opts: TraceOptions, staging: Path, out: Path, log) -> TraceResult:
@@ -256,13 +260,14 @@ def _run(opts: TraceOptions, staging: Path, out: Path, log) -> TraceResult:
 
     meta = {"librdkafka_version": confluent_kafka.libversion()[0], "tcp_retrans": probe_producer.retransmits(probe)}
     raw_inputs = [p for c in active for p in c.inputs()]
-    manifest = _manifest(opts, capture.producer_config, lab_info, statuses, reasons)
+    manifest = _manifest(opts, capture.producer_config, lab_info, statuses, reasons, run.tracer)
     findings, out_path = finish(staging, raw_inputs, meta, spark_holder, warm, out,
                                 redact.secret_values(capture.producer_config), manifest,
                                 {"probe": probe, "partial": bool(reasons), "probe_error": probe_error,
                                  "delivery_ms": bundle.delivery_ms(capture.raw / "probe")}, log,
                                 opts.pseudonymise)
-    return TraceResult(findings, out_path, probe, bool(reasons), probe_error, interrupted=run.stopped is not None)
+    return TraceResult(findings, out_path, probe, bool(reasons), probe_error, interrupted=run.stopped is not None,
+                       tracer=run.tracer["tool"])
 
 
 def _brokers(opts: TraceOptions, capture: Capture, active: list[Collector], stack: contextlib.ExitStack,
@@ -301,6 +306,7 @@ def _run_producer(opts: TraceOptions, capture: Capture, active: list[Collector],
                   log) -> ProbeRun:
     """kdiag's probe producer under the collectors, from its start to its
     end (or to Ctrl-C, the timeout or the disk budget)."""
+    tracer = _ProbeTracer.choose(opts, active, log)
     cmd = [*kdiag.python_m(probe_producer), "--topic", opts.topic,
            "--messages", str(opts.messages), "--size", str(opts.size)]
     for c in active:
@@ -308,8 +314,11 @@ def _run_producer(opts: TraceOptions, capture: Capture, active: list[Collector],
     cmd += ["--rate", str(opts.rate)] if opts.rate else []
     if cgroup is not None:
         cmd += ["--cgroup", str(cgroup)]
+    if tracer.tool != STRACE:
+        cmd += ["--stopped"]
     for c in active:
-        cmd = c.wrap(cmd)
+        if not c.syscall_tracer or c.name == tracer.tool:
+            cmd = c.wrap(cmd)
     config = capture.producer_config
     log(f"probe: {opts.messages} x {opts.size} B to {config['bootstrap.servers']} "
         f"(socket.nagle.disable={config.get('socket.nagle.disable', 'librdkafka default')})")
@@ -319,8 +328,9 @@ def _run_producer(opts: TraceOptions, capture: Capture, active: list[Collector],
 
     def start_all(pid: int) -> None:
         for c in active:
-            if not c.skipped:
+            if not c.skipped and not c.syscall_tracer:
                 c.start(pid)
+        tracer.start(pid)
 
     with progress.current().stage(f"probe: {opts.messages} messages", total=opts.messages) as stage:
         answered = _Answered(stderr_path)
@@ -331,7 +341,65 @@ def _run_producer(opts: TraceOptions, capture: Capture, active: list[Collector],
     ended = int(time.time() * 1e6)
     for c in active:
         c.stop(started, ended, stopped is not None)
-    return ProbeRun(stopped, exit_code)
+    return ProbeRun(stopped, exit_code, tracer.record())
+
+
+STRACE = "strace"
+BPFCALLS = "bpfcalls"
+
+
+@dataclass
+class _ProbeTracer:
+    """The probe's syscall tracer. bpfcalls where it can run: it stops no
+    thread, so the probe runs at the pace the scenario sets, not what
+    strace's stops leave of it; the probe then starts stopped and goes on
+    once bpfcalls traces it (from its first call, as under strace). strace
+    otherwise, running the probe, or attached to it when bpfcalls did not
+    start."""
+
+    tracers: dict[str, Collector]
+    tool: str
+    setting: str
+    why: str
+    log: Callable[[str], None]
+    failed: str | None = None       # why bpfcalls did not start
+
+    @classmethod
+    def choose(cls, opts: TraceOptions, active: list[Collector], log) -> "_ProbeTracer":
+        from kdiag.capture import attach, overhead
+
+        setting = attach.tracer_setting(opts)
+        tracers = {c.name: c for c in active if c.syscall_tracer}
+        unusable = {BPFCALLS: tracers[BPFCALLS].unmet() if BPFCALLS in tracers else "not installed",
+                    "bpftrace": "kdiag's probe runs under bpfcalls or strace"}
+        tool, why = overhead.choose(setting, None, unusable)
+        return cls(tracers, tool, setting, why, log)
+
+    def start(self, pid: int) -> None:
+        if self.tool == STRACE:
+            self.tracers[STRACE].start(pid)     # it runs the probe: nothing to do
+            return
+        try:
+            # It stops itself first thing; a SIGCONT before that would be lost.
+            wait_state(pid, "T", timeout_s=5.0)
+            t = self.tracers[self.tool]
+            self.log(f"tracing the probe with {self.tool}: {self.why}")
+            t.start(pid)
+            if t.child is None:
+                self.failed = t.failed_to_start
+                self.log(f"{self.tool} did not start ({self.failed}): strace attaches instead")
+                self.tool, self.why = STRACE, f"{self.tool} did not start: {self.failed}"
+                self.tracers[STRACE].start(pid)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+    def record(self) -> dict:
+        t = self.tracers.get(self.tool)
+        ran = t is not None and t.record is not None and getattr(t.record, "state", None) not in ("skipped", "failed")
+        bpf = getattr(self.tracers.get(BPFCALLS), "child_status", {}) or {}
+        return {"tool": self.tool if ran else None, "setting": self.setting, "why": self.why,
+                "bpfcalls_failed": self.failed, "lost_events": bpf.get("lost_events")}
 
 
 def _probe_error(probe: dict | None, run: ProbeRun) -> str | None:
@@ -348,7 +416,7 @@ def _probe_error(probe: dict | None, run: ProbeRun) -> str | None:
 
 
 def _manifest(opts: TraceOptions, config: dict, lab_info: dict | None, statuses: list[dict],
-              reasons: list[str]) -> dict:
+              reasons: list[str], tracer: dict) -> dict:
     import confluent_kafka
 
     strace_status = next((st for st in statuses if st.get("name") == "strace"), {})
@@ -365,6 +433,7 @@ def _manifest(opts: TraceOptions, config: dict, lab_info: dict | None, statuses:
             **({"tansu": lab_info["tansu_version"], "tls_terminator": lab_info["terminator_version"]} if lab_info else {}),
         },
         "lab": lab_info,
+        "tracer": tracer,
         "collectors": statuses,
     }
 

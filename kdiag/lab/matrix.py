@@ -1,6 +1,7 @@
 """``kdiag lab matrix``: every lab scenario traced once, one table.
 
-Each row is a full ``kdiag trace`` (lab, probe producer under strace and the
+Each row is a full ``kdiag trace`` (lab, probe producer under its tracer
+(bpfcalls where it runs, else strace; ``KDIAG_TRACER`` picks) and the
 sampler, analysis, bundle) of a scenario built to show one cause; the table
 says which cause kdiag found and the request latency it measured. It is how
 the cause matrix in the README is made, and a quick check that every rule
@@ -55,6 +56,7 @@ class Row:
     seconds: float | None = None
     bundle: str | None = None
     error: str | None = None
+    tracer: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -63,7 +65,8 @@ class Row:
     def to_dict(self) -> dict:
         return {"case": self.case.name, "setup": self.case.how, "expected": self.case.expected,
                 "found": self.found, "ok": self.ok, "latency_p50_ms": self.p50_ms, "latency_p99_ms": self.p99_ms,
-                "msgs_per_s": self.msgs_per_s, "seconds": self.seconds, "bundle": self.bundle, "error": self.error}
+                "msgs_per_s": self.msgs_per_s, "seconds": self.seconds, "tracer": self.tracer, "bundle": self.bundle,
+                "error": self.error}
 
 
 def select(names: list[str] | None) -> list[Case]:
@@ -97,16 +100,16 @@ def run_case(case: Case, out_dir: Path, messages: int | None, log) -> Row:
         s = f.get("summary") or {}
         row.found, row.p50_ms, row.p99_ms = f.get("verdict"), s.get("latency_p50_ms"), s.get("latency_p99_ms")
         row.msgs_per_s = (res.probe or {}).get("msgs_per_s")
-        row.bundle = str(res.bundle)
+        row.bundle, row.tracer = str(res.bundle), res.tracer
         row.error = res.error.splitlines()[0] if res.error else None
     row.seconds = round(time.monotonic() - t0, 1)
     return row
 
 
 def table(rows: list[Row]) -> str:
-    head = ("CASE", "SETUP", "EXPECTED", "FOUND", "P50(ms)", "P99(ms)", "MSG/S", "OK")
+    head = ("CASE", "SETUP", "EXPECTED", "FOUND", "P50(ms)", "P99(ms)", "MSG/S", "TRACER", "OK")
     body = [(r.case.name, r.case.how, r.case.expected, r.found or (f"error: {r.error}" if r.error else "-"),
-             _n(r.p50_ms), _n(r.p99_ms), _n(r.msgs_per_s), "yes" if r.ok else "NO") for r in rows]
+             _n(r.p50_ms), _n(r.p99_ms), _n(r.msgs_per_s), r.tracer or "-", "yes" if r.ok else "NO") for r in rows]
     widths = [max(len(x[i]) for x in (head, *body)) for i in range(len(head))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in (head, *body)) + "\n"
 
