@@ -108,7 +108,7 @@ import kdiag.cli as cli
 marks = {"imports": time.monotonic() - t0}
 from kdiag.analysis import job as analysis
 from kdiag.bundle import archive as bundle
-from kdiag.analysis import pipeline
+from kdiag.ingest import tables
 from kdiag.analysis import spark
 def timed(mod, name, key):
     f = getattr(mod, name)
@@ -119,7 +119,7 @@ def timed(mod, name, key):
         finally:
             marks[key] = marks.get(key, 0.0) + time.monotonic() - t
     setattr(mod, name, g)
-timed(bundle, "verify", "verify"); timed(bundle, "unpack", "unpack"); timed(pipeline, "parse_paths", "parse")
+timed(bundle, "verify", "verify"); timed(bundle, "unpack", "unpack"); timed(tables, "parse_paths", "parse")
 timed(spark, "session", "session_start"); timed(analysis, "analyze", "analysis")
 out = open("/dev/null", "w")
 rc = cli.main(["replay", sys.argv[1]], cli.Environment(stdout=out, stderr=out))
@@ -183,11 +183,12 @@ def run(smoke: bool, work: Path) -> list[Figure]:
     goal = None if smoke else REPLAY_GOAL
     note = (f"median of {repeats}: {_secs(times)} s to the verdict, {statistics.median(totals):.1f} s to exit; "
             f"reference runs {_secs(floors)} s")
+    parts = replay_breakdown(target)
+    note += (f"; one run's steps: {', '.join(f'{k} {v}' for k, v in parts.items())} s (the session starts "
+             f"beside the parse)")
     if not smoke:
-        parts = replay_breakdown(target)
         cold, _, _ = timed_run([*kd, "replay", str(target)], env={"KDIAG_SPARK_CDS": "0"})
-        note += (f"; one run's steps: {', '.join(f'{k} {v}' for k, v in parts.items())} s (the session starts "
-                 f"beside the parse); without the class archive {cold:.1f} s")
+        note += f"; without the class archive {cold:.1f} s"
     figs.append(Figure("verdict", "kdiag replay" + (" (fixture nagle_on)" if smoke else
                                                     f" ({REPLAY_MESSAGES}-request bundle)"),
                        round(med, 1), "s", goal, goal and check(med, goal), ref, round(floor, 1), replay_what, note))

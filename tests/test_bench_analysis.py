@@ -53,3 +53,5 @@ def test_verdict_smoke(tmp_path):
     (fig,) = verdict.run(smoke=True, work=tmp_path)
     assert fig.name == "kdiag replay (fixture nagle_on)" and fig.value > 0 and fig.ref_value > 0, fig
     assert fig.command.startswith("kdiag replay") and fig.goal is None
+    # the breakdown's hooks still find the functions replay calls
+    assert "parse " in fig.note and "analysis " in fig.note and "session_start " in fig.note, fig.note
