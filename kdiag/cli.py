@@ -130,11 +130,14 @@ examples:
   kdiag lab up        start Tansu behind stunnel4 on free loopback ports
   kdiag lab status    print the running lab (ports, pids, CA file) as JSON
   kdiag lab down      stop it
-  kdiag lab matrix    trace every lab scenario once (2.5-4 min); one row a
-                      cause: expected, found, P50(ms), P99(ms); exit 1 if any
-                      scenario gave another cause
+  kdiag lab matrix    trace every lab scenario once (about a minute on 2
+                      cores); one row a cause: expected, found, P50(ms),
+                      P99(ms), the tracer; exit 1 if any scenario gave
+                      another cause
   kdiag lab matrix client-cpu throttled -o /tmp/matrix
                       only those, bundles kept in /tmp/matrix
+  KDIAG_TRACER=strace kdiag lab matrix
+                      the same under strace instead of bpfcalls
 """
 
 
