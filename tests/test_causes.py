@@ -77,8 +77,11 @@ def test_client_cpu(tmp_path, spark):
     ev = " ".join(cpu["evidence"])
     assert "waiting for a core" in ev and "throttled in" in ev
     assert cpu["time_share"] >= 0.25 and cpu["fix"] == {}
-    # a fast body and a tail the size of a CFS period
-    assert f["summary"]["latency_p50_ms"] < 10 and f["summary"]["latency_p99_ms"] > 30
+    # a fast body, and stalls the size of a CFS period. How many requests
+    # stall varies with the tracer: under bpfcalls 3 of 600 (below p99's
+    # reach), under strace, whose stops keep each request longer in
+    # flight, 9 of 600 (bench/RESULTS.md, the lab matrix under each tracer)
+    assert f["summary"]["latency_p50_ms"] < 10 and cpu["requests"] >= 1 and cpu["example"]["rtt_ms"] > 30, cpu
 
 
 def test_matrix_command_one_case(tmp_path, spark):
