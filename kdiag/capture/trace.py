@@ -22,7 +22,10 @@ from pathlib import Path
 from typing import Callable, ContextManager, Protocol
 
 from kdiag import collectors
+from kdiag.collectors import bpfcalls as c_bpfcalls
+from kdiag.collectors import bpftrace as c_bpf
 from kdiag.collectors import probe_output
+from kdiag.collectors import strace as c_strace
 from kdiag.collectors.base import PROBE, Capture, Collector, gaps, wait_state
 import kdiag
 from kdiag import __version__, progress
@@ -314,7 +317,7 @@ def _run_producer(opts: TraceOptions, capture: Capture, active: list[Collector],
     cmd += ["--rate", str(opts.rate)] if opts.rate else []
     if cgroup is not None:
         cmd += ["--cgroup", str(cgroup)]
-    if tracer.tool != STRACE:
+    if tracer.tool != c_strace.NAME:
         cmd += ["--stopped"]
     for c in active:
         if not c.syscall_tracer or c.name == tracer.tool:
@@ -344,10 +347,6 @@ def _run_producer(opts: TraceOptions, capture: Capture, active: list[Collector],
     return ProbeRun(stopped, exit_code, tracer.record())
 
 
-STRACE = "strace"
-BPFCALLS = "bpfcalls"
-
-
 @dataclass
 class _ProbeTracer:
     """The probe's syscall tracer. bpfcalls where it can run: it stops no
@@ -370,15 +369,15 @@ class _ProbeTracer:
 
         setting = attach.tracer_setting(opts)
         tracers = {c.name: c for c in active if c.syscall_tracer}
-        unusable = {BPFCALLS: tracers[BPFCALLS].unmet() if BPFCALLS in tracers else "not installed",
-                    "bpftrace": "kdiag's probe runs under bpfcalls or strace"}
+        bpf = tracers.get(c_bpfcalls.NAME)
+        unusable = {c_bpfcalls.NAME: bpf.unmet() if bpf is not None else "not installed",
+                    c_bpf.NAME: "kdiag's probe runs under bpfcalls or strace"}
         tool, why = overhead.choose(setting, None, unusable)
         return cls(tracers, tool, setting, why, log)
 
     def start(self, pid: int) -> None:
-        if self.tool == STRACE:
-            self.tracers[STRACE].start(pid)     # it runs the probe: nothing to do
-            return
+        if self.tool == c_strace.NAME:
+            return      # strace runs the probe: wrapped before it started
         try:
             # It stops itself first thing; a SIGCONT before that would be lost.
             wait_state(pid, "T", timeout_s=5.0)
@@ -388,8 +387,8 @@ class _ProbeTracer:
             if t.child is None:
                 self.failed = t.failed_to_start
                 self.log(f"{self.tool} did not start ({self.failed}): strace attaches instead")
-                self.tool, self.why = STRACE, f"{self.tool} did not start: {self.failed}"
-                self.tracers[STRACE].start(pid)
+                self.tool, self.why = c_strace.NAME, f"{self.tool} did not start: {self.failed}"
+                self.tracers[c_strace.NAME].start(pid)
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
@@ -397,7 +396,7 @@ class _ProbeTracer:
     def record(self) -> dict:
         t = self.tracers.get(self.tool)
         ran = t is not None and t.record is not None and getattr(t.record, "state", None) not in ("skipped", "failed")
-        bpf = getattr(self.tracers.get(BPFCALLS), "child_status", {}) or {}
+        bpf = getattr(self.tracers.get(c_bpfcalls.NAME), "child_status", {}) or {}
         return {"tool": self.tool if ran else None, "setting": self.setting, "why": self.why,
                 "bpfcalls_failed": self.failed, "lost_events": bpf.get("lost_events")}
 
