@@ -46,29 +46,25 @@ def session(app: str = "kdiag", small: bool = False, master: str | None = None):
         java_or_fail()   # first: it may set JAVA_HOME, which the class archive is named by
         options["spark.master"] = master or os.environ.get("KDIAG_SPARK_MASTER", "local[2]")
         options["spark.driver.memory"] = os.environ.get("KDIAG_SPARK_MEMORY") or ("1g" if small else _big_heap())
+        # C1 alone gets a 48 MB code cache, which a session that runs many
+        # analyses (the warm server, the tests) fills: its sweeper and
+        # compiler then churn (2 cores, the 30-request bundle, the 5
+        # analyses after 8: 3.8 -> 2.3 s each). A big input is batch work,
+        # where the collector's throughput counts and its pauses do not: at
+        # 1e7 requests (2 cores, 5 GB heap) the analysis took 166.3 s with
+        # the parallel collector against 186.2 s with G1, Java's default
+        # (bench/RESULTS.md).
+        tuned = ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"] if small else BIG_JVM
+        java += tuned
+        # A cluster's executors run the tasks: tuned as the driver is (the
+        # class archive and the log4j file are paths on this machine, not
+        # theirs).
+        if not options["spark.master"].startswith("local"):
+            options["spark.executor.extraJavaOptions"] = " ".join(tuned)
         if small:
-            # C1 alone gets a 48 MB code cache, which a session that runs
-            # many analyses (the warm server, the tests) fills: its sweeper
-            # and compiler then churn (2 cores, the 30-request bundle, the
-            # 5 analyses after 8: 3.8 -> 2.3 s each).
-            jit = ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"]
-            java += jit
-            # A cluster's executors run the small input's tasks: they too
-            # are gone before C2 pays (the class archive and the log4j file
-            # are paths on this machine, not theirs).
-            if not options["spark.master"].startswith("local"):
-                options["spark.executor.extraJavaOptions"] = " ".join(jit)
             archive = _class_archive()
             if archive is not None:
                 java += archive.java_options()
-        else:
-            # A big input is batch work, where the collector's throughput
-            # counts and its pauses do not: at 1e7 requests (2 cores, 5 GB
-            # heap) the analysis took 166.3 s with the parallel collector
-            # against 186.2 s with G1, Java's default (bench/RESULTS.md).
-            java += BIG_JVM
-            if not options["spark.master"].startswith("local"):
-                options["spark.executor.extraJavaOptions"] = " ".join(BIG_JVM)
     options.update({
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
