@@ -379,8 +379,10 @@ class _ProbeTracer:
         if self.tool == c_strace.NAME:
             return      # strace runs the probe: wrapped before it started
         try:
-            # It stops itself first thing; a SIGCONT before that would be lost.
-            wait_state(pid, "T", timeout_s=5.0)
+            # It stops itself first thing; a SIGCONT before that would be
+            # lost. As long as attach waits for its shim to stop.
+            if not wait_state(pid, "T"):
+                self.log("the probe did not stop to wait for its tracer: its first calls may be missed")
             t = self.tracers[self.tool]
             self.log(f"tracing the probe with {self.tool}: {self.why}")
             t.start(pid)
