@@ -257,7 +257,7 @@ def _runs(rows):
     first_timed = timed_wr & (prev.isNull() | ~prev.getField("wr") | prev.getField("untimed"))
     pos = F.struct(F.col("_ts").alias("ts_us"), F.col("_line").alias("line_no"))
     rows = rows.select(
-        RUN, "pid", "_k", "_line", "_copy", "_req", "_next_read", "_cw", "_ctw", "_cb", pos.alias("_pos"),
+        RUN, "pid", "_k", "_line", "_wr", "_copy", "_req", "_next_read", "_cw", "_ctw", "_cb", pos.alias("_pos"),
         F.last(F.when(first, F.struct("_fd", "_fdi")), ignorenulls=True).over(upto).alias("_fw"),
         F.last(F.when(wr, F.col("_ret")), ignorenulls=True).over(upto).alias("_lw"),
         F.last(F.when(first_timed, F.col("_ts")), ignorenulls=True).over(upto).alias("_tw"),
@@ -271,8 +271,11 @@ def _runs(rows):
                    F.col("_fw._fd").alias("fd"), F.col("_fw._fdi").alias("fd_info"),
                    F.col("_lw").alias("last_write_bytes"),
                    F.col("_prev_end.at").alias("lo"), F.col("_pos").alias("hi"))
-    # A copy is walked for its piece's sake; its own piece reports it.
-    return rows.filter((F.col("_k") == 0) | ((n > 0) & ~F.col("_copy"))).select(
+    # A copy is walked for its piece's sake; its own piece reports it. Only
+    # a call that ends a run can be a Sent line's write(2): a socket write
+    # carries the sums too, but no request pairs with it (at 1e7 requests
+    # half the rows the pairing would sort).
+    return rows.filter((F.col("_k") == 0) | ((n > 0) & ~F.col("_copy") & ~F.col("_wr"))).select(
         RUN, "pid", "_k", "_line", "_req", "_next_read", F.when(F.col("_k") == 1, run).alias("_run"))
 
 
