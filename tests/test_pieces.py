@@ -71,10 +71,12 @@ def _capture(spark, seed: int):
     return spark.createDataFrame(reqs, REQS), pr.flag_syscalls(sc), calls, reqs
 
 
-def _pieces(calls, reqs, us: int) -> Pieces:
+def _pieces(calls, reqs, us: int, packed: bool = True) -> Pieces:
+    """``packed``: the footers told the calls' line numbers (edges then
+    aggregates each call's place as one long)."""
     ts = [c[2] for c in calls if c[2] is not None] + [r[9] for r in reqs if r[9] is not None]
     t0 = min(ts)
-    return Pieces(us, t0, -1, (max(ts) - t0) // us + 1)
+    return Pieces(us, t0, -1, (max(ts) - t0) // us + 1, max(c[0] for c in calls).bit_length() if packed else None)
 
 
 def _rows(df) -> list:
@@ -87,9 +89,9 @@ def test_pieces_give_what_the_whole_thread_gives(spark, seed):
     reqs, sc, calls, raw_reqs = _capture(spark, seed)
     whole = _rows(pr.split_requests(spark, reqs, sc))
     assert len(whole) == len(raw_reqs)
-    for us in (7_000, 1_000_000, 10 ** 12):
-        got = _rows(pr.split_requests(spark, reqs, sc, _pieces(calls, raw_reqs, us)))
-        assert got == whole, f"pieces of {us} us"
+    for us, packed in ((7_000, True), (7_000, False), (1_000_000, True), (10 ** 12, True), (10 ** 12, False)):
+        got = _rows(pr.split_requests(spark, reqs, sc, _pieces(calls, raw_reqs, us, packed)))
+        assert got == whole, f"pieces of {us} us, packed {packed}"
 
 
 def test_the_capture_crosses_edges(spark):
