@@ -125,8 +125,9 @@ _SPLIT_BUCKETED = """
     FROM r1 LEFT JOIN agg USING (send_line, recv_line, send_us, recv_us)"""
 
 # kdiag's own way (kdiag.analysis.per_request.split_requests), in DuckDB's words: one
-# pass in time order per thread with a marker per request; the run of
-# writes before each call and the next read after each marker.
+# pass in (time, line) order per thread with a marker per request right
+# before its Sent line's write(2); the run of writes before each marker and
+# the next read after it.
 _SPLIT_SORTED = """
     CREATE TEMP TABLE split AS
     WITH rq AS (SELECT row_number() OVER () rid, * FROM reqs),
@@ -141,8 +142,8 @@ _SPLIT_SORTED = """
                lead(CASE WHEN rd THEN t END IGNORE NULLS) OVER fwd next_read,
                lag(CASE WHEN k = 1 THEN {'wr': wr, 'untimed': t IS NULL} END IGNORE NULLS) OVER fwd prev_call
         FROM ev
-        WINDOW fwd AS (PARTITION BY pid ORDER BY t ASC NULLS FIRST, k, line),
-               run AS (PARTITION BY pid ORDER BY t ASC NULLS FIRST, k, line ROWS UNBOUNDED PRECEDING)),
+        WINDOW fwd AS (PARTITION BY pid ORDER BY t ASC NULLS FIRST, line, k),
+               run AS (PARTITION BY pid ORDER BY t ASC NULLS FIRST, line, k ROWS UNBOUNDED PRECEDING)),
     s2 AS (
         SELECT pid, k, line, wr, rid, next_read, cw, ctw, cb,
                last_value(CASE WHEN wr AND (prev_call IS NULL OR NOT prev_call.wr)
@@ -150,21 +151,22 @@ _SPLIT_SORTED = """
                last_value(CASE WHEN wr AND t IS NOT NULL AND (prev_call IS NULL OR NOT prev_call.wr
                                OR prev_call.untimed) THEN t END IGNORE NULLS) OVER run tw,
                last_value(CASE WHEN k = 1 AND NOT wr THEN {'cw': cw, 'ctw': ctw, 'cb': cb} END IGNORE NULLS)
-                   OVER (PARTITION BY pid ORDER BY t ASC NULLS FIRST, k, line
+                   OVER (PARTITION BY pid ORDER BY t ASC NULLS FIRST, line, k
                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) prev_end
         FROM s1
-        WINDOW run AS (PARTITION BY pid ORDER BY t ASC NULLS FIRST, k, line ROWS UNBOUNDED PRECEDING)),
-    runs AS (
-        SELECT pid, line, cw - coalesce(prev_end.cw, 0) n_writes,
+        WINDOW run AS (PARTITION BY pid ORDER BY t ASC NULLS FIRST, line, k ROWS UNBOUNDED PRECEDING)),
+    m AS (
+        SELECT rid, next_read, cw - coalesce(prev_end.cw, 0) n,
                CASE WHEN ctw > coalesce(prev_end.ctw, 0) THEN tw END send_start_us,
                cb - coalesce(prev_end.cb, 0) written_bytes, fw.fd fd, fw.fdi fd_info
-        FROM s2 WHERE k = 1 AND NOT wr AND cw > coalesce(prev_end.cw, 0)),
-    m AS (SELECT rid, pid, line, next_read FROM s2 WHERE k = 0),
+        FROM s2 WHERE k = 0),
     r1 AS (
-        SELECT rq.*, runs.n_writes, runs.send_start_us, runs.written_bytes, runs.fd, runs.fd_info,
+        SELECT rq.*, CASE WHEN m.n > 0 THEN m.n END n_writes, CASE WHEN m.n > 0 THEN m.send_start_us END send_start_us,
+               CASE WHEN m.n > 0 THEN m.written_bytes END written_bytes, CASE WHEN m.n > 0 THEN m.fd END fd,
+               CASE WHEN m.n > 0 THEN m.fd_info END fd_info,
                CASE WHEN rq.send_us IS NOT NULL AND m.next_read <= rq.recv_us THEN m.next_read END first_read_us,
-               coalesce(runs.send_start_us, rq.send_us) start_us
-        FROM rq JOIN m USING (rid) LEFT JOIN runs ON runs.pid = m.pid AND runs.line = m.line)
+               coalesce(CASE WHEN m.n > 0 THEN m.send_start_us END, rq.send_us) start_us
+        FROM rq JOIN m USING (rid))
     SELECT * EXCLUDE (rid), (send_us - start_us) / 1000.0 send_ms, (first_read_us - send_us) / 1000.0 wait_ms,
            (recv_us - first_read_us) / 1000.0 read_ms, (recv_us - start_us) / 1000.0 total_ms
     FROM r1"""

@@ -132,3 +132,27 @@ def test_a_small_capture_is_walked_whole_and_a_large_one_in_pieces(tmp_path):
     finally:
         time_pieces.PIECE_MIN_ROWS = old
     assert p is not None and p.us == -(-9991 * time_pieces.PIECE_ROWS // 1000)
+
+
+def test_calls_at_the_sent_lines_time_are_placed_by_line(spark):
+    """Coarse clocks (strace -t's estimates, -r) give several calls one
+    time. A request's run is the writes right before its Sent line's
+    write(2), and its window starts at that line: a read of the same time
+    on an earlier line (an earlier response) ends the run before it and is
+    not this request's response."""
+    t = 5_000_000
+    calls = [(10, 7, t, 5, "syscall", "write", 9, "TCP:[1->2]", 300),
+             (11, 7, t, 5, "syscall", "read", 9, "TCP:[1->2]", 60),    # an earlier request's response
+             (12, 7, t, 5, "syscall", "write", 9, "TCP:[1->2]", 2000),
+             (13, 7, t, 5, "syscall", "write", 9, "TCP:[1->2]", 40),
+             (14, 7, t, 5, "syscall", "write", 2, None, 80),            # Sent
+             (15, 7, t, 5, "syscall", "poll", None, None, 1),
+             (16, 7, t + 40_000, 5, "syscall", "read", 9, "TCP:[1->2]", 50),
+             (17, 7, t + 40_010, 5, "syscall", "write", 2, None, 80)]   # Received
+    reqs = spark.createDataFrame([("c", "b1", 3, t + 40_010, 17, 40.0, 50, "Produce", 2040, t, 14, 7)], REQS)
+    sc = pr.flag_syscalls(spark.createDataFrame(calls, SYSCALLS))
+    for pieces in (None, Pieces(1_000, t - 1_000, -1, 42, 5)):
+        r = pr.split_requests(spark, reqs, sc, pieces).first()
+        assert (r.n_writes, r.written_bytes, r.last_write_bytes) == (2, 2040, 40), pieces
+        assert (r._run_lo, r._run_hi) == ((t, 11), (t, 14)), pieces
+        assert r.first_read_us == t + 40_000 and r.wait_ms == 40.0, pieces

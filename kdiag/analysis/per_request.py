@@ -144,16 +144,17 @@ def split_requests(spark, reqs, sc, pieces=None):
     """Attach each request's send burst and the first socket read of its
     window (between its Sent and Received lines, both included).
 
-    Each thread's syscalls are sorted once, with a marker row for each
-    request at its Sent time, sorted before the thread's calls of that time.
-    Walking forward, each row gets running sums of the socket writes so far;
-    the call that ends a run of writes (every call but a socket write does)
-    sees its run as the sums since the call that ended the previous one.
-    The first socket read of a window is the next read after its marker (a
-    lead that skips what is not a read). A request left in the run right
-    before its Sent line's own write(2): a second, small sort of markers and
-    runs brings the two together by that line's number. No range join and
-    no syscall compared with a request: windows that overlap (pipelined
+    Each thread's syscalls are sorted once by (time, line), with a marker
+    row for each request at its Sent line's place: the line is the
+    write(2) that carried it, and has its time (``log_writes`` rows take
+    their call's), so the marker sorts right before that call. Walking
+    forward, each row gets running sums of the socket writes so far; a
+    marker sees the run of writes right before its Sent line (every call
+    but a socket write ends a run) as the sums since the last call that
+    ended the one before: the request left in that run. The first socket
+    read of a window is the next read after its marker (a lead that skips
+    what is not a read). No range join, no second sort by line, and no
+    syscall compared with a request: windows that overlap (pipelined
     requests) cost nothing more. ``pieces``: a large capture's threads are
     walked in time pieces (see ``pieces``).
 
@@ -161,17 +162,13 @@ def split_requests(spark, reqs, sc, pieces=None):
     requests, filled in by ``fill_write_sizes`` from the run's bounds
     (``_run_lo``, ``_run_hi``: (ts_us, line_no) of the calls around it)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.window import Window
 
     rows = _runs(_calls_and_marks(one_run(reqs), one_run(sc), pieces))
-    # A request meets its run by its Sent line's number.
-    pair = Window.partitionBy(RUN, "pid", "_line").orderBy(F.col("_k").desc()).rowsBetween(Window.unboundedPreceding, 0)
-    rows = rows.withColumn("_b", F.first("_run", ignorenulls=True).over(pair)).filter(F.col("_k") == 0)
     send, recv = F.col("_req.send_us"), F.col("_req.recv_us")
     # A request logged on a line without a pid (strace without -f, or one
     # thread attached with -p) is walked with the calls without one: the
     # same stream.
-    burst = lambda c, name=None: F.col(f"_b.{c}").alias(name or c)  # noqa: E731
+    burst = lambda c, name=None: F.col(f"_run.{c}").alias(name or c)  # noqa: E731
     r = rows.select(
         "_req.*", *[burst(c) for c in ("n_writes", "send_start_us", "written_bytes", "last_write_bytes")],
         F.lit(None).cast("array<long>").alias("write_sizes"), burst("fd"), burst("fd_info"),
@@ -229,12 +226,14 @@ def _calls_and_marks(reqs, sc, pieces=None):
 
 
 def _runs(rows):
-    """Each call that ends a run of writes gets the run (``_run``); every
-    marker keeps the next socket read after it (``_next_read``)."""
+    """The markers, each with the run of writes right before it (``_run``,
+    null when none) and the next socket read after it (``_next_read``)."""
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
-    fwd = Window.partitionBy(RUN, "pid", "_p").orderBy("_ts", "_k", "_line")
+    # A marker has its Sent line's time and line: it sorts after every call
+    # before that line's write(2) and right before the write itself.
+    fwd = Window.partitionBy(RUN, "pid", "_p").orderBy("_ts", "_line", "_k")
     upto = fwd.rowsBetween(Window.unboundedPreceding, 0)
     one = lambda c: F.when(c, 1).otherwise(0)  # noqa: E731
     wr, call = F.col("_wr"), F.col("_k") == 1
@@ -257,7 +256,7 @@ def _runs(rows):
     first_timed = timed_wr & (prev.isNull() | ~prev.getField("wr") | prev.getField("untimed"))
     pos = F.struct(F.col("_ts").alias("ts_us"), F.col("_line").alias("line_no"))
     rows = rows.select(
-        RUN, "pid", "_k", "_line", "_wr", "_copy", "_req", "_next_read", "_cw", "_ctw", "_cb", pos.alias("_pos"),
+        RUN, "pid", "_k", "_line", "_copy", "_req", "_next_read", "_cw", "_ctw", "_cb", pos.alias("_pos"),
         F.last(F.when(first, F.struct("_fd", "_fdi")), ignorenulls=True).over(upto).alias("_fw"),
         F.last(F.when(wr, F.col("_ret")), ignorenulls=True).over(upto).alias("_lw"),
         F.last(F.when(first_timed, F.col("_ts")), ignorenulls=True).over(upto).alias("_tw"),
@@ -271,12 +270,9 @@ def _runs(rows):
                    F.col("_fw._fd").alias("fd"), F.col("_fw._fdi").alias("fd_info"),
                    F.col("_lw").alias("last_write_bytes"),
                    F.col("_prev_end.at").alias("lo"), F.col("_pos").alias("hi"))
-    # A copy is walked for its piece's sake; its own piece reports it. Only
-    # a call that ends a run can be a Sent line's write(2): a socket write
-    # carries the sums too, but no request pairs with it (at 1e7 requests
-    # half the rows the pairing would sort).
-    return rows.filter((F.col("_k") == 0) | ((n > 0) & ~F.col("_copy") & ~F.col("_wr"))).select(
-        RUN, "pid", "_k", "_line", "_req", "_next_read", F.when(F.col("_k") == 1, run).alias("_run"))
+    # Copies are walked for their piece's markers' sake, and only markers
+    # leave the walk.
+    return rows.filter(F.col("_k") == 0).select("_req", "_next_read", F.when(n > 0, run).alias("_run"))
 
 
 # More example requests than this: their writes are found by a join.
