@@ -61,7 +61,11 @@ def requests(spark, events):
                                  pid.alias("pid"))).alias("_s"),
         F.col("ts_us").alias("recv_us"), F.col("line_no").alias("recv_line"), "rtt_ms",
         F.col("size_bytes").alias("resp_bytes"), F.col("request").alias("_request"))
-    w = Window.partitionBy(*key).orderBy("line_no", "_send").rowsBetween(Window.unboundedPreceding, 0)
+    # corr_id first: the sort's prefix is its first key, and the others are
+    # strings mostly alike (RUN is "" outside a fleet): at 1e7 requests
+    # 7.9-8.8 s against 9.8-15.9 s.
+    w = Window.partitionBy("corr_id", RUN, "client", "broker").orderBy("line_no", "_send").rowsBetween(
+        Window.unboundedPreceding, 0)
     # A Received line whose Sent line the excerpt lacks is a request still:
     # librdkafka states its rtt.
     j = ev.withColumn("_s", F.last("_s", ignorenulls=True).over(w)).filter(~F.col("_send"))
