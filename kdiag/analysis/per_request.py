@@ -205,7 +205,7 @@ def _short_runs(r):
 def _calls_and_marks(reqs, sc, pieces=None):
     """The thread's calls and one marker row per request (``_k`` 0), in one
     frame: the marker carries its request whole in ``_req``; each row has
-    its time piece (``_p``), and the copies a piece needs (``_copy``)."""
+    its time piece (``_p``), with the copies a piece needs (``with_edges``)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructField, StructType
 
@@ -218,14 +218,13 @@ def _calls_and_marks(reqs, sc, pieces=None):
         flag("sock_write").alias("_wr"), flag("sock_read").alias("_rd"), F.col("ret").alias("_ret"),
         F.col("fd").alias("_fd"), F.when(flag("sock_write"), F.col("fd_info")).alias("_fdi"),
         F.lit(None).cast(req_t).alias("_req")).withColumn("_p", piece_of(pieces))
-    calls = with_edges(calls, edges(calls, pieces), req_t) if pieces is not None else \
-        calls.withColumn("_copy", F.lit(False))
+    if pieces is not None:
+        calls = with_edges(calls, edges(calls, pieces), req_t)
     marks = reqs.select(
         RUN, "pid", F.col("send_us").alias("_ts"), F.lit(0).alias("_k"), F.col("send_line").alias("_line"),
         F.lit(False).alias("_wr"), F.lit(False).alias("_rd"), F.lit(None).cast("long").alias("_ret"),
         F.lit(None).cast("int").alias("_fd"), F.lit(None).cast("string").alias("_fdi"),
-        F.struct(*[F.col(c) for c in reqs.columns]).cast(req_t).alias("_req")).withColumn(
-        "_p", piece_of(pieces)).withColumn("_copy", F.lit(False))
+        F.struct(*[F.col(c) for c in reqs.columns]).cast(req_t).alias("_req")).withColumn("_p", piece_of(pieces))
     return calls.unionByName(marks)
 
 
@@ -260,7 +259,7 @@ def _runs(rows):
     first_timed = timed_wr & (prev.isNull() | ~prev.getField("wr") | prev.getField("untimed"))
     pos = F.struct(F.col("_ts").alias("ts_us"), F.col("_line").alias("line_no"))
     rows = rows.select(
-        RUN, "pid", "_k", "_line", "_copy", "_req", "_next_read", "_cw", "_ctw", "_cb", pos.alias("_pos"),
+        RUN, "pid", "_k", "_line", "_req", "_next_read", "_cw", "_ctw", "_cb", pos.alias("_pos"),
         F.last(F.when(first, F.struct("_fd", "_fdi")), ignorenulls=True).over(upto).alias("_fw"),
         F.last(F.when(wr, F.col("_ret")), ignorenulls=True).over(upto).alias("_lw"),
         F.last(F.when(first_timed, F.col("_ts")), ignorenulls=True).over(upto).alias("_tw"),

@@ -7,7 +7,7 @@ What crosses a piece's edge is copied into the piece (``with_edges``): the
 writes of a run still open at its start, the last call before it that
 ended a run, and the first socket read after it. Walked with the piece,
 the copies make each of its rows see what the walk of the whole thread
-shows it; they are walked but never reported (``_copy``). One aggregation
+shows it; they are walked but never reported (only markers leave the walk). One aggregation
 of the calls, a row per thread and piece, tells where those are.
 """
 from __future__ import annotations
@@ -197,7 +197,7 @@ def edges(calls, pieces: Pieces) -> _Edges:
 def with_edges(calls, found: _Edges, req_t):
     """The calls (with ``_p``) and their copies: the open writes in the
     pieces after theirs, each piece's ending call before it and read after
-    it (``_copy`` true)."""
+    it."""
     from pyspark.sql import functions as F
 
     spark = calls.sparkSession
@@ -206,12 +206,10 @@ def with_edges(calls, found: _Edges, req_t):
     open_ = F.col("_wr") & (F.col("_le").isNull() | (_order() > F.col("_le")))
     walked = calls.withColumn("_pk", _pid_key()).join(F.broadcast(into), [RUN, "_pk", "_p"], "left").withColumn(
         "_in", F.explode(F.when(open_, F.concat(F.array("_p"), F.col("_to"))).otherwise(F.array("_p"))))
-    walked = walked.withColumn("_copy", F.col("_in") != F.col("_p")).withColumn("_p", F.col("_in")).drop(
-        "_pk", "_le", "_to", "_in")
+    walked = walked.withColumn("_p", F.col("_in")).drop("_pk", "_le", "_to", "_in")
     near = spark.createDataFrame(found.rows or [], f"{RUN} string, pid int, _p long, _ts long, _line long, _rd boolean")
     near = near.select(
         RUN, "pid", "_ts", F.lit(1).alias("_k"), "_line", F.lit(False).alias("_wr"), "_rd",
         F.lit(None).cast("long").alias("_ret"), F.lit(None).cast("int").alias("_fd"),
-        F.lit(None).cast("string").alias("_fdi"), F.lit(None).cast(req_t).alias("_req"), "_p",
-        F.lit(True).alias("_copy"))
+        F.lit(None).cast("string").alias("_fdi"), F.lit(None).cast(req_t).alias("_req"), "_p")
     return walked.unionByName(near)
