@@ -156,16 +156,16 @@ _SPLIT_SORTED = """
         FROM s1
         WINDOW run AS (PARTITION BY pid ORDER BY t ASC NULLS FIRST, line, k ROWS UNBOUNDED PRECEDING)),
     m AS (
-        SELECT rid, next_read, cw - coalesce(prev_end.cw, 0) n,
-               CASE WHEN ctw > coalesce(prev_end.ctw, 0) THEN tw END send_start_us,
-               cb - coalesce(prev_end.cb, 0) written_bytes, fw.fd fd, fw.fdi fd_info
+        SELECT rid, next_read,
+               CASE WHEN cw > coalesce(prev_end.cw, 0) THEN {
+                   'n_writes': cw - coalesce(prev_end.cw, 0),
+                   'send_start_us': CASE WHEN ctw > coalesce(prev_end.ctw, 0) THEN tw END,
+                   'written_bytes': cb - coalesce(prev_end.cb, 0), 'fd': fw.fd, 'fd_info': fw.fdi} END run
         FROM s2 WHERE k = 0),
     r1 AS (
-        SELECT rq.*, CASE WHEN m.n > 0 THEN m.n END n_writes, CASE WHEN m.n > 0 THEN m.send_start_us END send_start_us,
-               CASE WHEN m.n > 0 THEN m.written_bytes END written_bytes, CASE WHEN m.n > 0 THEN m.fd END fd,
-               CASE WHEN m.n > 0 THEN m.fd_info END fd_info,
+        SELECT rq.*, m.run.n_writes, m.run.send_start_us, m.run.written_bytes, m.run.fd, m.run.fd_info,
                CASE WHEN rq.send_us IS NOT NULL AND m.next_read <= rq.recv_us THEN m.next_read END first_read_us,
-               coalesce(CASE WHEN m.n > 0 THEN m.send_start_us END, rq.send_us) start_us
+               coalesce(m.run.send_start_us, rq.send_us) start_us
         FROM rq JOIN m USING (rid))
     SELECT * EXCLUDE (rid), (send_us - start_us) / 1000.0 send_ms, (first_read_us - send_us) / 1000.0 wait_ms,
            (recv_us - first_read_us) / 1000.0 read_ms, (recv_us - start_us) / 1000.0 total_ms

@@ -79,15 +79,17 @@ def _line_bits(meta) -> int | None:
     """The bits of the largest line number in a table's footer; None when
     a row group does not tell it, or has a line number negative or null."""
     col = meta.schema.to_arrow_schema().get_field_index("line_no")
+    if col < 0:
+        return None
     top = 0
-    for i in range(meta.num_row_groups if col >= 0 else 0):
+    for i in range(meta.num_row_groups):
         st = meta.row_group(i).column(col).statistics
         if meta.row_group(i).num_rows == 0:
             continue
         if st is None or not st.has_min_max or st.min < 0 or st.null_count:
             return None
         top = max(top, st.max)
-    return top.bit_length() if col >= 0 else None
+    return top.bit_length()
 
 
 def piece_of(pieces: Pieces | None):
@@ -99,7 +101,12 @@ def piece_of(pieces: Pieces | None):
     # Floored, so that a row's time within its piece is never negative (see
     # _packed_order).
     return F.when(ts.isNull(), F.lit(UNTIMED)).otherwise(
-        F.expr(f"(_ts - {pieces.t0_us}L - pmod(_ts - {pieces.t0_us}L, {pieces.us}L)) div {pieces.us}L"))
+        F.expr(f"(_ts - {pieces.t0_us}L - {_within(pieces)}) div {pieces.us}L"))
+
+
+def _within(pieces: Pieces) -> str:
+    """A timed row's time within its piece, in SQL: never negative."""
+    return f"pmod(_ts - {pieces.t0_us}L, {pieces.us}L)"
 
 
 def _order():
@@ -119,7 +126,7 @@ def _packed_order(pieces: Pieces):
 
     if pieces.line_bits is None or pieces.us.bit_length() + pieces.line_bits > 62:
         return None
-    within = F.when(F.col("_ts").isNull(), F.lit(0)).otherwise(F.expr(f"pmod(_ts - {pieces.t0_us}L, {pieces.us}L)"))
+    within = F.when(F.col("_ts").isNull(), F.lit(0)).otherwise(F.expr(_within(pieces)))
     return F.shiftleft(within.cast("long"), pieces.line_bits) + F.col("_line")
 
 
