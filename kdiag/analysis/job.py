@@ -269,7 +269,8 @@ def _judge_logged(spark, inp: _Inputs, q, later: Later) -> dict:
         # action read one computation of the split.
         # A large capture's threads are walked in time pieces (see pieces).
         pieces = None if inp.small else pieces_of(inp.tables_dir)
-        split = cached(split_requests(spark, reqs, flag_syscalls(inp.syscalls), pieces), q, inp.local)
+        split = split_requests(spark, reqs, flag_syscalls(inp.syscalls), pieces,
+                               hold=lambda df: cached(df, q, inp.local))
         reqs = _checked(spark, split, "syscalls", q, later)
         conns = inp.conns + sampled_connections(inp.tables_dir, inp.conns)
     else:
