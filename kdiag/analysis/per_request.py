@@ -193,18 +193,15 @@ def split_requests(spark, reqs, sc, pieces=None, hold=None):
         F.when(send.isNotNull() & (F.col("_next_read") <= recv), F.col("_next_read")).alias("first_read_us"))
     if hold is not None:
         r = hold(r)
-    order = list(r.columns)
-    order.insert(order.index("last_write_bytes") + 1, "write_sizes")
-    r = _short_runs(r.withColumn("write_sizes", F.lit(None).cast("array<long>")))
-    r = r.withColumn("start_us", F.coalesce("send_start_us", "send_us"))
+    at = r.columns.index("last_write_bytes") + 1
+    r = r.select(*r.columns[:at], F.lit(None).cast("array<long>").alias("write_sizes"), *r.columns[at:])
+    r = _short_runs(r).withColumn("start_us", F.coalesce("send_start_us", "send_us"))
     ms = lambda a, b: (F.col(a) - F.col(b)) / 1000.0  # noqa: E731
     return (r.withColumn("send_ms", ms("send_us", "start_us"))
              .withColumn("wait_ms", ms("first_read_us", "send_us"))
              .withColumn("read_ms", ms("recv_us", "first_read_us"))
              # strace without timestamps: librdkafka's rtt is the time there is.
-             .withColumn("total_ms", F.coalesce(ms("recv_us", "start_us"), F.col("rtt_ms")))
-             .select(*order, "n_writes_lower_bound", "unseen_bytes", "start_us", "send_ms", "wait_ms", "read_ms",
-                     "total_ms"))
+             .withColumn("total_ms", F.coalesce(ms("recv_us", "start_us"), F.col("rtt_ms"))))
 
 
 def _short_runs(r):
@@ -279,7 +276,7 @@ def _runs(rows):
     first_timed = timed_wr & (prev.isNull() | ~prev.getField("wr") | prev.getField("untimed"))
     pos = F.struct(F.col("_ts").alias("ts_us"), F.col("_line").alias("line_no"))
     rows = rows.select(
-        RUN, "pid", "_k", "_line", "_req", "_next_read", "_cw", "_ctw", "_cb", pos.alias("_pos"),
+        "_k", "_req", "_next_read", "_cw", "_ctw", "_cb", pos.alias("_pos"),
         F.last(F.when(first, F.struct("_fd", "_fdi")), ignorenulls=True).over(upto).alias("_fw"),
         F.last(F.when(wr, F.col("_ret")), ignorenulls=True).over(upto).alias("_lw"),
         F.last(F.when(first_timed, F.col("_ts")), ignorenulls=True).over(upto).alias("_tw"),

@@ -7,8 +7,9 @@ What crosses a piece's edge is copied into the piece (``with_edges``): the
 writes of a run still open at its start, the last call before it that
 ended a run, and the first socket read after it. Walked with the piece,
 the copies make each of its rows see what the walk of the whole thread
-shows it; they are walked but never reported (only markers leave the walk). One aggregation
-of the calls, a row per thread and piece, tells where those are.
+shows it; they are walked but never reported (only markers leave the
+walk). One aggregation of the calls, a row per thread and piece, tells
+where those are.
 """
 from __future__ import annotations
 
