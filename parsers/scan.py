@@ -263,29 +263,34 @@ def fence_candidates(lines: pa.Array, compiled: bool | None = None) -> np.ndarra
     return np.asarray(pc.match_substring_regex(lines, _FENCE).fill_null(False))
 
 
-def _read(fn: str, texts: pa.Array, fields: int, flag: bool) -> np.ndarray | None:
-    """n x fields int64 from the compiled scan ``fn``; None where the
-    compiled scans were not built: the event's pattern reads every line
-    (the reference)."""
+def _read(fn: str, texts: pa.Array, fields: int, flag: bool, sel: np.ndarray | None = None) -> np.ndarray | None:
+    """n x fields int64 from the compiled scan ``fn``, a row for each of
+    texts or, given ``sel``, for each texts[sel[i]]; None where the compiled
+    scans were not built: the event's pattern reads every line (the
+    reference)."""
     if not COMPILED:
         return None
-    out = np.empty((len(texts), fields), dtype=np.int64)
-    if len(texts):
-        getattr(_scan, fn)(*_buffers(texts), out, flag)
+    if sel is not None:
+        sel = np.ascontiguousarray(sel, dtype=np.int64)
+    out = np.empty((len(texts) if sel is None else len(sel), fields), dtype=np.int64)
+    if len(out):
+        getattr(_scan, fn)(*_buffers(texts), out, flag, sel)
     return out
 
 
-def sent_received(texts: pa.Array, recv: bool) -> np.ndarray | None:
+def sent_received(texts: pa.Array, recv: bool, sel: np.ndarray | None = None) -> np.ndarray | None:
     """librdkafka's Sent (``recv`` false) or Received lines read (see
-    _scan.c); row[S_OK] 0 where the text is left to the event's pattern."""
-    return _read("sent_received", texts, S_FIELDS, recv)
+    _scan.c), all or those at ``sel``; row[S_OK] 0 where the text is left
+    to the event's pattern. Positions are into the texts' data buffer."""
+    return _read("sent_received", texts, S_FIELDS, recv, sel)
 
 
-def topic_lines(texts: pa.Array, msgset: bool) -> np.ndarray | None:
+def topic_lines(texts: pa.Array, msgset: bool, sel: np.ndarray | None = None) -> np.ndarray | None:
     """librdkafka's "Produce MessageSet" (``msgset`` false) or delivered
-    "MessageSet" lines read (see _scan.c); row[T_OK] 0 where the text is
-    left to the event's pattern, 2 where it is surely not the event."""
-    return _read("topic_lines", texts, T_FIELDS, msgset)
+    "MessageSet" lines read (see _scan.c), all or those at ``sel``;
+    row[T_OK] 0 where the text is left to the event's pattern, 2 where it
+    is surely not the event."""
+    return _read("topic_lines", texts, T_FIELDS, msgset, sel)
 
 
 def rdkafka_plain_cut(lines: pa.Array, compiled: bool | None = None) -> np.ndarray:

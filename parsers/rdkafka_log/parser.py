@@ -1,13 +1,16 @@
 """The parser: chunks of lines -> ``rdkafka_events`` rows."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from kdiag.parsers import scan
+from kdiag.parsers.scan import _byte
 from kdiag.parsers.base import ParseCounts
-from kdiag.parsers.strings import data_buffer, views
+from kdiag.parsers.strings import data_buffer, offsets_data, views
 from kdiag.parsers.rdkafka_log.columns import (
     _as,
     _extract_event,
@@ -67,52 +70,114 @@ _READ_COMPILED = tuple(_COMPILED_FIELDS)
 _NEEDLES = [(name, prefix) for name, prefix, _ in _EVENTS if name not in _BY_FACILITY]
 
 
-def _compiled_read(texts: pa.Array, name: str, pattern: str) -> tuple[pa.StructArray, np.ndarray]:
-    """The event's fields, typed as the table has them (what _typed makes
-    of the pattern's captures), optional groups null: read by the compiled
-    scans (scan.sent_received, scan.topic_lines), by the pattern where they
-    are unsure of a line."""
+class _Num(NamedTuple):
+    """A compiled read's numbers for its rows; valid where ``ok`` (all
+    when None) and inside the column's type."""
+    values: np.ndarray
+    ok: np.ndarray | None = None
+
+
+class _Cut(NamedTuple):
+    """A compiled read's strings: bytes [start, stop) of the texts' data
+    buffer, for its rows."""
+    start: np.ndarray
+    stop: np.ndarray
+
+
+# An event's fields for some of the chunk's rows: (rows, {field: an Arrow
+# array of the pattern's captures, a _Num, a _Cut, or None for all null}).
+Part = tuple[np.ndarray, dict]
+
+
+def _compiled_read(texts: pa.Array, idx: np.ndarray, name: str, pattern: str) -> tuple[np.ndarray, list[Part]]:
+    """Which of texts[idx] are the event, and their fields: read by the
+    compiled scans (scan.sent_received, scan.topic_lines) where the texts
+    lie, by the pattern where they are unsure of a line (optional groups
+    null)."""
     names = _COMPILED_FIELDS[name]
-    types = [SCHEMA.field(f).type for f in names]
     topic = name in ("produce", "msgset")
-    cut = scan.topic_lines(texts, name == "msgset") if topic else scan.sent_received(texts, name == "recv")
-    status = np.zeros(len(texts), dtype=np.int64) if cut is None else cut[:, 0]
+    cut = scan.topic_lines(texts, name == "msgset", idx) if topic else scan.sent_received(texts, name == "recv", idx)
+    status = np.zeros(len(idx), dtype=np.int64) if cut is None else cut[:, 0]
     done = status == 1
-    parts, where = [], []
+    parts: list[Part] = []
     if done.any():
         c = cut[done]
-        at = np.flatnonzero(done)
-        # The scans' positions are into the texts' data buffer.
-        piece = lambda lo, hi: views(c[:, lo], c[:, hi] - c[:, lo], np.zeros(len(c), np.int64),  # noqa: E731
-                                     [data_buffer(texts)])
         if topic:
-            cols = {"topic": piece(scan.T_TOPIC, scan.T_TOPIC_END),
-                    "partition": pa.array(c[:, scan.T_PART]), "msgs": pa.array(c[:, scan.T_MSGS]),
-                    "size_bytes": pa.array(c[:, scan.T_SIZE]),
-                    "error": pa.nulls(len(c), pa.string()), "detail": pa.nulls(len(c), pa.string())}
+            cols = {"topic": _Cut(c[:, scan.T_TOPIC], c[:, scan.T_TOPIC_END]), "partition": _Num(c[:, scan.T_PART]),
+                    "msgs": _Num(c[:, scan.T_MSGS]), "size_bytes": _Num(c[:, scan.T_SIZE]),
+                    "error": None, "detail": None}
         else:
-            cols = {"request": piece(scan.S_REQ, scan.S_REQ_END),
-                    "api_version": pa.array(c[:, scan.S_API], mask=c[:, scan.S_API_OK] == 0),
-                    "size_bytes": pa.array(c[:, scan.S_SIZE]), "corr_id": pa.array(c[:, scan.S_CORR]),
-                    "rtt_ms": pa.array(c[:, scan.S_RTT_N] / 10.0 ** c[:, scan.S_RTT_F], mask=c[:, scan.S_RTT_OK] == 0)}
-        parts.append([_typed(cols[f], t) for f, t in zip(names, types)])
-        where.append(at)
-    rest = np.flatnonzero(status == 0)
+            cols = {"request": _Cut(c[:, scan.S_REQ], c[:, scan.S_REQ_END]),
+                    "api_version": _Num(c[:, scan.S_API], c[:, scan.S_API_OK] == 1),
+                    "size_bytes": _Num(c[:, scan.S_SIZE]), "corr_id": _Num(c[:, scan.S_CORR]),
+                    "rtt_ms": _Num(c[:, scan.S_RTT_N] / 10.0 ** c[:, scan.S_RTT_F], c[:, scan.S_RTT_OK] == 1)}
+        parts.append((idx[done], {f: cols[f] for f in names}))
     hit = done.copy()
+    rest = np.flatnonzero(status == 0)
     if len(rest):
-        got, ok = _extract_event(texts.take(pa.array(rest)), name, pattern, True)
+        got, ok = _extract_event(texts.take(pa.array(idx[rest])), name, pattern, True)
         got = got.filter(pa.array(ok))
         opt = _OPTIONAL.get(name, ())
-        parts.append([_typed(_opt(got, f) if f in opt else _field(got, f), t) for f, t in zip(names, types)])
-        where.append(rest[ok])
+        parts.append((idx[rest[ok]], {f: _opt(got, f) if f in opt else _field(got, f) for f in names}))
         hit[rest[ok]] = True
-    at = np.concatenate(where) if where else np.zeros(0, np.int64)
-    pos = np.full(len(texts), -1, dtype=np.int64)
-    pos[at] = np.arange(len(at))
-    take = pa.array(pos, mask=pos < 0)
-    arrays = [pa.concat_arrays([p[j] for p in parts]).take(take) if parts else pa.nulls(len(texts), types[j])
-              for j in range(len(names))]
-    return pa.StructArray.from_arrays(arrays, names=names, mask=pa.array(~hit)), hit
+    return hit, parts
+
+
+def _bitmap(ok: np.ndarray) -> pa.Buffer | None:
+    return None if ok.all() else pa.py_buffer(np.packbits(ok, bitorder="little"))
+
+
+def _number_column(m: int, typ: pa.DataType, have: list) -> pa.Array:
+    """The rows' values of one numeric field from the parts that have it,
+    later parts over earlier ones; an integer outside the type is null, as
+    _typed makes it."""
+    values = np.zeros(m, dtype=typ.to_pandas_dtype())
+    ok = np.zeros(m, dtype=bool)
+    for rows, v in have:
+        if v is None:
+            ok[rows] = False
+        elif isinstance(v, _Num):
+            good = np.ones(len(rows), dtype=bool) if v.ok is None else v.ok.copy()
+            if pa.types.is_integer(typ) and typ.bit_width < 64:
+                limit = 2 ** (typ.bit_width - 1)
+                good &= (v.values >= -limit) & (v.values < limit)
+            values[rows] = np.where(good, v.values, 0)
+            ok[rows] = good
+        else:
+            a = _typed(v, typ)
+            values[rows] = a.fill_null(0).to_numpy(zero_copy_only=False)
+            ok[rows] = _mask(a.is_valid())
+    return pa.Array.from_buffers(typ, m, [_bitmap(ok), pa.py_buffer(values)], null_count=m - int(ok.sum()))
+
+
+def _string_column(m: int, texts: pa.Array, have: list) -> pa.Array:
+    """The rows' strings of one field from the parts that have it, later
+    parts over earlier ones, copied out in row order at once."""
+    buffers = [data_buffer(texts)]
+    buf = np.zeros(m, dtype=np.int64)
+    start = np.zeros(m, dtype=np.int64)
+    length = np.zeros(m, dtype=np.int64)
+    ok = np.zeros(m, dtype=bool)
+    for rows, v in have:
+        if v is None:
+            ok[rows] = False
+        elif isinstance(v, _Cut):
+            buf[rows], start[rows], length[rows], ok[rows] = 0, v.start, v.stop - v.start, True
+        else:
+            off, _ = offsets_data(v)
+            good = _mask(v.is_valid())
+            buffers.append(data_buffer(v))
+            buf[rows], start[rows], length[rows], ok[rows] = len(buffers) - 1, off[:-1], np.diff(off), good
+    if not ok.any():
+        return pa.nulls(m, pa.string())
+    # A null's piece: empty, at the start of the first buffer, where it
+    # cannot fall inside another (views() wants no overlaps).
+    buf[~ok], start[~ok], length[~ok] = 0, 0, 0
+    got = views(start, length, buf, buffers)
+    if ok.all():
+        return got
+    _, offsets, body = got.buffers()
+    return pa.Array.from_buffers(pa.string(), m, [_bitmap(ok), offsets, body], null_count=m - int(ok.sum()))
 
 
 class RdkafkaLogParser:
@@ -358,34 +423,36 @@ class RdkafkaLogParser:
         m = len(text)
         codes = np.zeros(m, dtype=np.int8)
         names = ["other"]
-        rows: list[np.ndarray] = []
-        found: list[pa.StructArray] = []
+        parts: list[Part] = []
         # Every prefix test in one pass over the texts: bit k for _NEEDLES[k].
         flags = scan.needle_flags(text, [(prefix, name in _ANYWHERE) for name, prefix in _NEEDLES])
         for name, prefix, pattern in _EVENTS:
             if name in _BY_FACILITY:
                 # A wrapper may drop the facility: the timeout's own words then.
-                fac_is = pc.fill_null(pc.equal(cols["facility"], _BY_FACILITY[name]), False)
-                found_at = _mask(pc.and_(pc.or_(fac_is, pc.fill_null(pc.match_substring_regex(text, _FAIL_TEXT), False)),
-                                         pa.array(codes == 0)))
+                found_at = _mask(pc.equal(cols["facility"], _BY_FACILITY[name])) & (codes == 0)
+                # The words begin with a digit: the pattern runs on those texts only.
+                off, data = offsets_data(text)
+                first = _byte(data, np.where(off[1:] > off[:-1], off[:-1], -1))
+                digit = (first >= ord("0")) & (first <= ord("9"))
+                words = np.flatnonzero(digit & (codes == 0) & ~found_at)
+                if len(words):
+                    found_at[words[_mask(pc.match_substring_regex(text.take(pa.array(words)), _FAIL_TEXT))]] = True
             else:
                 found_at = flags & np.uint32(1 << _NEEDLES.index((name, prefix)))
             idx = np.flatnonzero(found_at)
             if not len(idx):
                 continue
             if name in _READ_COMPILED and self.fast:
-                got, hit = _compiled_read(text.take(idx), name, pattern)
+                hit, got_parts = _compiled_read(text, idx, name, pattern)
+                parts.extend(got_parts)
             else:
                 got, hit = _extract_event(text.take(idx), name, pattern, self.fast)
-            if name in _OPTIONAL and (name not in _READ_COMPILED or not self.fast):
-                got = pa.StructArray.from_arrays(
-                    [_opt(got, f) if f in _OPTIONAL[name] else _field(got, f) for f in got.type.names],
-                    names=got.type.names, mask=pc.invert(pc.is_valid(got)))
+                got = got.filter(pa.array(hit))
+                opt = _OPTIONAL.get(name, ())
+                parts.append((idx[hit], {f: _opt(got, f) if f in opt else _field(got, f) for f in got.type.names}))
             codes[idx[hit]] = len(names)
             names.append(name)
-            rows.append(idx[hit])
-            found.append(got.filter(pa.array(hit)))
-        ev_cols = self._event_columns(m, rows, found)
+        ev_cols = self._event_columns(m, parts, text)
         event = pc.cast(pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(names)), pa.string())
         return pa.table(
             {
@@ -406,27 +473,19 @@ class RdkafkaLogParser:
         )
 
     @staticmethod
-    def _event_columns(m: int, rows: list[np.ndarray], found: list[pa.StructArray]) -> dict:
-        """Scatter each event kind's captures back to row order with one take
-        per column (if_else over long string columns is slow)."""
+    def _event_columns(m: int, parts: list[Part], texts: pa.Array) -> dict:
+        """Each event kind's fields scattered back to row order, a column
+        at a time (takes and if_else over long string columns are slow)."""
         cols = {}
         for f in _EVENT_FIELDS:
             typ = SCHEMA.field(f).type
-            pieces, where = [], []
-            for idx, got in zip(rows, found):
-                if got.type.get_field_index(f) >= 0:
-                    pieces.append(_typed(got.field(f), typ))
-                    where.append(idx)
-            if not pieces:
+            have = [(rows, got[f]) for rows, got in parts if f in got]
+            if not have:
                 cols[f] = pa.nulls(m, typ)
-                continue
-            pos = np.full(m, -1, dtype=np.int64)
-            offset = 0
-            for idx, piece in zip(where, pieces):
-                pos[idx] = np.arange(offset, offset + len(piece))
-                offset += len(piece)
-            values = pa.concat_arrays(pieces)
-            cols[f] = values.take(pa.array(pos, mask=pos < 0))
+            elif pa.types.is_string(typ):
+                cols[f] = _string_column(m, texts, have)
+            else:
+                cols[f] = _number_column(m, typ, have)
         return cols
 
     def finish(self) -> pa.Table:
