@@ -126,14 +126,13 @@ def copy_out_many(buffers: list, buf: np.ndarray, start: np.ndarray, length: np.
     start = np.ascontiguousarray(start, dtype=np.int64)
     length = np.ascontiguousarray(length, dtype=np.int64)
     n = len(start)
-    if n:
-        sizes = np.array([b.size for b in buffers], dtype=np.int64)
-        if ((buf < 0).any() or (buf >= len(buffers)).any() or (length < 0).any() or (start < 0).any()
-                or (start + length > sizes[np.clip(buf, 0, len(buffers) - 1)]).any()):
-            return None
     offsets = np.empty(n + 1, dtype=np.int32)
-    data = np.empty(max(1, int(length.sum()) if n else 0), dtype=np.uint8)
-    _scan.copy_out_many(tuple(buffers), buf, start, length, offsets, data)
+    # 32 bytes of room past the pieces: the copy moves 32 bytes at a time.
+    data = np.empty(max(0, int(length.sum()) if n else 0) + 32, dtype=np.uint8)
+    try:
+        _scan.copy_out_many(tuple(buffers), buf, start, length, offsets, data)
+    except ValueError:   # a piece outside its buffer (checked there, every one)
+        return None
     return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(offsets), pa.py_buffer(data[:int(offsets[-1])])])
 
 
@@ -291,6 +290,21 @@ def topic_lines(texts: pa.Array, msgset: bool, sel: np.ndarray | None = None) ->
     row[T_OK] 0 where the text is left to the event's pattern, 2 where it
     is surely not the event."""
     return _read("topic_lines", texts, T_FIELDS, msgset, sel)
+
+
+def plain_columns(lines: pa.Array, cut: np.ndarray, sel: np.ndarray | None) -> list[pa.Array] | None:
+    """The facility, client, thread, broker and text of the plain lines
+    ``sel`` picks (all when None), as rdkafka_plain_cut's ``cut`` found
+    them, copied out in one pass (see _scan.c): a thread or broker the line
+    lacks is empty, the text follows a broker candidate. None where the
+    compiled scans were not built."""
+    if not COMPILED:
+        return None
+    k = len(lines) if sel is None else len(sel)
+    got = _scan.plain_columns(*_buffers(lines), np.ascontiguousarray(cut, dtype=np.int64),
+                              None if sel is None else np.ascontiguousarray(sel, dtype=np.int64))
+    return [pa.Array.from_buffers(pa.string(), k, [None, pa.py_buffer(got[2 * c]), pa.py_buffer(got[2 * c + 1])])
+            for c in range(5)]
 
 
 def rdkafka_plain_cut(lines: pa.Array, compiled: bool | None = None) -> np.ndarray:

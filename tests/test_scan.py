@@ -120,6 +120,38 @@ def test_short_buffers_are_refused():
         _scan.rdkafka_plain_cut(off, first, n + 5, data, np.zeros((n + 5, scan.FIELDS), np.int64))
     with pytest.raises(ValueError):
         _scan.mangle_candidates(off, first, n, data, np.zeros(0, np.uint8))
+    cut = scan.rdkafka_plain_cut(lines)
+    with pytest.raises(ValueError):   # a row index past the lines
+        _scan.plain_columns(off, first, n, data, cut, np.array([1], np.int64))
+    with pytest.raises(ValueError):   # a selection that picks a line rdkafka_plain_cut did not cut
+        _scan.plain_columns(off, first, n, data, np.zeros_like(cut), None)
+    with pytest.raises(ValueError):   # out too small for the rows asked for
+        _scan.sent_received(off, first, n, data, np.zeros((0, scan.S_FIELDS), np.int64), 0, np.array([0, 0]))
+    with pytest.raises(ValueError):
+        _scan.topic_lines(off, first, n, data, np.zeros((1, scan.T_FIELDS), np.int64), 0, np.array([3]))
+
+
+def test_plain_columns_are_the_cut_pieces():
+    # Every plain line of the real logs, all or some picked: the five
+    # strings are the bytes rdkafka_plain_cut's positions bound.
+    for path in LOGS:
+        for chunk in iter_line_chunks(path):
+            lines = chunk.lines
+            cut = scan.rdkafka_plain_cut(lines)
+            idx = np.flatnonzero(cut[:, scan.OK] == 1)[::2]
+            if not len(idx):
+                continue
+            got = scan.plain_columns(lines, cut, idx)
+            raw = [lines[int(i)].as_py().encode() for i in idx]
+            off = np.frombuffer(lines.buffers()[1], np.int32)[lines.offset:]
+            for j, i in enumerate(idx):
+                r, s = cut[i], int(off[i])
+                cand = r[scan.CAND] == 1
+                want = [(r[scan.P2] + 1, r[scan.P3]), (r[scan.P3] + 1, r[scan.P4]),
+                        (r[scan.P4] + 8, r[scan.CLOSE]) if r[scan.THRD] == 1 else (s, s),
+                        (r[scan.REST], r[scan.SPACE] - 1) if cand else (s, s),
+                        (r[scan.SPACE] + 1 if cand else r[scan.REST], s + len(raw[j]))]
+                assert [c[j].as_py() for c in got] == [raw[j][a - s:b - s].decode() for a, b in want]
 
 
 def test_a_field_cut_at_the_line_end_does_not_borrow_the_next_line(monkeypatch):

@@ -49,6 +49,44 @@ def _matches_unique(values: pa.Array, pattern: str) -> np.ndarray:
     return hit[enc.indices.to_numpy(zero_copy_only=False)]
 
 
+def _with_valid(arr: pa.Array, valid: np.ndarray) -> pa.Array:
+    if valid.all():
+        return arr
+    _, offsets, body = arr.buffers()
+    return pa.Array.from_buffers(pa.string(), len(arr), [pa.py_buffer(np.packbits(valid, bitorder="little")),
+                                                         offsets, body], null_count=len(arr) - int(valid.sum()))
+
+
+def _compiled_columns(lines: pa.Array, cut: np.ndarray, idx: np.ndarray | None) -> dict | None:
+    """The plain lines' columns with their strings copied out in one pass
+    (scan.plain_columns); None where that was not built, or where a
+    facility or a broker candidate fails its pattern (the columns are then
+    made as below, which leaves such lines to the regexes)."""
+    got = scan.plain_columns(lines, cut, idx)
+    if got is None:
+        return None
+    facility, client, thread, broker, text = got
+    if not _matches_unique(facility, _FACILITY).all():
+        return None
+    c = cut if idx is None else cut[idx]
+    cand = c[:, scan.CAND] == 1
+    # A line without a candidate has an empty broker here, which the check ignores.
+    if cand.any() and not _matches_unique(broker, _BROKER_FULL)[cand].all():
+        return None
+    off, data = offsets_data(lines)
+    start = off[:-1] if idx is None else off[:-1][idx]
+    return {
+        "ts_us": pa.array(c[:, scan.MS] * 1000),
+        "level": pa.array((_byte(data, start + 1) - ord("0")).astype(np.int8)),
+        "facility": facility,
+        "client": client,
+        "thread": _with_valid(thread, c[:, scan.THRD] == 1),
+        "broker": _with_valid(broker, cand),
+        "text": text,
+        "ts_resolution_us": pa.array(np.full(len(c), 1000, dtype=np.int32)),
+    }
+
+
 def _plain_lines(lines: pa.Array, compiled: bool | None = None) -> tuple[np.ndarray, dict]:
     """(which lines are plain librdkafka stderr lines, their columns).
     ``compiled``: the cut by scan.rdkafka_plain_cut's compiled code (None:
@@ -58,6 +96,10 @@ def _plain_lines(lines: pa.Array, compiled: bool | None = None) -> tuple[np.ndar
     idx = np.flatnonzero(plain)
     if not len(idx):
         return plain, {}
+    if compiled is not False:
+        got = _compiled_columns(lines, cut, None if len(idx) == len(plain) else idx)
+        if got is not None:
+            return plain, got
     off, data = offsets_data(lines)
     c = cut[idx]
     start, end = off[:-1][idx], off[1:][idx]
