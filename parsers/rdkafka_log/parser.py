@@ -426,19 +426,23 @@ class RdkafkaLogParser:
         parts: list[Part] = []
         # Every prefix test in one pass over the texts: bit k for _NEEDLES[k].
         flags = scan.needle_flags(text, [(prefix, name in _ANYWHERE) for name, prefix in _NEEDLES])
+        seen = int(np.bitwise_or.reduce(flags)) if m else 0   # the needles some line holds
         for name, prefix, pattern in _EVENTS:
             if name in _BY_FACILITY:
                 # A wrapper may drop the facility: the timeout's own words then.
                 found_at = _mask(pc.equal(cols["facility"], _BY_FACILITY[name])) & (codes == 0)
                 # The words begin with a digit: the pattern runs on those texts only.
+                rest = np.flatnonzero((codes == 0) & ~found_at)
                 off, data = offsets_data(text)
-                first = _byte(data, np.where(off[1:] > off[:-1], off[:-1], -1))
-                digit = (first >= ord("0")) & (first <= ord("9"))
-                words = np.flatnonzero(digit & (codes == 0) & ~found_at)
+                first = _byte(data, np.where(off[rest + 1] > off[rest], off[rest], -1))
+                words = rest[(first >= ord("0")) & (first <= ord("9"))]
                 if len(words):
                     found_at[words[_mask(pc.match_substring_regex(text.take(pa.array(words)), _FAIL_TEXT))]] = True
             else:
-                found_at = flags & np.uint32(1 << _NEEDLES.index((name, prefix)))
+                bit = 1 << _NEEDLES.index((name, prefix))
+                if not seen & bit:
+                    continue
+                found_at = flags & np.uint32(bit)
             idx = np.flatnonzero(found_at)
             if not len(idx):
                 continue
