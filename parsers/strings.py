@@ -113,6 +113,28 @@ def views(start: np.ndarray, length: np.ndarray, buf: np.ndarray, buffers: list[
     return pa.Array.from_buffers(vtype, n, [None, pa.py_buffer(out), *out_bufs]).cast(type_)
 
 
+def validity(ok: np.ndarray) -> pa.Buffer | None:
+    """An Arrow validity bitmap of ``ok``; None when all are valid."""
+    return None if ok.all() else pa.py_buffer(np.packbits(ok, bitorder="little"))
+
+
+def with_valid(arr: pa.Array, ok: np.ndarray) -> pa.Array:
+    """A string array null where not ``ok`` (its pieces there are empty)."""
+    if ok.all():
+        return arr
+    _, offsets, body = arr.buffers()
+    return pa.Array.from_buffers(arr.type, len(arr), [validity(ok), offsets, body], null_count=len(arr) - int(ok.sum()))
+
+
+def placed(n: int, at: np.ndarray, start: np.ndarray, length: np.ndarray, buffer: pa.Buffer) -> pa.Array:
+    """A length-n string array with buffer[start[j]:start[j]+length[j]] at
+    row at[j] and null elsewhere, copied once (no concat, no take)."""
+    s, ln = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    ok = np.zeros(n, dtype=bool)
+    s[at], ln[at], ok[at] = start, length, True
+    return with_valid(views(s, ln, np.zeros(n, dtype=np.int64), [buffer]), ok)
+
+
 def take_str(arr: pa.Array, idx: np.ndarray, type_=pa.string()) -> pa.Array:
     off, _ = offsets_data(arr)
     return views(off[idx], off[idx + 1] - off[idx], np.zeros(len(idx), np.int64), [data_buffer(arr)], type_)

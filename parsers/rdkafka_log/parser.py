@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 from kdiag.parsers import scan
 from kdiag.parsers.scan import _byte
 from kdiag.parsers.base import ParseCounts
-from kdiag.parsers.strings import data_buffer, offsets_data, views
+from kdiag.parsers.strings import data_buffer, offsets_data, validity, views, with_valid
 from kdiag.parsers.rdkafka_log.columns import (
     _as,
     _extract_event,
@@ -123,10 +123,6 @@ def _compiled_read(texts: pa.Array, idx: np.ndarray, name: str, pattern: str) ->
     return hit, parts
 
 
-def _bitmap(ok: np.ndarray) -> pa.Buffer | None:
-    return None if ok.all() else pa.py_buffer(np.packbits(ok, bitorder="little"))
-
-
 def _number_column(m: int, typ: pa.DataType, have: list) -> pa.Array:
     """The rows' values of one numeric field from the parts that have it,
     later parts over earlier ones; an integer outside the type is null, as
@@ -147,7 +143,7 @@ def _number_column(m: int, typ: pa.DataType, have: list) -> pa.Array:
             a = _typed(v, typ)
             values[rows] = a.fill_null(0).to_numpy(zero_copy_only=False)
             ok[rows] = _mask(a.is_valid())
-    return pa.Array.from_buffers(typ, m, [_bitmap(ok), pa.py_buffer(values)], null_count=m - int(ok.sum()))
+    return pa.Array.from_buffers(typ, m, [validity(ok), pa.py_buffer(values)], null_count=m - int(ok.sum()))
 
 
 def _string_column(m: int, texts: pa.Array, have: list) -> pa.Array:
@@ -173,11 +169,7 @@ def _string_column(m: int, texts: pa.Array, have: list) -> pa.Array:
     # A null's piece: empty, at the start of the first buffer, where it
     # cannot fall inside another (views() wants no overlaps).
     buf[~ok], start[~ok], length[~ok] = 0, 0, 0
-    got = views(start, length, buf, buffers)
-    if ok.all():
-        return got
-    _, offsets, body = got.buffers()
-    return pa.Array.from_buffers(pa.string(), m, [_bitmap(ok), offsets, body], null_count=m - int(ok.sum()))
+    return with_valid(views(start, length, buf, buffers), ok)
 
 
 class RdkafkaLogParser:

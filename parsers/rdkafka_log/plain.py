@@ -20,7 +20,7 @@ from kdiag.parsers import scan
 from kdiag.parsers.rdkafka_log.columns import _mask
 from kdiag.parsers.rdkafka_log.patterns import _BROKER_NAME
 from kdiag.parsers.scan import _byte
-from kdiag.parsers.strings import data_buffer, offsets_data, views
+from kdiag.parsers.strings import data_buffer, offsets_data, views, with_valid
 
 
 _FACILITY = r"^[A-Za-z0-9_\-]*$"
@@ -49,14 +49,6 @@ def _matches_unique(values: pa.Array, pattern: str) -> np.ndarray:
     return hit[enc.indices.to_numpy(zero_copy_only=False)]
 
 
-def _with_valid(arr: pa.Array, valid: np.ndarray) -> pa.Array:
-    if valid.all():
-        return arr
-    _, offsets, body = arr.buffers()
-    return pa.Array.from_buffers(pa.string(), len(arr), [pa.py_buffer(np.packbits(valid, bitorder="little")),
-                                                         offsets, body], null_count=len(arr) - int(valid.sum()))
-
-
 def _compiled_columns(lines: pa.Array, cut: np.ndarray, idx: np.ndarray | None) -> dict | None:
     """The plain lines' columns with their strings copied out in one pass
     (scan.plain_columns); None where that was not built, or where a
@@ -80,8 +72,8 @@ def _compiled_columns(lines: pa.Array, cut: np.ndarray, idx: np.ndarray | None) 
         "level": pa.array((_byte(data, start + 1) - ord("0")).astype(np.int8)),
         "facility": facility,
         "client": client,
-        "thread": _with_valid(thread, c[:, scan.THRD] == 1),
-        "broker": _with_valid(broker, cand),
+        "thread": with_valid(thread, c[:, scan.THRD] == 1),
+        "broker": with_valid(broker, cand),
         "text": text,
         "ts_resolution_us": pa.array(np.full(len(c), 1000, dtype=np.int32)),
     }

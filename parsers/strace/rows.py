@@ -16,6 +16,7 @@ from kdiag.parsers.strings import data_buffer as _data_buffer
 from kdiag.parsers.strings import first_last as _first_last
 from kdiag.parsers.strings import gather as _gather
 from kdiag.parsers.strings import offsets_data as _offsets_data
+from kdiag.parsers.strings import placed as _placed
 from kdiag.parsers.strings import take_str as _take_str
 from kdiag.parsers.strings import views as _views
 
@@ -130,8 +131,7 @@ def _first_fd(args: pa.Array, name: pa.Array, rows: np.ndarray, compiled: bool |
     gi = np.flatnonzero(valid & (c[scan.F_INFO] >= 0))
     info = pa.nulls(n, pa.string())
     if len(gi):
-        info = _scatter_str(n, [(gi, _views(c[scan.F_INFO, gi], c[scan.F_INFO_LEN, gi], np.zeros(len(gi), np.int64),
-                                            [_data_buffer(args)]))])
+        info = _placed(n, gi, c[scan.F_INFO, gi], c[scan.F_INFO_LEN, gi], _data_buffer(args))
     return fd, valid, info
 
 
