@@ -66,8 +66,8 @@ def emit_rows(ev: _Events, rows: np.ndarray, partner: np.ndarray, unfinished: np
         buffers.append(_data_buffer(joined))
     args = _views(a_start, a_len, a_buf, buffers)
 
-    ia = pa.array(rows, pa.int64())
-    name = ev.name.take(ia)
+    # An exit has no call: its name is null, here and in the table.
+    name = ev.name.take(pa.array(rows, pa.int64(), mask=kind == _EXIT))
     # A resumed line's arguments do not begin with the call's first one.
     fd, fd_ok, fd_info = _first_fd(args, name, (kind <= _DETACHED) & (kind != _RESUMED))
     data = _data(args, name, fd, fd_ok)
@@ -85,7 +85,7 @@ def emit_rows(ev: _Events, rows: np.ndarray, partner: np.ndarray, unfinished: np
             "ts_us": pa.array(ev.ts[rows], mask=~ev.ts_ok[rows]),
             "dur_us": pa.array(dur, mask=~dur_ok),
             "kind": _KIND_NAMES.take(pa.array(kind)),
-            "syscall": pc.if_else(pa.array(kind == _EXIT), pa.scalar(None, pa.string()), name),
+            "syscall": name,
             "fd": pa.array(fd.astype(np.int32), mask=~fd_ok),
             "fd_info": fd_info,
             "args": args,
