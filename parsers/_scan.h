@@ -7,6 +7,9 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 /* The buffers of n lines: offsets[first .. first + n] into data. */
 typedef struct {
@@ -55,10 +58,20 @@ static inline void lines_close(Lines *L)
     if (L->out.obj) PyBuffer_Release(&L->out);
 }
 
-/* The first c in d[from, to), or -1. */
+/* The first c in d[from, to), or -1. The fields it ends are mostly short:
+ * one 16-byte compare (SSE2, every x86-64 has it) finds most ends without
+ * a call to memchr, whose calls were 3 % of a log's parse. */
 static inline int64_t find(const uint8_t *d, int64_t from, int64_t to, uint8_t c)
 {
     if (from >= to) return -1;
+#ifdef __SSE2__
+    if (to - from >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(d + from));
+        unsigned hit = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8((char)c)));
+        if (hit) return from + __builtin_ctz(hit);
+        from += 16;
+    }
+#endif
     const uint8_t *p = memchr(d + from, c, (size_t)(to - from));
     return p ? (int64_t)(p - d) : -1;
 }
