@@ -147,11 +147,14 @@ static inline void copy_piece(uint8_t *dst, const uint8_t *src, int64_t n, int64
  * or None): the strings of the plain lines sel picks (all when None), cut
  * as rdkafka_plain_cut found them, as five Arrow string columns (facility,
  * client, thread, broker, text), each an (offsets int32[k + 1], data) pair
- * of bytearrays. A thread or a broker the line lacks is empty (the caller
- * makes it null); the text follows the broker where the line has one
- * (P_CAND) and the caller's pattern agrees. One pass copies each line's
- * five pieces while it is in cache: five passes over a chunk of lines,
- * one a column, cost three times the copying. */
+ * of bytearrays; then each line's level (int8), where its broker candidate
+ * differs from the candidate before it (uint8: the caller's pattern needs
+ * to see only those), and how many facilities hold a byte outside
+ * [A-Za-z0-9_-] (plain.py's _FACILITY). A thread or a broker the line
+ * lacks is empty (the caller makes it null); the text follows the broker
+ * where the line has one (P_CAND) and the caller's pattern agrees. One
+ * pass copies each line's five pieces while it is in cache: five passes
+ * over a chunk of lines, one a column, cost three times the copying. */
 enum { C_FAC, C_CLIENT, C_THREAD, C_BROKER, C_TEXT, C_COLS };
 
 static inline void plain_pieces(const int64_t *r, int64_t s, int64_t e, int64_t lo[C_COLS], int64_t hi[C_COLS])
@@ -172,6 +175,7 @@ static PyObject *plain_columns(PyObject *self, PyObject *args)
     memset(&L, 0, sizeof L);
     Py_buffer sel = {0};
     PyObject *five = PyTuple_GetSlice(args, 0, 5), *result = NULL, *bufs[2 * C_COLS] = {0};
+    PyObject *level = NULL, *fresh = NULL;
     int opened = five ? lines_open(five, &L, sizeof(int64_t), P_FIELDS, NULL) : -1;
     Py_XDECREF(five);
     if (opened < 0) goto done;
@@ -206,6 +210,12 @@ static PyObject *plain_columns(PyObject *self, PyObject *args)
         bufs[2 * c + 1] = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)size[c] + 32);
         if (!bufs[2 * c] || !bufs[2 * c + 1]) goto done;
     }
+    level = PyByteArray_FromStringAndSize(NULL, k);
+    fresh = PyByteArray_FromStringAndSize(NULL, k);
+    if (!level || !fresh) goto done;
+    int8_t *lv = (int8_t *)PyByteArray_AS_STRING(level);
+    uint8_t *fr = (uint8_t *)PyByteArray_AS_STRING(fresh);
+    Py_ssize_t bad_facility = 0;
     int32_t *off[C_COLS];
     uint8_t *dst[C_COLS];
     for (int c = 0; c < C_COLS; c++) {
@@ -214,12 +224,27 @@ static PyObject *plain_columns(PyObject *self, PyObject *args)
         off[c][0] = 0;
     }
     Py_BEGIN_ALLOW_THREADS
-    int64_t pos[C_COLS] = {0};
+    int64_t pos[C_COLS] = {0}, prev_lo = -1, prev_len = -1;
     for (Py_ssize_t t = 0; t < k; t++) {
         Py_ssize_t i = at ? at[t] : t;
         int64_t s = L.o[i], e = L.o[i + 1], lo[C_COLS], hi[C_COLS];
         if (t + 16 < k) __builtin_prefetch(L.d + L.o[at ? at[t + 16] : t + 16]);
         plain_pieces(cut + i * P_FIELDS, s, e, lo, hi);
+        lv[t] = (int8_t)(L.d[s + 1] - '0');
+        for (int64_t j = lo[C_FAC]; j < hi[C_FAC]; j++) {
+            uint8_t b = L.d[j];
+            if (!((b >= 'A' && b <= 'Z') || (b >= 'a' && b <= 'z') || (b >= '0' && b <= '9') || b == '_' || b == '-')) {
+                bad_facility++;
+                break;
+            }
+        }
+        fr[t] = 0;
+        if (cut[i * P_FIELDS + P_CAND] == 1) {
+            int64_t n = hi[C_BROKER] - lo[C_BROKER];
+            fr[t] = n != prev_len || memcmp(L.d + lo[C_BROKER], L.d + prev_lo, (size_t)n) != 0;
+            prev_lo = lo[C_BROKER];
+            prev_len = n;
+        }
         for (int c = 0; c < C_COLS; c++) {
             int64_t m = hi[c] - lo[c];
             copy_piece(dst[c] + pos[c], L.d + lo[c], m, size[c] + 32 - pos[c], L.data.len - lo[c]);
@@ -228,13 +253,23 @@ static PyObject *plain_columns(PyObject *self, PyObject *args)
         }
     }
     Py_END_ALLOW_THREADS
-    result = PyTuple_New(2 * C_COLS);
+    result = PyTuple_New(2 * C_COLS + 3);
     for (int c = 0; result && c < 2 * C_COLS; c++) {
         PyTuple_SET_ITEM(result, c, bufs[c]);
         bufs[c] = NULL;
     }
+    if (result) {
+        PyTuple_SET_ITEM(result, 2 * C_COLS, level);
+        PyTuple_SET_ITEM(result, 2 * C_COLS + 1, fresh);
+        level = fresh = NULL;
+        PyObject *bad = PyLong_FromSsize_t(bad_facility);
+        if (!bad) Py_CLEAR(result);
+        else PyTuple_SET_ITEM(result, 2 * C_COLS + 2, bad);
+    }
 done:
     for (int c = 0; c < 2 * C_COLS; c++) Py_XDECREF(bufs[c]);
+    Py_XDECREF(level);
+    Py_XDECREF(fresh);
     if (sel.obj) PyBuffer_Release(&sel);
     lines_close(&L);
     return result;

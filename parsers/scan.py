@@ -10,6 +10,8 @@ reference is the code that ran before them (the event's pattern,
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -292,7 +294,15 @@ def topic_lines(texts: pa.Array, msgset: bool, sel: np.ndarray | None = None) ->
     return _read("topic_lines", texts, T_FIELDS, msgset, sel)
 
 
-def plain_columns(lines: pa.Array, cut: np.ndarray, sel: np.ndarray | None) -> list[pa.Array] | None:
+class PlainColumns(NamedTuple):
+    """plain_columns' result (see _scan.c)."""
+    strings: list          # facility, client, thread, broker, text
+    level: np.ndarray      # int8
+    fresh: np.ndarray      # bool: a broker candidate unlike the one before
+    bad_facilities: int    # facilities with a byte outside [A-Za-z0-9_-]
+
+
+def plain_columns(lines: pa.Array, cut: np.ndarray, sel: np.ndarray | None) -> PlainColumns | None:
     """The facility, client, thread, broker and text of the plain lines
     ``sel`` picks (all when None), as rdkafka_plain_cut's ``cut`` found
     them, copied out in one pass (see _scan.c): a thread or broker the line
@@ -303,8 +313,9 @@ def plain_columns(lines: pa.Array, cut: np.ndarray, sel: np.ndarray | None) -> l
     k = len(lines) if sel is None else len(sel)
     got = _scan.plain_columns(*_buffers(lines), np.ascontiguousarray(cut, dtype=np.int64),
                               None if sel is None else np.ascontiguousarray(sel, dtype=np.int64))
-    return [pa.Array.from_buffers(pa.string(), k, [None, pa.py_buffer(got[2 * c]), pa.py_buffer(got[2 * c + 1])])
-            for c in range(5)]
+    strings = [pa.Array.from_buffers(pa.string(), k, [None, pa.py_buffer(got[2 * c]), pa.py_buffer(got[2 * c + 1])])
+               for c in range(5)]
+    return PlainColumns(strings, np.frombuffer(got[10], dtype=np.int8), np.frombuffer(got[11], dtype=bool), got[12])
 
 
 def rdkafka_plain_cut(lines: pa.Array, compiled: bool | None = None) -> np.ndarray:

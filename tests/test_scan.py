@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -144,6 +145,7 @@ def test_plain_columns_are_the_cut_pieces():
             got = scan.plain_columns(lines, cut, idx)
             raw = [lines[int(i)].as_py().encode() for i in idx]
             off = np.frombuffer(lines.buffers()[1], np.int32)[lines.offset:]
+            before, bad = None, 0
             for j, i in enumerate(idx):
                 r, s = cut[i], int(off[i])
                 cand = r[scan.CAND] == 1
@@ -151,7 +153,21 @@ def test_plain_columns_are_the_cut_pieces():
                         (r[scan.P4] + 8, r[scan.CLOSE]) if r[scan.THRD] == 1 else (s, s),
                         (r[scan.REST], r[scan.SPACE] - 1) if cand else (s, s),
                         (r[scan.SPACE] + 1 if cand else r[scan.REST], s + len(raw[j]))]
-                assert [c[j].as_py() for c in got] == [raw[j][a - s:b - s].decode() for a, b in want]
+                pieces = [raw[j][a - s:b - s].decode() for a, b in want]
+                assert [c[j].as_py() for c in got.strings] == pieces
+                assert got.level[j] == int(raw[j][1:2])
+                # fresh: a broker candidate unlike the candidate before it
+                assert got.fresh[j] == (cand and pieces[3] != before)
+                before = pieces[3] if cand else before
+                bad += re.fullmatch(r"[A-Za-z0-9_\-]*", pieces[0]) is None
+            assert got.bad_facilities == bad
+
+
+def test_a_facility_outside_its_byte_class_is_counted():
+    lines = pa.array(["%7|1795334606.649|SE ND|c| [thrd:a]: b: c", "%7|1795334606.649|SEND|c| x",
+                      "%7|1795334606.649|Sé|c| x"], pa.string())
+    cut = scan.rdkafka_plain_cut(lines)
+    assert scan.plain_columns(lines, cut, None).bad_facilities == 2
 
 
 def test_a_field_cut_at_the_line_end_does_not_borrow_the_next_line(monkeypatch):

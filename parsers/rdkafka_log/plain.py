@@ -53,23 +53,22 @@ def _compiled_columns(lines: pa.Array, cut: np.ndarray, idx: np.ndarray | None) 
     """The plain lines' columns with their strings copied out in one pass
     (scan.plain_columns); None where that was not built, or where a
     facility or a broker candidate fails its pattern (the columns are then
-    made as below, which leaves such lines to the regexes)."""
+    made as below, which leaves such lines to the regexes). The facility's
+    pattern is a byte class, tested there; the broker's is run on each
+    candidate unlike the one before it, the others being equal to one
+    that was."""
     got = scan.plain_columns(lines, cut, idx)
-    if got is None:
+    if got is None or got.bad_facilities:
         return None
-    facility, client, thread, broker, text = got
-    if not _matches_unique(facility, _FACILITY).all():
-        return None
+    facility, client, thread, broker, text = got.strings
     c = cut if idx is None else cut[idx]
     cand = c[:, scan.CAND] == 1
-    # A line without a candidate has an empty broker here, which the check ignores.
-    if cand.any() and not _matches_unique(broker, _BROKER_FULL)[cand].all():
+    fresh = np.flatnonzero(got.fresh)
+    if len(fresh) and not _matches_unique(broker.take(pa.array(fresh)), _BROKER_FULL).all():
         return None
-    off, data = offsets_data(lines)
-    start = off[:-1] if idx is None else off[:-1][idx]
     return {
         "ts_us": pa.array(c[:, scan.MS] * 1000),
-        "level": pa.array((_byte(data, start + 1) - ord("0")).astype(np.int8)),
+        "level": pa.array(got.level),
         "facility": facility,
         "client": client,
         "thread": with_valid(thread, c[:, scan.THRD] == 1),
