@@ -1,7 +1,7 @@
 """The path is fast but responses are late: most requests wait on the broker."""
 from __future__ import annotations
 
-from kdiag.analysis.causes import _slow_wait
+from kdiag.analysis.causes import _send_stall, _slow_wait
 from kdiag.analysis.frames import rounded
 from kdiag.analysis.thresholds import ONE_WRITE_MIN
 
@@ -42,13 +42,9 @@ def fix_text(facts) -> str:
 def from_signals(facts) -> dict | None:
     """Requests whose send phase stalled (``Sent partial`` lines spread over
     time) over a path that does not explain it: the broker is not reading."""
-    from kdiag.analysis.causes import _send_stall
-
     return _send_stall.share(facts, slow_path=False)
 
 
 def signal_evidence(facts) -> list[str]:
-    from kdiag.analysis.causes import _send_stall
-
     return _send_stall.evidence(facts, "the broker did not read fast enough: its socket's receive window "
                                        "stayed full")

@@ -1,6 +1,7 @@
 """The path's round trip explains the wait."""
 from __future__ import annotations
 
+from kdiag.analysis.causes import _send_stall
 from kdiag.analysis.thresholds import NETWORK_RTT_SHARE, SLOW_MS
 
 NAME = "network_latency"
@@ -38,13 +39,9 @@ def fix_text(facts) -> str:
 def from_signals(facts) -> dict | None:
     """Requests whose send phase stalled over a slow path: the window
     drains one round trip at a time."""
-    from kdiag.analysis.causes import _send_stall
-
     return _send_stall.share(facts, slow_path=True)
 
 
 def signal_evidence(facts) -> list[str]:
-    from kdiag.analysis.causes import _send_stall
-
     return _send_stall.evidence(facts, "the path's round trip paces the send: each window of data waits for "
                                        "the ACKs of the last")
