@@ -35,11 +35,7 @@ def _strings(lines: pa.Array, start: np.ndarray, stop: np.ndarray, valid: np.nda
     if valid is not None:
         start, stop = np.where(valid, start, home), np.where(valid, stop, home)
     arr = views(start, stop - start, np.zeros(len(start), np.int64), [data_buffer(lines)])
-    if valid is None or valid.all():
-        return arr
-    bitmap = pa.array(valid).buffers()[1]
-    _, offsets, body = arr.buffers()
-    return pa.Array.from_buffers(pa.string(), len(arr), [bitmap, offsets, body])
+    return arr if valid is None else with_valid(arr, valid)
 
 
 def _matches_unique(values: pa.Array, pattern: str) -> np.ndarray:

@@ -18,6 +18,7 @@ from kdiag.parsers.strings import gather as _gather
 from kdiag.parsers.strings import offsets_data as _offsets_data
 from kdiag.parsers.strings import placed as _placed
 from kdiag.parsers.strings import take_str as _take_str
+from kdiag.parsers.strings import validity as _validity
 from kdiag.parsers.strings import views as _views
 
 ARGS_CAP = 4096
@@ -196,8 +197,7 @@ def _data(args: pa.Array, name: pa.Array, fd: np.ndarray, fd_ok: np.ndarray, com
     easy = status == 1
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(np.where(easy, q[scan.Q_LEN], 0), out=offsets[1:])
-    valid = pa.array(easy).buffers()[1]
-    out = pa.Array.from_buffers(pa.string(), n, [valid, pa.py_buffer(offsets), text])
+    out = pa.Array.from_buffers(pa.string(), n, [_validity(easy), pa.py_buffer(offsets), text])
     hard = np.flatnonzero(status == 2)
     if len(hard):
         raw = _views(q[scan.Q_AT, hard], q[scan.Q_LEN, hard], np.zeros(len(hard), np.int64), [_data_buffer(args)])
