@@ -143,6 +143,30 @@ static inline void copy_piece(uint8_t *dst, const uint8_t *src, int64_t n, int64
     for (int64_t k = 0; k < r; k += 32) memcpy(dst + k, src + k, 32);
 }
 
+/* An optional sel, args[at]: int64 indices of the lines to read (all n
+ * when absent or None), each checked to lie among them. Reading the chosen
+ * lines where they lie spares a take() that copied every one of their
+ * texts (the scans' positions are into data all the same). */
+typedef struct { Py_buffer sel; const int64_t *at; Py_ssize_t n; } Sel;
+
+static int sel_take(PyObject *args, Py_ssize_t at, Sel *S, Py_ssize_t n)
+{
+    memset(S, 0, sizeof *S);
+    S->n = n;
+    if (PyTuple_GET_SIZE(args) <= at || PyTuple_GET_ITEM(args, at) == Py_None)
+        return 0;
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(args, at), &S->sel, PyBUF_SIMPLE) < 0)
+        return -1;
+    S->at = (const int64_t *)S->sel.buf;
+    S->n = S->sel.len / (Py_ssize_t)sizeof(int64_t);
+    for (Py_ssize_t t = 0; t < S->n; t++)
+        if (S->at[t] < 0 || S->at[t] >= n) {
+            PyErr_SetString(PyExc_ValueError, "sel: a line index outside the lines");
+            return -1;
+        }
+    return 0;
+}
+
 /* plain_columns(offsets, first, n, data, cut int64[n, P_FIELDS], sel int64[k]
  * or None): the strings of the plain lines sel picks (all when None), cut
  * as rdkafka_plain_cut found them, as five Arrow string columns (facility,
@@ -173,23 +197,20 @@ static PyObject *plain_columns(PyObject *self, PyObject *args)
 {
     Lines L;
     memset(&L, 0, sizeof L);
-    Py_buffer sel = {0};
+    Sel S;
+    memset(&S, 0, sizeof S);
     PyObject *five = PyTuple_GetSlice(args, 0, 5), *result = NULL, *bufs[2 * C_COLS] = {0};
     PyObject *level = NULL, *fresh = NULL;
     int opened = five ? lines_open(five, &L, sizeof(int64_t), P_FIELDS, NULL) : -1;
     Py_XDECREF(five);
-    if (opened < 0) goto done;
-    if (PyTuple_GET_SIZE(args) > 5 && PyTuple_GET_ITEM(args, 5) != Py_None
-        && PyObject_GetBuffer(PyTuple_GET_ITEM(args, 5), &sel, PyBUF_SIMPLE) < 0)
-        goto done;
-    const int64_t *at = sel.obj ? (const int64_t *)sel.buf : NULL, *cut = (const int64_t *)L.out.buf;
-    Py_ssize_t k = at ? sel.len / (Py_ssize_t)sizeof(int64_t) : L.n;
+    if (opened < 0 || sel_take(args, 5, &S, L.n) < 0) goto done;
+    const int64_t *at = S.at, *cut = (const int64_t *)L.out.buf;
+    Py_ssize_t k = S.n;
     int64_t size[C_COLS] = {0};
     int ok = 1;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t t = 0; ok && t < k; t++) {
         Py_ssize_t i = at ? at[t] : t;
-        if (i < 0 || i >= L.n) { ok = 0; break; }
         const int64_t *r = cut + i * P_FIELDS;
         int64_t s = L.o[i], e = L.o[i + 1], lo[C_COLS], hi[C_COLS];
         plain_pieces(r, s, e, lo, hi);
@@ -202,7 +223,7 @@ static PyObject *plain_columns(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     for (int c = 0; ok && c < C_COLS; c++) ok = size[c] <= INT32_MAX;
     if (!ok) {
-        PyErr_SetString(PyExc_ValueError, "plain_columns: a line not cut as plain, or outside the lines");
+        PyErr_SetString(PyExc_ValueError, "plain_columns: a line not cut as plain");
         goto done;
     }
     for (int c = 0; c < C_COLS; c++) {
@@ -270,7 +291,7 @@ done:
     for (int c = 0; c < 2 * C_COLS; c++) Py_XDECREF(bufs[c]);
     Py_XDECREF(level);
     Py_XDECREF(fresh);
-    if (sel.obj) PyBuffer_Release(&sel);
+    if (S.sel.obj) PyBuffer_Release(&S.sel);
     lines_close(&L);
     return result;
 }
@@ -440,12 +461,8 @@ static PyObject *split_lines(PyObject *self, PyObject *args)
 }
 
 /* The event reads' arguments: the scan's usual six (offsets, first, n,
- * data, out, flag) and, optionally, sel: int64 indices of the lines to read,
- * out's rows then one per index. Reading the chosen lines where they lie
- * spares a take() that copied every one of their texts (the reads' positions
- * are into data all the same). */
-typedef struct { Py_buffer sel; const int64_t *at; Py_ssize_t n; } Sel;
-
+ * data, out, flag) and, optionally, sel (see sel_take), out's rows then one
+ * per index. */
 static int sel_open(PyObject *args, Lines *L, Sel *S, Py_ssize_t per_line, int *flag)
 {
     memset(S, 0, sizeof *S);
@@ -453,19 +470,7 @@ static int sel_open(PyObject *args, Lines *L, Sel *S, Py_ssize_t per_line, int *
     PyObject *six = PyTuple_GetSlice(args, 0, 6);
     int opened = six ? lines_open(six, L, sizeof(int64_t), 0, flag) : -1;
     Py_XDECREF(six);
-    if (opened < 0) return -1;
-    if (PyTuple_GET_SIZE(args) > 6 && PyTuple_GET_ITEM(args, 6) != Py_None) {
-        if (PyObject_GetBuffer(PyTuple_GET_ITEM(args, 6), &S->sel, PyBUF_SIMPLE) < 0) return -1;
-        S->at = (const int64_t *)S->sel.buf;
-        S->n = S->sel.len / (Py_ssize_t)sizeof(int64_t);
-        for (Py_ssize_t t = 0; t < S->n; t++)
-            if (S->at[t] < 0 || S->at[t] >= L->n) {
-                PyErr_SetString(PyExc_ValueError, "sel: a line index outside the lines");
-                return -1;
-            }
-    } else {
-        S->n = L->n;
-    }
+    if (opened < 0 || sel_take(args, 6, S, L->n) < 0) return -1;
     if (L->out.len < S->n * (Py_ssize_t)sizeof(int64_t) * per_line) {
         PyErr_SetString(PyExc_ValueError, "out too small for the lines asked for");
         return -1;
