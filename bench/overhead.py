@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from bench.common import ROOT, Figure, check
 
@@ -93,6 +94,38 @@ def rate(progress: Path, t0: float, t1: float) -> float | None:
     return (rows[-1][1] - rows[0][1]) / (rows[-1][0] - rows[0][0])
 
 
+class Window(NamedTuple):
+    """One window of an alternating run (``Bench.alternate``)."""
+    traced: bool
+    msg_s: float | None
+    cpu_us_per_msg: float | None    # the producer's CPU (all its threads) per delivered message
+    tracer_cpu_s: float | None      # the tracer's own CPU in the window, by its status; None untraced
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU of all of ``pid``'s threads so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def paired(untraced: list[float | None], traced: list[float | None]) -> list[float]:
+    """Each traced rate in percent of the untraced rates either side of it:
+    ``untraced[i]`` ran just before ``traced[i]`` and ``untraced[i + 1]``
+    just after (either may be missing); a pair with nothing to compare is
+    left out. Two separate runs' rates differ by up to a third on this
+    machine, traced or not; the runs either side of a traced one share its
+    minute."""
+    out = []
+    for i, t in enumerate(traced):
+        around = [u for u in untraced[i:i + 2] if u]
+        if t and around:
+            out.append(100.0 * t / statistics.mean(around))
+    return out
+
+
 class Bench:
     def __init__(self, lab, work: Path, window_s: float):
         self.lab, self.work, self.window = lab, work, window_s
@@ -146,43 +179,87 @@ class Bench:
     def attach(self, tool: str, threads: bool = False) -> float | None:
         """Like kdiag trace --pid: the producer runs untraced, then is traced
         for the window, then detached."""
-        from kdiag.capture import attach
-        from kdiag.collectors import strace as c_strace
-
         progress, trace = self._files(f"pid-{tool}{'-threads' if threads else ''}")
         proc = self._spawn(self.cmd(600, progress), progress)
         try:
             self._wait_progress(progress)
             time.sleep(WARM_S)
-            with tempfile.TemporaryFile() as err:
-                if threads:
-                    tids = broker_threads(proc.pid)
-                    flags = [f for f in _attach_flags() if f != "-f"]
-                    cmd = ["strace", *flags, "-o", str(trace)] + [a for t in tids for a in ("-p", str(t))]
-                    tracer = attach.Tracer("strace", strace=subprocess.Popen(
-                        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                        start_new_session=True))
-                else:
-                    tracer, why = attach.start_tracer(tool, proc.pid, trace, _attach_flags(), err, print)
-                    if tracer is None:
-                        raise RuntimeError(why)
-                if tracer.strace is not None:
-                    if threads:
-                        time.sleep(0.3)
-                    else:
-                        c_strace.wait_traced(proc.pid, tracer.strace)
+            tracer = self._trace(tool, proc.pid, trace, threads)
+            try:
                 t0 = time.time()
                 time.sleep(self.window)
                 t1 = time.time()
-                if tracer.strace is not None:
-                    c_strace.detach(tracer.strace)
-                else:
-                    from kdiag.collectors import bpftrace
-
-                    bpftrace.collect(tracer.bpf, name=tracer.tool)
+            finally:
+                self._untrace(tracer)
             return rate(progress, t0 + 0.2, t1)
         finally:
             self._end(proc)
+
+    def alternate(self, tool: str, rounds: int) -> list[Window]:
+        """One producer, its windows untraced and traced in turn (``tool``
+        attached and detached as ``kdiag trace --pid`` does), starting and
+        ending untraced: each traced window is compared with the untraced
+        ones either side of it, seconds apart in the same process, so a
+        producer's or the machine's slow minute falls on both sides."""
+        progress, trace = self._files(f"alternate-{tool}")
+        proc = self._spawn(self.cmd(3600, progress), progress)
+        try:
+            self._wait_progress(progress)
+            time.sleep(WARM_S)
+            windows = [self._window(proc.pid, progress, None)]
+            for _ in range(rounds):
+                tracer = self._trace(tool, proc.pid, trace)
+                try:
+                    w = self._window(proc.pid, progress, tracer)
+                finally:
+                    st = self._untrace(tracer)
+                windows.append(w._replace(tracer_cpu_s=st.get("cpu_s")))
+                trace.unlink(missing_ok=True)
+                windows.append(self._window(proc.pid, progress, None))
+            return windows
+        finally:
+            self._end(proc)
+
+    def _window(self, pid: int, progress: Path, tracer) -> Window:
+        c0, t0 = process_cpu_s(pid), time.time()
+        time.sleep(self.window)
+        c1, t1 = process_cpu_s(pid), time.time()
+        r = rate(progress, t0 + 0.2, t1)
+        per_msg = None if None in (r, c0, c1) or not r else 1e6 * (c1 - c0) / (t1 - t0) / r
+        return Window(tracer is not None, r, per_msg, None)
+
+    def _trace(self, tool: str, pid: int, trace: Path, threads: bool = False):
+        """``tool`` tracing ``pid`` as kdiag.capture.attach starts it, once it traces."""
+        from kdiag.capture import attach
+        from kdiag.collectors import strace as c_strace
+
+        with tempfile.TemporaryFile() as err:
+            if threads:
+                tids = broker_threads(pid)
+                flags = [f for f in _attach_flags() if f != "-f"]
+                cmd = ["strace", *flags, "-o", str(trace)] + [a for t in tids for a in ("-p", str(t))]
+                tracer = attach.Tracer("strace", strace=subprocess.Popen(
+                    cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                    start_new_session=True))
+                time.sleep(0.3)
+                return tracer
+            tracer, why = attach.start_tracer(tool, pid, trace, _attach_flags(), err, print)
+        if tracer is None:
+            raise RuntimeError(why)
+        if tracer.strace is not None:
+            c_strace.wait_traced(pid, tracer.strace)
+        return tracer
+
+    @staticmethod
+    def _untrace(tracer) -> dict:
+        """Detaches ``tracer``; the in-kernel tracers' status (their CPU), else {}."""
+        from kdiag.collectors import bpftrace
+        from kdiag.collectors import strace as c_strace
+
+        if tracer.strace is not None:
+            c_strace.detach(tracer.strace)
+            return {}
+        return bpftrace.collect(tracer.bpf, name=tracer.tool)
 
     def bpftrace_variant(self, variant: str) -> float | None:
         """bpftrace itself on a cut-down program (``variant_program``),
@@ -226,7 +303,6 @@ class Bench:
         """Like kdiag trace -- CMD: kdiag's shim stops itself before exec,
         the tracer attaches, the command runs traced from its first call."""
         from kdiag.capture import attach
-        from kdiag.collectors import strace as c_strace
 
         progress, trace = self._files(f"wrap-{tool}")
         shim = subprocess.Popen([sys.executable, "-c", attach._SHIM, *self.cmd(WARM_S + self.window, progress)],
@@ -235,20 +311,12 @@ class Bench:
         try:
             if not attach.wait_state(shim.pid, "T"):
                 raise RuntimeError("the shim did not stop")
-            with tempfile.TemporaryFile() as err:
-                tracer, why = attach.start_tracer(tool, shim.pid, trace, _attach_flags(), err, print)
-                if tracer is None:
-                    raise RuntimeError(why)
-                if tracer.strace is not None:
-                    c_strace.wait_traced(shim.pid, tracer.strace)
+            tracer = self._trace(tool, shim.pid, trace)
+            try:
                 os.kill(shim.pid, signal.SIGCONT)
                 shim.wait(300)
-                if tracer.strace is not None:
-                    c_strace.detach(tracer.strace)
-                else:
-                    from kdiag.collectors import bpftrace
-
-                    bpftrace.collect(tracer.bpf, name=tracer.tool)
+            finally:
+                self._untrace(tracer)
             t0 = self._wait_progress(progress, 1)
             return rate(progress, t0 + WARM_S, t0 + WARM_S + self.window)
         finally:
@@ -332,6 +400,15 @@ def variant_program(pid: int, variant: str) -> str:
     return "\ntracepoint:".join(out) + "\n"
 
 
+# Alternating runs (Bench.alternate): the tracers kdiag attaches with --pid
+# where the kernel allows, each in one producer, traced and untraced in turn.
+ALTERNATE = [
+    # (name, tool, rounds)
+    ("kdiag --pid, bpfcalls (auto), alternating in one producer", "bpfcalls", 8),
+    ("kdiag --pid, bpftrace, alternating in one producer", "bpftrace", 4),
+]
+
+
 def run(smoke: bool, work: Path) -> list[Figure]:
     from kdiag.collectors import bpfcalls, bpftrace
     from kdiag.lab import broker as lab_mod
@@ -340,52 +417,101 @@ def run(smoke: bool, work: Path) -> list[Figure]:
     window = 1.5 if smoke else 6.0
     repeats = 1 if smoke else 3
     modes = [m for m in MODES if m[4] or not smoke]
-    got: dict[str, list[float]] = {"untraced": []}
+    untraced: list[float | None] = []
+    got: dict[str, list[float | None]] = {}
+    alternated: dict[str, list[Window]] = {}
     errors: dict[str, str] = {}
     missing = {"bpftrace": bpftrace.check(), "bpfcalls": bpfcalls.check()}
+
+    def unmet(args, method="") -> str | None:
+        return next((missing[t] for t in missing if t in args and missing[t]), None) or (
+            missing["bpftrace"] if method == "bpftrace_variant" else None)
+
     with lab_mod.running(topics=(TOPIC,)) as lab:
         b = Bench(lab, work, window)
+        # Every round's modes run between two untraced runs (``paired``).
         for _ in range(repeats):
-            r = b.untraced()
-            if r:
-                got["untraced"].append(r)
+            untraced.append(b.untraced())
             for name, method, args, _, _ in modes:
-                why = next((missing[t] for t in missing if t in args and missing[t]), None) or (
-                    missing["bpftrace"] if method == "bpftrace_variant" else None)
+                why = unmet(args, method)
                 if why:
                     errors[name] = why
                     continue
                 try:
-                    r = getattr(b, method)(*args)
+                    got.setdefault(name, []).append(getattr(b, method)(*args))
                 except (RuntimeError, OSError, subprocess.SubprocessError) as e:
                     errors[name] = str(e)
-                    continue
-                if r:
-                    got.setdefault(name, []).append(r)
-    base = statistics.median(got["untraced"]) if got["untraced"] else None
-    spread = _spread(got["untraced"])
-    note = (f"median of {repeats} run(s) of {window:g} s each, interleaved; the producer, Tansu and stunnel fill "
-            f"the 2 cores, so runs vary (untraced: {spread}); TLS lab on loopback, {VALUE_BYTES} B values")
+                    got.setdefault(name, []).append(None)
+        untraced.append(b.untraced())
+        for name, tool, rounds in ALTERNATE:
+            why = unmet((tool,))
+            if why:
+                errors[name] = why
+                continue
+            try:
+                alternated[name] = b.alternate(tool, 1 if smoke else rounds)
+            except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+                errors[name] = str(e)
+    seen = [u for u in untraced if u]
+    base = statistics.median(seen) if seen else None
+    note = (f"median of {len(untraced)} run(s) of {window:g} s, one before each round of the modes and one after "
+            f"the last; the producer, Tansu and stunnel fill the 2 cores, so runs vary (untraced: "
+            f"{_spread(seen)}); TLS lab on loopback, {VALUE_BYTES} B values")
     figures = [Figure("overhead", "untraced producer msg/s", _round(base), "msg/s", command=(
         "python -m bench.overhead produce BOOTSTRAP CA SECONDS PROGRESS (lab: kdiag lab up)"), note=note)]
     for name, _, _, command, _ in modes:
         vals = got.get(name) or []
-        pct = None if not vals or not base else 100.0 * statistics.median(vals) / base
+        ratios = paired(untraced, vals)
+        pct = statistics.median(ratios) if ratios else None
+        rated = [v for v in vals if v]
+        if ratios:
+            of_medians = 100.0 * statistics.median(rated) / base
+            note = (f"median of {len(ratios)} round(s), each run against the untraced runs either side of it "
+                    f"({_spread(ratios, 1)} %); msg/s {_spread(rated)}, their median {of_medians:.1f} % of "
+                    f"the untraced median")
+        else:
+            note = f"not measured: {errors.get(name, 'no rate')}"
         figures.append(Figure(
             "overhead", f"{name} % of untraced", _round(pct, 1), "%", goal=GOAL, met=check(pct, GOAL),
-            reference="untraced msg/s", ref_value=_round(base), command=command,
-            note=(f"msg/s {_spread(vals)}" if vals else f"not measured: {errors.get(name, 'no rate')}")))
+            reference="untraced msg/s", ref_value=_round(base), command=command, note=note))
+    for name, tool, _ in ALTERNATE:
+        figures.append(_alternated(name, tool, alternated.get(name), errors.get(name), window))
     return figures
+
+
+def _alternated(name: str, tool: str, windows: list[Window] | None, error: str | None, window: float) -> Figure:
+    untraced = [w for w in windows or [] if not w.traced]
+    traced = [w for w in windows or [] if w.traced]
+    ratios = paired([w.msg_s for w in untraced], [w.msg_s for w in traced])
+    pct = statistics.median(ratios) if ratios else None
+    base = statistics.median([w.msg_s for w in untraced if w.msg_s]) if untraced else None
+    if ratios:
+        def cpu(ws):
+            vals = [w.cpu_us_per_msg for w in ws if w.cpu_us_per_msg]
+            return f"{statistics.median(vals):.2f}" if vals else "?"
+        tracer = [w.tracer_cpu_s / window for w in traced if w.tracer_cpu_s is not None]
+        note = (f"median of {len(ratios)} traced window(s) of {window:g} s, each against the untraced windows "
+                f"either side of it in the same producer ({_spread(ratios, 1)} %); msg/s untraced "
+                f"{_spread([w.msg_s for w in untraced if w.msg_s])}, traced "
+                f"{_spread([w.msg_s for w in traced if w.msg_s])}; the producer's CPU per message "
+                f"{cpu(untraced)} us untraced, {cpu(traced)} us traced"
+                + (f"; the tracer's own CPU {_spread([100 * t for t in tracer], 1)} % of a core" if tracer else ""))
+    else:
+        note = f"not measured: {error or 'no rate'}"
+    return Figure("overhead", f"{name} % of untraced", _round(pct, 1), "%", goal=GOAL, met=check(pct, GOAL),
+                  reference="untraced windows' msg/s", ref_value=_round(base),
+                  command=f"bench.overhead.Bench.alternate({tool!r}, rounds): python -m kdiag.collectors.{tool} "
+                          f"--pid PID --out FILE, started and stopped in turn", note=note)
 
 
 def _round(x: float | None, nd: int = 0) -> float | None:
     return None if x is None else round(x, nd)
 
 
-def _spread(vals: list[float]) -> str:
+def _spread(vals: list[float], nd: int = 0) -> str:
     if not vals:
         return "none"
-    return "/".join(f"{v:.0f}" for v in sorted(vals))
+    return "/".join(f"{v:.{nd}f}" for v in sorted(vals))
 
 
 if __name__ == "__main__":
