@@ -9,8 +9,13 @@ thread. It writes "time delivered" every 100 ms; a run's rate is the
 delivered messages a second inside the traced window (from the moment the
 tracer traces to the moment it is told to stop).
 
-Each figure is traced/untraced in percent, against the median untraced rate
-of the same run of the benchmark:
+Each figure is traced/untraced in percent: the median over rounds of each
+traced run against the untraced runs just before and after it (``paired``),
+and for the in-kernel tracers also windows traced and untraced in turn in
+one producer (``Bench.alternate``). Separate untraced runs differ by up to
+a third within minutes here; the median of the traced runs against the
+median of the untraced ones, the statistic before 2026-11-27, is in each
+figure's note. The modes:
   strace -f             plain ``strace -f -o FILE CMD``, the reference the issue names
   kdiag --pid, strace   what ``kdiag trace --pid`` ran before: strace -p, every thread, no seccomp
   kdiag --pid, broker threads   strace -p on the rdk:broker threads only
@@ -22,8 +27,9 @@ of the same run of the benchmark:
 The tracers are started exactly as kdiag.capture.attach starts them; kdiag's Spark
 analysis and socket sampler are not running (they come after, or are
 measured by the manifest's own ``overhead``). The machine has 2 cores shared
-with other work: each mode runs ``repeats`` times, interleaved, and the
-median is reported with the spread in the note.
+with other work: each mode runs ``repeats`` times, interleaved, with the
+spread in the note. The topic is emptied after every producer
+(``Bench.empty_topic``): Tansu keeps every message in memory.
 """
 from __future__ import annotations
 
@@ -44,6 +50,8 @@ GOAL = ">= 90"
 TOPIC = "kdiag-bench"
 VALUE_BYTES = 256
 WARM_S = 1.5
+# traced windows in one producer of an alternating run (Bench.alternate)
+PER_PRODUCER = 2
 
 
 def produce(argv: list[str]) -> int:
@@ -152,8 +160,7 @@ class Bench:
             time.sleep(0.05)
         raise RuntimeError(f"the producer never started ({progress})")
 
-    @staticmethod
-    def _end(proc: subprocess.Popen) -> None:
+    def _end(self, proc: subprocess.Popen) -> None:
         if proc.poll() is None:      # started by this benchmark
             proc.terminate()
         try:
@@ -161,11 +168,33 @@ class Bench:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        self.empty_topic()
+
+    def empty_topic(self) -> None:
+        """Deletes and re-creates the topic. Tansu keeps every message in
+        memory and frees a topic's only when it is deleted: a producer at
+        full speed adds 1.2 GB every 7.5 s, and the runs of one benchmark
+        would fill this machine's 24 GB (the kernel reclaiming pages slowed
+        and stalled the later runs)."""
+        from confluent_kafka import KafkaError, KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        from kdiag.lab.broker_start import ensure_topics
+
+        admin = AdminClient(self.lab.client_config())
+        for fut in admin.delete_topics([TOPIC], operation_timeout=10).values():
+            try:
+                fut.result(timeout=15)
+            except KafkaException as e:
+                if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise
+        ensure_topics(self.lab, [TOPIC], time.monotonic() + 15)
 
     def untraced(self) -> float | None:
         progress, _ = self._files("untraced")
         proc = self._spawn(self.cmd(WARM_S + self.window, progress), progress)
         proc.wait(120)
+        self._end(proc)
         t0 = self._wait_progress(progress, 1)
         return rate(progress, t0 + WARM_S, t0 + WARM_S + self.window)
 
@@ -173,6 +202,7 @@ class Bench:
         progress, trace = self._files("strace-f")
         proc = self._spawn(["strace", "-f", "-o", str(trace), *self.cmd(WARM_S + self.window, progress)], progress)
         proc.wait(300)
+        self._end(proc)
         t0 = self._wait_progress(progress, 1)
         return rate(progress, t0 + WARM_S, t0 + WARM_S + self.window)
 
@@ -195,30 +225,35 @@ class Bench:
         finally:
             self._end(proc)
 
-    def alternate(self, tool: str, rounds: int) -> list[Window]:
-        """One producer, its windows untraced and traced in turn (``tool``
+    def alternate(self, tool: str, rounds: int) -> list[list[Window]]:
+        """Producers whose windows run untraced and traced in turn (``tool``
         attached and detached as ``kdiag trace --pid`` does), starting and
         ending untraced: each traced window is compared with the untraced
         ones either side of it, seconds apart in the same process, so a
-        producer's or the machine's slow minute falls on both sides."""
-        progress, trace = self._files(f"alternate-{tool}")
-        proc = self._spawn(self.cmd(3600, progress), progress)
-        try:
-            self._wait_progress(progress)
-            time.sleep(WARM_S)
-            windows = [self._window(proc.pid, progress, None)]
-            for _ in range(rounds):
-                tracer = self._trace(tool, proc.pid, trace)
-                try:
-                    w = self._window(proc.pid, progress, tracer)
-                finally:
-                    st = self._untrace(tracer)
-                windows.append(w._replace(tracer_cpu_s=st.get("cpu_s")))
-                trace.unlink(missing_ok=True)
-                windows.append(self._window(proc.pid, progress, None))
-            return windows
-        finally:
-            self._end(proc)
+        producer's or the machine's slow minute falls on both sides. Each
+        producer runs ``PER_PRODUCER`` traced windows (the broker's memory,
+        see ``empty_topic``); one list of windows per producer."""
+        out = []
+        for first in range(0, rounds, PER_PRODUCER):
+            progress, trace = self._files(f"alternate-{tool}")
+            proc = self._spawn(self.cmd(3600, progress), progress)
+            try:
+                self._wait_progress(progress)
+                time.sleep(WARM_S)
+                windows = [self._window(proc.pid, progress, None)]
+                for _ in range(min(PER_PRODUCER, rounds - first)):
+                    tracer = self._trace(tool, proc.pid, trace)
+                    try:
+                        w = self._window(proc.pid, progress, tracer)
+                    finally:
+                        st = self._untrace(tracer)
+                    windows.append(w._replace(tracer_cpu_s=st.get("cpu_s")))
+                    trace.unlink(missing_ok=True)
+                    windows.append(self._window(proc.pid, progress, None))
+                out.append(windows)
+            finally:
+                self._end(proc)
+        return out
 
     def _window(self, pid: int, progress: Path, tracer) -> Window:
         c0, t0 = process_cpu_s(pid), time.time()
@@ -419,7 +454,7 @@ def run(smoke: bool, work: Path) -> list[Figure]:
     modes = [m for m in MODES if m[4] or not smoke]
     untraced: list[float | None] = []
     got: dict[str, list[float | None]] = {}
-    alternated: dict[str, list[Window]] = {}
+    alternated: dict[str, list[list[Window]]] = {}
     errors: dict[str, str] = {}
     missing = {"bpftrace": bpftrace.check(), "bpfcalls": bpfcalls.check()}
 
@@ -479,22 +514,25 @@ def run(smoke: bool, work: Path) -> list[Figure]:
     return figures
 
 
-def _alternated(name: str, tool: str, windows: list[Window] | None, error: str | None, window: float) -> Figure:
-    untraced = [w for w in windows or [] if not w.traced]
-    traced = [w for w in windows or [] if w.traced]
-    ratios = paired([w.msg_s for w in untraced], [w.msg_s for w in traced])
+def _alternated(name: str, tool: str, producers: list[list[Window]] | None, error: str | None,
+                window: float) -> Figure:
+    windows = [w for ws in producers or [] for w in ws]
+    untraced = [w for w in windows if not w.traced]
+    traced = [w for w in windows if w.traced]
+    ratios = [r for ws in producers or [] for r in paired([w.msg_s for w in ws if not w.traced],
+                                                            [w.msg_s for w in ws if w.traced])]
+    rates = [w.msg_s for w in untraced if w.msg_s]
     pct = statistics.median(ratios) if ratios else None
-    base = statistics.median([w.msg_s for w in untraced if w.msg_s]) if untraced else None
+    base = statistics.median(rates) if rates else None
     if ratios:
         def cpu(ws):
             vals = [w.cpu_us_per_msg for w in ws if w.cpu_us_per_msg]
             return f"{statistics.median(vals):.2f}" if vals else "?"
         tracer = [w.tracer_cpu_s / window for w in traced if w.tracer_cpu_s is not None]
         note = (f"median of {len(ratios)} traced window(s) of {window:g} s, each against the untraced windows "
-                f"either side of it in the same producer ({_spread(ratios, 1)} %); msg/s untraced "
-                f"{_spread([w.msg_s for w in untraced if w.msg_s])}, traced "
-                f"{_spread([w.msg_s for w in traced if w.msg_s])}; the producer's CPU per message "
-                f"{cpu(untraced)} us untraced, {cpu(traced)} us traced"
+                f"either side of it in the same producer ({len(producers)} producers, {_spread(ratios, 1)} %); "
+                f"msg/s untraced {_spread(rates)}, traced {_spread([w.msg_s for w in traced if w.msg_s])}; "
+                f"the producer's CPU per message {cpu(untraced)} us untraced, {cpu(traced)} us traced"
                 + (f"; the tracer's own CPU {_spread([100 * t for t in tracer], 1)} % of a core" if tracer else ""))
     else:
         note = f"not measured: {error or 'no rate'}"
