@@ -450,7 +450,7 @@ def run(smoke: bool, work: Path) -> list[Figure]:
 
     work.mkdir(parents=True, exist_ok=True)
     window = 1.5 if smoke else 6.0
-    repeats = 1 if smoke else 3
+    repeats = 1 if smoke else 5
     modes = [m for m in MODES if m[4] or not smoke]
     untraced: list[float | None] = []
     got: dict[str, list[float | None]] = {}
