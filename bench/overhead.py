@@ -110,15 +110,6 @@ class Window(NamedTuple):
     tracer_cpu_s: float | None      # the tracer's own CPU in the window, by its status; None untraced
 
 
-def process_cpu_s(pid: int) -> float | None:
-    """User + system CPU of all of ``pid``'s threads so far."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def paired(untraced: list[float | None], traced: list[float | None]) -> list[float]:
     """Each traced rate in percent of the untraced rates either side of it:
     ``untraced[i]`` ran just before ``traced[i]`` and ``untraced[i + 1]``
@@ -256,9 +247,11 @@ class Bench:
         return out
 
     def _window(self, pid: int, progress: Path, tracer) -> Window:
-        c0, t0 = process_cpu_s(pid), time.time()
+        from kdiag.capture.overhead import cpu_s
+
+        c0, t0 = cpu_s([pid]), time.time()
         time.sleep(self.window)
-        c1, t1 = process_cpu_s(pid), time.time()
+        c1, t1 = cpu_s([pid]), time.time()
         r = rate(progress, t0 + 0.2, t1)
         per_msg = None if None in (r, c0, c1) or not r else 1e6 * (c1 - c0) / (t1 - t0) / r
         return Window(tracer is not None, r, per_msg, None)
