@@ -31,9 +31,10 @@ SOCKET_COLUMNS = ("ts_us", "fd", "remote", "remote_port", *[c for c, _, _ in SOC
 SOCKET_ROWS_MAX = 20_000
 WATERFALL_WORST = 3
 # Where a capped section's rows are all kept.
-IN_FINDINGS = "findings.json of the bundle (kdiag replay --json) holds them all"
-IN_PROBES = "the full listing is in the bundle's tables/probes.parquet and in findings.json (kdiag replay --json)"
-IN_SOCKETS = "the bundle's tables/sockets.parquet holds every sample"
+IN_FINDINGS = "kdiag replay --json of the same inputs prints them all"
+IN_PROBES = ("the full listing is the probes table: tables/probes.parquet in a bundle, "
+             "or what kdiag parse -o DIR writes of raw files")
+IN_SOCKETS = "tables/sockets.parquet of the bundle holds every sample"
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1b1f24;background:#f6f7f9}
