@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from kdiag.report import svg
 from kdiag.report.compare import LEVEL, RESAMPLES, ci_text, pct, count_in, log_bins
-from kdiag.report.html import color_of, page, table
+from kdiag.report.html import OTHER_CAUSES, color_of, page, table
+from kdiag.report.shown import SHOWN
 from kdiag.report.svg import esc, fmt, num
 
 SIDES = ("#d62728", "#2ca02c")   # before, after
@@ -80,16 +81,24 @@ def _causes(c: dict) -> str:
     names = sorted(set(sides[0]["shares"]) | set(sides[1]["shares"]))
     if not names:
         return svg.empty("compare_causes", "no causes named on either side")
+
+    def share(s: dict, n: str) -> float:
+        return num(s["shares"].get(n)) or 0.0
+    if len(names) > SHOWN["causes"]:   # the largest by name, the rest as one
+        top = sorted(names, key=lambda n: -max(share(s, n) for s in sides))[:SHOWN["causes"]]
+        names = sorted(top) + [OTHER_CAUSES]
+        sides = tuple({**s, "shares": {**{n: share(s, n) for n in top},
+                                       OTHER_CAUSES: sum(share(s, n) for n in s["shares"] if n not in top)}}
+                      for s in sides)
     w, left, bar_h = svg.W, 90, 26
     others: dict = {}
     marks, y = [], 8
     for label, s in zip(("before", "after"), sides):
         x = left
         for n in names:
-            share = num(s["shares"].get(n)) or 0.0
-            width = share * (w - left - 20)
+            width = share(s, n) * (w - left - 20)
             if width > 0:
-                marks.append(svg.rect(x, y, width, bar_h, color_of(n, others), f"{s['name']}: {n} {pct(share)}"))
+                marks.append(svg.rect(x, y, width, bar_h, color_of(n, others), f"{s['name']}: {n} {pct(share(s, n))}"))
             x += width
         marks.append(f'<text class="wlabel" x="{left - 8}" y="{y + 17}" text-anchor="end">{label}'
                      f'<title>{esc(s["name"])}</title></text>')

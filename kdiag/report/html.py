@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from kdiag.report import svg
+from kdiag.report.shown import SHOWN, capped, left_out
 from kdiag.report.svg import esc, fmt, num
 
 # A cause keeps its colour across charts and reports.
@@ -29,6 +30,11 @@ SOCKET_PANELS = (("nodelay", "TCP_NODELAY (1 = set)", True), ("unacked", "unacke
 SOCKET_COLUMNS = ("ts_us", "fd", "remote", "remote_port", *[c for c, _, _ in SOCKET_PANELS])
 SOCKET_ROWS_MAX = 20_000
 WATERFALL_WORST = 3
+# Where a capped section's rows are all kept.
+IN_FINDINGS = "kdiag replay --json of the same inputs prints them all"
+IN_PROBES = ("the full listing is the probes table: tables/probes.parquet in a bundle, "
+             "or what kdiag parse -o DIR writes of raw files")
+IN_SOCKETS = "tables/sockets.parquet of the bundle holds every sample"
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1b1f24;background:#f6f7f9}
@@ -105,7 +111,7 @@ def render_html(findings: dict, sockets: list[dict] | None = None, *, source: st
     rows = request_rows(findings)
     parts = [_head(findings, source), _verdict(findings, others), _figures(findings),
              "<h2>Where a request's time goes</h2>", _waterfall(findings, rows),
-             "<h2>Latency over time</h2>", _over_time(rows, others, _sample_note(findings, len(rows))),
+             "<h2>Latency over time</h2>", _over_time(findings, rows, others),
              "<h2>Latency by cause</h2>", _distribution(rows, others),
              "<h2>The client socket over time</h2>", _sockets(sockets),
              "<h2>The network path</h2>", _paths(findings), _inputs(findings)]
@@ -144,11 +150,14 @@ def _verdict(f: dict, others: dict) -> str:
     out = [f'<section class="verdict" id="verdict" style="--c:{esc(color_of(verdict or "unexplained_slow", others))}">'
            f'<h2>Verdict: {esc(verdict or "none: no completed Produce request to judge")}</h2>'
            + (f"<div>Confidence: {esc(conf)}</div>" if conf else "") + "</section>"]
-    for fd in _list(f.get("findings")):
+    found, more_found = capped(_list(f.get("findings")), "findings")
+    for fd in found:
         fd = _dict(fd)
         share, ts = num(fd.get("share")) or 0.0, num(fd.get("time_share"))
         of_time = f", {ts * 100:.0f}% of the time" if ts is not None and abs(ts - share) >= 0.05 else ""
-        evidence = "".join(f"<li>{esc(e)}</li>" for e in _list(fd.get("evidence")) if isinstance(e, str))
+        evidence, more = capped([e for e in _list(fd.get("evidence")) if isinstance(e, str)], "evidence")
+        evidence = "".join(f"<li>{esc(e)}</li>" for e in evidence) + (
+            f"<li>{left_out(more, 'lines of evidence', IN_FINDINGS)}</li>" if more else "")
         fix = _dict(fd.get("fix"))
         fix_line = " ".join(f"-X {k}={v}" for k, v in fix.items() if isinstance(v, (str, int, float, bool)))
         out.append(f'<section class="finding"><h3><span class="swatch" style="background:'
@@ -160,11 +169,13 @@ def _verdict(f: dict, others: dict) -> str:
                    + (f'<p class="predicted">Predicted {esc(fd["predicted_text"])}.</p>'
                       if isinstance(fd.get("predicted_text"), str) else "")
                    + "</section>")
-    likely = [_dict(x) for x in _list(f.get("likely"))]
+    out.append(left_out(more_found, "findings", IN_FINDINGS))
+    likely, more = capped([_dict(x) for x in _list(f.get("likely"))], "likely")
     if likely:
         out.append("<h2>Likely causes</h2>" + table(
             ["cause", "what supports it", "the capture that decides"],
-            [[_text(x.get("cause")), _text(x.get("support")), _text(x.get("decide"))] for x in likely]))
+            [[_text(x.get("cause")), _text(x.get("support")), _text(x.get("decide"))] for x in likely])
+            + left_out(more, "likely causes", IN_FINDINGS))
     return "".join(out)
 
 
@@ -231,42 +242,67 @@ def _waterfall(f: dict, rows: list[dict]) -> str:
             + svg.legend(list(PARTS)) + f'<p class="meta">Parts in ms: queue · send · wait · read. {esc(note)}.</p>')
 
 
+OTHER_CAUSES = "other causes"
+
+
+def _cause(r: dict) -> str:
+    return r.get("cause") if isinstance(r.get("cause"), str) else "?"
+
+
 def _causes_of(rows: list[dict]) -> list[str]:
+    """The causes of ``rows``, most requests first: the first SHOWN["causes"]
+    by name, then OTHER_CAUSES for the rest, so a legend stays short."""
     seen: dict[str, int] = {}
     for r in rows:
-        c = r.get("cause") if isinstance(r.get("cause"), str) else "?"
+        c = _cause(r)
         seen[c] = seen.get(c, 0) + 1
-    return sorted(seen, key=lambda c: -seen[c])
+    named = sorted(seen, key=lambda c: -seen[c])
+    return named if len(named) <= SHOWN["causes"] else named[:SHOWN["causes"]] + [OTHER_CAUSES]
 
 
-def _sample_note(f: dict, drawn: int) -> str:
+def _drawn(pts: list[tuple]) -> list[tuple]:
+    """At most SHOWN["requests"] of (send, total, row) in send order: the
+    slowest tenth of that many, and an even sample of the rest."""
+    n = SHOWN["requests"]
+    if len(pts) <= n:
+        return pts
+    slow = set(sorted(range(len(pts)), key=lambda i: -pts[i][1])[:n // 10])
+    rest = [i for i in range(len(pts)) if i not in slow]
+    step = len(rest) / (n - len(slow))
+    return [pts[i] for i in sorted(slow | {rest[int(k * step)] for k in range(n - len(slow))})]
+
+
+def _sample_note(f: dict, drawn: int, timed: int) -> str:
     rr = _dict(f.get("request_rows"))
     of = num(rr.get("of"))
-    if rr.get("sampled") is True and of:
-        return (f'<p class="meta">{drawn:,} of {int(of):,} requests drawn: an even sample and the slowest; '
+    total = int(of) if rr.get("sampled") is True and of else timed
+    if drawn < total:
+        return (f'<p class="meta">{drawn:,} of {total:,} requests drawn: an even sample and the slowest; '
                 "the figures above count them all.</p>")
     return ""
 
 
-def _over_time(rows: list[dict], others: dict, note: str = "") -> str:
+def _over_time(f: dict, rows: list[dict], others: dict) -> str:
     pts = [(num(r.get("send_us")), num(r.get("total_ms")), r) for r in rows]
     pts = [(t, v, r) for t, v, r in pts if t is not None and v is not None]
     if not pts:
         return svg.empty("over_time", "no per-request send times in these findings")
+    timed, pts = len(pts), sorted(_drawn(pts), key=lambda p: p[0])
     t0 = min(t for t, _, _ in pts)
     vals = [v for _, v, _ in pts]
     log = min(vals) > 0 and max(vals) / min(vals) > 20
     fr = svg.Frame((0.0, max((t - t0) / 1e6 for t, _, _ in pts)), (0.0 if not log else min(vals), max(vals)),
                    x_label="seconds since the first request", y_label="latency (ms)", y_log=log)
-    marks = [svg.dot(fr.x((t - t0) / 1e6), fr.y(v), color_of(r.get("cause") or "?", others),
-                     f"{v} ms, {r.get('cause')}, CorrId {r.get('corr_id', '?')}") for t, v, r in pts]
     causes = _causes_of([r for _, _, r in pts])
+    marks = [svg.dot(fr.x((t - t0) / 1e6), fr.y(v), color_of(_cause(r) if _cause(r) in causes else OTHER_CAUSES,
+                                                              others),
+                     f"{v} ms, {r.get('cause')}, CorrId {r.get('corr_id', '?')}") for t, v, r in pts]
     return (fr.svg("over_time", marks, "latency of each request over time, coloured by cause")
-            + svg.legend([(c, color_of(c, others)) for c in causes]) + note)
+            + svg.legend([(c, color_of(c, others)) for c in causes]) + _sample_note(f, len(pts), timed))
 
 
 def _distribution(rows: list[dict], others: dict, bins: int = 30) -> str:
-    vals = [(num(r.get("total_ms")), r.get("cause") if isinstance(r.get("cause"), str) else "?") for r in rows]
+    vals = [(num(r.get("total_ms")), _cause(r)) for r in rows]
     vals = [(v, c) for v, c in vals if v is not None and v >= 0]
     if not vals:
         return svg.empty("distribution", "no per-request latencies in these findings")
@@ -282,9 +318,10 @@ def _distribution(rows: list[dict], others: dict, bins: int = 30) -> str:
     def edge(i: int) -> float:
         return lo * (hi / lo) ** (i / bins) if log else lo + (hi - lo) * i / bins
     causes = _causes_of([{"cause": c} for _, c in vals])
+    at = {c: i for i, c in enumerate(causes)}
     counts = [[0] * len(causes) for _ in range(bins)]
     for v, c in vals:
-        counts[bin_of(v)][causes.index(c)] += 1
+        counts[bin_of(v)][at.get(c, len(causes) - 1)] += 1
     fr = svg.Frame((lo, hi), (0.0, float(max(sum(b) for b in counts))), x_label="latency (ms)",
                    y_label="requests", x_log=log, x_exact=True)
     marks = []
@@ -315,6 +352,10 @@ def _sockets(samples: list[dict] | None) -> str:
         return svg.empty("sockets", "the socket samples carry no times")
     t0 = min(num(r["ts_us"]) for rs in conns.values() for r in rs)
     t1 = max(num(r["ts_us"]) for rs in conns.values() for r in rs)
+    # The connections sampled most, each a series: a panel's legend and
+    # lines stay few however many sockets the samples name.
+    busiest = sorted(conns, key=lambda k: -len(conns[k]))
+    conns, more = {k: conns[k] for k in busiest[:SHOWN["connections"]]}, len(busiest) - SHOWN["connections"]
     colors = {k: OTHER_COLORS[i % len(OTHER_COLORS)] for i, k in enumerate(conns)}
     panels = []
     for col, label, is_flag in SOCKET_PANELS:
@@ -327,7 +368,7 @@ def _sockets(samples: list[dict] | None) -> str:
                 if v is not None:
                     pts.append(((num(r["ts_us"]) - t0) / 1e6, v))
             if pts:
-                series[k] = pts
+                series[k] = _thinned(pts, SHOWN["socket_points"])
         name = f"socket_{col}"
         if not series:
             panels.append(svg.empty(name, f"{label}: not in the samples"))
@@ -341,12 +382,36 @@ def _sockets(samples: list[dict] | None) -> str:
             marks.append(svg.line(px, colors[k], k, step=True) if len(px) > 1 else
                          svg.dot(px[0][0], px[0][1], colors[k], k))
         panels.append(fr.svg(name, marks, label))
+    read_all = (f'<p class="meta">At most {SOCKET_ROWS_MAX:,} samples are read for these charts; '
+                f"{esc(IN_SOCKETS)}.</p>" if len(samples) >= SOCKET_ROWS_MAX else "")
     return ('<div class="panels">' + "".join(panels) + "</div>"
-            + svg.legend([(k, c) for k, c in colors.items()]))
+            + svg.legend([(k, c) for k, c in colors.items()]) + left_out(more, "connections", IN_SOCKETS) + read_all)
+
+
+def _thinned(pts: list[tuple[float, float]], n: int) -> list[tuple[float, float]]:
+    """At most ``n`` of a series' (time, value) points, in time order: per
+    bin of time its lowest and its highest, so a spike between kept points
+    still shows."""
+    if len(pts) <= n:
+        return pts
+    bins = n // 2
+    t0 = min(t for t, _ in pts)
+    width = (max(t for t, _ in pts) - t0) / bins or 1.0
+    by_bin: dict[int, list] = {}
+    for p in pts:
+        by_bin.setdefault(min(bins - 1, int((p[0] - t0) / width)), []).append(p)
+    out: list[tuple[float, float]] = []
+    for b in sorted(by_bin):
+        ps = by_bin[b]
+        out += sorted({min(ps, key=lambda p: p[1]), max(ps, key=lambda p: p[1])})
+    return out
 
 
 def _paths(f: dict) -> str:
-    paths = [_dict(p) for p in _list(f.get("paths"))]
+    # The paths to the brokers first: a paste of other hosts' listings must
+    # not push them past the cap.
+    paths = sorted((_dict(p) for p in _list(f.get("paths"))), key=lambda p: p.get("broker") is None)
+    paths, more = capped(paths, "paths")
     s = _dict(f.get("summary"))
     rtt = num(s.get("path_rtt_ms"))
     head = (f"<p>Path round trip: {'&le; ' if s.get('path_rtt_upper_bound') else ''}{fmt(rtt)} ms "
@@ -356,7 +421,7 @@ def _paths(f: dict) -> str:
     cols = ["broker", "method", "ttl", "responder", "answer", "rtt_min_ms", "rtt_median_ms", "rtt_max_ms",
             "answered", "sent"]
     return head + table(cols, [[_cell(p.get(c)) for c in cols] for p in paths],
-                        f' data-chart="paths" data-marks="{len(paths)}"')
+                        f' data-chart="paths" data-marks="{len(paths)}"') + left_out(more, "hops", IN_PROBES)
 
 
 def _cell(v) -> str:
@@ -367,23 +432,25 @@ def _cell(v) -> str:
 
 def _inputs(f: dict) -> str:
     out = ["<h2>The inputs</h2>"]
-    checks = [_dict(c) for c in _list(f.get("input_checks"))]
+    checks, more = capped([_dict(c) for c in _list(f.get("input_checks"))], "input_checks")
     if checks:
         keys = [k for k in ("input", "check", "count", "detail") if any(k in c for c in checks)]
-        out.append(table(keys, [[_cell(c.get(k)) for k in keys] for c in checks], ' id="input-checks"'))
+        out.append(table(keys, [[_cell(c.get(k)) for k in keys] for c in checks], ' id="input-checks"')
+                   + left_out(more, "input checks", IN_FINDINGS))
     else:
         out.append('<p id="input-checks">Input checks: nothing found (no copies, clock steps or negative '
                    'latencies).</p>')
     for title, key in (("What the inputs could not tell", "unknowns"), ("Notes on the inputs", "input_notes"),
                        ("Why the capture is partial", "partial_reasons")):
-        items = [x for x in _list(f.get(key)) if isinstance(x, str)]
+        items, more = capped([x for x in _list(f.get(key)) if isinstance(x, str)], "notes")
         if items:
             out.append(f"<h3>{esc(title)}</h3><ul class=\"plain\">" + "".join(f"<li>{esc(x)}</li>" for x in items)
-                       + "</ul>")
-    files = [_dict(x) for x in _list(f.get("inputs"))]
+                       + "</ul>" + left_out(more, "notes", IN_FINDINGS))
+    files, more = capped([_dict(x) for x in _list(f.get("inputs"))], "inputs")
     if files:
         out.append("<h3>Files read</h3>" + table(
             ["file", "read as", "lines", "parsed", "skipped"],
             [[_text(x.get("path")), _text(x.get("kind")) or "not recognised",
-              *(_cell(_dict(x.get("counts")).get(k)) for k in ("lines", "parsed", "skipped_total"))] for x in files]))
+              *(_cell(_dict(x.get("counts")).get(k)) for k in ("lines", "parsed", "skipped_total"))] for x in files])
+            + left_out(more, "files", IN_FINDINGS))
     return "".join(out)

@@ -6,12 +6,18 @@ from __future__ import annotations
 import math
 from html import escape
 
+from kdiag.report.shown import clipped
+from kdiag.visible import visible
+
 W, H = 760, 250
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 14, 40
 
 
 def esc(v) -> str:
-    return escape(str(v), quote=True)
+    """``v`` as page text: controls, format characters (bidirectional
+    overrides) and lone surrogates shown as escapes rather than interpreted
+    or hidden by the browser, clipped to SHOWN's length, markup escaped."""
+    return escape(visible(clipped(v if isinstance(v, str) else str(v))), quote=True)
 
 
 def num(v) -> float | None:
