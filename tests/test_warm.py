@@ -363,9 +363,10 @@ def test_connections_past_the_cap_are_told_the_server_is_busy(warm):
 
 
 class _FakeServer:
-    """A server that holds the lock and accepts, then crashes (closes) or hangs."""
+    """A server that holds the lock and accepts, then crashes (closes), hangs
+    or sends ``reply``."""
 
-    def __init__(self, d: Path, hang: bool) -> None:
+    def __init__(self, d: Path, hang: bool, reply: bytes = b"") -> None:
         self.lock = open(d / LOCK_NAME, "w")
         import fcntl
 
@@ -375,7 +376,7 @@ class _FakeServer:
         os.chmod(d / SOCKET_NAME, 0o600)
         self.sock.listen(4)
         self.held: list = []
-        self.hang = hang
+        self.hang, self.reply = hang, reply
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
@@ -385,6 +386,7 @@ class _FakeServer:
             except OSError:
                 return
             conn.recv(1 << 20)
+            conn.sendall(self.reply)
             if self.hang:
                 self.held.append(conn)
             else:
@@ -422,6 +424,22 @@ def test_a_server_that_cannot_answer_falls_back_to_in_process(spark, tmp_path, m
     assert findings["verdict"] == "nagle_delayed_ack"
     assert len(notes) == 1 and "analysing in this process" in notes[0]
     assert ("no answer within 1 s" if hang else "closed the connection") in notes[0]
+
+
+@pytest.mark.parametrize("reply, said", [
+    (b"[]\n", "the analysis server's answer is not a JSON object"),
+    (b"[" * 100_000 + b"\n", "the analysis server's answer is not a JSON object"),
+    (b'{"ok": false, "error": "bad \\u001b]8;;http://x\\u0007line"}\n', "bad \\x1b]8;;http://x\\x07line")])
+def test_an_answer_that_is_not_a_kdiag_servers_is_refused_in_one_line(tmp_path, monkeypatch, reply, said):
+    d = _private(tmp_path / "srv")
+    fake = _FakeServer(d, False, reply)
+    monkeypatch.setenv("KDIAG_WARM_DIR", str(d))
+    try:
+        with pytest.raises(WarmUnavailable) as e:
+            Server().analyze(tmp_path, {})
+    finally:
+        fake.close()
+    assert str(e.value) == said
 
 
 @pytest.mark.parametrize("how", ["socket owned by nobody", "socket open to others", "directory owned by nobody"])

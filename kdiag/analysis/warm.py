@@ -55,6 +55,8 @@ import threading
 import time
 from pathlib import Path
 
+from kdiag.visible import visible
+
 SOCKET_NAME = "analysis.sock"
 LOCK_NAME = "server.lock"
 LOG_NAME = "server.log"
@@ -240,7 +242,8 @@ class Server:
             self.start()
             answer = self.call(request, self.timeout_s)
         if not answer.get("ok"):
-            raise WarmUnavailable(answer.get("error") or "the analysis server refused the request")
+            # An analysis's error may quote the captures.
+            raise WarmUnavailable(visible(str(answer.get("error") or "the analysis server refused the request")))
         return answer
 
     def call(self, request: dict, timeout_s: float) -> dict:
@@ -265,9 +268,12 @@ class Server:
             raise WarmUnavailable("the analysis server closed the connection without an answer (it may have "
                                   f"crashed; see {self.dir / LOG_NAME})")
         try:
-            return json.loads(line)
-        except ValueError:
-            raise WarmUnavailable("the analysis server's answer is not JSON") from None
+            answer = json.loads(line)
+        except (ValueError, RecursionError):
+            answer = None
+        if not isinstance(answer, dict):
+            raise WarmUnavailable("the analysis server's answer is not a JSON object")
+        return answer
 
     def _connect(self) -> socket.socket:
         """A connection, waiting for a server that is starting."""
