@@ -429,7 +429,8 @@ def test_a_server_that_cannot_answer_falls_back_to_in_process(spark, tmp_path, m
 @pytest.mark.parametrize("reply, said", [
     (b"[]\n", "the analysis server's answer is not a JSON object"),
     (b"[" * 100_000 + b"\n", "the analysis server's answer is not a JSON object"),
-    (b'{"ok": false, "error": "bad \\u001b]8;;http://x\\u0007line"}\n', "bad \\x1b]8;;http://x\\x07line")])
+    (b'{"ok": false, "error": "bad \\u001b]8;;http://x\\u0007line"}\n', "bad \\x1b]8;;http://x\\x07line")],
+    ids=["array", "deep", "escapes in the error"])
 def test_an_answer_that_is_not_a_kdiag_servers_is_refused_in_one_line(tmp_path, monkeypatch, reply, said):
     d = _private(tmp_path / "srv")
     fake = _FakeServer(d, False, reply)
