@@ -16,12 +16,18 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import CAPTURES, need, wait_gone
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from kdiag.analysis import pipeline
-from kdiag.analysis.warm import LOCK_NAME, SOCKET_NAME, Server, WarmUnavailable
+from kdiag.analysis.warm import LOCK_NAME, MAX_CONNECTIONS, MAX_REQUEST_BYTES, SOCKET_NAME, Server, WarmUnavailable
 
 NAGLE = [CAPTURES / "nagle_on" / n for n in ("rdkafka.log", "strace.txt", "stats.jsonl")]
 NOBODY = 65534
+KEY = "test-warm"
+# The module's server reads a request for this long (KDIAG_WARM_READ_S):
+# longer than a warm analysis takes, short for a test to wait out.
+READ_S = 8.0
 
 
 def _private(d: Path) -> Path:
@@ -35,7 +41,7 @@ def _server_pid(d: Path) -> int:
 
 
 def _start(d: Path, monkeypatch, idle_s: float) -> Server:
-    monkeypatch.setenv("KDIAG_WARM_KEY", "test-warm")
+    monkeypatch.setenv("KDIAG_WARM_KEY", KEY)
     monkeypatch.setenv("KDIAG_WARM_DIR", str(d))
     monkeypatch.setenv("KDIAG_WARM_IDLE_S", str(idle_s))
     server = Server()
@@ -50,7 +56,8 @@ def warm(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     # Others may edit kdiag's files while this runs: the server must stay
     # the one this module started.
-    mp.setenv("KDIAG_WARM_KEY", "test-warm")
+    mp.setenv("KDIAG_WARM_KEY", KEY)
+    mp.setenv("KDIAG_WARM_READ_S", str(READ_S))
     d = _private(tmp_path_factory.mktemp("warm") / "srv")
     server = _start(d, mp, 600)
     pid = _server_pid(d)
@@ -150,10 +157,216 @@ def test_the_server_practises_after_answering_and_gives_way_to_a_request(tmp_pat
         server.stop()
 
 
-class _FakeServer:
-    """A server that holds the lock and accepts, then crashes (closes) or hangs."""
+def _connect(server: Server) -> socket.socket:
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    c.connect(str(server.sock_path))   # blocking: waits for room in the listen backlog, as the client does
+    c.settimeout(30)
+    return c
 
-    def __init__(self, d: Path, hang: bool) -> None:
+
+def _send(server: Server, payload: bytes) -> dict | None:
+    """The server's answer to a connection that sends ``payload`` and
+    half-closes; None if it closes without one."""
+    with _connect(server) as c:
+        c.sendall(payload)
+        c.shutdown(socket.SHUT_WR)
+        line = c.makefile("rb").readline()
+    return json.loads(line) if line else None
+
+
+def _serves(server: Server) -> None:
+    assert server.call({"op": "ping", "key": KEY}, 30)["ok"]
+
+
+def _closed(c: socket.socket) -> bool:
+    try:
+        return c.recv(1) == b""
+    except ConnectionResetError:   # the server left bytes unread: the peer sees a reset
+        return True
+
+
+def _nest(depth: int):
+    value: dict = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+_ANALYZE = {"op": "analyze", "key": KEY}
+MALFORMED = {
+    "array": b"[]", "null": b"null", "number": b"7", "string": b'"ping"',
+    "nested arrays": b"[" * 100_000 + b"]" * 100_000,
+    "nested objects": b'{"a":' * 50_000 + b"1" + b"}" * 50_000,
+    "nesting in meta": {**_ANALYZE, "tables": "/nonexistent", "meta": _nest(40)},
+    "not JSON": b"ping", "empty line": b"", "not UTF-8": b'{"op": "ping", "key": "\xff\xfe"}',
+    "a number past int's digits": b'{"op": "ping", "key": "test-warm", "n": ' + b"1" * 5000 + b"}",
+    "empty object": {}, "no op": {"key": KEY}, "op not a string": {"op": ["ping"], "key": KEY},
+    "unknown op": {"op": "shutdown", "key": KEY}, "no key": {"op": "ping"},
+    "key not a string": {"op": "ping", "key": 1},
+    "no tables": _ANALYZE, "tables a number": {**_ANALYZE, "tables": 5},
+    "tables relative": {**_ANALYZE, "tables": "t"}, "tables with a NUL": {**_ANALYZE, "tables": "/tmp/t\0x"},
+    "meta an array": {**_ANALYZE, "tables": "/nonexistent", "meta": []},
+    "meta null": {**_ANALYZE, "tables": "/nonexistent", "meta": None},
+    "raw a string": {**_ANALYZE, "tables": "/nonexistent", "raw": "/x"},
+    "raw of numbers": {**_ANALYZE, "tables": "/nonexistent", "raw": [1]},
+    "base a number": {**_ANALYZE, "tables": "/nonexistent", "base": 1},
+}
+
+
+@pytest.mark.parametrize("payload", MALFORMED.values(), ids=MALFORMED.keys())
+def test_a_malformed_request_is_answered_with_an_error_and_the_server_serves_on(warm, payload):
+    line = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    answer = _send(warm, line + b"\n")
+    assert answer is not None and answer["ok"] is False and "stale" not in answer
+    assert answer["error"].startswith("bad request: ") and "\n" not in answer["error"]
+    _serves(warm)
+
+
+def test_a_request_cut_off_by_a_half_close_is_answered(warm):
+    """A client that half-closes after its request, with no newline, is
+    answered; one that connects and closes at once costs nothing."""
+    assert _send(warm, json.dumps({"op": "ping", "key": KEY}).encode())["ok"]
+    _connect(warm).close()
+    _serves(warm)
+
+
+def test_a_request_over_the_cap_is_answered_without_reading_it_all(warm):
+    with _connect(warm) as c:
+        sent: list = []
+
+        def flood():
+            try:
+                c.sendall(b" " * (MAX_REQUEST_BYTES + (4 << 20)))
+            except OSError as e:
+                sent.append(e)
+
+        t = threading.Thread(target=flood, daemon=True)
+        t.start()
+        answer = json.loads(c.makefile("rb").readline())
+        t.join(30)
+    assert answer == {"ok": False, "error": f"the request is over {MAX_REQUEST_BYTES} bytes"}
+    assert sent, "the server read the whole request"
+    _serves(warm)
+    # The client does not send what the server would refuse.
+    with pytest.raises(WarmUnavailable, match="over its"):
+        warm.call({"op": "analyze", "key": KEY, "meta": {"x": "y" * MAX_REQUEST_BYTES}}, 5)
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12),
+                     lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=6), kids, max_size=4),
+                     max_leaves=16)
+_NOT_TEXT = _JSON.filter(lambda v: not isinstance(v, str))
+# Request shapes with every field of every type but a string where the
+# server takes a path (that would be a real analysis), and no other key (a
+# server whose key is not the client's stops, by design).
+_SHAPES = st.fixed_dictionaries({}, optional={
+    "op": st.sampled_from(["ping", "analyze", "stop!"]) | _NOT_TEXT, "key": st.just(KEY) | _NOT_TEXT,
+    "tables": _NOT_TEXT, "meta": _JSON, "raw": _JSON, "base": _JSON})
+_LINES = st.one_of(_SHAPES.map(lambda r: json.dumps(r).encode()), _JSON.map(lambda v: json.dumps(v).encode()),
+                   st.binary(max_size=64), st.integers(1, 3000).map(lambda n: b"[" * n + b"]" * n),
+                   st.integers(1, 3000).map(lambda n: b"[" * n))
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(line=_LINES)
+def test_fuzzed_requests_are_answered_and_the_server_serves_on(warm, line):
+    line = line.replace(b"\n", b"")
+    try:
+        request = json.loads(line)
+    except (ValueError, RecursionError):
+        request = None
+    if isinstance(request, dict):   # what stops a server by design
+        assume(request.get("op") != "stop")
+        assume(not isinstance(request.get("key"), str) or request["key"] == KEY)
+    well_formed = isinstance(request, dict) and request.get("op") == "ping" and request.get("key") == KEY
+    answer = _send(warm, line + b"\n")
+    assert answer is not None and answer["ok"] is well_formed, (line[:200], answer)
+    if not well_formed:
+        assert answer["error"] and "stale" not in answer
+    _serves(warm)
+
+
+def test_after_the_malformed_ones_a_real_request_is_answered(warm, tables):
+    """Runs after the malformed and fuzzed requests: the same server gives
+    the real analysis, also to a client that left before its answer."""
+    with _connect(warm) as c:
+        c.sendall(json.dumps({"op": "analyze", "key": KEY, "tables": str(tables), "meta": {}}).encode() + b"\n")
+    assert warm.analyze(tables, {})["verdict"] == "nagle_delayed_ack"
+
+
+def test_a_silent_or_trickling_connection_holds_only_itself(warm, tables):
+    """Connections that send nothing, or a byte now and then, hold neither a
+    ping nor a real analysis; each is answered and closed at its read
+    deadline. (The trickle goes on for 90 s unless the server ends it:
+    a server that read connections one at a time was held that long.)"""
+    silent, trickling = _connect(warm), _connect(warm)
+    start = time.monotonic()
+    stop = threading.Event()
+    ended: dict = {}
+
+    def trickle():
+        try:
+            while not stop.wait(0.2) and time.monotonic() < start + 90:
+                trickling.sendall(b" ")
+        except OSError:
+            pass
+
+    def wait_end(name, c):
+        c.settimeout(90)
+        line = c.makefile("rb").readline()
+        ended[name] = (time.monotonic() - start, json.loads(line) if line else None, _closed(c))
+
+    threads = [threading.Thread(target=trickle, daemon=True)]
+    threads += [threading.Thread(target=wait_end, args=a, daemon=True) for a in (("silent", silent),
+                                                                                ("trickling", trickling))]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.3)   # both accepted, the trickle under way
+        _serves(warm)
+        ping_s = time.monotonic() - start
+        findings = warm.analyze(tables, {})
+        analysed_s = time.monotonic() - start
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(90)
+        silent.close()
+        trickling.close()
+    assert findings["verdict"] == "nagle_delayed_ack"
+    # A warm analysis takes seconds; 30 on a loaded 2-core machine, cold.
+    assert ping_s < 3 and analysed_s < 60, (ping_s, analysed_s)
+    for name in ("silent", "trickling"):
+        at_s, answer, closed = ended[name]
+        assert answer == {"ok": False, "error": f"no request within {READ_S:g} s"} and closed, name
+        assert READ_S - 0.5 < at_s < READ_S + 5, (name, at_s)
+    _serves(warm)
+
+
+def test_connections_past_the_cap_are_told_the_server_is_busy(warm):
+    held = [_connect(warm) for _ in range(MAX_CONNECTIONS)]
+    try:
+        time.sleep(0.3)   # all accepted
+        with _connect(warm) as extra:
+            answer = json.loads(extra.makefile("rb").readline())
+        assert answer == {"ok": False, "error": f"the analysis server is busy ({MAX_CONNECTIONS} connections at once)"}
+    finally:
+        for c in held:
+            c.close()
+    deadline = time.monotonic() + 10
+    while True:   # the held connections' threads end as they see them closed
+        answer = warm.call({"op": "ping", "key": KEY}, 30)
+        if answer["ok"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert answer["ok"], answer
+
+
+class _FakeServer:
+    """A server that holds the lock and accepts, then crashes (closes), hangs
+    or sends ``reply``."""
+
+    def __init__(self, d: Path, hang: bool, reply: bytes = b"") -> None:
         self.lock = open(d / LOCK_NAME, "w")
         import fcntl
 
@@ -163,7 +376,7 @@ class _FakeServer:
         os.chmod(d / SOCKET_NAME, 0o600)
         self.sock.listen(4)
         self.held: list = []
-        self.hang = hang
+        self.hang, self.reply = hang, reply
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
@@ -173,6 +386,7 @@ class _FakeServer:
             except OSError:
                 return
             conn.recv(1 << 20)
+            conn.sendall(self.reply)
             if self.hang:
                 self.held.append(conn)
             else:
@@ -210,6 +424,23 @@ def test_a_server_that_cannot_answer_falls_back_to_in_process(spark, tmp_path, m
     assert findings["verdict"] == "nagle_delayed_ack"
     assert len(notes) == 1 and "analysing in this process" in notes[0]
     assert ("no answer within 1 s" if hang else "closed the connection") in notes[0]
+
+
+@pytest.mark.parametrize("reply, said", [
+    (b"[]\n", "the analysis server's answer is not a JSON object"),
+    (b"[" * 100_000 + b"\n", "the analysis server's answer is not a JSON object"),
+    (b'{"ok": false, "error": "bad \\u001b]8;;http://x\\u0007line"}\n', "bad \\x1b]8;;http://x\\x07line")],
+    ids=["array", "deep", "escapes in the error"])
+def test_an_answer_that_is_not_a_kdiag_servers_is_refused_in_one_line(tmp_path, monkeypatch, reply, said):
+    d = _private(tmp_path / "srv")
+    fake = _FakeServer(d, False, reply)
+    monkeypatch.setenv("KDIAG_WARM_DIR", str(d))
+    try:
+        with pytest.raises(WarmUnavailable) as e:
+            Server().analyze(tmp_path, {})
+    finally:
+        fake.close()
+    assert str(e.value) == said
 
 
 @pytest.mark.parametrize("how", ["socket owned by nobody", "socket open to others", "directory owned by nobody"])

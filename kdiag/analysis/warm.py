@@ -20,6 +20,13 @@ each way over a Unix socket, with the standard library only.
   ``$TMPDIR/kdiag-warm-UID``): 0700 and owned by the user, the socket 0600
   and owned by the user, or neither is used. The server also checks each
   peer's uid (SO_PEERCRED).
+- A request that is not what a kdiag client sends (not a JSON object, a
+  field of the wrong type, over MAX_REQUEST_BYTES, nested past MAX_DEPTH,
+  not UTF-8, not sent within ``KDIAG_WARM_READ_S``) gets an error answer
+  and the server serves on. Connections are read concurrently, each in a
+  thread of its own, up to MAX_CONNECTIONS at once: a slow or silent one
+  holds only itself. The analyses run one at a time (one Spark session,
+  and the practice is the one thing that runs beside them).
 - One server per directory: it holds an exclusive lock on ``server.lock``
   while it lives, and a client starts one only when that lock is free.
 - It stops by itself after ``KDIAG_WARM_IDLE_S`` (600) seconds without a
@@ -36,7 +43,9 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import math
 import os
+import select
 import socket
 import stat
 import struct
@@ -46,6 +55,8 @@ import threading
 import time
 from pathlib import Path
 
+from kdiag.visible import visible
+
 SOCKET_NAME = "analysis.sock"
 LOCK_NAME = "server.lock"
 LOG_NAME = "server.log"
@@ -54,8 +65,18 @@ IDLE_S = 600.0
 # server's JVM to start (4-7 s on 2 cores, more under load).
 REQUEST_TIMEOUT_S = 120.0
 START_TIMEOUT_S = 60.0
-# A request or an answer larger than this is not from a kdiag peer.
+# An answer larger than this is not from a kdiag server.
 MAX_LINE_BYTES = 64 << 20
+# A kdiag request holds a few paths and the run's meta: kilobytes, or a few
+# hundred of them for a directory of many captures. What a connection can
+# make the server hold is bounded by this, and so is its parse's depth.
+MAX_REQUEST_BYTES = 4 << 20
+MAX_DEPTH = 32
+# A client sends its request as soon as it has connected.
+READ_S = 10.0
+# Connections served at once (read, or waiting for their analysis); the
+# next ones are answered that the server is busy.
+MAX_CONNECTIONS = 32
 
 
 class WarmUnavailable(Exception):
@@ -76,9 +97,10 @@ def warm_dir() -> Path:
 
 def _env_s(name: str, default: float) -> float:
     try:
-        return float(os.environ.get(name, default))
+        value = float(os.environ.get(name, default))
     except ValueError:
         return default
+    return value if 0 < value < math.inf else default
 
 
 def private_dir(path: Path) -> Path:
@@ -161,6 +183,7 @@ class Server:
         self.idle_s = _env_s("KDIAG_WARM_IDLE_S", IDLE_S)
         self.timeout_s = _env_s("KDIAG_WARM_TIMEOUT_S", REQUEST_TIMEOUT_S)
         self.start_timeout_s = _env_s("KDIAG_WARM_START_S", START_TIMEOUT_S)
+        self.read_s = _env_s("KDIAG_WARM_READ_S", READ_S)
         self.key = code_key()
         self.started = False
 
@@ -180,7 +203,7 @@ class Server:
             # server is nobody's child, and holds the lock from the start.
             launcher = subprocess.Popen(
                 [*kdiag.python_m(sys.modules[__name__]), "--dir", str(self.dir), "--idle-s", str(self.idle_s),
-                 "--timeout-s", str(self.timeout_s), "--key", self.key],
+                 "--timeout-s", str(self.timeout_s), "--read-s", str(self.read_s), "--key", self.key],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, cwd="/", start_new_session=True,
                 env=_server_env())
         finally:
@@ -219,17 +242,24 @@ class Server:
             self.start()
             answer = self.call(request, self.timeout_s)
         if not answer.get("ok"):
-            raise WarmUnavailable(answer.get("error") or "the analysis server refused the request")
+            # An analysis's error may quote the captures.
+            raise WarmUnavailable(visible(str(answer.get("error") or "the analysis server refused the request")))
         return answer
 
     def call(self, request: dict, timeout_s: float) -> dict:
+        line = json.dumps(request, default=str).encode() + b"\n"
+        if len(line) > MAX_REQUEST_BYTES:
+            raise WarmUnavailable(f"the request to the analysis server is {len(line)} bytes, over its "
+                                  f"{MAX_REQUEST_BYTES}")
         conn = self._connect()
         try:
             conn.settimeout(timeout_s)
-            conn.sendall(json.dumps(request, default=str).encode() + b"\n")
-            line = _read_line(conn)
+            conn.sendall(line)
+            line = _read_line(conn, MAX_LINE_BYTES)
         except socket.timeout:
             raise WarmUnavailable(f"the analysis server gave no answer within {timeout_s:g} s") from None
+        except _TooLong:
+            raise WarmUnavailable(f"the analysis server's answer is over {MAX_LINE_BYTES} bytes") from None
         except OSError as e:
             raise WarmUnavailable(f"the analysis server dropped the connection ({e.strerror or e})") from None
         finally:
@@ -238,9 +268,12 @@ class Server:
             raise WarmUnavailable("the analysis server closed the connection without an answer (it may have "
                                   f"crashed; see {self.dir / LOG_NAME})")
         try:
-            return json.loads(line)
-        except ValueError:
-            raise WarmUnavailable("the analysis server's answer is not JSON") from None
+            answer = json.loads(line)
+        except (ValueError, RecursionError):
+            answer = None
+        if not isinstance(answer, dict):
+            raise WarmUnavailable("the analysis server's answer is not a JSON object")
+        return answer
 
     def _connect(self) -> socket.socket:
         """A connection, waiting for a server that is starting."""
@@ -291,20 +324,31 @@ def _server_env() -> dict:
     return {**os.environ, "PYTHONPATH": f"{top}{os.pathsep}{path}" if path else top}
 
 
-def _read_line(conn: socket.socket) -> bytes:
-    chunks, size = [], 0
+class _TooLong(ValueError):
+    pass
+
+
+def _read_line(conn: socket.socket, max_bytes: int, deadline: float | None = None) -> bytes:
+    """One line, without its newline; what came before the peer's end when
+    it sent no newline (b"" for nothing). socket.timeout past ``deadline``
+    (time.monotonic), however the bytes trickle in; _TooLong past
+    ``max_bytes``."""
+    line = bytearray()
     while True:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout
+            conn.settimeout(left)
         chunk = conn.recv(1 << 16)
         if not chunk:
-            return b""
+            return bytes(line)
         nl = chunk.find(b"\n")
+        line += chunk if nl < 0 else chunk[:nl]
+        if len(line) > max_bytes:
+            raise _TooLong
         if nl >= 0:
-            chunks.append(chunk[:nl])
-            return b"".join(chunks)
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > MAX_LINE_BYTES:
-            raise OSError("line too long")
+            return bytes(line)
 
 
 def _peer_uid(conn: socket.socket) -> int:
@@ -312,7 +356,7 @@ def _peer_uid(conn: socket.socket) -> int:
     return struct.unpack("3i", creds)[1]
 
 
-def serve(directory: Path, idle_s: float, timeout_s: float, key: str) -> int:
+def serve(directory: Path, idle_s: float, timeout_s: float, key: str, read_s: float = READ_S) -> int:
     """The launcher: takes the lock, forks the server, returns at once."""
     os.umask(0o077)
     private_dir(directory)
@@ -326,12 +370,12 @@ def serve(directory: Path, idle_s: float, timeout_s: float, key: str) -> int:
     os.ftruncate(lock_fd, 0)
     os.write(lock_fd, f"{os.getpid()}\n".encode())
     try:
-        _run(directory, idle_s, timeout_s, key)
+        _run(directory, idle_s, timeout_s, read_s, key)
     finally:
         os._exit(0)
 
 
-def _run(directory: Path, idle_s: float, timeout_s: float, key: str) -> None:
+def _run(directory: Path, idle_s: float, timeout_s: float, read_s: float, key: str) -> None:
     from kdiag.analysis.practice import Practice
     from kdiag.analysis.spark import session
 
@@ -350,7 +394,7 @@ def _run(directory: Path, idle_s: float, timeout_s: float, key: str) -> None:
     practice = Practice(spark, directory)
     practice.clear()   # we hold the lock: these are a dead server's
     try:
-        _loop(spark, listener, idle_s, timeout_s, key, practice)
+        _Serving(spark, idle_s, timeout_s, read_s, key, practice).loop(listener)
     finally:
         practice.close()
         listener.close()
@@ -358,39 +402,194 @@ def _run(directory: Path, idle_s: float, timeout_s: float, key: str) -> None:
         spark.stop()
 
 
-def _loop(spark, listener: socket.socket, idle_s: float, timeout_s: float, key: str, practice) -> None:
-    while True:
-        listener.settimeout(idle_s)
+class _BadRequest(Exception):
+    """The request is not one a kdiag client sends; the message says how, in one line."""
+
+
+class _Serving:
+    """The server's loop: accepts on the main thread, serves each connection
+    on a thread of its own; the analyses (and the practice's bookkeeping)
+    under one lock."""
+
+    def __init__(self, spark, idle_s: float, timeout_s: float, read_s: float, key: str, practice) -> None:
+        self.spark, self.idle_s, self.timeout_s, self.read_s, self.key = spark, idle_s, timeout_s, read_s, key
+        self.practice = practice
+        self.analysing = threading.Lock()
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.stopping = threading.Event()
+        self.state = threading.Lock()
+        self.waiting = 0   # analyses asked for and not yet answered
+        self.last = time.monotonic()
+        self._wake_r, self._wake_w = socket.socketpair()
+
+    def loop(self, listener: socket.socket) -> None:
+        try:
+            while not self.stopping.is_set():
+                with self.state:
+                    quiet_s = self.idle_s if self.waiting else self.last + self.idle_s - time.monotonic()
+                if quiet_s <= 0:
+                    return   # idle
+                ready = select.select([listener, self._wake_r], [], [], quiet_s)[0]
+                if listener in ready:
+                    self._accept(listener)
+            # The analysis under way, if any, answers before the session stops.
+            self.analysing.acquire(timeout=self.timeout_s)
+        finally:
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _accept(self, listener: socket.socket) -> None:
         try:
             conn, _ = listener.accept()
-        except socket.timeout:
-            return   # idle
-        with conn:
-            if _peer_uid(conn) != os.geteuid():
-                continue
-            conn.settimeout(10)
+        except OSError as e:
+            _log(f"cannot accept a connection: {e}")
+            time.sleep(0.1)   # out of descriptors: let connections end
+            return
+        if not self.slots.acquire(blocking=False):
+            with conn:
+                _answer(conn, {"ok": False, "error": f"the analysis server is busy ({MAX_CONNECTIONS} "
+                                                     "connections at once)"}, 1.0)
+            return
+        try:
+            threading.Thread(target=self._connection, args=(conn,), daemon=True, name="kdiag-warm-conn").start()
+        except RuntimeError as e:   # no thread to be had
+            _log(f"cannot serve a connection: {e}")
+            conn.close()
+            self.slots.release()
+
+    def _stop(self) -> None:
+        self.stopping.set()
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+
+    def _connection(self, conn: socket.socket) -> None:
+        try:
+            with conn:
+                if _peer_uid(conn) != os.geteuid():
+                    return
+                try:
+                    request = _request(_read_line(conn, MAX_REQUEST_BYTES, time.monotonic() + self.read_s))
+                except socket.timeout:
+                    _answer(conn, {"ok": False, "error": f"no request within {self.read_s:g} s"}, self.read_s)
+                    return
+                except _TooLong:
+                    _answer(conn, {"ok": False, "error": f"the request is over {MAX_REQUEST_BYTES} bytes"},
+                            self.read_s)
+                    return
+                except _BadRequest as e:
+                    _answer(conn, {"ok": False, "error": f"bad request: {e}"}, self.read_s)
+                    return
+                self._serve(conn, request)
+        except Exception as e:  # noqa: BLE001 - one connection's failure is not the server's
+            _log(f"a connection failed: {type(e).__name__}: {e}")
+        finally:
+            self.slots.release()
+
+    def _serve(self, conn: socket.socket, request: dict) -> None:
+        op = request["op"]
+        if op == "stop":
+            _answer(conn, {"ok": True}, self.read_s)
+            self._stop()
+            return
+        if request["key"] != self.key:
+            _answer(conn, {"ok": False, "stale": True, "error": "the analysis server runs other code"}, self.read_s)
+            self._stop()
+            return
+        with self.state:
+            self.last = time.monotonic()
+        if op == "ping":
+            practice = self.practice
+            _answer(conn, {"ok": True, "pid": os.getpid(), "practising": practice.practising(),
+                           "practice": {"left": max(0, practice.left), "ran": practice.ran,
+                                        "interrupted": practice.interrupted}}, self.read_s)
+            return
+        with self.state:
+            self.waiting += 1
+        try:
+            while not self.analysing.acquire(timeout=0.2):
+                if self.stopping.is_set():
+                    _answer(conn, {"ok": False, "error": "the analysis server is stopping"}, self.read_s)
+                    return
             try:
-                request = json.loads(_read_line(conn) or b"{}")
-            except (OSError, ValueError):
-                continue
-            op = request.get("op")
-            if op == "stop":
-                _answer(conn, {"ok": True})
-                return
-            if request.get("key") != key:
-                _answer(conn, {"ok": False, "stale": True, "error": "the analysis server runs other code"})
-                return
-            if op == "ping":
-                _answer(conn, {"ok": True, "pid": os.getpid(), "practising": practice.practising(),
-                               "practice": {"left": max(0, practice.left), "ran": practice.ran,
-                                            "interrupted": practice.interrupted}})
-            elif op == "analyze":
-                practice.give_way()
-                answer = _analyze(spark, request, timeout_s)
+                if self.stopping.is_set():
+                    _answer(conn, {"ok": False, "error": "the analysis server is stopping"}, self.read_s)
+                    return
+                self.practice.give_way()
+                answer = _analyze(self.spark, request, self.timeout_s)
                 # Kept before the answer: the client removes the tables then.
-                copy = practice.keep(Path(request["tables"])) if answer.get("ok") else None
-                _answer(conn, answer)
-                practice.begin(copy, request.get("meta") or {})
+                copy = self.practice.keep(Path(request["tables"])) if answer.get("ok") else None
+                _answer(conn, answer, self.read_s)
+                self.practice.begin(copy, request["meta"])
+            finally:
+                self.analysing.release()
+        finally:
+            with self.state:
+                self.waiting -= 1
+                self.last = time.monotonic()
+
+
+_JSON_TYPES = {list: "array", str: "string", int: "number", float: "number", bool: "true or false",
+               type(None): "null"}
+# Each op's fields beyond op and key: (name, types, required).
+_FIELDS = {
+    "stop": (),
+    "ping": (),
+    "analyze": (("tables", str, True), ("meta", dict, False), ("raw", (list, type(None)), False),
+                ("base", (str, type(None)), False)),
+}
+
+
+def _request(line: bytes) -> dict:
+    """The request on ``line``, checked field by field; _BadRequest if it
+    is not one a kdiag client sends."""
+    try:
+        request = json.loads(line)
+    except UnicodeDecodeError:
+        raise _BadRequest("not UTF-8") from None
+    except ValueError as e:
+        raise _BadRequest(f"not JSON ({e})") from None
+    except RecursionError:
+        request = None
+        deep = True
+    else:
+        deep = _deeper(request, MAX_DEPTH)
+    if deep:
+        # Python's json recurses, and so would printing what the analysis keeps of it.
+        raise _BadRequest(f"nested deeper than {MAX_DEPTH}")
+    if not isinstance(request, dict):
+        raise _BadRequest(f"JSON {_JSON_TYPES.get(type(request), 'value')}, not an object")
+    op = request.get("op")
+    if not isinstance(op, str) or op not in _FIELDS:
+        raise _BadRequest(f"op is not one of {', '.join(_FIELDS)}")
+    if op != "stop" and not isinstance(request.get("key"), str):
+        raise _BadRequest("key is not a string")
+    for name, types, required in _FIELDS[op]:
+        if name not in request and not required:
+            continue
+        if not isinstance(request.get(name), types):
+            raise _BadRequest(f"{name} is {'missing' if name not in request else 'of the wrong type'}")
+    if op == "analyze":
+        request.setdefault("meta", {})
+        raw = request.get("raw") or []
+        if not all(isinstance(p, str) for p in raw):
+            raise _BadRequest("raw holds a path that is not a string")
+        for p in [request["tables"], *raw, *([request["base"]] if request.get("base") is not None else [])]:
+            if "\0" in p or not os.path.isabs(p):
+                raise _BadRequest("a path is not absolute or holds a NUL")
+    return request
+
+
+def _deeper(value, limit: int) -> bool:
+    """Whether ``value`` nests more than ``limit`` deep, looked at level by
+    level: json's own parser and printer recurse."""
+    level = [value]
+    for _ in range(limit):
+        level = [v for c in level if isinstance(c, (dict, list)) for v in (c.values() if isinstance(c, dict) else c)]
+        if not level:
+            return False
+    return any(isinstance(c, (dict, list)) for c in level)
 
 
 def _analyze(spark, request: dict, timeout_s: float) -> dict:
@@ -420,11 +619,16 @@ def _analyze(spark, request: dict, timeout_s: float) -> dict:
         hung.cancel()
 
 
-def _answer(conn: socket.socket, answer: dict) -> None:
+def _answer(conn: socket.socket, answer: dict, timeout_s: float) -> None:
     try:
+        conn.settimeout(timeout_s)
         conn.sendall(json.dumps(answer, default=str).encode() + b"\n")
     except OSError:
-        pass   # the client gave up; it analyses in-process
+        pass   # the client gave up or does not read; it analyses in-process
+
+
+def _log(msg: str) -> None:
+    print(f"kdiag: warm server: {msg}".splitlines()[0], file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -434,10 +638,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--idle-s", type=float, default=IDLE_S)
     ap.add_argument("--timeout-s", type=float, default=REQUEST_TIMEOUT_S)
+    ap.add_argument("--read-s", type=float, default=READ_S)
     ap.add_argument("--key", default=None)
     a = ap.parse_args(argv)
     try:
-        return serve(a.dir or warm_dir(), a.idle_s, a.timeout_s, a.key or code_key())
+        return serve(a.dir or warm_dir(), a.idle_s, a.timeout_s, a.key or code_key(), a.read_s)
     except WarmUnavailable as e:
         print(f"kdiag: {e}", file=sys.stderr)
         return 1
