@@ -165,5 +165,5 @@ def test_planted_secrets_are_in_no_member(the_lab, planted, spark, tmp_path, mon
     if tracer == "strace":
         raw = next(b for n, bs in texts.items() if n.startswith("raw/strace/") for b in bs[:1])
         # the file reads stay, with their sizes: nothing silently vanishes
-        for f in (planted["pem"], planted["der"], planted["registry"]):
+        for f in (planted["pem"], planted["der"], planted["registry"], PRODUCER):
             assert re.search(rb"read\(\d+<" + re.escape(str(f).encode()) + rb">, \S+, \d+\) = \d+", raw), f

@@ -1,12 +1,12 @@
-"""A producer that holds its secrets as real ones do: on its command line,
-in a registry client's config file, in key files it reads, and as a literal
-in its own source (which the interpreter reads). It produces to the lab
-broker for a moment with librdkafka's debug log on stderr.
-
-    python planted_secrets.py --bootstrap sasl_ssl://USER:PASS@HOST:PORT --ca CA --pw X --sasl-pass Y
-        --registry-config FILE --pem FILE --der FILE [--say TEXT] [--seconds S]
-"""
-SASL_PASSWORD_LITERAL = "Pl4ntedSourceLiteral"   # kept in the first bytes of the file: strace -s 256 shows them
+"""A producer holding its secrets as real ones do (tests/test_planted_secrets.py)."""
+SASL = {}
+SASL["sasl.password"] = "Pl4ntedSourceLiteral"   # in the first bytes of the file: strace -s 256 shows them
+# On its command line, in a registry client's config file, in key files it
+# reads, and as that literal in its own source (which the interpreter reads).
+# It produces to the lab broker for a moment, librdkafka's debug log on stderr.
+#
+#   python planted_secrets.py --bootstrap sasl_ssl://USER:PASS@HOST:PORT --ca CA --pw X --sasl-pass Y
+#       --registry-config FILE --pem FILE --der FILE [--say TEXT] [--seconds S]
 import argparse
 import sys
 import time
