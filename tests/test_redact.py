@@ -197,3 +197,17 @@ def test_short_name_of_a_pseudonymised_host(tmp_path):
         assert ps.hostname("kafka-prod-7.corp.example.com") in out
     finally:
         ps.close()
+
+
+def test_sealing_drops_what_an_older_capture_kept(tmp_path):
+    """A capture kdiag died before cleaning (or an older kdiag's) loses its
+    file buffers when sealed; the count says how many the bundle holds dropped."""
+    from kdiag.bundle.redact import scrub_tree_patterns
+
+    raw = tmp_path / "raw" / "strace"
+    raw.mkdir(parents=True)
+    (raw / "strace.txt").write_bytes(b'7 1.0 read(3</k/registry.properties>, "url=https://u:SrPw@h\\n", 99) = 21\n'
+                                     b'7 1.1 read(3</k/client.der>, "0\\201\\207\\2\\1\\0000\\23", 4096) = 138\n')
+    counts = scrub_tree_patterns(tmp_path / "raw")
+    assert counts == {"file_buffer": 2}
+    assert b"SrPw" not in (raw / "strace.txt").read_bytes() and b"\\201" not in (raw / "strace.txt").read_bytes()
