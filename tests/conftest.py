@@ -126,6 +126,15 @@ def unescaped(data: bytes) -> bytes:
     return _ESCAPE.sub(one, data)
 
 
+def _json_strings(v) -> list[str]:
+    """Every key and scalar of a JSON value, as the text it stands for."""
+    if isinstance(v, dict):
+        return [s for k, x in v.items() for s in (k, *_json_strings(x))]
+    if isinstance(v, list):
+        return [s for x in v for s in _json_strings(x)]
+    return [] if v is None else [str(v)]
+
+
 def _decoded(name: str, data: bytes) -> dict[str, bytes]:
     """The forms of one member a reader could see a secret in: gunzipped,
     Parquet columns as text, JSON and HTML unescaped, and each of those with
@@ -146,8 +155,14 @@ def _decoded(name: str, data: bytes) -> dict[str, bytes]:
         out[f"{name} (decoded)"] = b"\n".join(
             v if isinstance(v, bytes) else str(v).encode("utf-8", "surrogatepass")
             for c in t.columns for v in c.to_pylist() if v is not None)
-    elif name.endswith(".json"):
-        out[f"{name} (unescaped)"] = json.dumps(json.loads(data), ensure_ascii=False).encode("utf-8", "surrogatepass")
+    elif name.endswith((".json", ".jsonl")):
+        docs = []
+        for line in data.splitlines() if name.endswith(".jsonl") else [data]:
+            try:
+                docs += _json_strings(json.loads(line))
+            except ValueError:      # a line a killed writer cut: searched as stored
+                pass
+        out[f"{name} (unescaped)"] = b"\n".join(s.encode("utf-8", "surrogatepass") for s in docs)
     elif name.endswith((".html", ".htm")):
         out[f"{name} (unescaped)"] = html.unescape(data.decode("utf-8", "replace")).encode()
     return {**out, **{f"{k} (escapes decoded)": unescaped(v) for k, v in out.items()}}
