@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, ClassVar
 
+from kdiag.bundle import redact
+
 
 @dataclass(frozen=True)
 class Requirement:
@@ -41,7 +43,8 @@ class CollectorStatus:
     ended_us: int | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        # The command holds the producer's command line, and its secrets.
+        return {**asdict(self), "command": None if self.command is None else redact.argv(self.command)}
 
 
 def unmet(requirements: tuple[Requirement, ...]) -> str | None:

@@ -110,7 +110,9 @@ def record_lines(buf: bytes):
         if kind in (KIND_E, KIND_G):
             yield f"{'E' if kind == KIND_E else 'G'}\t{tid}\t{ts}\t{ret}"
         elif kind == KIND_D:
-            yield f"D\t{head}\t{_s64(a0)}\t{count}\t{_escape(data[:STRSIZE])}"
+            # Only the log's bytes are kept: what went to stdout or stderr.
+            fd = _s64(a0)
+            yield f"D\t{head}\t{fd}\t{count}\t{_escape(data[:STRSIZE]) if fd in (1, 2) else ''}"
         elif kind == KIND_P:
             timeout = _s32(a2) if code == 11 else _s64(a2)
             ents = []

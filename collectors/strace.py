@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from kdiag.bundle import redact
 from kdiag.collectors.base import (
     COMMAND, MODES, PROBE, Collector, CollectorStatus, Requirement, cpu_s, dies_with_parent, proc_status_field,
     settle, tool_version, unmet,
@@ -165,6 +166,7 @@ class Strace(Collector):
             return
         if self.proc is not None:
             self._detach()
+            self._drop_buffers()
         st = self.record
         if st is None:      # another tracer ran
             return
@@ -172,6 +174,15 @@ class Strace(Collector):
         if st.state == "pending":
             st.state = "partial" if interrupted else "ok"
         st.bytes = self.out_path.stat().st_size if self.out_path.exists() else 0
+
+    def _drop_buffers(self) -> None:
+        """strace shows every read's and write's first bytes; what the
+        producer read from its files (keys, configs, its own source) is not
+        kept past the capture. Sealing drops them again, for a capture
+        kdiag did not live to finish and for kdiag's probe, whose strace
+        may still be writing when this runs."""
+        if self.out_path.is_file():
+            redact.drop_buffers_file(self.out_path, {})
 
     def inputs(self) -> list[Path]:
         return [self.out_path] if self.record is not None and self.out_path.exists() else []

@@ -1,4 +1,5 @@
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -108,20 +109,74 @@ def state_dir(tmp_path, tools):
     lab.down(d)
 
 
-def bundle_bytes(bundle: Path, tmp_path: Path) -> dict[str, bytes]:
-    """Every member of a bundle, and every column of its tables decoded: what
-    a grep for a secret or a name must search."""
-    import tarfile
+_ESCAPE = re.compile(rb'\\(x[0-9a-fA-F]{2}|[0-7]{1,3}|[nrtvfab"\\])')
+_SIMPLE_ESCAPES = {b"n": b"\n", b"r": b"\r", b"t": b"\t", b"v": b"\v", b"f": b"\f", b"a": b"\a", b"b": b"\b",
+                   b'"': b'"', b"\\": b"\\"}
+
+
+def unescaped(data: bytes) -> bytes:
+    """strace's C escapes (octal, \\x, -xx) and bpftrace's \\xNN as the bytes they stand for."""
+    def one(m):
+        e = m.group(1)
+        if e[:1] == b"x":
+            return bytes([int(e[1:], 16)])
+        if e[:1].isdigit():
+            return bytes([int(e, 8) & 0xFF])
+        return _SIMPLE_ESCAPES[e]
+    return _ESCAPE.sub(one, data)
+
+
+def _json_strings(v) -> list[str]:
+    """Every key and scalar of a JSON value, as the text it stands for."""
+    if isinstance(v, dict):
+        return [s for k, x in v.items() for s in (k, *_json_strings(x))]
+    if isinstance(v, list):
+        return [s for x in v for s in _json_strings(x)]
+    return [] if v is None else [str(v)]
+
+
+def _decoded(name: str, data: bytes) -> dict[str, bytes]:
+    """The forms of one member a reader could see a secret in: gunzipped,
+    Parquet columns as text, JSON and HTML unescaped, and each of those with
+    strace's escapes decoded."""
+    import gzip
+    import html
+    import io
+    import json
 
     import pyarrow.parquet as pq
 
-    members = {}
+    out = {name: data}
+    if name.endswith(".gz"):
+        name, data = name[:-3], gzip.decompress(data)
+        out[f"{name} (gunzipped)"] = data
+    if name.endswith(".parquet"):
+        t = pq.read_table(io.BytesIO(data))
+        out[f"{name} (decoded)"] = b"\n".join(
+            v if isinstance(v, bytes) else str(v).encode("utf-8", "surrogatepass")
+            for c in t.columns for v in c.to_pylist() if v is not None)
+    elif name.endswith((".json", ".jsonl")):
+        docs = []
+        for line in data.splitlines() if name.endswith(".jsonl") else [data]:
+            try:
+                docs += _json_strings(json.loads(line))
+            except ValueError:      # a line a killed writer cut: searched as stored
+                pass
+        out[f"{name} (unescaped)"] = b"\n".join(s.encode("utf-8", "surrogatepass") for s in docs)
+    elif name.endswith((".html", ".htm")):
+        out[f"{name} (unescaped)"] = html.unescape(data.decode("utf-8", "replace")).encode()
+    return {**out, **{f"{k} (escapes decoded)": unescaped(v) for k, v in out.items()}}
+
+
+def bundle_bytes(bundle: Path) -> dict[str, bytes]:
+    """Every member of a bundle, as stored and decoded (``_decoded``), and
+    the archive itself: what a grep for a secret or a name must search."""
+    import gzip
+    import tarfile
+
+    members = {"(archive)": bundle.read_bytes(), "(archive gunzipped)": gzip.decompress(bundle.read_bytes())}
     with tarfile.open(bundle) as tar:
         for m in tar.getmembers():
             if m.isfile():
-                members[m.name] = tar.extractfile(m).read()
-        tar.extractall(tmp_path / "x", filter="data")
-    for p in sorted((tmp_path / "x").rglob("*.parquet")):
-        t = pq.read_table(p)
-        members[f"{p.name} (decoded)"] = "\n".join(repr(t.column(c).to_pylist()) for c in t.column_names).encode()
+                members.update(_decoded(m.name, tar.extractfile(m).read()))
     return members

@@ -85,7 +85,7 @@ def test_trace_names_no_host_in_any_file(tmp_path):
     res = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", *trace],
                          capture_output=True, text=True, cwd=ROOT, timeout=240)
     assert out.exists(), res.stderr
-    members = bundle_bytes(out, tmp_path)
+    members = bundle_bytes(out)
     strace = members["raw/strace/strace.txt"]
     assert b"/etc/hosts" in strace and b"localhost" in strace, "the resolver's read was captured"
     assert b"\\0\\0\\1\\0\\1" in strace, "a DNS query was captured"

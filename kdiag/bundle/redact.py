@@ -15,10 +15,12 @@ The rules (what a secret looks like) come first, as data; the code that
 applies them follows."""
 from __future__ import annotations
 
+import heapq
 import os
 import re
 from pathlib import Path
 
+from kdiag.analysis.per_request import SOCKET_PREFIXES
 from kdiag.bundle import sasl
 
 REDACTED = "[REDACTED]"
@@ -30,6 +32,13 @@ _REDACTED_BYTES = REDACTED.encode()
 # sasl.oauthbearer.config holds the unsecured token's extensions.
 _SECRET_PROPERTY = re.compile(r"(password|passwd|secret|token|jaas|\.key\.pem|private|credential"
                               r"|oauthbearer\.config|api[_.\-]?key)", re.I)
+# The words of an option's or a property's name that say its value is a
+# secret: ``--sasl-pass``, ``--pw``, ``basic.auth.user.info``, ``apiKey``.
+# Whole words, or their starts for the longer ones, so that "keepalive"
+# or "topic" say nothing.
+_SECRET_WORDS = {"pw", "pwd", "key", "keys", "apikey", "cred", "creds", "private", "privatekey", "cookie"}
+_SECRET_WORD_STARTS = ("pass", "secret", "token", "credential", "auth")
+_NAME_WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z0-9]+(?![a-z])")
 # Shorter values would match by chance in binary captures.
 MIN_SECRET_LEN = 4
 
@@ -38,7 +47,8 @@ MIN_SECRET_LEN = 4
 # keyword, never by the key's free prefix: a pattern starting with that
 # backtracks over every start position of a megabyte-long word (quadratic).
 _SECRET_KEYWORD = re.compile(
-    rb"(?i)password|passwd|secret|token|credential|jaas\.config|api[_.\-]?key|private[_.\-]?key")
+    rb"(?i)password|passwd|secret|token|credential|jaas\.config|api[_.\-]?key|private[_.\-]?key"
+    rb"|user[_.\-]?info")
 # After the key: the rest of its name (possessive: no backtracking into
 # it), then '=', ':' or a JSON '": "' (with
 # strace's \" escapes), then the value, quoted or not.
@@ -56,6 +66,9 @@ PATTERNS: dict[str, re.Pattern[bytes]] = {
     # line): a whole line, or a whole strace string, of 40+ base64
     # characters. Nothing kdiag analyses looks like that.
     "base64_blob": re.compile(rb'(?m)(^|(?<=[(,] )")[A-Za-z0-9+/]{40,}={0,2}(?=(?:\\n)?"|\r?$)'),
+    # scheme://user:password@host: the whole userinfo (librdkafka's
+    # schemes have a '_': sasl_ssl://).
+    "url_userinfo": re.compile(rb"""([A-Za-z][A-Za-z0-9+.\-_]{0,31}://)([^\s/?#@"'<>\\]{1,256}+)@"""),
     "jwt": re.compile(rb"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"),
     "bearer": re.compile(rb"(?i)(\b(?:bearer|basic)\s+)([A-Za-z0-9._~+/=\-]{8,})"),
     # sasl.oauthbearer.config=principal=x extension_k=v scope=...: its whole
@@ -73,7 +86,8 @@ _PEM_END = re.compile(rb"-----END [A-Z0-9 ]*PRIVATE KEY-----")
 # MAP_PRIVATE on every mmap().
 _LINE_MAY_HOLD_SECRET = (
     re.compile(rb"passw|secret|token|credential|jaas|api[_.\-]?key|private[ _.\-]?key|eyj|bearer|basic"
-               rb"|oauthbearer"),
+               rb"|oauthbearer|user[_.\-]?info"),
+    re.compile(rb"""://[^\s/?#@"'<>\\]{1,256}+@"""),
     re.compile(rb'["\n][a-z0-9+/]{40}'),
     *sasl.PREFILTERS,
 )
@@ -87,11 +101,120 @@ BLOCK = 8 << 20
 # by a piece's end can then survive.
 MAX_LINE = 64 << 20
 
+# ---------------------------------------------------------------- by kind: what the analysis never reads
+
+# The calls whose string arguments are the bytes read or written (pread64
+# and preadv2 found by their "read"), and their resumptions. Each pattern
+# starts with a literal, which the regex engine finds several times faster
+# than an alternation; the line's head (pid, time) is checked after.
+_BUFFER_CALLS = (re.compile(rb"(read)(?:v2?|64)?\((\d+)"), re.compile(rb"(write)(?:v2?|64)?\((\d+)"),
+                 re.compile(rb"<\.\.\. p?(read|write)(?:v2?|64)? resumed>"))
+_HEAD = re.compile(rb"(?:\[pid +(\d+)\] |(\d+) +)?(?: *\d+\.\d+ |\d\d:\d\d:\d\d(?:\.\d+)? )?(?:\(\+ *\d+\.\d+\) )?")
+_FD_INFO = re.compile(rb"<([^\n]*?)>, ")
+_C_STRING = re.compile(rb'"(?:[^"\\\n]|\\.)*"(?:\.\.\.)?')
+_DROPPED = b'"' + _REDACTED_BYTES + b'"...'
+# The pseudonymiser learns host names from a read of /etc/hosts (and
+# rewrites them): those bytes are read, so they stay.
+_KEPT_FILES = (b"/etc/hosts",)
+# -yy's names of a socket, as the analysis tells a socket's calls apart.
+_SOCKET_INFO = tuple(p.encode() for p in SOCKET_PREFIXES)
+
+
+def _buffer_kept(name: bytes, fd: int, info: bytes | None) -> bool:
+    """What of the bytes a call moved is read afterwards: librdkafka's log
+    lines written to stdout/stderr (the ``data`` column), the first bytes of
+    socket I/O (SASL exchanges, DNS names), and the files the pseudonymiser
+    reads. Not a file's contents, nor what went through a pipe."""
+    if b"write" in name and fd in (1, 2):
+        return True
+    if info is None:
+        return False
+    return info.startswith(_SOCKET_INFO) or (b"read" in name and info in _KEPT_FILES)
+
+
+def _drop_strings(args: bytes) -> tuple[bytes, int, int]:
+    """The arguments with every non-empty string dropped; how many strings
+    were dropped here, and how many are dropped in all (a capture the tracer
+    already cleaned, or a bundle sealed again, holds them dropped)."""
+    spans = [(s.start(), s.end(), s.group() == _DROPPED) for s in _C_STRING.finditer(args)
+             if s.end() - s.start() > 2]
+    new = [(a, b) for a, b, was in spans if not was]
+    if not new:
+        return args, 0, len(spans)
+    out, last = [], 0
+    for a, b in new:
+        out += [args[last:a], _DROPPED]
+        last = b
+    return b"".join(out) + args[last:], len(new), len(spans)
+
+
+def _drop_buffers(buf: bytes, counts: dict[str, int], pending: dict[bytes, bool]) -> tuple[bytes, bool]:
+    """The block with the strings of every read and write whose bytes are
+    not kept replaced; the line stays, with its size and return value.
+    ``pending``: per thread, whether its call left unfinished keeps its
+    bytes (a read's come with its resumption). ``counts["file_buffer"]``
+    counts the strings dropped, now or before."""
+    out, last, total = [], 0, 0
+    for m in heapq.merge(*(rx.finditer(buf) for rx in _BUFFER_CALLS), key=lambda m: m.start()):
+        start = m.start() - (m.start() > 0 and buf[m.start() - 1] == 0x70)      # the p of pread64
+        ls = buf.rfind(b"\n", 0, start) + 1
+        head = _HEAD.fullmatch(buf, ls, start)
+        if head is None:            # inside another call's arguments
+            continue
+        le = buf.find(b"\n", m.end())
+        le = len(buf) if le < 0 else le
+        pid = head.group(1) or head.group(2) or b""
+        args = m.end()
+        if m.lastindex == 1:          # <... read resumed>
+            keep = pending.pop(pid, False)
+        else:
+            info = _FD_INFO.match(buf, m.end(), le)
+            if info is not None:
+                args = info.end()
+            keep = _buffer_kept(m.group(1), int(m.group(2)), info and info.group(1))
+            if buf[args:le].rstrip().endswith(b"<unfinished ...>"):
+                pending[pid] = keep
+        if keep:
+            continue
+        dropped, now, in_all = _drop_strings(buf[args:le])
+        total += in_all
+        if now:
+            out += [buf[last:args], dropped]
+            last = le
+    if total:
+        counts["file_buffer"] = counts.get("file_buffer", 0) + total
+    return (b"".join(out) + buf[last:], True) if out else (buf, False)
+
+
+def drop_buffers_file(path, counts: dict[str, int]) -> int:
+    """``_drop_buffers`` over a capture, streaming; the strings it holds
+    dropped."""
+    from kdiag.ingest.lines import line_blocks
+
+    before = sum(counts.values())
+    tmp = f"{path}.scrub"
+    changed, pending = False, {}
+    with open(path, "rb") as src, open(tmp, "wb") as dst:
+        for buf in line_blocks(src, BLOCK, MAX_LINE):
+            out, c = _drop_buffers(buf, counts, pending)
+            changed |= c
+            dst.write(out)
+    if changed:
+        os.replace(tmp, path)
+    else:
+        os.unlink(tmp)
+    return sum(counts.values()) - before
+
+
 # ---------------------------------------------------------------- by key: configs and argv
 
 
 def is_secret_key(key: str) -> bool:
-    return bool(_SECRET_PROPERTY.search(key))
+    """Whether an option's or a property's value is a secret, by its name."""
+    if _SECRET_PROPERTY.search(key):
+        return True
+    words = [w.lower() for w in _NAME_WORD.findall(key)]
+    return any(w in _SECRET_WORDS or w.startswith(_SECRET_WORD_STARTS) for w in words)
 
 
 def config(cfg: dict) -> dict:
@@ -99,22 +222,25 @@ def config(cfg: dict) -> dict:
 
 
 def argv(args: list[str]) -> list[str]:
-    """``-X sasl.password=s3cret``, ``sasl.password=s3cret`` and
-    ``--password s3cret`` lose the value; so does a secret by pattern inside
-    an argument (a JSON config, a JAAS line, a URL with a token)."""
+    """A command line by its structure: ``--pw s3cret``, ``--sasl-pass=s3cret``,
+    ``-X sasl.password=s3cret`` and ``sasl.password=s3cret`` lose the value
+    (an option whose name says it holds a secret); so does a secret by
+    pattern inside an argument (a URL's userinfo, a JSON config, a JAAS
+    line)."""
     out: list[str] = []
     value_next = False
     for a in args:
         if not isinstance(a, str):
             out.append(a)
             continue
-        if value_next and not a.startswith("-"):
+        # The value, though it starts with '-'; a long option after a flag that takes none stays.
+        if value_next and not a.startswith("--"):
             out.append(REDACTED)
             value_next = False
             continue
         value_next = False
-        if "=" in a:
-            k, _, _v = a.partition("=")
+        k, eq, _v = a.partition("=")
+        if eq and not any(c.isspace() for c in k):
             if is_secret_key(k):
                 a = f"{k}={REDACTED}"
         elif a.startswith("-") and is_secret_key(a):
@@ -137,7 +263,9 @@ def secret_values(cfg: dict) -> list[str]:
     extensions travel on the wire one by one)."""
     values = set()
     for k, v in cfg.items():
-        if not is_secret_key(k):
+        # Not every name is_secret_key takes: a path such as ssl.key.location
+        # is no secret to replace wherever it appears.
+        if not _SECRET_PROPERTY.search(k):
             continue
         values.add(str(v))
         if "oauthbearer.config" in k.lower():
@@ -233,6 +361,7 @@ def scrub_line(line: bytes, counts: dict[str, int]) -> bytes:
         return text
 
     line = sasl.scrub_line(line, counts)
+    line = sub("url_userinfo", lambda m: m.group(1) + _REDACTED_BYTES + b"@", line)
     line = sub("pem_private_key", lambda m: m.group(1) + _REDACTED_BYTES, line)
     line = sub("oauthbearer_config", lambda m: m.group(1) + _REDACTED_BYTES, line)
     line = _key_values(line, counts)
@@ -307,10 +436,11 @@ def scrub_patterns_file(path, counts: dict[str, int]) -> int:
 
 
 def scrub_tree_patterns(root) -> dict[str, int]:
-    """``scrub_patterns_file`` on every text file under ``root``; the
-    replacement counts by pattern."""
+    """``drop_buffers_file`` then ``scrub_patterns_file`` on every text file
+    under ``root``; the replacement counts by pattern."""
     counts: dict[str, int] = {}
     for p in sorted(Path(root).rglob("*")):
         if p.is_file() and not p.is_symlink() and not p.name.endswith(_BINARY_SUFFIXES):
+            drop_buffers_file(p, counts)
             scrub_patterns_file(p, counts)
     return counts

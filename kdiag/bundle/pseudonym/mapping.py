@@ -230,13 +230,21 @@ class PseudonymMap:
             if not isinstance(n, str):
                 continue
             key = n.strip().lower().rstrip(".")
-            if key and _NAME.match(key) and not is_ip(key) and key not in KEPT_HOSTS \
-                    and not key.endswith(".invalid") and any(c.isalpha() for c in key):
+            if _is_host_name(key):
                 self.hosts.add(key)
                 if key.count(".") >= 2:
-                    parent = key.split(".", 1)[1]
+                    short, _, parent = key.partition(".")
                     self.domains.add(parent)
                     self.hosts.add(parent)
+                    # The host by its short name (kafka-prod-7:9093, as
+                    # the resolver's search domain lets a config name it).
+                    if _is_host_name(short):
+                        self.hosts.add(short)
+
+
+def _is_host_name(key: str) -> bool:
+    return bool(key) and bool(_NAME.match(key)) and not is_ip(key) and key not in KEPT_HOSTS \
+        and not key.endswith(".invalid") and any(c.isalpha() for c in key)
 
 
 def _read_map_file(path: Path, keep_loopback: bool | None) -> dict:
