@@ -23,6 +23,7 @@ from kdiag import __version__
 from kdiag.bundle import limits as bundle_limits
 from kdiag.errors import InputError, KdiagError, UsageError
 from kdiag.status import ExitStatus
+from kdiag.visible import VisibleStream, visible, visible_lines
 
 # Set before numpy and pyarrow are first imported (lazily, by the commands).
 # numpy's OpenBLAS starts a thread a core that spins after its import;
@@ -40,13 +41,24 @@ class Environment:
     stdout: TextIO = field(default_factory=lambda: sys.stdout)
     stderr: TextIO = field(default_factory=lambda: sys.stderr)
 
+    def __post_init__(self) -> None:
+        # Whatever a command writes for people shows outside text as data:
+        # kdiag itself writes no escape code to stdout, so none may pass.
+        # stderr stays raw for the progress display's own codes; notes go
+        # through say.
+        if not isinstance(self.stdout, VisibleStream):
+            self.stdout = VisibleStream(self.stdout)
+
     def say(self, msg: str) -> None:
         """Notes for people: stderr, so stdout stays the result; above the
         progress display when one is shown."""
         from kdiag import progress
 
-        if not progress.current().say(f"kdiag: {msg}"):
-            print(f"kdiag: {msg}", file=self.stderr, flush=True)
+        line = visible_lines(f"kdiag: {msg}")
+        if not progress.current().say(line):
+            stream = VisibleStream(self.stderr)
+            stream.write(line + "\n")
+            stream.flush()
 
 
 TRACE_EXAMPLES = """\
@@ -151,12 +163,23 @@ examples:
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse writes its errors to the real stderr itself, quoting the
+    argument it refuses (a file name, anyone's): shown as data too."""
+
+    def _print_message(self, message: str, file=None) -> None:
+        if message:
+            try:
+                VisibleStream(file or sys.stderr).write(message)
+            except (AttributeError, OSError):   # as argparse's own: no stream, nothing to say
+                pass
+
+
 def _parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
-    ap = argparse.ArgumentParser(prog="kdiag", description="Where a Kafka producer's latency goes.",
-                                 epilog=TRACE_EXAMPLES + "\n" + REPLAY_EXAMPLES + "\n" + REPORT_EXAMPLES
-                                 + "\n" + COMPARE_EXAMPLES,
-                                 formatter_class=fmt)
+    ap = _Parser(prog="kdiag", description="Where a Kafka producer's latency goes.",
+                 epilog=TRACE_EXAMPLES + "\n" + REPLAY_EXAMPLES + "\n" + REPORT_EXAMPLES + "\n" + COMPARE_EXAMPLES,
+                 formatter_class=fmt)
     ap.add_argument("--version", action="version", version=f"kdiag {__version__}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -281,7 +304,7 @@ def _props(args) -> dict[str, str]:
     props = read_properties(args.prop_file) if args.prop_file else {}
     for p in args.props:
         if "=" not in p:
-            raise UsageError(f"-X {p}: expected PROP=VALUE")
+            raise UsageError(f"-X {visible(p)}: expected PROP=VALUE")
         k, _, v = p.partition("=")
         props[k.strip()] = v
     return props
