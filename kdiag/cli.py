@@ -485,7 +485,7 @@ def cmd_replay(args, env: Environment) -> ExitStatus:
         from kdiag.report.text import render, render_apart
 
         for i, findings in enumerate(apart, 1):
-            env.stdout.write(f"=== {i} of {len(apart)}: {', '.join(findings['source'])}\n")
+            env.stdout.write(f"=== {i} of {len(apart)}: {', '.join(map(visible, findings['source']))}\n")
             env.stdout.write(render(findings, probe=findings.get("probe")) + "\n")
         env.stdout.write(render_apart(apart))
     # A script reading the status learns that one of them held nothing.
