@@ -518,7 +518,7 @@ def cmd_report(args, env: Environment) -> ExitStatus:
     inputs = _checked_inputs(args, env)
     runs = inputs.apart()
     if len(runs) > 1 and not args.merge:
-        raise UsageError(f"{len(runs)} runs given ({', '.join(str(r[0]) for r in runs)}): a page is one run's; "
+        raise UsageError(f"{len(runs)} runs given ({', '.join(visible(r[0]) for r in runs)}): a page is one run's; "
                          "write one page each, or --merge for one analysis of all their requests")
 
     def page(findings, tables):
@@ -527,21 +527,36 @@ def cmd_report(args, env: Environment) -> ExitStatus:
         return render_html(findings, sockets_of(tables), source=source)
 
     _write_page(args.output, _analysed(inputs, inputs.paths, env, args.no_warm, page))
-    env.stdout.write(f"{args.output}\n")
+    env.stdout.write(f"{visible(args.output)}\n")
     return ExitStatus.OK
 
 
 def _page_path(out: Path | None) -> None:
     """Refused before any work: -o naming a directory."""
     if out is not None and out.is_dir():
-        raise UsageError(f"-o {out}: a directory; give the HTML file to write")
+        raise UsageError(f"-o {visible(out)}: a directory; give the HTML file to write")
 
 
 def _write_page(out: Path, page: str) -> None:
+    """The page whole, or none: written beside ``out`` and renamed over it,
+    so a failure leaves no empty or half-written page. UTF-8, as the page
+    declares, whatever the locale; a name that is not UTF-8 (a lone
+    surrogate from surrogateescape) is written as the escape ``visible``
+    shows for it, never raising UnicodeEncodeError."""
+    import tempfile
+
+    data = re.sub("[\ud800-\udfff]", lambda m: visible(m.group()), page).encode("utf-8")
+    tmp = None
     try:
-        out.write_text(page)
+        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".part")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, out)
     except OSError as e:
-        raise KdiagError(f"cannot write {out}: {e.strerror or e}") from None
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise KdiagError(f"cannot write {visible(out)}: {e.strerror or e}") from None
 
 
 def cmd_compare(args, env: Environment) -> ExitStatus:
@@ -559,7 +574,7 @@ def cmd_compare(args, env: Environment) -> ExitStatus:
         from kdiag.report.compare_page import render_compare_html
 
         _write_page(args.output, render_compare_html(result))
-        env.say(f"wrote {args.output}")
+        env.say(f"wrote {visible(args.output)}")
     env.stdout.write(json.dumps(result, default=str) + "\n" if args.json else render_text(result))
     return ExitStatus.OK
 
@@ -617,15 +632,15 @@ def _checked_inputs(args, env: Environment) -> _Inputs:
         checked = [bundle.verify(p, limits) for p in bundles]
     for v in checked:
         if v.unsealed:
-            env.say(f"warning: {v.path} is unsealed (kdiag was stopped before it finished); its captures are "
+            env.say(f"warning: {visible(v.path)} is unsealed (kdiag was stopped before it finished); its captures are "
                     "read as they are, unchecked")
     failed = [v for v in checked if not v.ok and not v.unsealed]
     if failed and not args.no_verify:
         raise InputError("\n".join(
-            f"{v.path}: failed verification, not replaying it (--no-verify replays it anyway):\n"
+            f"{visible(v.path)}: failed verification, not replaying it (--no-verify replays it anyway):\n"
             + "\n".join(f"  {pr}" for pr in v.problems) for v in failed))
     for v in failed:
-        env.say(f"warning: {v.path} failed verification, replaying it anyway: "
+        env.say(f"warning: {visible(v.path)} failed verification, replaying it anyway: "
                 + "; ".join(map(str, v.problems)))
     return _Inputs(paths, bundles, limits)
 
@@ -694,7 +709,7 @@ def cmd_bundle(args, env: Environment) -> ExitStatus:
 
     for p in args.paths:
         if not p.exists():
-            raise UsageError(f"{p}: no such file or directory")
+            raise UsageError(f"{visible(p)}: no such file or directory")
     limits = bundle.Limits.resolve(args)
     if args.action == "seal":
         from kdiag.capture.trace import seal
@@ -706,7 +721,7 @@ def cmd_bundle(args, env: Environment) -> ExitStatus:
                 bundle.refuse_links(p, limits)
                 bundle.manifest(p, limits)
             out = seal(p, log=env.say)
-            env.stdout.write(f"{out}\n")
+            env.stdout.write(f"{visible(out)}\n")
         return ExitStatus.OK
     results = [bundle.verify(p, limits) for p in args.paths]
     if args.json:
@@ -726,15 +741,15 @@ def cmd_parse(args, env: Environment) -> ExitStatus:
     try:
         parsed = parse_paths(list(args.paths), args.output)
     except OSError as e:
-        raise KdiagError(f"cannot write the tables to {args.output}: {reason(e)} "
+        raise KdiagError(f"cannot write the tables to {visible(args.output)}: {reason(e)} "
                          "(give -o a directory with room that kdiag may write)") from None
     for f in parsed.files:
         c = f.get("counts") or {}
-        env.stdout.write(f"{f['path']}: {f['kind'] or 'not recognised'}; lines {c.get('lines', 0)}, "
+        env.stdout.write(f"{visible(f['path'])}: {f['kind'] or 'not recognised'}; lines {c.get('lines', 0)}, "
                          f"parsed {c.get('parsed', 0)}, skipped {c.get('skipped_total', 0)}"
                          + (f" ({f['error']})" if f.get("error") else "") + "\n")
     for name, path in sorted(parsed.paths.items()):
-        env.stdout.write(f"{path}: {parsed.rows[name]} rows\n")
+        env.stdout.write(f"{visible(path)}: {parsed.rows[name]} rows\n")
     written = parsed.paths
     return ExitStatus.OK if written else ExitStatus.NO_DATA
 
