@@ -313,19 +313,39 @@ def _props(args) -> dict[str, str]:
 def input_path(text: str) -> Path:
     """An input on this machine: a path, or a file:// URI of one. Another
     URI is refused whole; as a Path, "s3a://b/x" would be "s3a:/b/x", a
-    file that is not there."""
+    file that is not there. So is a URI that names no file for certain:
+    a query or fragment (a "?" or "#" in a name is %3F or %23), a "%" that
+    starts no escape, a NUL byte (no path holds one)."""
     import urllib.parse
 
+    def refused(why: str) -> argparse.ArgumentTypeError:
+        return argparse.ArgumentTypeError(f"{visible(text)}: {why}")
+
+    if "\0" in text:
+        raise refused("a NUL byte; no path holds one")
     m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]+)://", text)
     if not m:
         return Path(text)
-    u = urllib.parse.urlparse(text)
-    if m.group(1).lower() == "file" and u.netloc in ("", "localhost"):
-        return Path(urllib.parse.unquote(u.path))
-    where = f"host {u.netloc}" if m.group(1).lower() == "file" else f"{m.group(1)}://"
-    raise argparse.ArgumentTypeError(
-        f"{text}: not on this machine ({where}); this command reads files here (a path, or file:///path): "
-        "copy it here first")
+    elsewhere = "this command reads files here (a path, or file:///path): copy it here first"
+    if m.group(1).lower() != "file":
+        raise refused(f"not on this machine ({visible(m.group(1))}://); {elsewhere}")
+    try:
+        u = urllib.parse.urlsplit(text)
+    except ValueError as e:   # "Invalid IPv6 URL": a "[" in the host
+        raise refused(f"not a URI kdiag can read ({e})") from None
+    if u.netloc not in ("", "localhost"):
+        raise refused(f"not on this machine (host {visible(u.netloc)}); {elsewhere}")
+    if u.query or u.fragment or text.endswith(("?", "#")):
+        raise refused("a file URI names a file only, with no query or fragment (write ? and # in a name "
+                      "as %3F and %23)")
+    if re.search(r"%(?![0-9A-Fa-f]{2})", u.path):
+        raise refused("a % that starts no %XX escape (write % in a name as %25)")
+    raw = urllib.parse.unquote_to_bytes(u.path)
+    if b"\0" in raw:
+        raise refused("a NUL byte (%00); no path holds one")
+    # The bytes the escapes give, as this system names files (a name that
+    # is not UTF-8 keeps its bytes, as a name given as a path does).
+    return Path(os.fsdecode(raw))
 
 
 def _emit(env: Environment, findings: dict, as_json: bool, bundle: str | None = None) -> ExitStatus:
