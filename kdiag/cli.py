@@ -36,6 +36,19 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 
+class _Results(VisibleStream):
+    """stdout: the results, shown as data. The first of them takes the
+    progress display off stderr's terminal, which is the same screen: a
+    bar redrawn after them glued itself to their first line, and its
+    clearing at the end erased the lines above the cursor, theirs."""
+
+    def write(self, text) -> int:
+        from kdiag import progress
+
+        progress.current().stop()
+        return super().write(text)
+
+
 @dataclass
 class Environment:
     stdout: TextIO = field(default_factory=lambda: sys.stdout)
@@ -46,8 +59,8 @@ class Environment:
         # kdiag itself writes no escape code to stdout, so none may pass.
         # stderr stays raw for the progress display's own codes; notes go
         # through say.
-        if not isinstance(self.stdout, VisibleStream):
-            self.stdout = VisibleStream(self.stdout)
+        if not isinstance(self.stdout, _Results):
+            self.stdout = _Results(self.stdout)
 
     def say(self, msg: str) -> None:
         """Notes for people: stderr, so stdout stays the result; above the

@@ -34,6 +34,9 @@ class Progress:
         """Print ``line`` above the display; False when there is none."""
         return False
 
+    def stop(self) -> None:
+        """Take the display off the terminal for good (the results follow)."""
+
 
 class _RichStage(Stage):
     def __init__(self, bar, task) -> None:
@@ -81,6 +84,9 @@ class _RichProgress(Progress):
     def say(self, line: str) -> bool:
         self.console.print(visible_lines(line), markup=False, highlight=False, soft_wrap=True)
         return True
+
+    def stop(self) -> None:
+        self._bar.stop()   # again at __exit__: rich stops once
 
 
 _CURRENT: contextvars.ContextVar[Progress] = contextvars.ContextVar("kdiag_progress", default=Progress())
