@@ -23,6 +23,7 @@ from kdiag import __version__
 from kdiag.bundle import limits as bundle_limits
 from kdiag.errors import InputError, KdiagError, UsageError
 from kdiag.status import ExitStatus
+from kdiag.visible import VisibleStream, visible, visible_lines
 
 # Set before numpy and pyarrow are first imported (lazily, by the commands).
 # numpy's OpenBLAS starts a thread a core that spins after its import;
@@ -35,18 +36,42 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 
+class _Results(VisibleStream):
+    """stdout: the results, shown as data. The first of them takes the
+    progress display off stderr's terminal, which is the same screen: a
+    bar redrawn after them glued itself to their first line, and its
+    clearing at the end erased the lines above the cursor, theirs."""
+
+    def write(self, text) -> int:
+        from kdiag import progress
+
+        progress.current().stop()
+        return super().write(text)
+
+
 @dataclass
 class Environment:
     stdout: TextIO = field(default_factory=lambda: sys.stdout)
     stderr: TextIO = field(default_factory=lambda: sys.stderr)
+
+    def __post_init__(self) -> None:
+        # Whatever a command writes for people shows outside text as data:
+        # kdiag itself writes no escape code to stdout, so none may pass.
+        # stderr stays raw for the progress display's own codes; notes go
+        # through say.
+        if not isinstance(self.stdout, _Results):
+            self.stdout = _Results(self.stdout)
 
     def say(self, msg: str) -> None:
         """Notes for people: stderr, so stdout stays the result; above the
         progress display when one is shown."""
         from kdiag import progress
 
-        if not progress.current().say(f"kdiag: {msg}"):
-            print(f"kdiag: {msg}", file=self.stderr, flush=True)
+        line = visible_lines(f"kdiag: {msg}")
+        if not progress.current().say(line):
+            stream = VisibleStream(self.stderr)
+            stream.write(line + "\n")
+            stream.flush()
 
 
 TRACE_EXAMPLES = """\
@@ -151,12 +176,23 @@ examples:
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse writes its errors to the real stderr itself, quoting the
+    argument it refuses (a file name, anyone's): shown as data too."""
+
+    def _print_message(self, message: str, file=None) -> None:
+        if message:
+            try:
+                VisibleStream(file or sys.stderr).write(message)
+            except (AttributeError, OSError):   # as argparse's own: no stream, nothing to say
+                pass
+
+
 def _parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
-    ap = argparse.ArgumentParser(prog="kdiag", description="Where a Kafka producer's latency goes.",
-                                 epilog=TRACE_EXAMPLES + "\n" + REPLAY_EXAMPLES + "\n" + REPORT_EXAMPLES
-                                 + "\n" + COMPARE_EXAMPLES,
-                                 formatter_class=fmt)
+    ap = _Parser(prog="kdiag", description="Where a Kafka producer's latency goes.",
+                 epilog=TRACE_EXAMPLES + "\n" + REPLAY_EXAMPLES + "\n" + REPORT_EXAMPLES + "\n" + COMPARE_EXAMPLES,
+                 formatter_class=fmt)
     ap.add_argument("--version", action="version", version=f"kdiag {__version__}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -281,7 +317,7 @@ def _props(args) -> dict[str, str]:
     props = read_properties(args.prop_file) if args.prop_file else {}
     for p in args.props:
         if "=" not in p:
-            raise UsageError(f"-X {p}: expected PROP=VALUE")
+            raise UsageError(f"-X {visible(p)}: expected PROP=VALUE")
         k, _, v = p.partition("=")
         props[k.strip()] = v
     return props
@@ -290,19 +326,39 @@ def _props(args) -> dict[str, str]:
 def input_path(text: str) -> Path:
     """An input on this machine: a path, or a file:// URI of one. Another
     URI is refused whole; as a Path, "s3a://b/x" would be "s3a:/b/x", a
-    file that is not there."""
+    file that is not there. So is a URI that names no file for certain:
+    a query or fragment (a "?" or "#" in a name is %3F or %23), a "%" that
+    starts no escape, a NUL byte (no path holds one)."""
     import urllib.parse
 
+    def refused(why: str) -> argparse.ArgumentTypeError:
+        return argparse.ArgumentTypeError(f"{visible(text)}: {why}")
+
+    if "\0" in text:
+        raise refused("a NUL byte; no path holds one")
     m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]+)://", text)
     if not m:
         return Path(text)
-    u = urllib.parse.urlparse(text)
-    if m.group(1).lower() == "file" and u.netloc in ("", "localhost"):
-        return Path(urllib.parse.unquote(u.path))
-    where = f"host {u.netloc}" if m.group(1).lower() == "file" else f"{m.group(1)}://"
-    raise argparse.ArgumentTypeError(
-        f"{text}: not on this machine ({where}); this command reads files here (a path, or file:///path): "
-        "copy it here first")
+    elsewhere = "this command reads files here (a path, or file:///path): copy it here first"
+    if m.group(1).lower() != "file":
+        raise refused(f"not on this machine ({visible(m.group(1))}://); {elsewhere}")
+    try:
+        u = urllib.parse.urlsplit(text)
+    except ValueError as e:   # "Invalid IPv6 URL": a "[" in the host
+        raise refused(f"not a URI kdiag can read ({e})") from None
+    if u.netloc not in ("", "localhost"):
+        raise refused(f"not on this machine (host {visible(u.netloc)}); {elsewhere}")
+    if u.query or u.fragment or text.endswith(("?", "#")):
+        raise refused("a file URI names a file only, with no query or fragment (write ? and # in a name "
+                      "as %3F and %23)")
+    if re.search(r"%(?![0-9A-Fa-f]{2})", u.path):
+        raise refused("a % that starts no %XX escape (write % in a name as %25)")
+    raw = urllib.parse.unquote_to_bytes(u.path)
+    if b"\0" in raw:
+        raise refused("a NUL byte (%00); no path holds one")
+    # The bytes the escapes give, as this system names files (a name that
+    # is not UTF-8 keeps its bytes, as a name given as a path does).
+    return Path(os.fsdecode(raw))
 
 
 def _emit(env: Environment, findings: dict, as_json: bool, bundle: str | None = None) -> ExitStatus:
@@ -462,7 +518,7 @@ def cmd_replay(args, env: Environment) -> ExitStatus:
         from kdiag.report.text import render, render_apart
 
         for i, findings in enumerate(apart, 1):
-            env.stdout.write(f"=== {i} of {len(apart)}: {', '.join(findings['source'])}\n")
+            env.stdout.write(f"=== {i} of {len(apart)}: {', '.join(map(visible, findings['source']))}\n")
             env.stdout.write(render(findings, probe=findings.get("probe")) + "\n")
         env.stdout.write(render_apart(apart))
     # A script reading the status learns that one of them held nothing.
@@ -495,7 +551,7 @@ def cmd_report(args, env: Environment) -> ExitStatus:
     inputs = _checked_inputs(args, env)
     runs = inputs.apart()
     if len(runs) > 1 and not args.merge:
-        raise UsageError(f"{len(runs)} runs given ({', '.join(str(r[0]) for r in runs)}): a page is one run's; "
+        raise UsageError(f"{len(runs)} runs given ({', '.join(visible(r[0]) for r in runs)}): a page is one run's; "
                          "write one page each, or --merge for one analysis of all their requests")
 
     def page(findings, tables):
@@ -504,21 +560,36 @@ def cmd_report(args, env: Environment) -> ExitStatus:
         return render_html(findings, sockets_of(tables), source=source)
 
     _write_page(args.output, _analysed(inputs, inputs.paths, env, args.no_warm, page))
-    env.stdout.write(f"{args.output}\n")
+    env.stdout.write(f"{visible(args.output)}\n")
     return ExitStatus.OK
 
 
 def _page_path(out: Path | None) -> None:
     """Refused before any work: -o naming a directory."""
     if out is not None and out.is_dir():
-        raise UsageError(f"-o {out}: a directory; give the HTML file to write")
+        raise UsageError(f"-o {visible(out)}: a directory; give the HTML file to write")
 
 
 def _write_page(out: Path, page: str) -> None:
+    """The page whole, or none: written beside ``out`` and renamed over it,
+    so a failure leaves no empty or half-written page. UTF-8, as the page
+    declares, whatever the locale; a name that is not UTF-8 (a lone
+    surrogate from surrogateescape) is written as the escape ``visible``
+    shows for it, never raising UnicodeEncodeError."""
+    import tempfile
+
+    data = re.sub("[\ud800-\udfff]", lambda m: visible(m.group()), page).encode("utf-8")
+    tmp = None
     try:
-        out.write_text(page)
+        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".part")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, out)
     except OSError as e:
-        raise KdiagError(f"cannot write {out}: {e.strerror or e}") from None
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise KdiagError(f"cannot write {visible(out)}: {e.strerror or e}") from None
 
 
 def cmd_compare(args, env: Environment) -> ExitStatus:
@@ -536,7 +607,7 @@ def cmd_compare(args, env: Environment) -> ExitStatus:
         from kdiag.report.compare_page import render_compare_html
 
         _write_page(args.output, render_compare_html(result))
-        env.say(f"wrote {args.output}")
+        env.say(f"wrote {visible(args.output)}")
     env.stdout.write(json.dumps(result, default=str) + "\n" if args.json else render_text(result))
     return ExitStatus.OK
 
@@ -594,15 +665,15 @@ def _checked_inputs(args, env: Environment) -> _Inputs:
         checked = [bundle.verify(p, limits) for p in bundles]
     for v in checked:
         if v.unsealed:
-            env.say(f"warning: {v.path} is unsealed (kdiag was stopped before it finished); its captures are "
+            env.say(f"warning: {visible(v.path)} is unsealed (kdiag was stopped before it finished); its captures are "
                     "read as they are, unchecked")
     failed = [v for v in checked if not v.ok and not v.unsealed]
     if failed and not args.no_verify:
         raise InputError("\n".join(
-            f"{v.path}: failed verification, not replaying it (--no-verify replays it anyway):\n"
+            f"{visible(v.path)}: failed verification, not replaying it (--no-verify replays it anyway):\n"
             + "\n".join(f"  {pr}" for pr in v.problems) for v in failed))
     for v in failed:
-        env.say(f"warning: {v.path} failed verification, replaying it anyway: "
+        env.say(f"warning: {visible(v.path)} failed verification, replaying it anyway: "
                 + "; ".join(map(str, v.problems)))
     return _Inputs(paths, bundles, limits)
 
@@ -671,7 +742,7 @@ def cmd_bundle(args, env: Environment) -> ExitStatus:
 
     for p in args.paths:
         if not p.exists():
-            raise UsageError(f"{p}: no such file or directory")
+            raise UsageError(f"{visible(p)}: no such file or directory")
     limits = bundle.Limits.resolve(args)
     if args.action == "seal":
         from kdiag.capture.trace import seal
@@ -683,7 +754,7 @@ def cmd_bundle(args, env: Environment) -> ExitStatus:
                 bundle.refuse_links(p, limits)
                 bundle.manifest(p, limits)
             out = seal(p, log=env.say)
-            env.stdout.write(f"{out}\n")
+            env.stdout.write(f"{visible(out)}\n")
         return ExitStatus.OK
     results = [bundle.verify(p, limits) for p in args.paths]
     if args.json:
@@ -703,15 +774,15 @@ def cmd_parse(args, env: Environment) -> ExitStatus:
     try:
         parsed = parse_paths(list(args.paths), args.output)
     except OSError as e:
-        raise KdiagError(f"cannot write the tables to {args.output}: {reason(e)} "
+        raise KdiagError(f"cannot write the tables to {visible(args.output)}: {reason(e)} "
                          "(give -o a directory with room that kdiag may write)") from None
     for f in parsed.files:
         c = f.get("counts") or {}
-        env.stdout.write(f"{f['path']}: {f['kind'] or 'not recognised'}; lines {c.get('lines', 0)}, "
+        env.stdout.write(f"{visible(f['path'])}: {f['kind'] or 'not recognised'}; lines {c.get('lines', 0)}, "
                          f"parsed {c.get('parsed', 0)}, skipped {c.get('skipped_total', 0)}"
                          + (f" ({f['error']})" if f.get("error") else "") + "\n")
     for name, path in sorted(parsed.paths.items()):
-        env.stdout.write(f"{path}: {parsed.rows[name]} rows\n")
+        env.stdout.write(f"{visible(path)}: {parsed.rows[name]} rows\n")
     written = parsed.paths
     return ExitStatus.OK if written else ExitStatus.NO_DATA
 

@@ -14,6 +14,8 @@ import contextvars
 import time
 from typing import Iterator, TextIO
 
+from kdiag.visible import visible, visible_lines
+
 
 class Stage:
     """One step of the work; ``update`` with how much is done of ``total``."""
@@ -31,6 +33,9 @@ class Progress:
     def say(self, line: str) -> bool:
         """Print ``line`` above the display; False when there is none."""
         return False
+
+    def stop(self) -> None:
+        """Take the display off the terminal for good (the results follow)."""
 
 
 class _RichStage(Stage):
@@ -66,15 +71,22 @@ class _RichProgress(Progress):
 
     @contextlib.contextmanager
     def stage(self, name: str, total: float | None = None) -> Iterator[Stage]:
-        task = self._bar.add_task(name, total=total, rate="")
+        from rich.markup import escape
+
+        # A stage names a file, whose name is anyone's: shown as data, and
+        # never read as rich's markup ("[link=...]" would plant a link).
+        task = self._bar.add_task(escape(visible(name)), total=total, rate="")
         try:
             yield _RichStage(self._bar, task)
         finally:
             self._bar.remove_task(task)
 
     def say(self, line: str) -> bool:
-        self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+        self.console.print(visible_lines(line), markup=False, highlight=False, soft_wrap=True)
         return True
+
+    def stop(self) -> None:
+        self._bar.stop()   # again at __exit__: rich stops once
 
 
 _CURRENT: contextvars.ContextVar[Progress] = contextvars.ContextVar("kdiag_progress", default=Progress())

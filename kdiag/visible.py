@@ -53,3 +53,42 @@ def visible(text) -> str:
     if text.isprintable():
         return text
     return "".join(_escape(ch) if unicodedata.category(ch) in _HIDDEN else ch for ch in text)
+
+
+def visible_text(lines) -> str:
+    """The text of ``lines`` (strings kdiag composed, one a line), each
+    shown by ``visible`` and ended by a newline: a field's newline cannot
+    start a row of its own. How a renderer joins its lines."""
+    return "".join(visible(ln) + "\n" for ln in lines)
+
+
+def visible_lines(text) -> str:
+    """``text`` that kdiag composed, its line breaks kept and everything else
+    shown by ``visible``. A sink's guard: whatever field a renderer forgot,
+    no escape in it can act. A newline inside such a field cannot be told
+    from kdiag's own here, so renderers still show each field, or each whole
+    line, with ``visible`` before joining."""
+    return "\n".join(map(visible, str(text).split("\n")))
+
+
+class VisibleStream:
+    """A text stream for people (a terminal, or a pipe to one): what is
+    written is shown by ``visible_lines``, and a character the stream's
+    encoding lacks (an ASCII or Latin-1 locale) is written as its escape;
+    writing never raises UnicodeEncodeError. Everything else is the
+    stream's own."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text) -> int:
+        shown = visible_lines(text)
+        try:
+            return self._stream.write(shown)
+        except UnicodeEncodeError:
+            # A TextIOWrapper encodes the whole text before writing any of it.
+            encoding = getattr(self._stream, "encoding", None) or "ascii"
+            return self._stream.write(shown.encode(encoding, "backslashreplace").decode(encoding))
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)

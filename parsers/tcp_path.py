@@ -27,6 +27,8 @@ from collections import Counter
 
 import pyarrow as pa
 
+from kdiag.visible import visible
+
 PATH_SCHEMA = pa.schema(
     [
         ("target_host", pa.string()),
@@ -109,7 +111,10 @@ def format_path_table(table: pa.Table) -> str:
         blocks.setdefault((r["target_host"], r["target_port"], r["broker"], r["method"]), []).append(r)
     out: list[str] = []
     for (host, port, broker, method), rows in blocks.items():
-        cells = [(str(r["ttl"]), r["responder"] or "*", _rtt_text(r), f"{r['answer']} {r['answered']}/{r['sent']}")
+        # Hosts and answers come from captures: shown as data, each cell
+        # before the columns are measured.
+        cells = [tuple(map(visible, (r["ttl"], r["responder"] or "*", _rtt_text(r),
+                                     f"{r['answer']} {r['answered']}/{r['sent']}")))
                  for r in rows]
         w_hop = max(3, *(len(c[0]) for c in cells))
         w_addr = max(len("ADDRESS"), *(len(c[1]) for c in cells))
@@ -121,7 +126,7 @@ def format_path_table(table: pa.Table) -> str:
         title += f"{len(rows)} hop{'s' if len(rows) != 1 else ''}" if reached else f"target not reached in {len(rows)} hops"
         if out:
             out.append("")
-        out.append(title)
+        out.append(visible(title))
         out.append(f"{'HOP':>{w_hop}}  {'ADDRESS':<{w_addr}}  {'RTT(ms)':<{w_rtt}}  ANSWER")
         for hop, addr, rtt, ans in cells:
             out.append(f"{hop:>{w_hop}}  {addr:<{w_addr}}  {rtt:<{w_rtt}}  {ans}")

@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 from kdiag.bundle import schema
 from kdiag.bundle.limits import Limits
 from kdiag.errors import InputError
+from kdiag.visible import visible
 
 MANIFEST = "manifest.json"
 # bundle_format values this kdiag reads. Bundles written before the field
@@ -102,10 +103,10 @@ def unpack(path: Path, limits: Limits | None = None) -> Path:
         with tarfile.open(path, "r:*") as tar:
             for _, m, over in members(tar, limits):
                 if over:
-                    raise InputError(f"{path}: {over}")
+                    raise InputError(f"{visible(path)}: {over}")
                 why = unsafe_member(m)
                 if why:
-                    raise InputError(f"{path}: refusing to unpack member {m.name!r}: {why}")
+                    raise InputError(f"{visible(path)}: refusing to unpack member {m.name!r}: {why}")
         with tarfile.open(path, "r:*") as tar:
             _extract(tar, dest, limits, path)
     except InputError:
@@ -113,7 +114,7 @@ def unpack(path: Path, limits: Limits | None = None) -> Path:
         raise
     except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
         shutil.rmtree(dest, ignore_errors=True)
-        raise InputError(f"{path}: not a readable bundle ({e})") from e
+        raise InputError(f"{visible(path)}: not a readable bundle ({e})") from e
     except BaseException:
         shutil.rmtree(dest, ignore_errors=True)
         raise
@@ -127,7 +128,7 @@ def _extract(tar: tarfile.TarFile, dest: Path, limits: Limits, path: Path) -> No
     for _, m, over in members(tar, limits):
         why = over or unsafe_member(m)
         if why:   # the archive changed since it was checked
-            raise InputError(f"{path}: refusing to unpack member {m.name!r}: {why}")
+            raise InputError(f"{visible(path)}: refusing to unpack member {m.name!r}: {why}")
         target = dest / PurePosixPath(m.name)
         if m.isdir():
             target.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -136,7 +137,7 @@ def _extract(tar: tarfile.TarFile, dest: Path, limits: Limits, path: Path) -> No
         try:
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         except FileExistsError:
-            raise InputError(f"{path}: member {m.name!r} appears more than once in the archive") from None
+            raise InputError(f"{visible(path)}: member {m.name!r} appears more than once in the archive") from None
         src = tar.extractfile(m)
         with os.fdopen(fd, "wb") as out:
             left = m.size
@@ -153,12 +154,12 @@ def open_regular(path: Path):
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise InputError(f"{path}: a symbolic link; kdiag reads no link in a bundle "
+            raise InputError(f"{visible(path)}: a symbolic link; kdiag reads no link in a bundle "
                              "(put the file itself there)") from None
-        raise InputError(f"{path}: cannot be read ({e.strerror or e})") from None
+        raise InputError(f"{visible(path)}: cannot be read ({e.strerror or e})") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise InputError(f"{path}: not a regular file; kdiag reads only regular files in a bundle")
+        raise InputError(f"{visible(path)}: not a regular file; kdiag reads only regular files in a bundle")
     return os.fdopen(fd, "rb")
 
 
@@ -209,13 +210,14 @@ def manifest(bundle_dir: Path, limits: Limits | None = None) -> dict:
     try:
         data = read_capped(path, limits.manifest_bytes)
     except InputError as e:
-        raise InputError(f"{bundle_dir}: manifest.json unreadable ({e})") from None
+        raise InputError(f"{visible(bundle_dir)}: manifest.json unreadable ({e})") from None
     except OSError as e:
-        raise InputError(f"{bundle_dir}: manifest.json unreadable ({e.strerror or e})") from None
+        raise InputError(f"{visible(bundle_dir)}: manifest.json unreadable ({e.strerror or e})") from None
     man, problems = parse_manifest(data, limits)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise InputError(f"{path}: {problems[0]}{more}; kdiag bundle verify {bundle_dir} lists the problems")
+        raise InputError(f"{visible(path)}: {problems[0]}{more}; kdiag bundle verify {visible(bundle_dir)} "
+                         "lists the problems")
     return man
 
 
@@ -239,7 +241,8 @@ def refuse_links(bundle_dir: Path, limits: Limits | None = None) -> None:
         for name in dirs + files:
             count += 1
             if count > limits.members:
-                raise InputError(f"{bundle_dir}: " + limits.refusal("members", f"more than {limits.members} files"))
+                raise InputError(f"{visible(bundle_dir)}: "
+                                 + limits.refusal("members", f"more than {limits.members} files"))
             _regular_or_dir(Path(here) / name)
 
 
@@ -247,12 +250,12 @@ def _regular_or_dir(p: Path) -> bool:
     """True for a regular file, False for a directory, InputError otherwise."""
     mode = os.lstat(p).st_mode
     if stat.S_ISLNK(mode):
-        raise InputError(f"{p}: a symbolic link (to {os.readlink(p)}); kdiag reads no link in a "
+        raise InputError(f"{visible(p)}: a symbolic link (to {visible(os.readlink(p))}); kdiag reads no link in a "
                          "bundle (put the file itself there)")
     if stat.S_ISDIR(mode):
         return False
     if not stat.S_ISREG(mode):
-        raise InputError(f"{p}: not a regular file; kdiag reads only regular files in a bundle")
+        raise InputError(f"{visible(p)}: not a regular file; kdiag reads only regular files in a bundle")
     return True
 
 

@@ -22,6 +22,7 @@ from kdiag.bundle.limits import Limits
 from kdiag.bundle.reading import (FORMATS, MANIFEST, PROBE_SUMMARY, check_probe_summary, is_archive,
                                   members, open_regular, parse_manifest, unsafe_member)
 from kdiag.errors import InputError
+from kdiag.visible import visible
 
 # A Parquet file's footer is at its end: the last this many bytes of a
 # table are kept to read its schema and row count, the rest only hashed.
@@ -39,9 +40,7 @@ class Problem:
 
 
 def _one_line(text: str, most: int = 300) -> str:
-    if text.isprintable() and len(text) <= most:
-        return text
-    shown = text.encode("unicode_escape", "backslashreplace").decode("ascii")
+    shown = visible(text)
     return shown if len(shown) <= most else shown[:most - 3] + "..."
 
 
@@ -71,8 +70,8 @@ class Verification:
 
     def headline(self) -> str:
         if self.ok:
-            return f"{self.path}: ok ({self.files} files, {self.tables} tables)"
-        return f"{self.path}: {self.state}"
+            return f"{visible(self.path)}: ok ({self.files} files, {self.tables} tables)"
+        return f"{visible(self.path)}: {self.state}"
 
     def to_dict(self) -> dict:
         return {"path": str(self.path), "state": self.state, "ok": self.ok, "unsealed": self.unsealed,

@@ -23,6 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 from kdiag.errors import UsageError
+from kdiag.visible import visible, visible_text
 
 EXAMPLES = """\
 examples:
@@ -223,18 +224,23 @@ def summarise(bundles: list[dict]) -> list[dict]:
 
 
 def render(summary: dict) -> str:
-    """The summary as text: verdicts, then each dimension's table."""
-    out = [f"{summary['bundles']} bundle(s), {summary['judged']} judged, written to {summary['output']}"
+    """The summary as text: verdicts, then each dimension's table. Hosts,
+    brokers, topics, versions and sources are the bundles' own words: each
+    cell is shown as data before it is aligned, so an escape cannot act and
+    a newline cannot add a row. (The Parquet datasets keep them as they
+    are, for a query to match; the summary printed, as text or --json, is
+    data either way: JSON escapes every control character.)"""
+    out = [f"{summary['bundles']} bundle(s), {summary['judged']} judged, written to {visible(summary['output'])}"
            + (f" in {summary['seconds']} s" if "seconds" in summary else "")]
     for u in summary["unread"]:
-        out.append(f"  not read: {u['source']}: {'; '.join(u['problems'] or ['?'])}")
+        out.append(f"  not read: {visible(u['source'])}: {'; '.join(map(visible, u['problems'] or ['?']))}")
     out.append("")
     out.append("VERDICT                    BUNDLES")
-    out += [f"{v:<26} {n:>7}" for v, n in sorted(summary["verdicts"].items(), key=lambda x: (-x[1], x[0]))]
+    out += [f"{visible(v):<26} {n:>7}" for v, n in sorted(summary["verdicts"].items(), key=lambda x: (-x[1], x[0]))]
     for dim, rows in summary["by"].items():
         out += ["", f"{dim.upper():<26} {'VERDICT':<22} BUNDLES"]
-        out += [f"{value:<26} {verdict:<22} {n:>7}" for value, verdict, n in rows]
-    return "\n".join(out) + "\n"
+        out += [f"{visible(value):<26} {visible(verdict):<22} {n:>7}" for value, verdict, n in rows]
+    return visible_text(out)
 
 
 def _verdict(b: dict) -> str:

@@ -14,6 +14,7 @@ import stat
 from pathlib import Path
 
 from kdiag.errors import UsageError
+from kdiag.visible import visible
 
 # pcap's magic is 4 bytes; pcapng's byte-order magic is not read here (the
 # parser counts a bad one as corrupt).
@@ -72,9 +73,9 @@ def readable_inputs(paths: list[Path]) -> None:
         try:
             mode = Path(p).stat().st_mode
         except FileNotFoundError:
-            raise UsageError(f"{p}: no such file or directory") from None
+            raise UsageError(f"{visible(p)}: no such file or directory") from None
         except OSError as e:
-            raise UsageError(f"{p}: cannot read it ({e.strerror or e})") from None
+            raise UsageError(f"{visible(p)}: cannot read it ({e.strerror or e})") from None
         kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else None
         if kind:
-            raise UsageError(f"{p}: {kind}, not a file; save what it carries to a file and give kdiag that")
+            raise UsageError(f"{visible(p)}: {kind}, not a file; save what it carries to a file and give kdiag that")

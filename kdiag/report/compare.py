@@ -9,6 +9,7 @@ import math
 
 from kdiag.report.html import _dict, request_rows
 from kdiag.report.svg import fmt, num
+from kdiag.visible import visible, visible_text
 
 RESAMPLES = 2000
 SEED = 20261125
@@ -179,7 +180,11 @@ def ci_text(e: dict) -> str:
 
 def render_text(c: dict) -> str:
     b, a = c["before"], c["after"]
-    lines = [f"kdiag compare: {b['name']} -> {a['name']}", "",
+    # The names are files' (anyone's); every cell is shown before it is
+    # aligned, and every line again as it is joined.
+    b_name, a_name = visible(b["name"]), visible(a["name"])
+    b_verdict, a_verdict = visible(b["verdict"]), visible(a["verdict"])
+    lines = [f"kdiag compare: {b_name} -> {a_name}", "",
              f"  {'':<14}{'BEFORE':>28}{'AFTER':>28}",
              f"  {'P50(ms)':<14}{ci_text(b['p50_ms']):>28}{ci_text(a['p50_ms']):>28}",
              f"  {'P99(ms)':<14}{ci_text(b['p99_ms']):>28}{ci_text(a['p99_ms']):>28}",
@@ -187,20 +192,20 @@ def render_text(c: dict) -> str:
              *([f"  {'DELIVERY(ms)':<14}{ci_text(b['delivery_p50_ms']):>28}{ci_text(a['delivery_p50_ms']):>28}"]
                if b["delivery_p50_ms"]["value"] is not None or a["delivery_p50_ms"]["value"] is not None else []),
              f"  {'REQUESTS':<14}{str(b['requests']):>28}{str(a['requests']):>28}",
-             f"  {'VERDICT':<14}{str(b['verdict']):>28}{str(a['verdict']):>28}", "", "  CAUSES (share of requests)"]
+             f"  {'VERDICT':<14}{b_verdict:>28}{a_verdict:>28}", "", "  CAUSES (share of requests)"]
     for cause in sorted(set(b["shares"]) | set(a["shares"])):
-        lines.append(f"    {cause:<24}{pct(b['shares'].get(cause)):>8} -> {pct(a['shares'].get(cause))}")
+        lines.append(f"    {visible(cause):<24}{pct(b['shares'].get(cause)):>8} -> {pct(a['shares'].get(cause))}")
     p = c.get("prediction")
     if p:
         ok = {True: "within", False: "outside", None: "?"}[p["within_tolerance"]]
         what = "delivery p50" if p["metric"] == "delivery_p50_ms" else "p50"
-        lines += ["", f"  PREDICTED by {b['name']}'s {p['cause']} finding: {what} "
+        lines += ["", f"  PREDICTED by {b_name}'s {p['cause']} finding: {what} "
                       f"{fmt(p['predicted_p50_ms'] or 0)} ms, saving {fmt(p['predicted_saving_ms'] or 0)} ms",
-                  f"  MEASURED in {a['name']}: {what} {fmt(p['measured_p50_ms'] or 0)} ms, saving "
+                  f"  MEASURED in {a_name}: {what} {fmt(p['measured_p50_ms'] or 0)} ms, saving "
                   f"{fmt(p['measured_saving_ms'] or 0)} ms ({ok} {PREDICTION_TOLERANCE:.0%} of the measured saving)"]
     lines += ["", f"{c['sentence']}", f"  ({LEVEL:.0%} intervals: bootstrap, {RESAMPLES} resamples; rates by "
-                                       "resampling time windows)", ""]
-    return "\n".join(lines)
+                                       "resampling time windows)"]
+    return visible_text(lines)
 
 
 def log_bins(a: list[float], b: list[float], bins: int = 30) -> list[float]:

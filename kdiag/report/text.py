@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import time
 
+from kdiag.visible import visible, visible_text
+
 
 def _fmt(v, unit: str = "") -> str:
     if v is None:
@@ -97,7 +99,10 @@ def render(findings: dict, *, bundle: str | None = None, probe: dict | None = No
         out.extend(f"  - {c['input']}: {c['detail']}" for c in checks)
     if bundle:
         out.append(f"bundle: {bundle}")
-    return "\n".join(out) + "\n"
+    # Most fields come from a bundle or a capture: each whole line is shown
+    # as data, so a field a later change adds unescaped still cannot start a
+    # row or act on the terminal, here or in report.txt.
+    return visible_text(out)
 
 
 def render_apart(apart: list[dict]) -> str:
@@ -106,11 +111,14 @@ def render_apart(apart: list[dict]) -> str:
     rows = [("INPUT", "REQUESTS", "VERDICT", "P50(ms)", "P99(ms)", "LIBRDKAFKA", "CONFIDENCE")]
     for f in apart:
         s = f.get("summary") or {}
-        rows.append((", ".join(f.get("source") or []) or "?", str(s.get("requests", 0)),
-                     str(f.get("verdict") or ("no data" if f.get("no_data") else "-")),
-                     _fmt(s.get("latency_p50_ms")), _fmt(s.get("latency_p99_ms")),
-                     f.get("librdkafka_version") or "?", str(f.get("confidence") or "-").split(":")[0]))
+        # Each cell shown before the columns are measured: an escape's width
+        # is what the terminal shows.
+        rows.append(tuple(map(visible, (
+            ", ".join(map(str, f.get("source") or [])) or "?", str(s.get("requests", 0)),
+            str(f.get("verdict") or ("no data" if f.get("no_data") else "-")),
+            _fmt(s.get("latency_p50_ms")), _fmt(s.get("latency_p99_ms")),
+            f.get("librdkafka_version") or "?", str(f.get("confidence") or "-").split(":")[0]))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    return f"APART: {len(apart)} runs, each analysed alone (--merge for one analysis of all)\n" + \
-        "\n".join("  " + ln for ln in lines) + "\n"
+    return visible_text([f"APART: {len(apart)} runs, each analysed alone (--merge for one analysis of all)",
+                        *("  " + ln for ln in lines)])
