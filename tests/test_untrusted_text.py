@@ -176,6 +176,25 @@ def test_the_report_shows_every_field_as_data_in_its_own_row():
     assert len(apart.splitlines()) == 4 and "b\\nVERDICT: healthy" in apart.splitlines()[-1]
 
 
+def test_the_text_report_lists_a_capped_number_of_hops_brokers_first_and_says_how_many_it_left_out():
+    from kdiag.report.shown import SHOWN
+    from kdiag.report.text import render
+
+    def hop(host, ttl, broker=None):
+        return {"target_host": host, "target_port": 9092, "broker": broker, "method": "traceroute", "ttl": ttl,
+                "responder": f"10.9.{ttl // 250}.{ttl % 250}", "answer": "time_exceeded", "rtt_min_ms": 1.0,
+                "rtt_median_ms": 1.0, "rtt_max_ms": 1.0, "answered": 3, "sent": 3}
+
+    # A pasted listing of other hosts ahead of the broker's own path.
+    paths = [hop("elsewhere", t % 30000 + 1) for t in range(50_000)] + [hop("b1", 1, broker="b1:9092/1")]
+    text = render({"verdict": REAL_VERDICT, "summary": {"requests": 1}, "findings": [], "paths": paths})
+    hops = [r for r in text.splitlines() if r.startswith("    ") and r.strip()[:1].isdigit()]
+    assert len(hops) == SHOWN["paths"] and len(text) < 100_000
+    assert "    b1:9092 (broker b1:9092/1), traceroute probes, target not reached in 1 hops" in text.splitlines()
+    assert f"    ... and {len(paths) - SHOWN['paths']:,} more hops not shown; the full listing is the probes table" \
+        in text
+
+
 def _judged() -> dict:
     return {"verdict": REAL_VERDICT, "summary": {"requests": 20}, "findings": [{"cause": REAL_VERDICT, "share": 1.0}],
             "request_rows": {"columns": ["send_us", "total_ms"], "rows": [[i * 1000, 40.0 + i] for i in range(20)],

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from kdiag.report import svg
-from kdiag.report.shown import SHOWN, capped, left_out
+from kdiag.report.shown import IN_PROBES, SHOWN, capped, left_out, paths_shown
 from kdiag.report.svg import esc, fmt, num
 
 # A cause keeps its colour across charts and reports.
@@ -32,8 +32,6 @@ SOCKET_ROWS_MAX = 20_000
 WATERFALL_WORST = 3
 # Where a capped section's rows are all kept.
 IN_FINDINGS = "kdiag replay --json of the same inputs prints them all"
-IN_PROBES = ("the full listing is the probes table: tables/probes.parquet in a bundle, "
-             "or what kdiag parse -o DIR writes of raw files")
 IN_SOCKETS = "tables/sockets.parquet of the bundle holds every sample"
 
 CSS = """
@@ -408,10 +406,7 @@ def _thinned(pts: list[tuple[float, float]], n: int) -> list[tuple[float, float]
 
 
 def _paths(f: dict) -> str:
-    # The paths to the brokers first: a paste of other hosts' listings must
-    # not push them past the cap.
-    paths = sorted((_dict(p) for p in _list(f.get("paths"))), key=lambda p: p.get("broker") is None)
-    paths, more = capped(paths, "paths")
+    paths, more = paths_shown(f.get("paths"))
     s = _dict(f.get("summary"))
     rtt = num(s.get("path_rtt_ms"))
     head = (f"<p>Path round trip: {'&le; ' if s.get('path_rtt_upper_bound') else ''}{fmt(rtt)} ms "

@@ -27,11 +27,24 @@ SHOWN = {
     "text_chars": 1_000,    # characters of any one text
 }
 
+# Where every hop is kept when a listing is capped.
+IN_PROBES = ("the full listing is the probes table: tables/probes.parquet in a bundle, "
+             "or what kdiag parse -o DIR writes of raw files")
+
 
 def capped(items: list, section: str) -> tuple[list, int]:
     """The first ``SHOWN[section]`` of ``items``, and how many were left out."""
     n = SHOWN[section]
     return items[:n], max(0, len(items) - n)
+
+
+def paths_shown(paths) -> tuple[list[dict], int]:
+    """The hops a report lists, and how many it left out. The paths to the
+    brokers come first: a paste of other hosts' listings must not push them
+    past the cap. Entries that are not objects (a bundle anyone may edit) are
+    none of them."""
+    rows = [p for p in paths if isinstance(p, dict)] if isinstance(paths, list) else []
+    return capped(sorted(rows, key=lambda p: p.get("broker") is None), "paths")
 
 
 def left_out(n: int, what: str, where: str) -> str:

@@ -62,9 +62,14 @@ def render(findings: dict, *, bundle: str | None = None, probe: dict | None = No
 
         from kdiag.parsers.tcp_probe import PATH_SCHEMA, format_path_table
 
+        from kdiag.report.shown import IN_PROBES, paths_shown
+
         out.append(_path_title(findings["paths"]))
-        table = format_path_table(pa.Table.from_pylist(findings["paths"], schema=PATH_SCHEMA))
+        paths, more = paths_shown(findings["paths"])
+        table = format_path_table(pa.Table.from_pylist(paths, schema=PATH_SCHEMA))
         out.extend("    " + ln for ln in table.splitlines())
+        if more:
+            out.append(f"    ... and {more:,} more hops not shown; {IN_PROBES}")
     out.append("")
     fs = findings.get("findings", [])
     out.append(f"VERDICT: {findings.get('verdict') or 'none: no completed Produce request to judge'}")
