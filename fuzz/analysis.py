@@ -1,0 +1,258 @@
+"""The whole analysis against inputs that state extreme numbers: statistics,
+librdkafka debug lines, thread samples and bundle manifests whose times,
+counts, sizes and intervals are 0, negative, 2^63-1, 1e300, NaN, inf or
+10^9 s apart. Each example is replayed by ``kdiag replay --json`` (or
+``kdiag report``) in this process, in one Spark session whose heap is
+capped: what the numbers state must not become buckets, rows or memory.
+
+An example passes when the command ends with a verdict, or with a one-line
+error and its documented status, within ``EXAMPLE_S``; a traceback, a
+crash of the JVM or a longer run is a failure. ``python3 -m fuzz.analysis
+--examples N`` runs N examples and exits 1 on the first failure, naming it.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import os
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+ROOT = Path(__file__).resolve().parent.parent
+REAL_BUNDLE = ROOT / "fixtures" / "bundles" / "nagle_on.tar.gz"
+# A small replay takes 2-10 s on a loaded 2-core machine; an explode of 10^9
+# buckets took 35-50 s to kill the JVM.
+EXAMPLE_S = 60.0
+# The statuses a replay may end with (kdiag.errors.ExitStatus): a verdict
+# (0, or 3 when nothing could be judged), a bad input (1) or usage (2).
+OK_STATUS = {0, 1, 2, 3}
+
+CLIENT = "rdkafka#producer-1"
+BROKER = "ssl://127.0.0.1:38125/111"
+T0 = 1795610318     # the real bundle's capture time, epoch seconds
+
+EXTREME_INTS = [0, -1, 1, 2**31 - 1, -2**31, 2**32, 2**53 + 1, 2**63 - 1, -2**63, 2**64, 10**30]
+EXTREME_FLOATS = [0.0, -0.0, -1.0, 1e-300, 1e300, -1e300, 1.7976931348623157e308, math.inf, -math.inf, math.nan]
+extreme = st.sampled_from(EXTREME_INTS + EXTREME_FLOATS) | st.integers() | st.floats()
+# Seconds between two emissions, or from the capture: the attack's 10^7..10^9.
+span_s = st.sampled_from([0, 1, 5, 10**7, 10**8, 10**9, -10**9, 10**12, 2**40]) | st.integers(-10**13, 10**13)
+
+
+@st.composite
+def statistics(draw) -> str:
+    """Statistics JSON lines, one object each, as stats_cb delivers them
+    (NaN and Infinity as Python's json writes them)."""
+    lines, t = [], T0
+    for _ in range(draw(st.integers(1, 4))):
+        t = draw(st.sampled_from([t, T0]) | extreme) if draw(st.booleans()) else t + draw(span_s)
+        window = lambda: {k: draw(extreme) for k in ("avg", "p50", "p99", "max")}  # noqa: E731
+        broker = {"nodeid": draw(extreme), "state": "UP", "rtt": window(), "int_latency": window(),
+                  "outbuf_latency": window(), "throttle": window(),
+                  **{c: draw(extreme) for c in ("tx", "txretries", "req_timeouts", "waitresp_cnt", "outbuf_cnt",
+                                                "connects", "disconnects")}}
+        lines.append(json.dumps({"name": CLIENT, "time": t, "brokers": {BROKER: broker}}))
+    return "\n".join(lines) + "\n"
+
+
+def _stamp(t) -> str:
+    return f"{t:.3f}" if isinstance(t, float) and math.isfinite(t) else str(t)
+
+
+@st.composite
+def log_lines(draw) -> str:
+    """librdkafka debug lines: Sent/Received pairs whose times, CorrIds,
+    sizes and rtt are extreme, in the stderr format."""
+    out, t = [], float(T0)
+    for _ in range(draw(st.integers(1, 6))):
+        corr = draw(st.sampled_from(EXTREME_INTS) | st.integers(-10, 10**6))
+        size = draw(st.sampled_from(EXTREME_INTS) | st.integers(0, 10**6))
+        t = t + draw(span_s) if draw(st.booleans()) else draw(st.sampled_from([t, 0.0, -1.0, 1e12, 9.99e11]) | extreme)
+        back = t + draw(st.sampled_from([0.0, 0.001, 0.04, 10.0**7, 10.0**9, -10.0**9]))
+        rtt = draw(st.sampled_from(["0.00", "43.38", "999999999999.999999", "1e300", "-1", "nan"]))
+        head = f"|rdkafka#producer-1| [thrd:{BROKER}]: {BROKER}: "
+        out.append(f"%7|{_stamp(t)}|SEND{head}Sent ProduceRequest (v10, {size} bytes @ 0, CorrId {corr})")
+        out.append(f"%7|{_stamp(back)}|RECV{head}Received ProduceResponse (v10, {size} bytes, CorrId {corr}, "
+                   f"rtt {rtt}ms)")
+    return "\n".join(out) + "\n"
+
+
+@st.composite
+def thread_samples(draw, real: str) -> str:
+    """The real bundle's sampler lines with their times and counters made
+    extreme: two samples of a thread 10^9 s apart is one interval."""
+    out = []
+    for line in real.splitlines():
+        row = json.loads(line)
+        if row.get("kind") == "thread" and draw(st.integers(0, 9)) == 0:
+            row["ts_us"] = draw(st.sampled_from([row["ts_us"] + 10**15, row["ts_us"] - 10**15, 0, 2**63 - 1,
+                                                 -2**63]) | extreme)
+            row["runq_wait_ns"] = draw(st.sampled_from([row.get("runq_wait_ns"), 2**63 - 1, -1]) | extreme)
+        out.append(json.dumps(row))
+    return "\n".join(out) + "\n"
+
+
+MANIFEST_NUMBERS = ["started_us", "duration_s", "bundle_format", "kdiag_version"]
+
+
+@st.composite
+def bundle_cases(draw, real: dict) -> dict:
+    """Members of the real bundle replaced: statistics, log, thread samples,
+    and numbers put into its manifest."""
+    members = dict(real)
+    members["raw/stats/stats.jsonl"] = draw(statistics()).encode()
+    if draw(st.booleans()):
+        members["raw/rdkafka_log/rdkafka.log"] = members["raw/rdkafka_log/rdkafka.log"] + draw(log_lines()).encode()
+    if draw(st.booleans()):
+        members["raw/sockets/samples.jsonl"] = draw(thread_samples(
+            members["raw/sockets/samples.jsonl"].decode())).encode()
+    man = json.loads(members["manifest.json"])
+    for key in draw(st.lists(st.sampled_from(MANIFEST_NUMBERS + ["capture", "versions"]), max_size=3)):
+        man[key] = draw(extreme) if key not in ("versions",) else {"librdkafka": draw(extreme)}
+    members["manifest.json"] = json.dumps(man).encode()
+    return members
+
+
+def real_members() -> dict:
+    with tarfile.open(REAL_BUNDLE) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()
+                and (m.name == "manifest.json" or m.name.startswith("raw/"))}
+
+
+def sealed(members: dict, out: Path) -> Path:
+    """``members`` written as a bundle, the manifest's sizes and hashes made
+    to match (so the numbers reach past verification)."""
+    from kdiag.bundle import archive
+
+    d = Path(tempfile.mkdtemp(dir=out))
+    for name, data in members.items():
+        if name != "manifest.json":
+            (d / name).parent.mkdir(parents=True, exist_ok=True)
+            (d / name).write_bytes(data)
+    man = json.loads(members["manifest.json"])
+    return archive.write(d, d.with_suffix(".tar.gz"), {k: v for k, v in man.items() if k != "files"})
+
+
+class Outcome:
+    def __init__(self, argv: list[str], status: int, out: str, err: str, seconds: float, raised: str | None):
+        self.argv, self.status, self.out, self.err, self.seconds, self.raised = argv, status, out, err, seconds, raised
+
+    def problem(self) -> str | None:
+        """Why this outcome fails the invariant, or None."""
+        if self.raised is not None:
+            return f"raised {self.raised}"
+        if self.status not in OK_STATUS:
+            return f"exit status {self.status}"
+        if "Traceback" in self.err or "Traceback" in self.out:
+            return "a traceback on the terminal"
+        if self.seconds > EXAMPLE_S:
+            return f"took {self.seconds:.1f} s (bound {EXAMPLE_S:.0f} s)"
+        if self.status == 1:
+            said = [ln for ln in self.err.splitlines() if ln.startswith("kdiag: error:")]
+            if len(said) != 1:
+                return "exit status 1 without one 'kdiag: error:' line"
+        if self.status in (0, 3) and "--json" in self.argv:
+            found = json.loads(self.out)
+            if "verdict" not in found:
+                return "findings without a verdict"
+        return None
+
+
+def replay(argv: list[str]) -> Outcome:
+    """``kdiag ARGV`` in this process, as the command line runs it."""
+    from kdiag.cli import Environment, main
+
+    out, err = io.StringIO(), io.StringIO()
+    began = time.monotonic()
+    raised = None
+    try:
+        status = main(argv, Environment(stdout=out, stderr=err))
+    except BaseException as e:   # noqa: BLE001 - whatever escapes main is the finding
+        status, raised = -1, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return Outcome(argv, int(status), out.getvalue(), err.getvalue(), time.monotonic() - began, raised)
+
+
+STATUSES: dict[int, int] = {}
+
+
+def check(outcome: Outcome, what: str) -> None:
+    STATUSES[outcome.status] = STATUSES.get(outcome.status, 0) + 1
+    why = outcome.problem()
+    if why is not None:
+        raise AssertionError(f"{what}: kdiag {' '.join(outcome.argv)}: {why}\n--- stderr (tail)\n"
+                             + "\n".join(outcome.err.splitlines()[-15:]))
+
+
+def attack_bundle(out: Path) -> Path:
+    """The issue's one-kilobyte attack: the real bundle's statistics replaced
+    by two objects 10^9 s apart, both reporting a throttle time."""
+    members = real_members()
+    one = lambda t: json.dumps({"name": CLIENT, "time": t,  # noqa: E731
+                                "brokers": {BROKER: {"nodeid": 111, "state": "UP", "throttle": {"avg": 50, "max": 50},
+                                                     "int_latency": {"p50": 100}}}})
+    members["raw/stats/stats.jsonl"] = (one(T0 - 10**9) + "\n" + one(T0 + 5) + "\n").encode()
+    return sealed(members, out)
+
+
+def run(examples: int, out: Path, seed: int = 0) -> int:
+    """The attack bundle through replay and report, then ``examples``
+    generated ones through replay; the number of examples run."""
+    os.environ.setdefault("KDIAG_WARM", "0")
+    from kdiag.analysis.spark import session
+
+    session("kdiag-fuzz-analysis", small=True)
+    atk = attack_bundle(out)
+    check(replay(["replay", "--json", str(atk)]), "the 1 KB statistics attack")
+    check(replay(["report", str(atk), "-o", str(out / "attack.html")]), "the 1 KB statistics attack, report")
+    real = real_members()
+    count = 0
+
+    # No shrinking: each step is a replay; the failing example is said as found.
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=seed == 0,
+              phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def one(data):
+        nonlocal count
+        count += 1
+        kind = data.draw(st.sampled_from(["bundle", "raw"]))
+        if kind == "bundle":
+            path = sealed(data.draw(bundle_cases(real)), out)
+            check(replay(["replay", "--json", str(path)]), "a bundle")
+            return
+        d = Path(tempfile.mkdtemp(dir=out))
+        paths = []
+        for name, strategy in (("stats.jsonl", statistics()), ("rdkafka.log", log_lines())):
+            if data.draw(st.booleans()) or not paths and name == "rdkafka.log":
+                (d / name).write_text(data.draw(strategy))
+                paths.append(str(d / name))
+        check(replay(["replay", "--json", *paths]), "raw captures")
+
+    one()
+    return count
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m fuzz.analysis", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--examples", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=0, help="0: the same examples every run")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="kdiag-fuzz-analysis-") as out:
+        try:
+            n = run(args.examples, Path(out), args.seed)
+        except AssertionError as e:
+            print(f"FAIL {e}", file=sys.stderr)
+            return 1
+    print(f"ok: the attack and {n} generated examples analysed within {EXAMPLE_S:.0f} s each "
+          f"(exit statuses {dict(sorted(STATUSES.items()))})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
