@@ -144,3 +144,34 @@ def test_fuzzed_analysis_under_a_capped_heap(tmp_path):
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-4000:]
     assert "ok: the attack and 6 generated examples" in p.stdout
+
+
+EXTREME = [0, -1, 1e-300, 1e300, -1e300, 1.7976931348623157e308, 2**63 - 1, -2**63, 10**400, 1e15, 10**9 * S]
+
+
+def _page_findings(pairs) -> dict:
+    cols = ["send_us", "total_ms", "send_ms", "wait_ms", "read_ms", "rtt_ms", "cause", "broker", "corr_id",
+            "n_writes"]
+    rows = [[T0 + i * 1000, 40.0 + i, 0.1, 40.0, 0.1, 40.0, "nagle_delayed_ack", "b", i, 3] for i in range(4)]
+    rows += [[a, b, b, b, a, a, "healthy", "b", 9, 1] for a, b in pairs]
+    return {"verdict": "nagle_delayed_ack", "findings": [], "summary": {"requests": len(rows)},
+            "request_rows": {"columns": cols, "rows": rows, "slowest": [], "of": len(rows), "sampled": False}}
+
+
+def test_charts_place_only_what_an_axis_can_span():
+    """A page's charts of requests 10^9 s apart, latencies from 1e-300 to
+    1e300 ms, integers past float range: each chart is drawn (or said to be
+    empty) in bounded time and size, with no NaN or infinity among its
+    coordinates; before, OverflowError and ValueError tracebacks."""
+    import re
+
+    from kdiag.report.html import render_html
+
+    for a in EXTREME:
+        pairs = [(a, b) for b in EXTREME]
+        socks = [{"ts_us": x, "fd": 7, "remote": "10.0.0.1", "notsent_bytes": y} for x, y in pairs]
+        began = time.monotonic()
+        page = render_html(_page_findings(pairs), socks)
+        assert time.monotonic() - began < 5 and len(page) < 1_000_000
+        coords = re.findall(r'(?:x|y|x1|x2|y1|y2|cx|cy|width|height|points)="([^"]*)"', page)
+        assert coords and not [c for c in coords if re.search(r"nan|inf", c, re.I)], a
