@@ -35,6 +35,7 @@ disconnects         int64     disconnects
 from __future__ import annotations
 
 import json
+import math
 
 import pyarrow as pa
 
@@ -62,6 +63,10 @@ SCHEMA = pa.schema(
 
 
 def _num(v):
+    # NaN and Infinity parse as JSON numbers (Python's json writes them):
+    # no measurement, and they would reach the findings as invalid JSON.
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
