@@ -39,11 +39,14 @@ CLIENT = "rdkafka#producer-1"
 BROKER = "ssl://127.0.0.1:38125/111"
 T0 = 1795610318     # the real bundle's capture time, epoch seconds
 
-EXTREME_INTS = [0, -1, 1, 2**31 - 1, -2**31, 2**32, 2**53 + 1, 2**63 - 1, -2**63, 2**64, 10**30]
+# 9223372036854: the last second whose microseconds fit in 63 bits.
+EXTREME_INTS = [0, -1, 1, 2**31 - 1, -2**31, 2**32, 2**53 + 1, 2**63 - 1, -2**63, 2**64, 10**30, 9223372036854,
+                -9223372036854]
 EXTREME_FLOATS = [0.0, -0.0, -1.0, 1e-300, 1e300, -1e300, 1.7976931348623157e308, math.inf, -math.inf, math.nan]
 extreme = st.sampled_from(EXTREME_INTS + EXTREME_FLOATS) | st.integers() | st.floats()
 # Seconds between two emissions, or from the capture: the attack's 10^7..10^9.
-span_s = st.sampled_from([0, 1, 5, 10**7, 10**8, 10**9, -10**9, 10**12, 2**40]) | st.integers(-10**13, 10**13)
+span_s = st.sampled_from([0, 1, 5, 10**7, 10**8, 10**9, -10**9, 10**12, 2**40, 9223372036854 - T0]) \
+    | st.integers(-10**13, 10**13)
 
 
 @st.composite
@@ -140,6 +143,10 @@ def sealed(members: dict, out: Path) -> Path:
     return archive.write(d, d.with_suffix(".tar.gz"), {k: v for k, v in man.items() if k != "files"})
 
 
+def _not_json(name: str):
+    raise ValueError(f"{name} in the findings: not JSON")
+
+
 class Outcome:
     def __init__(self, argv: list[str], status: int, out: str, err: str, seconds: float, raised: str | None):
         self.argv, self.status, self.out, self.err, self.seconds, self.raised = argv, status, out, err, seconds, raised
@@ -159,7 +166,10 @@ class Outcome:
             if len(said) != 1:
                 return "exit status 1 without one 'kdiag: error:' line"
         if self.status in (0, 3) and "--json" in self.argv:
-            found = json.loads(self.out)
+            try:
+                found = json.loads(self.out, parse_constant=_not_json)
+            except ValueError as e:
+                return f"--json printed no JSON: {e}"
             if "verdict" not in found:
                 return "findings without a verdict"
         return None
@@ -180,25 +190,51 @@ def replay(argv: list[str]) -> Outcome:
 
 
 STATUSES: dict[int, int] = {}
+ERRORS: set[str] = set()
 
 
 def check(outcome: Outcome, what: str) -> None:
     STATUSES[outcome.status] = STATUSES.get(outcome.status, 0) + 1
+    ERRORS.update(ln[:160] for ln in outcome.err.splitlines() if ln.startswith("kdiag: error:"))
     why = outcome.problem()
     if why is not None:
         raise AssertionError(f"{what}: kdiag {' '.join(outcome.argv)}: {why}\n--- stderr (tail)\n"
                              + "\n".join(outcome.err.splitlines()[-15:]))
 
 
+def _throttled(t) -> str:
+    return json.dumps({"name": CLIENT, "time": t, "brokers": {BROKER: {
+        "nodeid": 111, "state": "UP", "throttle": {"avg": 50, "max": 50}, "int_latency": {"p50": 100}}}})
+
+
 def attack_bundle(out: Path) -> Path:
     """The issue's one-kilobyte attack: the real bundle's statistics replaced
     by two objects 10^9 s apart, both reporting a throttle time."""
     members = real_members()
-    one = lambda t: json.dumps({"name": CLIENT, "time": t,  # noqa: E731
-                                "brokers": {BROKER: {"nodeid": 111, "state": "UP", "throttle": {"avg": 50, "max": 50},
-                                                     "int_latency": {"p50": 100}}}})
-    members["raw/stats/stats.jsonl"] = (one(T0 - 10**9) + "\n" + one(T0 + 5) + "\n").encode()
+    members["raw/stats/stats.jsonl"] = (_throttled(T0 - 10**9) + "\n" + _throttled(T0 + 5) + "\n").encode()
     return sealed(members, out)
+
+
+def fixed_cases(out: Path) -> list[tuple[str, Path]]:
+    """The other spans the joins once spread over one-second buckets: a
+    thread's two samples 10^9 s apart, a request whose Sent and Received
+    lines are 10^9 s apart, statistics at the last second whose
+    microseconds fit in 63 bits."""
+    members = real_members()
+    rows = [json.loads(ln) for ln in members["raw/sockets/samples.jsonl"].decode().splitlines()]
+    last = max(i for i, r in enumerate(rows) if r.get("kind") == "thread")
+    rows[last]["ts_us"] += 10**15
+    samples = dict(members, **{"raw/sockets/samples.jsonl": "\n".join(map(json.dumps, rows)).encode() + b"\n"})
+    log = members["raw/rdkafka_log/rdkafka.log"].decode().splitlines()
+    at = max(i for i, ln in enumerate(log) if "Received ProduceResponse" in ln)
+    stamp = log[at].split("|")[1]
+    log[at] = log[at].replace(stamp, f"{float(stamp) + 10**9:.3f}", 1)
+    late = dict(members, **{"raw/rdkafka_log/rdkafka.log": ("\n".join(log) + "\n").encode()})
+    edge = dict(members, **{"raw/stats/stats.jsonl": (_throttled(9223372036854) + "\n" + _throttled(-9223372036854)
+                                                       + "\n" + _throttled(T0) + "\n").encode()})
+    return [("thread samples 10^9 s apart", sealed(samples, out)),
+            ("a response 10^9 s after its request", sealed(late, out)),
+            ("statistics at the edges of 63-bit microseconds", sealed(edge, out))]
 
 
 def run(examples: int, out: Path, seed: int = 0) -> int:
@@ -211,6 +247,8 @@ def run(examples: int, out: Path, seed: int = 0) -> int:
     atk = attack_bundle(out)
     check(replay(["replay", "--json", str(atk)]), "the 1 KB statistics attack")
     check(replay(["report", str(atk), "-o", str(out / "attack.html")]), "the 1 KB statistics attack, report")
+    for what, path in fixed_cases(out):
+        check(replay(["replay", "--json", str(path)]), what)
     real = real_members()
     count = 0
 
@@ -251,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     print(f"ok: the attack and {n} generated examples analysed within {EXAMPLE_S:.0f} s each "
           f"(exit statuses {dict(sorted(STATUSES.items()))})")
+    for line in sorted(ERRORS):
+        print(f"  {line}")
     return 0
 
 
