@@ -175,3 +175,28 @@ def test_charts_place_only_what_an_axis_can_span():
         assert time.monotonic() - began < 5 and len(page) < 1_000_000
         coords = re.findall(r'(?:x|y|x1|x2|y1|y2|cx|cy|width|height|points)="([^"]*)"', page)
         assert coords and not [c for c in coords if re.search(r"nan|inf", c, re.I)], a
+
+
+def test_a_failed_spark_job_ends_replay_with_one_line(spark, monkeypatch):
+    """Whatever Spark fails with under an input (a job's error, a JVM gone)
+    ends the command with one line naming it, never a Python traceback
+    with the JVM's stack or a note to set TMPDIR."""
+    import io
+
+    from pyspark.sql import functions as F
+
+    from kdiag.analysis import pipeline
+    from kdiag.analysis.spark import failure
+    from kdiag.cli import Environment, main
+
+    def failing(*a, **k):
+        spark.range(1).select(F.assert_true(F.lit(False), "no room for 10^9 buckets")).collect()
+
+    monkeypatch.setattr(pipeline, "analyse", failing)
+    out, err = io.StringIO(), io.StringIO()
+    log = ROOT / "fixtures" / "captures" / "throttled" / "rdkafka.log"
+    assert main(["replay", "--no-warm", str(log)], Environment(stdout=out, stderr=err)) == 1
+    said = err.getvalue().splitlines()
+    assert len(said) == 1 and said[0].startswith("kdiag: error: Spark could not analyse the input: "), said
+    assert "no room for 10^9 buckets" in said[0] and "Traceback" not in err.getvalue()
+    assert failure(ValueError("not Spark's")) is None
