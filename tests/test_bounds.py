@@ -200,3 +200,17 @@ def test_a_failed_spark_job_ends_replay_with_one_line(spark, monkeypatch):
     assert len(said) == 1 and said[0].startswith("kdiag: error: Spark could not analyse the input: "), said
     assert "no room for 10^9 buckets" in said[0] and "Traceback" not in err.getvalue()
     assert failure(ValueError("not Spark's")) is None
+
+
+def test_a_statistics_time_no_clock_could_state_has_none():
+    """``time`` 9223372036854 (its microseconds fit 63 bits, a second more
+    does not) made the throttle window's end overflow, and Spark's ANSI
+    arithmetic failed the whole analysis; such a row now keeps its figures
+    without a time, and ordinary times are kept whole."""
+    from kdiag.parsers.stats import TS_LIMIT_US, parse_lines
+
+    lines = ['{"name": "c", "time": %s, "brokers": {"b": {"throttle": {"max": 5}}}}' % t
+             for t in (9223372036854, -9223372036854, 1e300, 1795610318, -1)]
+    t, _ = parse_lines(lines)
+    assert t["ts_us"].to_pylist() == [None, None, None, 1795610318 * S, -S]
+    assert t["throttle_max_ms"].to_pylist() == [5.0] * 5 and TS_LIMIT_US + 2 * S < 2**63
