@@ -5,6 +5,7 @@ heap, ends with a verdict or a one-line error."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -143,7 +144,7 @@ def test_fuzzed_analysis_under_a_capped_heap(tmp_path):
     p = subprocess.run([sys.executable, "-m", "fuzz.analysis", "--examples", "6"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-4000:]
-    assert "ok: the attack and 6 generated examples" in p.stdout
+    assert re.search(r"^ok: the attack and \d+ generated examples", p.stdout, re.M), p.stdout
 
 
 EXTREME = [0, -1, 1e-300, 1e300, -1e300, 1.7976931348623157e308, 2**63 - 1, -2**63, 10**400, 1e15, 10**9 * S]
@@ -207,10 +208,13 @@ def test_a_statistics_time_no_clock_could_state_has_none():
     does not) made the throttle window's end overflow, and Spark's ANSI
     arithmetic failed the whole analysis; such a row now keeps its figures
     without a time, and ordinary times are kept whole."""
-    from kdiag.parsers.stats import TS_LIMIT_US, parse_lines
+    from kdiag.parsers.stats import parse_lines
 
     lines = ['{"name": "c", "time": %s, "brokers": {"b": {"throttle": {"max": 5}}}}' % t
              for t in (9223372036854, -9223372036854, 1e300, 1795610318, -1)]
     t, _ = parse_lines(lines)
     assert t["ts_us"].to_pylist() == [None, None, None, 1795610318 * S, -S]
-    assert t["throttle_max_ms"].to_pylist() == [5.0] * 5 and TS_LIMIT_US + 2 * S < 2**63
+    assert t["throttle_max_ms"].to_pylist() == [5.0] * 5
+    from kdiag.parsers.stats import TS_LIMIT_US
+
+    assert TS_LIMIT_US + 2 * S < 2**63
