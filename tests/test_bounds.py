@@ -183,7 +183,6 @@ def test_a_failed_spark_job_ends_replay_with_one_line(spark, monkeypatch):
     from pyspark.sql import functions as F
 
     from kdiag.analysis import pipeline
-    from kdiag.analysis.spark import failure
     from kdiag.cli import Environment, main
 
     def failing(*a, **k):
@@ -196,6 +195,8 @@ def test_a_failed_spark_job_ends_replay_with_one_line(spark, monkeypatch):
     said = err.getvalue().splitlines()
     assert len(said) == 1 and said[0].startswith("kdiag: error: Spark could not analyse the input: "), said
     assert "no room for 10^9 buckets" in said[0] and "Traceback" not in err.getvalue()
+    from kdiag.analysis.spark import failure
+
     assert failure(ValueError("not Spark's")) is None
 
 
