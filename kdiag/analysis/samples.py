@@ -192,8 +192,10 @@ def runq_of(spark, tables_dir, produce, threads=None):
         F.sum(F.when(F.col("_end"), got).otherwise(-got)).alias("_inside"),
         F.max(F.when(~F.col("_end") & (F.col("_prev.iv_end") > F.col("_start")),
                      F.col("_prev.iv_runq_ms"))).alias("_across"))
-    agg = agg.select(*keys, F.least(F.col("_inside") + F.coalesce(F.col("_across"), F.lit(0.0)),
-                                    (F.col("recv_us") - F.col("_start")) / 1000.0).alias("runq_ms"))
+    # Requests alike but for where their send began are one row, as the
+    # join below takes them.
+    agg = agg.groupBy(*keys).agg(F.max(F.least(F.col("_inside") + F.coalesce(F.col("_across"), F.lit(0.0)),
+                                               (F.col("recv_us") - F.col("_start")) / 1000.0)).alias("runq_ms"))
     return produce.join(agg, keys, "left").withColumn(
         "runq_ms", F.when(F.col("pid").isNotNull(), F.coalesce("runq_ms", F.lit(0.0))))
 
