@@ -727,9 +727,15 @@ def _analysed(inputs: _Inputs, paths: list[Path], env: Environment, no_warm: boo
 
             warm = {"warm": True, "say": env.say} if wanted(no_warm) else {}
             findings, _ = analyse(raw, Path(tmp) / "tables", meta, **warm)
-        except OSError as e:
+        except Exception as e:
+            from kdiag.analysis.spark import failure
             from kdiag.ingest.parquet_sink import reason
 
+            why = None if _interrupted(e) else failure(e)
+            if why is not None:
+                raise KdiagError(why) from None
+            if not isinstance(e, OSError):
+                raise
             raise KdiagError(f"cannot write the tables to {tmp}: {reason(e)} "
                              "(set TMPDIR to a directory with room)") from None
         findings["probe"] = probe

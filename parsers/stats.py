@@ -35,6 +35,7 @@ disconnects         int64     disconnects
 from __future__ import annotations
 
 import json
+import math
 
 import pyarrow as pa
 
@@ -61,7 +62,18 @@ SCHEMA = pa.schema(
 )
 
 
+# A time past 146,000 years either side of the epoch is no clock's: such a
+# row keeps its figures but no time, so that the windows the analysis builds
+# around a time (a second either side, the gap to the previous emission)
+# stay within 64 bits instead of failing the whole analysis on overflow.
+TS_LIMIT_US = 2**62
+
+
 def _num(v):
+    # NaN and Infinity parse as JSON numbers (Python's json writes them):
+    # no measurement, and they would reach the findings as invalid JSON.
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
@@ -97,7 +109,7 @@ class StatsParser:
                 if not isinstance(b, dict):
                     continue
                 rows["line_no"].append(no)
-                rows["ts_us"].append(None if t is None else _int(t * 1_000_000))
+                rows["ts_us"].append(None if t is None else _int(t * 1_000_000, -TS_LIMIT_US, TS_LIMIT_US))
                 rows["client"].append(str(obj.get("name")) if obj.get("name") is not None else None)
                 rows["broker"].append(str(name))
                 rows["nodeid"].append(_int(b.get("nodeid"), -(2**31), 2**31 - 1))

@@ -12,14 +12,33 @@ from kdiag.analysis.frames import RUN, one_run, pctl, read_table
 SAMPLE_BUCKET_US = 1_000_000
 
 
-def time_buckets(start: str, end: str, bucket_us: int):
+def time_buckets(start, end, bucket_us: int):
     """One row per time bucket the span [start, end] touches: the join key
     of a range join by buckets (join on the bucket, then filter), never a
-    cross product."""
+    cross product. A span's bucket count is what its row states: callers
+    bound the span first (the rows' own times are outside input)."""
     from pyspark.sql import functions as F
 
-    return F.explode(F.sequence(F.floor(F.col(start) / bucket_us), F.floor(F.col(end) / bucket_us)))
+    col = lambda c: F.col(c) if isinstance(c, str) else c  # noqa: E731
+    return F.explode(F.sequence(F.floor(col(start) / bucket_us), F.floor(col(end) / bucket_us)))
 
+
+def as_of(rows, points, part: list[str], at: str, **over):
+    """``points`` with, for each name of ``over``, ``over[name](w)``: a
+    Column over the window ``w`` of the rows of ``rows`` before each point
+    (strictly earlier in ``at``, within its ``part``). One sort of both: a
+    range join whose cost is the rows it is given, however far apart the
+    times they state. Columns of one side are null on the other's rows."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    both = points.withColumn("_row", F.lit(1)).unionByName(rows.withColumn("_row", F.lit(2)),
+                                                           allowMissingColumns=True)
+    # At one time a point sorts before the rows: it sees only earlier ones.
+    w = Window.partitionBy(*part).orderBy(at, "_row").rowsBetween(Window.unboundedPreceding, 0)
+    for name, f in over.items():
+        both = both.withColumn(name, f(w))
+    return both.filter(F.col("_row") == 1).drop("_row")
 
 
 @dataclass(frozen=True)
@@ -145,22 +164,38 @@ def runq_of(spark, tables_dir, produce, threads=None):
     threads, produce = one_run(threads), one_run(produce)
     w = Window.partitionBy(RUN, "pid", "tid").orderBy("ts_us")
     iv = (threads.filter(F.col("runq_wait_ms").isNotNull())
-          .select(F.col(RUN).alias("_iv_run"), F.col("tid").cast("long").alias("tid"), F.col("ts_us").alias("iv_end"),
+          .select(RUN, F.col("tid").cast("long").alias("tid"), F.col("ts_us").alias("iv_end"),
                   F.lag("ts_us").over(w).alias("iv_start"),
                   (F.col("runq_wait_ms") - F.lag("runq_wait_ms").over(w)).alias("iv_runq_ms"))
           .filter(F.col("iv_start").isNotNull() & (F.col("iv_runq_ms") > 0)))
-    iv = iv.withColumn("bucket", time_buckets("iv_start", "iv_end", SAMPLE_BUCKET_US))
     start = F.coalesce(F.col("send_start_us"), F.col("send_us")) if "send_start_us" in produce.columns \
         else F.col("send_us")
     keys = [RUN, "pid", "send_us", "recv_us"]
-    rb = (produce.filter(F.col("pid").isNotNull()).select(*keys, start.alias("_start"))
-          .withColumn("bucket", time_buckets("_start", "recv_us", SAMPLE_BUCKET_US)))
-    over = (rb.join(iv, (F.col(RUN) == F.col("_iv_run")) & (F.col("pid").cast("long") == F.col("tid"))
-                    & (rb.bucket == iv.bucket))
-            .filter((F.col("iv_start") < F.col("recv_us")) & (F.col("iv_end") > F.col("_start")))
-            .select(*keys, "iv_start", "iv_runq_ms", ((F.col("recv_us") - F.col("_start")) / 1000.0).alias("_dur"))
-            .dropDuplicates([*keys, "iv_start"]))
-    agg = over.groupBy(*keys).agg(F.least(F.sum("iv_runq_ms"), F.max("_dur")).alias("runq_ms"))
+    # An interval overlaps a request [s, e] when it starts inside it, or
+    # starts before s and ends after it. A thread's intervals follow one
+    # another, so the first is a difference of running sums at e and at s,
+    # and the second is at most the last interval begun before s: both
+    # found by sorting the requests' two ends among the intervals, never by
+    # spreading a span over buckets (two samples 10^9 s apart are two rows).
+    rows = iv.select(RUN, "tid", F.col("iv_start").alias("_t"), "iv_runq_ms",
+                     F.struct("iv_end", "iv_runq_ms").alias("_iv"))
+    rq = (produce.filter(F.col("pid").isNotNull()).select(*keys, start.alias("_start"))
+          .filter(F.col("_start").isNotNull() & F.col("recv_us").isNotNull()).distinct())
+    ends = rq.select(*keys, "_start", F.col("pid").cast("long").alias("tid"),
+                     F.explode(F.array(F.struct(F.lit(False).alias("end"), F.col("_start").alias("t")),
+                                       F.struct(F.lit(True).alias("end"), F.col("recv_us").alias("t")))).alias("_e"))
+    ends = ends.select("*", F.col("_e.end").alias("_end"), F.col("_e.t").alias("_t")).drop("_e")
+    seen = as_of(rows, ends, [RUN, "tid"], "_t", _sum=lambda w: F.sum("iv_runq_ms").over(w),
+                 _prev=lambda w: F.last("_iv", ignorenulls=True).over(w))
+    got = F.coalesce(F.col("_sum"), F.lit(0.0))
+    agg = seen.groupBy(*keys, "_start").agg(
+        F.sum(F.when(F.col("_end"), got).otherwise(-got)).alias("_inside"),
+        F.max(F.when(~F.col("_end") & (F.col("_prev.iv_end") > F.col("_start")),
+                     F.col("_prev.iv_runq_ms"))).alias("_across"))
+    # Requests alike but for where their send began are one row, as the
+    # join below takes them.
+    agg = agg.groupBy(*keys).agg(F.max(F.least(F.col("_inside") + F.coalesce(F.col("_across"), F.lit(0.0)),
+                                               (F.col("recv_us") - F.col("_start")) / 1000.0)).alias("runq_ms"))
     return produce.join(agg, keys, "left").withColumn(
         "runq_ms", F.when(F.col("pid").isNotNull(), F.coalesce("runq_ms", F.lit(0.0))))
 
@@ -179,16 +214,31 @@ def throttle_of(stats, produce):
     stats, produce = one_run(stats), one_run(produce)
     w = Window.partitionBy(RUN, "client", "broker").orderBy("ts_us")
     win = (stats.filter(F.col("ts_us").isNotNull())
-           .select(F.col(RUN).alias("s_run"), F.col("client").alias("s_client"), F.col("broker").alias("s_broker"),
+           .select(RUN, "client", "broker", "ts_us",
                    F.coalesce(F.lag("ts_us").over(w), F.col("ts_us") - SAMPLE_BUCKET_US).alias("w_start"),
                    (F.col("ts_us") + SAMPLE_BUCKET_US).alias("w_end"), "throttle_max_ms")
            .filter(F.col("throttle_max_ms") > 0))
-    win = win.withColumn("bucket", time_buckets("w_start", "w_end", SAMPLE_BUCKET_US))
     keys = [RUN, "client", "broker", "recv_us"]
-    rb = produce.select(*keys).distinct().withColumn("bucket", F.floor(F.col("recv_us") / SAMPLE_BUCKET_US))
-    hit = (rb.join(F.broadcast(win), (rb[RUN] == win.s_run) & (rb.client == win.s_client) & (rb.broker == win.s_broker)
-                   & (rb.bucket == win.bucket))
-           .filter((F.col("recv_us") > F.col("w_start")) & (F.col("recv_us") <= F.col("w_end")))
-           .groupBy(*keys).agg(F.max("throttle_max_ms").alias("throttle_ms")))
+    rb = produce.select(*keys).distinct()
+    # A window holds the response when w_start < recv_us <= w_end. Its last
+    # two seconds are joined by one-second buckets (three at most a window);
+    # before that, a response can only be in the last window begun before
+    # it, found by sorting the responses among the windows' starts. Two
+    # statistics 10^9 s apart are then two rows, not 10^9 buckets.
+    tail = (win.withColumn("s_bucket", time_buckets(F.greatest("w_start", F.col("ts_us") - SAMPLE_BUCKET_US), "w_end",
+                                                  SAMPLE_BUCKET_US))
+            .select(F.col(RUN).alias("s_run"), F.col("client").alias("s_client"), F.col("broker").alias("s_broker"),
+                    "s_bucket", "w_start", "w_end", "throttle_max_ms"))
+    near = (rb.withColumn("bucket", F.floor(F.col("recv_us") / SAMPLE_BUCKET_US))
+            .join(F.broadcast(tail), (F.col(RUN) == F.col("s_run")) & (F.col("client") == F.col("s_client"))
+                  & (F.col("broker") == F.col("s_broker")) & (F.col("bucket") == F.col("s_bucket")))
+            .filter((F.col("recv_us") > F.col("w_start")) & (F.col("recv_us") <= F.col("w_end")))
+            .select(*keys, "throttle_max_ms"))
+    starts = win.select(RUN, "client", "broker", F.col("w_start").alias("recv_us"),
+                        F.struct("w_end", "throttle_max_ms").alias("_w"))
+    before = (as_of(starts, rb, [RUN, "client", "broker"], "recv_us",
+                    _prev=lambda w: F.last("_w", ignorenulls=True).over(w))
+              .filter(F.col("recv_us") <= F.col("_prev.w_end"))
+              .select(*keys, F.col("_prev.throttle_max_ms").alias("throttle_max_ms")))
+    hit = near.unionByName(before).groupBy(*keys).agg(F.max("throttle_max_ms").alias("throttle_ms"))
     return produce.join(hit, keys, "left")
-

@@ -301,3 +301,23 @@ if __name__ == "__main__":
     made = build_class_archive()
     print(made or "no class archive: no Java, no Spark jars or no fixture capture to record it with")
     sys.exit(0 if made else 1)
+
+
+def failure(e: BaseException) -> str | None:
+    """One line saying why Spark could not analyse, when ``e`` was raised
+    by Spark or by the bridge to its JVM (a job that failed, a JVM that died
+    under the input); None for anything else. Spark's own message is many
+    lines of JVM stack: its first line is the reason."""
+    from kdiag.visible import visible
+
+    tb = e.__traceback__
+    while tb is not None and not tb.tb_frame.f_globals.get("__name__", "").startswith(("py4j", "pyspark")):
+        tb = tb.tb_next
+    if tb is None:
+        return None
+    first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
+    if isinstance(e, ConnectionError) or "Answer from Java side is empty" in first:
+        why = "Spark's JVM stopped during the analysis (out of memory, or killed)"
+    else:
+        why = f"Spark could not analyse the input: {type(e).__name__}: {first[:300]}"
+    return visible(why)

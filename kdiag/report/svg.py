@@ -20,12 +20,26 @@ def esc(v) -> str:
     return escape(visible(clipped(v if isinstance(v, str) else str(v))), quote=True)
 
 
+# What an axis can span: its ratios, differences and decades stay finite
+# (1e-300 to 1e300 made a log axis of inf/inf) and few (a tick per decade).
+# Epoch microseconds are 1.8e15; a latency under 1e-12 ms is a zero.
+PLOTTABLE_MAX = 1e18
+PLOTTABLE_MIN = 1e-12
+
+
 def num(v) -> float | None:
-    """A finite float, or None (what an edited bundle holds may be anything)."""
+    """A float a chart can place, or None (what an edited bundle holds may
+    be anything): finite, at most PLOTTABLE_MAX in size, and a magnitude
+    under PLOTTABLE_MIN drawn as 0."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
-    f = float(v)
-    return f if math.isfinite(f) else None
+    try:
+        f = float(v)
+    except OverflowError:   # an integer past float range
+        return None
+    if not math.isfinite(f) or abs(f) > PLOTTABLE_MAX:
+        return None
+    return 0.0 if abs(f) < PLOTTABLE_MIN else f
 
 
 def fmt(v: float) -> str:
