@@ -189,14 +189,23 @@ def _drop_buffers(buf: bytes, counts: dict[str, int], pending: dict[bytes, bool]
 def drop_buffers_file(path, counts: dict[str, int]) -> int:
     """``_drop_buffers`` over a capture, streaming; the strings it holds
     dropped."""
+    pending: dict[bytes, bool] = {}
+    return _rewrite_blocks(path, counts, lambda buf: _drop_buffers(buf, counts, pending))
+
+
+def _rewrite_blocks(path, counts: dict[str, int], step) -> int:
+    """The file rewritten block by block of whole lines through ``step``
+    (a block -> the block to write, whether it changed), and replaced only if
+    a block changed. Returns the replacements ``step`` counted."""
+    # Lazy: the line reader brings numpy and pyarrow.
     from kdiag.ingest.lines import line_blocks
 
     before = sum(counts.values())
     tmp = f"{path}.scrub"
-    changed, pending = False, {}
+    changed = False
     with open(path, "rb") as src, open(tmp, "wb") as dst:
         for buf in line_blocks(src, BLOCK, MAX_LINE):
-            out, c = _drop_buffers(buf, counts, pending)
+            out, c = step(buf)
             changed |= c
             dst.write(out)
     if changed:
@@ -417,22 +426,14 @@ def scrub_patterns_file(path, counts: dict[str, int]) -> int:
     streaming in blocks; a PEM block written with real newlines is dropped
     from its BEGIN line to its END line. Returns the replacements made in
     this file."""
-    # Lazy: the line reader brings numpy and pyarrow.
-    from kdiag.ingest.lines import line_blocks
+    in_pem = False
 
-    before = sum(counts.values())
-    tmp = f"{path}.scrub"
-    changed = in_pem = False
-    with open(path, "rb") as src, open(tmp, "wb") as dst:
-        for buf in line_blocks(src, BLOCK, MAX_LINE):
-            out, c, in_pem = _scrub_block(buf, counts, in_pem)
-            changed |= c
-            dst.write(out)
-    if changed:
-        os.replace(tmp, path)
-    else:
-        os.unlink(tmp)
-    return sum(counts.values()) - before
+    def step(buf: bytes) -> tuple[bytes, bool]:
+        nonlocal in_pem
+        out, changed, in_pem = _scrub_block(buf, counts, in_pem)
+        return out, changed
+
+    return _rewrite_blocks(path, counts, step)
 
 
 def scrub_tree_patterns(root) -> dict[str, int]:
