@@ -301,3 +301,48 @@ if __name__ == "__main__":
     made = build_class_archive()
     print(made or "no class archive: no Java, no Spark jars or no fixture capture to record it with")
     sys.exit(0 if made else 1)
+
+
+def jvm_gone() -> bool:
+    """This process launched Spark's JVM and it no longer answers (killed,
+    out of memory): no call through the old session can succeed. One that
+    does not answer but has not exited yet (its shutdown hooks still
+    running) is killed, so that it frees its memory for the next."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    if proc is None:
+        return False
+    if proc.poll() is None:
+        try:
+            gateway.jvm.java.lang.System.currentTimeMillis()
+            return False
+        except Exception:  # noqa: BLE001 - py4j's network errors and the socket's own
+            proc.kill()
+            proc.wait()
+    return True
+
+
+def restarted(app: str = "kdiag", master: str | None = None):
+    """A session in a fresh JVM, after ``jvm_gone``: PySpark keeps the dead
+    one's context, gateway and session as its current ones, and would hand
+    them back."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+    from pyspark.sql.context import SQLContext
+
+    ctx = SparkContext._active_spark_context
+    if ctx is not None:
+        ctx._jsc = None     # stopping it would ask the dead JVM
+        ctx.stop()
+    gateway = SparkContext._gateway
+    SparkContext._gateway = SparkContext._jvm = None
+    SparkSession._instantiatedSession = SparkSession._activeSession = None
+    SQLContext._instantiatedContext = None
+    if gateway is not None:
+        try:
+            gateway.shutdown()
+        except Exception:  # noqa: BLE001 - its JVM is gone: only its Python side is closed
+            pass
+    return session(app, master=master)
