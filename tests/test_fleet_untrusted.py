@@ -169,3 +169,42 @@ def test_a_bundle_the_analysis_fails_on_is_a_row_and_the_rest_are_judged(tickets
     assert [u["source"].rsplit("/", 1)[-1] for u in summary["unread"]] == ["d-bomb.tar.gz"]
     # Private as bundles are. Before: 0755 directories and 0644 files.
     assert _modes(tmp_path / "out") == []
+
+
+# A bundle whose analysis kills Spark's JVM (as one whose statistics are
+# 10^9 s apart did, in the throttle join): here the JVM is killed whenever
+# the healthy bundle is among those judged.
+DYING = r"""
+import os, signal, sys
+from pyspark import SparkContext
+from kdiag.cli import main
+from kdiag.fleet import judge
+original = judge.judged
+def dying(spark, tables, facts, version=None):
+    if any(f["source"].endswith("/c-off.tar.gz") for f in facts):
+        os.kill(SparkContext._gateway.proc.pid, signal.SIGKILL)
+        spark.range(3).count()
+    return original(spark, tables, facts, version)
+judge.judged = dying
+sys.exit(main(["fleet", *sys.argv[1:]]))
+"""
+
+
+def test_a_bundle_that_takes_the_jvm_down_is_set_aside_and_a_new_jvm_judges_the_rest(tickets, tmp_path):
+    """Local mode: the driver's JVM is the executors'. Before: exit 1, a
+    py4j traceback, no output."""
+    import pandas as pd
+
+    mine = tmp_path / "two"
+    mine.mkdir()
+    for name in ("a-on.tar.gz", "c-off.tar.gz"):
+        shutil.copy(tickets / name, mine / name)
+    res = subprocess.run([sys.executable, "-c", DYING, str(mine), "-o", str(tmp_path / "out")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    assert res.returncode == ExitStatus.OK and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert "Spark's JVM is gone; starting a new one" in res.stderr
+    rows = {r.source.rsplit("/", 1)[-1]: r for r in pd.read_parquet(tmp_path / "out" / "bundles").itertuples()}
+    assert rows["a-on.tar.gz"].verdict == "nagle_delayed_ack"
+    off = rows["c-off.tar.gz"]
+    assert not off.judged and off.problems[-1].startswith("not judged: the analysis failed on this bundle (")
+    assert "2 bundle(s), 1 judged" in res.stdout and "  not judged: file:" in res.stdout

@@ -324,6 +324,21 @@ def jvm_gone() -> bool:
     return True
 
 
+def quiet_when_gone() -> None:
+    """When the JVM dies, PySpark's accumulator server (an EOFError, from a
+    thread) and py4j's logger (each call that cannot connect) print
+    tracebacks of their own: whoever survives the death says it in its own
+    words, and py4j's errors still reach it as exceptions."""
+    import logging
+
+    from pyspark import SparkContext
+
+    logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)
+    server = getattr(SparkContext._active_spark_context, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = lambda request, client_address: None
+
+
 def restarted(app: str = "kdiag", master: str | None = None):
     """A session in a fresh JVM, after ``jvm_gone``: PySpark keeps the dead
     one's context, gateway and session as its current ones, and would hand

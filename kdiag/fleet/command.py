@@ -146,12 +146,13 @@ def fleet(sources: list[str], work: str, out: str, limits=None, verify: bool = T
           spark=None, master: str | None = None) -> dict:
     """Ingest, judge, write: the summary (a dict) of what was written."""
     from kdiag import __version__
-    from kdiag.analysis.spark import jvm_gone, restarted, session
+    from kdiag.analysis.spark import jvm_gone, quiet_when_gone, restarted, session
     from kdiag.fleet.ingest import DUPLICATE, ingest, reopened
     from kdiag.fleet.judge import judged_apart
 
     spark = spark or session("kdiag-fleet", master=master)
     _hadoop_private(spark)
+    quiet_when_gone()
     clock = [time.monotonic()]
 
     def lap() -> float:
@@ -170,11 +171,13 @@ def fleet(sources: list[str], work: str, out: str, limits=None, verify: bool = T
         if after_failure and jvm_gone():
             say("Spark's JVM is gone; starting a new one")
             now[0] = restarted("kdiag-fleet", master=master)
+            _hadoop_private(now[0])
+            quiet_when_gone()
             now[1] = reopened(now[0], work)
         return now[0], now[1]
 
     found, failed = judged_apart(current, facts, __version__, say)
-    spark = now[0]
+    spark, _ = current(bool(failed))     # the last bundle set aside may have taken the JVM with it
     for f in facts:
         if f["bundle_id"] in failed and f.get("state") == "parsed":
             f["problems"] = list(f.get("problems") or []) + [f"not judged: the analysis failed on this bundle "

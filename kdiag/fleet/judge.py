@@ -374,12 +374,23 @@ def judged_apart(session, facts: list[dict], kdiag_version: str | None = None,
 
 
 def failure(e: BaseException) -> str:
-    """An exception from Spark or the analysis as one short line: py4j's
-    text opens with the call that failed and goes on with the JVM's stack."""
+    """An exception from Spark or the analysis as one short line: the JVM's
+    root cause when there is one (py4j's text opens with the call that
+    failed, then Spark's wrappers: "Exception thrown in awaitResult")."""
     from kdiag.visible import visible
 
-    lines = [x.strip().lstrip(": ") for x in str(e).splitlines() if x.strip()]
-    lines = [x for x in lines if not x.startswith("An error occurred while calling")] or [""]
-    text = f"{type(e).__name__}: {lines[0]}" if lines[0] else type(e).__name__
-    text = visible(text)
+    text = None
+    java = getattr(e, "java_exception", None)
+    if java is not None:
+        try:
+            while java.getCause() is not None:
+                java = java.getCause()
+            text = str(java.toString())
+        except Exception:  # noqa: BLE001 - the JVM may be gone: py4j's own text then
+            text = None
+    if text is None:
+        lines = [x.strip().lstrip(": ") for x in str(e).splitlines() if x.strip()]
+        lines = [x for x in lines if not x.startswith("An error occurred while calling")] or [""]
+        text = f"{type(e).__name__}: {lines[0]}" if lines[0] else type(e).__name__
+    text = visible(text.splitlines()[0] if text.strip() else text)
     return text if len(text) <= 300 else text[:297] + "..."
