@@ -206,5 +206,6 @@ def test_a_bundle_that_takes_the_jvm_down_is_set_aside_and_a_new_jvm_judges_the_
     rows = {r.source.rsplit("/", 1)[-1]: r for r in pd.read_parquet(tmp_path / "out" / "bundles").itertuples()}
     assert rows["a-on.tar.gz"].verdict == "nagle_delayed_ack"
     off = rows["c-off.tar.gz"]
-    assert not off.judged and off.problems[-1].startswith("not judged: the analysis failed on this bundle (")
+    assert not off.judged and off.problems[-1].startswith("not judged: the analysis failed on this bundle "
+                                                          "(Spark's JVM died (")
     assert "2 bundle(s), 1 judged" in res.stdout and "  not judged: file:" in res.stdout

@@ -343,6 +343,8 @@ def judged_apart(session, facts: list[dict], kdiag_version: str | None = None,
     halves must then run in a new one."""
     from pyspark.sql import functions as F
 
+    from kdiag.analysis.spark import jvm_gone
+
     parsed = [f for f in facts if f.get("state") == "parsed"]
     found: dict[str, dict] = {}
     failed: dict[str, str] = {}
@@ -360,6 +362,8 @@ def judged_apart(session, facts: list[dict], kdiag_version: str | None = None,
             continue
         except Exception as e:  # noqa: BLE001 - Spark's, py4j's and the analysis's own: the bundles are set apart
             why = failure(e)
+        if jvm_gone():
+            why = f"Spark's JVM died ({why})"
         after_failure = True
         if len(part) == 1:
             failed[ids[0]] = why
