@@ -200,7 +200,7 @@ def fleet(sources: list[str], work: str, out: str, limits=None, verify: bool = T
     return {"output": out, "stage_seconds": seconds, "bundles": len(counted),
             "judged": sum(1 for b in bundles if b["judged"]),
             "unread": [{"source": b["source"], "problems": b["problems"]} for b in counted if b["state"] != "parsed"],
-            "not_judged": [{"source": b["source"], "problems": b["problems"]} for b in bundles
+            "not_judged": [{"source": b["source"], "reason": failed[b["bundle_id"]]} for b in bundles
                            if b["bundle_id"] in failed and b["state"] == "parsed"],
             "duplicates": [{"source": b["source"], "bundle_id": b["duplicate_of"],
                             "kept": kept.get(b["duplicate_of"])} for b in bundles if b["state"] == DUPLICATE],
@@ -304,7 +304,7 @@ def render(summary: dict) -> str:
     for u in summary["unread"]:
         out.append(f"  not read: {u['source']}: {'; '.join(u['problems'] or ['?'])}")
     for u in summary.get("not_judged", []):
-        out.append(visible(f"  not judged: {u['source']}: {u['problems'][-1]}"))
+        out.append(visible(f"  not judged: {u['source']}: the analysis failed on it ({u['reason']})"))
     for d in summary.get("duplicates", []):
         out.append(visible(f"  duplicate: {d['source']}: the same content as {d['kept']}, counted once"))
     out.append("")
