@@ -94,12 +94,18 @@ def tickets(tmp_path_factory, bomb):
     return d
 
 
-def test_ingest_parses_one_copy_of_each_content_and_refuses_the_bomb_unread(tickets, tmp_path, spark):
+@pytest.mark.parametrize("read", ["path", "binaryFile"])
+def test_ingest_parses_one_copy_of_each_content_and_refuses_the_bomb_unread(tickets, tmp_path, spark, read,
+                                                                            monkeypatch):
+    """``binaryFile``: as an archive on HDFS or S3 is read (no local path for
+    the executors' Python), its bytes spooled, then verified the same way."""
     from pyspark.sql import functions as F
 
-    from kdiag.fleet.ingest import ingest
+    from kdiag.fleet import ingest as fleet_ingest
 
-    got = ingest(spark, [str(tickets)], (tmp_path / "work").as_uri())
+    if read == "binaryFile":
+        monkeypatch.setattr(fleet_ingest, "_local_dir", lambda uri: None)
+    got = fleet_ingest.ingest(spark, [str(tickets)], (tmp_path / "work").as_uri())
     facts = {r.source.rsplit("/", 1)[-1]: r for r in got.bundles.collect()}
     on, copy, bomb = facts["a-on.tar.gz"], facts["b-copy-of-on.tar.gz"], facts["d-bomb.tar.gz"]
     assert on.state == "parsed" and on.bundle_id

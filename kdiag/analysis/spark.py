@@ -334,9 +334,17 @@ def quiet_when_gone() -> None:
     from pyspark import SparkContext
 
     logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)
+    # py4j's gateway logs a failed call on the root logger, not its own
+    root = logging.getLogger()
+    if _not_py4j not in root.filters:
+        root.addFilter(_not_py4j)
     server = getattr(SparkContext._active_spark_context, "_accumulatorServer", None)
     if server is not None:
         server.handle_error = lambda request, client_address: None
+
+
+def _not_py4j(record) -> bool:
+    return f"{os.sep}py4j{os.sep}" not in record.pathname
 
 
 def restarted(app: str = "kdiag", master: str | None = None):
