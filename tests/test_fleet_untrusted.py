@@ -215,3 +215,12 @@ def test_a_bundle_that_takes_the_jvm_down_is_set_aside_and_a_new_jvm_judges_the_
     assert not off.judged and off.problems[-1].startswith("not judged: the analysis failed on this bundle "
                                                           "(Spark's JVM died (")
     assert "2 bundle(s), 1 judged" in res.stdout and "  not judged: file:" in res.stdout
+
+
+def test_the_output_is_private_as_bundles_are(tmp_path, spark):
+    """Before: 0755 directories and 0644 files, the findings of every
+    bundle readable by every user of the machine."""
+    out = tmp_path / "shared" / "out"
+    rc, _, err = _fleet(tmp_path / "shared", ON)
+    assert rc == ExitStatus.OK, err[-3000:]
+    assert (out / "bundles").is_dir() and _modes(out) == []
