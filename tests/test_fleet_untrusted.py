@@ -111,8 +111,7 @@ def test_ingest_parses_one_copy_of_each_content_and_refuses_the_bomb_unread(tick
     assert on.state == "parsed" and on.bundle_id
     # Before: both were parsed under one bundle_id, every table's rows twice.
     assert copy.state == "duplicate" and copy.duplicate_of == on.bundle_id and copy.bundle_id is None
-    assert copy.problems == [f"the same content as {on.source} (bundle_id {on.bundle_id}), which is judged: "
-                             "counted once"]
+    assert copy.problems == [f"the same content as {on.source} (bundle_id {on.bundle_id}), read there: counted once"]
     assert bomb.state == "refused" and SIZE_DIFFERS in bomb.problems
     rows = {t: {r.bundle_id: r["count"] for r in df.groupBy("bundle_id").count().collect()}
             for t, df in got.tables.items()}

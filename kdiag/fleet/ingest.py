@@ -202,7 +202,7 @@ def ingest(spark, given: list[str], work: str, limits=None, verify: bool = True)
              "problems": [f"{n} bytes: over the {cap} bytes a bundle may have here "
                           "(--max-unpacked-mb raises it, up to 2 GiB)"]} for p, n in listed if n > cap]
     said += [{"source": p, "bytes": sizes[p], "state": DUPLICATE, "duplicate_of": bid,
-              "problems": [f"the same content as {kept} (bundle_id {bid}), which is judged: counted once"]}
+              "problems": [f"the same content as {kept} (bundle_id {bid}), read there: counted once"]}
              for p, (bid, kept) in sorted(dups.items())]
     if said:
         names = [c.split()[0] for c in FACTS_DDL.split(", ")]
