@@ -890,7 +890,7 @@ def _run(args, env: Environment, argv: list[str], command: list[str]) -> int:
         if args.command == "fleet":
             from kdiag.fleet import command as fleet
 
-            with _sigterm_interrupts():
+            with _sigterm_interrupts(), _private_files():
                 return fleet.run(args, env)
         return cmd_lab(args, env)
     except KeyboardInterrupt:

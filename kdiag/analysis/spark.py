@@ -321,3 +321,71 @@ def failure(e: BaseException) -> str | None:
     else:
         why = f"Spark could not analyse the input: {type(e).__name__}: {first[:300]}"
     return visible(why)
+
+
+def jvm_gone() -> bool:
+    """This process launched Spark's JVM and it no longer answers (killed,
+    out of memory): no call through the old session can succeed. One that
+    does not answer but has not exited yet (its shutdown hooks still
+    running) is killed, so that it frees its memory for the next."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    if proc is None:
+        return False
+    if proc.poll() is None:
+        try:
+            gateway.jvm.java.lang.System.currentTimeMillis()
+            return False
+        except Exception:  # noqa: BLE001 - py4j's network errors and the socket's own
+            proc.kill()
+            proc.wait()
+    return True
+
+
+def quiet_when_gone() -> None:
+    """When the JVM dies, PySpark's accumulator server (an EOFError, from a
+    thread) and py4j's logger (each call that cannot connect) print
+    tracebacks of their own: whoever survives the death says it in its own
+    words, and py4j's errors still reach it as exceptions."""
+    import logging
+
+    from pyspark import SparkContext
+
+    logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)
+    # py4j's gateway logs a failed call on the root logger, not its own
+    root = logging.getLogger()
+    if _not_py4j not in root.filters:
+        root.addFilter(_not_py4j)
+    server = getattr(SparkContext._active_spark_context, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = lambda request, client_address: None
+
+
+def _not_py4j(record) -> bool:
+    return f"{os.sep}py4j{os.sep}" not in record.pathname
+
+
+def restarted(app: str = "kdiag", master: str | None = None):
+    """A session in a fresh JVM, after ``jvm_gone``: PySpark keeps the dead
+    one's context, gateway and session as its current ones, and would hand
+    them back."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+    from pyspark.sql.context import SQLContext
+
+    ctx = SparkContext._active_spark_context
+    if ctx is not None:
+        ctx._jsc = None     # stopping it would ask the dead JVM
+        ctx.stop()
+    gateway = SparkContext._gateway
+    SparkContext._gateway = SparkContext._jvm = None
+    SparkSession._instantiatedSession = SparkSession._activeSession = None
+    SQLContext._instantiatedContext = None
+    if gateway is not None:
+        try:
+            gateway.shutdown()
+        except Exception:  # noqa: BLE001 - its JVM is gone: only its Python side is closed
+            pass
+    return session(app, master=master)

@@ -7,13 +7,16 @@ Output, under ``-o`` (a path or a URI every executor can write):
   librdkafka version and creation time, its verdict, the top cause's share,
   p50/p99, its brokers and topics, the fix, which process parsed it, and
   its whole findings as JSON;
-  a bundle that could not be read is a row with its reasons.
+  a bundle that could not be read, or that the analysis failed on, is a row
+  with its reasons (``judged`` false); an archive with the same content as
+  another is a row of state ``duplicate`` naming the one judged, counted once.
 - ``findings/``: one row per (bundle, cause): share, time share, requests,
   evidence and fix.
 - ``summary/``: bundles per verdict by version, host, broker, topic and day.
 
 All three are Parquet datasets: pandas, DuckDB and Spark read them as they
-are."""
+are. They hold what the bundles hold, so they are private as bundles are:
+directories 0700, files 0600."""
 from __future__ import annotations
 
 import json
@@ -49,11 +52,12 @@ BUNDLES_DDL = ("bundle_id string, source string, state string, problems array<st
                "librdkafka_version string, created_us long, day string, judged boolean, verdict string, "
                "confidence string, share double, requests long, latency_p50_ms double, latency_p99_ms double, "
                "rtt_p50_ms double, path_rtt_ms double, brokers array<string>, topics array<string>, fix string, "
-               "unknowns array<string>, parsed_by string, findings_json string")
+               "unknowns array<string>, parsed_by string, findings_json string, duplicate_of string")
 FINDINGS_DDL = ("bundle_id string, host string, librdkafka_version string, day string, brokers array<string>, "
                 "cause string, share double, time_share double, requests long, fix string, fix_text string, "
                 "evidence array<string>")
 SUMMARY_DDL = "dimension string, value string, verdict string, bundles long"
+UMASK = "fs.permissions.umask-mask"
 
 
 def add_parser(sub, fmt) -> None:
@@ -142,11 +146,13 @@ def fleet(sources: list[str], work: str, out: str, limits=None, verify: bool = T
           spark=None, master: str | None = None) -> dict:
     """Ingest, judge, write: the summary (a dict) of what was written."""
     from kdiag import __version__
-    from kdiag.analysis.spark import session
-    from kdiag.fleet.ingest import ingest
-    from kdiag.fleet.judge import judged
+    from kdiag.analysis.spark import jvm_gone, quiet_when_gone, restarted, session
+    from kdiag.fleet.ingest import DUPLICATE, ingest, reopened
+    from kdiag.fleet.judge import judged_apart
 
     spark = spark or session("kdiag-fleet", master=master)
+    _hadoop_private(spark)
+    quiet_when_gone()
     clock = [time.monotonic()]
 
     def lap() -> float:
@@ -159,9 +165,27 @@ def fleet(sources: list[str], work: str, out: str, limits=None, verify: bool = T
     seconds = {"ingest": lap()}
     parsed = sum(1 for f in facts if f.get("state") == "parsed")
     say(f"{len(facts)} bundle(s) found, {parsed} parsed on the executors in {seconds['ingest']} s; judging them")
-    found = judged(spark, got.tables, facts, __version__)
+    now = [spark, got.tables]
+
+    def current(after_failure: bool):
+        if after_failure and jvm_gone():
+            say("Spark's JVM is gone; starting a new one")
+            now[0] = restarted("kdiag-fleet", master=master)
+            _hadoop_private(now[0])
+            quiet_when_gone()
+            now[1] = reopened(now[0], work)
+        return now[0], now[1]
+
+    found, failed = judged_apart(current, facts, __version__, say)
+    spark, _ = current(bool(failed))     # the last bundle set aside may have taken the JVM with it
+    for f in facts:
+        if f["bundle_id"] in failed and f.get("state") == "parsed":
+            f["problems"] = list(f.get("problems") or []) + [f"not judged: the analysis failed on this bundle "
+                                                             f"({failed[f['bundle_id']]})"]
     seconds["judge"] = lap()
     bundles = [bundle_row(f, found.get(f["bundle_id"])) for f in facts]
+    kept = {b["bundle_id"]: b["source"] for b in bundles if b["bundle_id"] and b["state"] != DUPLICATE}
+    private = _private_dir(out)
     findings = [row for f in facts if f["bundle_id"] in found for row in finding_rows(f, found[f["bundle_id"]])]
     summary_rows = summarise(bundles)
     for name, rows, ddl in (("bundles", bundles, BUNDLES_DDL), ("findings", findings, FINDINGS_DDL),
@@ -169,11 +193,61 @@ def fleet(sources: list[str], work: str, out: str, limits=None, verify: bool = T
         names = _names(ddl)
         spark.createDataFrame([tuple(r[n] for n in names) for r in rows], ddl).coalesce(1) \
             .write.mode("overwrite").parquet(f"{out}/{name}")
+    if private:
+        _make_private(private)
     seconds["write"] = lap()
-    return {"output": out, "stage_seconds": seconds, "bundles": len(bundles), "judged": sum(1 for b in bundles if b["judged"]),
-            "unread": [{"source": b["source"], "problems": b["problems"]} for b in bundles if b["state"] != "parsed"],
+    counted = [b for b in bundles if b["state"] != DUPLICATE]
+    return {"output": out, "stage_seconds": seconds, "bundles": len(counted),
+            "judged": sum(1 for b in bundles if b["judged"]),
+            "unread": [{"source": b["source"], "problems": b["problems"]} for b in counted if b["state"] != "parsed"],
+            "not_judged": [{"source": b["source"], "reason": failed[b["bundle_id"]]} for b in bundles
+                           if b["bundle_id"] in failed and b["state"] == "parsed"],
+            "duplicates": [{"source": b["source"], "bundle_id": b["duplicate_of"],
+                            "kept": kept.get(b["duplicate_of"])} for b in bundles if b["state"] == DUPLICATE],
             "verdicts": dict(Counter(_verdict(b) for b in bundles if b["state"] == "parsed")),
             "by": {dim: _by(summary_rows, dim) for dim in DIMENSIONS.values()}}
+
+
+def _private_dir(out: str) -> Path | None:
+    """OUT as a local directory made 0700 before anything is written in it,
+    so no one else can reach its files while Spark writes them; None for
+    another filesystem."""
+    from kdiag.fleet.ingest import _local_dir
+
+    local = _local_dir(out)
+    if local is None:
+        return None
+    d = Path(local)
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    d.chmod(0o700)
+    return d
+
+
+def _hadoop_private(spark) -> None:
+    """Hadoop's umask for what Spark writes, before any filesystem is opened
+    (Hadoop caches each with the configuration it was opened with): HDFS
+    then creates the output 0700 and 0600 wherever it lies. The local
+    filesystem takes the JVM's own umask (077 when kdiag launched it: see
+    ``cli``), and ``_make_private`` makes sure of it. An object store
+    (s3a://, gs://) keeps no modes: there the bucket's policy is what keeps
+    the output private."""
+    try:
+        spark.conf.set(UMASK, "077")
+        spark.sparkContext._jsc.hadoopConfiguration().set(UMASK, "077")
+    except Exception:  # noqa: BLE001 - Spark Connect has no context; a server may refuse the setting
+        pass
+
+
+def _make_private(d: Path) -> None:
+    """Everything under ``d``: directories 0700, files 0600, as bundles are
+    (whatever Spark's writers and the umask gave them)."""
+    for root, dirs, files in os.walk(d):
+        for n in dirs:
+            os.chmod(os.path.join(root, n), 0o700, follow_symlinks=False)
+        for n in files:
+            p = os.path.join(root, n)
+            if not os.path.islink(p):
+                os.chmod(p, 0o600)
 
 
 def _names(ddl: str) -> list[str]:
@@ -193,7 +267,7 @@ def bundle_row(facts: dict, res: dict | None) -> dict:
         res.get("confidence"), top.get("share"), s.get("requests"), s.get("latency_p50_ms"),
         s.get("latency_p99_ms"), s.get("rtt_p50_ms"), s.get("path_rtt_ms"), list(s.get("brokers") or []),
         list(res.get("topics") or []), fix, list(res.get("unknowns") or []), facts.get("parsed_by"),
-        json.dumps(res, default=str) if res else None)))
+        json.dumps(res, default=str) if res else None, facts.get("duplicate_of"))))
 
 
 def finding_rows(facts: dict, res: dict) -> list[dict]:
@@ -234,6 +308,10 @@ def render(summary: dict) -> str:
            + (f" in {summary['seconds']} s" if "seconds" in summary else "")]
     for u in summary["unread"]:
         out.append(f"  not read: {visible(u['source'])}: {'; '.join(map(visible, u['problems'] or ['?']))}")
+    for u in summary.get("not_judged", []):
+        out.append(f"  not judged: {visible(u['source'])}: the analysis failed on it ({visible(u['reason'])})")
+    for d in summary.get("duplicates", []):
+        out.append(f"  duplicate: {visible(d['source'])}: the same content as {visible(d['kept'])}, counted once")
     out.append("")
     out.append("VERDICT                    BUNDLES")
     out += [f"{visible(v):<26} {n:>7}" for v, n in sorted(summary["verdicts"].items(), key=lambda x: (-x[1], x[0]))]

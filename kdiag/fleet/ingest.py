@@ -1,19 +1,29 @@
 """Bundles -> tables, on the executors.
 
-Spark's ``binaryFile`` source reads each bundle archive where it lies (a
-local path, ``file://``, or whatever Hadoop filesystem the cluster is
-configured for), so the driver never holds one. On the executors, each
-archive is checked, unpacked and parsed by the code ``kdiag replay`` runs
-(``bundle.verify``, ``bundle.unpack``, ``ingest.tables.parse_paths``: one
-implementation), and its rows get the bundle's ``bundle_id`` (the first 16
+An archive is read where it lies: a local file (``file:``) by the
+executor's Python straight from its path, as a stream; any other
+filesystem (``hdfs://``, ``s3a://``: Hadoop's, which Python cannot read)
+through Spark's ``binaryFile`` source, whose bytes (at most the cap on an
+archive's size, what the archive holds) are spooled to a temporary file.
+Either way the driver never holds one. On the executors, each archive is
+first verified as ``kdiag bundle verify`` does (streaming, within the caps
+of ``bundle.limits``, every member held to the manifest's size), and only
+one that verified is unpacked and parsed by the code ``kdiag replay`` runs
+(``bundle.unpack``, ``ingest.tables.parse_paths``: one implementation): an
+archive's memory and temporary disk are bounded by the caps, not by what
+its members claim. Its rows get the bundle's ``bundle_id`` (the first 16
 hex digits of the archive's SHA-256).
+
+Archives with the same content share a ``bundle_id``: a first pass hashes
+every archive, and only one of each content (the first by its path) is
+parsed; the others are rows of ``bundles`` with state ``duplicate``, the
+``bundle_id`` they repeat in ``duplicate_of``, and the kept one named.
 
 Where the work directory is a local or shared disk (``file:``), each task
 writes its bundles' rows itself, one Parquet file per table, and says in
 the parse job's own (committed) output which files it wrote: only those
 are read, so a failed or repeated task's files are never counted. On any
-other filesystem (``hdfs://``, ``s3a://``: Hadoop's, which Python cannot
-write), the tables come back as Arrow stream bytes, one row per
+other filesystem, the tables come back as Arrow stream bytes, one row per
 (bundle, table), and a second pass per table writes them through Spark. Handing
 the rows to the JVM costs more than writing them: at 1000 bundles that
 second pass took 39 s, while the tasks' own writes cost 7-9 ms of CPU a
@@ -23,8 +33,8 @@ Each bundle's parse also says which tables hold copies of rows
 (``input_checks.has_copies``), so that the judge hashes only those.
 
 A bundle that cannot be read (refused by verification, over a cap, not a
-tar) is a row of the ``bundles`` table with its reasons, never a failed
-job: the other bundles are still analysed.
+tar, failing in its parse) is a row of the ``bundles`` table with its
+reasons, never a failed job: the other bundles are still analysed.
 """
 from __future__ import annotations
 
@@ -37,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kdiag.errors import KdiagError
+from kdiag.visible import visible
 
 # What a folder or glob is searched for: the names kdiag trace gives bundles.
 BUNDLE_GLOB = "*.{tar.gz,tgz}"
@@ -52,7 +63,11 @@ _GLOB_CHARS = set("*?[{")
 
 FACTS_DDL = ("bundle_id string, source string, bytes long, state string, problems array<string>, "
              "host string, librdkafka_version string, created_us long, tcp_retrans long, probe string, "
-             "notes array<string>, table_rows map<string,long>, parsed_by string, copies_in array<string>")
+             "notes array<string>, table_rows map<string,long>, parsed_by string, copies_in array<string>, "
+             "duplicate_of string")
+# A bundle's state when another archive with its content is the one parsed.
+DUPLICATE = "duplicate"
+_IDENTITY_DDL = "path string, bundle_id string, problem string"
 
 
 @dataclass
@@ -102,8 +117,8 @@ def locations(given: list[str]) -> tuple[list[str], list[str]]:
 
 
 def archives(spark, given: list[str]):
-    """DataFrame (path, length, content) of every archive named or found;
-    content is read only for the rows that keep it."""
+    """DataFrame (path, length) of every archive named or found: a listing,
+    no archive's bytes read."""
     from pyspark.errors import AnalysisException
 
     files, trees = locations(given)
@@ -119,7 +134,35 @@ def archives(spark, given: list[str]):
     df = found[0]
     for more in found[1:]:
         df = df.unionByName(more)
-    return df.select("path", "length", "content")
+    # Without the content column binaryFile lists the files and reads none.
+    return df.select("path", "length")
+
+
+def _with_content(spark, listed: list[tuple[str, int]]):
+    """DataFrame (path, length, content) of ``listed`` (path, length): content
+    null for a local file, which the executor reads from its path as a
+    stream; read by ``binaryFile`` for any other filesystem's."""
+    from pyspark.sql import functions as F
+
+    schema = "path string, length long, content binary"
+    local = [(p, n, None) for p, n in listed if _local_dir(p)]
+    remote = [p for p, n in listed if not _local_dir(p)]
+    df = spark.createDataFrame(local, schema)
+    if remote:
+        df = df.unionByName(spark.read.format("binaryFile").load(remote)
+                            .select("path", F.col("length").cast("long"), "content"))
+    return df
+
+
+def _kept(identities: list[tuple[str, str | None, str | None]]) -> tuple[set, dict]:
+    """(the paths to parse, path -> (bundle_id, the kept path) of each
+    duplicate): of archives with one content, the first by path is kept."""
+    first: dict[str, str] = {}
+    for path, bid, _ in sorted(identities, key=lambda x: x[0]):
+        if bid is not None:
+            first.setdefault(bid, path)
+    dups = {path: (bid, first[bid]) for path, bid, _ in identities if bid is not None and first[bid] != path}
+    return {path for path, _, _ in identities} - set(dups), dups
 
 
 def ingest(spark, given: list[str], work: str, limits=None, verify: bool = True) -> Ingested:
@@ -132,21 +175,21 @@ def ingest(spark, given: list[str], work: str, limits=None, verify: bool = True)
     _pandas_or_fail()
     limits = limits or Limits.resolve()
     cap = min(limits.unpacked_bytes, BINARY_FILE_MAX)
-    found = archives(spark, given)
+    listed = [(r.path, r.length) for r in archives(spark, given).collect()]
+    within = [(p, n) for p, n in listed if n <= cap]
     work = work.rstrip("/")
     stage = f"{work}/stage"
-    over = found.filter(F.col("length") > cap).select(
-        F.col("path").alias("source"), F.col("length").alias("bytes"))
     direct = _local_dir(f"{work}/tables")
     if direct:
         shutil.rmtree(direct, ignore_errors=True)
-    parse = _Parse(limits, verify, direct)
     conf = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
     # One archive a batch: a batch holds its archives' bytes at once.
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "1")
     try:
-        (found.filter(F.col("length") <= cap).select("path", "content")
-         .mapInArrow(parse, "bundle_id string, tbl string, data binary")
+        identities = [tuple(r) for r in _with_content(spark, within).mapInArrow(_identify, _IDENTITY_DDL).collect()]
+        keep, dups = _kept(identities)
+        (_with_content(spark, [(p, n) for p, n in within if p in keep]).select("path", "content")
+         .mapInArrow(_Parse(limits, verify, direct), "bundle_id string, tbl string, data binary")
          .write.mode("overwrite").parquet(stage))
     finally:
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", conf)
@@ -154,13 +197,57 @@ def ingest(spark, given: list[str], work: str, limits=None, verify: bool = True)
     tables = _written(spark, staged, direct) if direct else _decoded(spark, staged, work)
     facts = staged.filter(F.col("tbl") == FACTS).select(
         F.from_json(F.col("data").cast("string"), FACTS_DDL).alias("f")).select("f.*")
-    refused = over.select(
-        F.lit(None).cast("string").alias("bundle_id"), "source", "bytes", F.lit("refused").alias("state"),
-        F.array(F.format_string(f"%d bytes: over the {cap} bytes a bundle may have here "
-                                "(--max-unpacked-mb raises it, up to 2 GiB)", F.col("bytes"))).alias("problems"))
-    facts = facts.unionByName(refused, allowMissingColumns=True)
+    sizes = dict(listed)
+    said = [{"source": p, "bytes": n, "state": "refused",
+             "problems": [f"{n} bytes: over the {cap} bytes a bundle may have here "
+                          "(--max-unpacked-mb raises it, up to 2 GiB)"]} for p, n in listed if n > cap]
+    said += [{"source": p, "bytes": sizes[p], "state": DUPLICATE, "duplicate_of": bid,
+              "problems": [f"the same content as {kept} (bundle_id {bid}), read there: counted once"]}
+             for p, (bid, kept) in sorted(dups.items())]
+    if said:
+        names = [c.split()[0] for c in FACTS_DDL.split(", ")]
+        facts = facts.unionByName(spark.createDataFrame([tuple(d.get(n) for n in names) for d in said], FACTS_DDL))
     facts.write.mode("overwrite").parquet(f"{work}/{FACTS}")
     return Ingested(tables, spark.read.parquet(f"{work}/{FACTS}"), work)
+
+
+def reopened(spark, work: str) -> dict:
+    """The tables ``ingest`` wrote under ``work``, read by another session
+    (the first one's JVM died)."""
+    from kdiag.bundle import archive
+
+    work = work.rstrip("/")
+    direct = _local_dir(f"{work}/tables")
+    if direct:
+        return _written(spark, spark.read.parquet(f"{work}/stage"), direct)
+    return {name: spark.read.parquet(f"{work}/tables/{name}") for name in archive.table_schemas()}
+
+
+def _identify(batches):
+    """Batches of (path, length, content) -> (path, bundle_id, why none):
+    each archive hashed as a stream from its path, or from its bytes."""
+    import pyarrow as pa
+
+    schema = pa.schema([("path", pa.string()), ("bundle_id", pa.string()), ("problem", pa.string())])
+    for batch in batches:
+        rows = []
+        for path, content in zip(batch.column("path").to_pylist(), batch.column("content").to_pylist()):
+            try:
+                rows.append({"path": path, "bundle_id": _digest(path, content), "problem": None})
+            except OSError as e:    # said again, in full, by its parse
+                rows.append({"path": path, "bundle_id": None, "problem": str(e)})
+        yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+
+def _digest(path: str, content: bytes | None) -> str:
+    """The bundle_id: an archive's SHA-256, from its bytes or its local file."""
+    if content is not None:
+        return hashlib.sha256(content).hexdigest()[:16]
+    h = hashlib.sha256()
+    with open(_local_dir(path), "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:16]
 
 
 def _local_dir(uri: str) -> str | None:
@@ -343,9 +430,25 @@ def _decode(batches):
             yield from pa.ipc.open_stream(data).read_all().to_batches()
 
 
-def parsed(source: str, content: bytes, limits, verify: bool = True):
-    """(bundle_id, table, rows) of one archive: each table (Arrow), then its
-    facts (JSON bytes). Whatever goes wrong is a fact, not a raise."""
+def parsed(source: str, content: bytes | None, limits, verify: bool = True):
+    """(bundle_id, table, rows) of one archive, ``content`` its bytes or None
+    to read it from its local path: each table (Arrow), then its facts
+    (JSON bytes). Whatever goes wrong is a fact, not a raise."""
+    facts = {"bundle_id": None, "source": source, "bytes": None, "state": "parsed", "problems": [],
+             "parsed_by": _where()}
+    try:
+        with tempfile.TemporaryDirectory(prefix="kdiag-fleet-") as tmp:
+            # Rows are yielded only after the parse is done: a failure
+            # half-way leaves no table with some of its rows.
+            out = list(_parsed(source, content, limits, verify, facts, Path(tmp)))
+    except Exception as e:  # noqa: BLE001 - one bundle's failure, whatever it is, is its row, not the job's
+        facts.update(state="refused", problems=facts["problems"] + [visible(f"{type(e).__name__}: {e}")])
+        out = []
+    yield from out
+    yield facts["bundle_id"], FACTS, json.dumps(facts, default=str).encode()
+
+
+def _parsed(source: str, content: bytes | None, limits, verify: bool, facts: dict, tmp: Path):
     import pyarrow.parquet as pq
 
     from kdiag.analysis.input_checks import COPY_TABLES, has_copies
@@ -354,37 +457,39 @@ def parsed(source: str, content: bytes, limits, verify: bool = True):
     from kdiag.errors import KdiagError
     from kdiag.ingest.tables import parse_paths
 
-    bid = hashlib.sha256(content).hexdigest()[:16]
-    facts = {"bundle_id": bid, "source": source, "bytes": len(content), "state": "parsed", "problems": [],
-             "parsed_by": _where()}
-    with tempfile.TemporaryDirectory(prefix="kdiag-fleet-") as tmp:
-        arc = _spooled(content, Path(tmp), limits)
-        d = None
-        try:
-            v = bundle.verify(arc, limits)
-            facts["problems"] = [str(p) for p in v.problems]
-            if not v.ok and not v.unsealed and verify:
-                facts["state"] = "refused"
-                yield bid, FACTS, json.dumps(facts).encode()
-                return
-            d = bundle.unpack(arc, limits)
-            man = bundle.manifest(d, limits)
-            raw = [f for f in bundle.raw_files(d) if f.parent.name in bundle.ANALYSED_SOURCES]
-            out = parse_paths(raw, Path(tmp) / "tables", base=d)
-            probe = bundle.probe_summary(d, limits)
-        except (KdiagError, OSError, ValueError, EOFError) as e:
-            facts.update(state="refused", problems=facts["problems"] + [f"{type(e).__name__}: {e}"])
-            yield bid, FACTS, json.dumps(facts).encode()
+    if content is None:
+        arc = Path(_local_dir(source))
+        size = arc.stat().st_size
+    else:
+        arc, size = tmp / "bundle", len(content)
+        arc.write_bytes(content)
+    facts.update(bundle_id=_digest(source, content), bytes=size)
+    d = None
+    try:
+        # As `kdiag bundle verify`: one stream within the caps, each member
+        # held to the manifest's size; nothing is unpacked before it.
+        v = bundle.verify(arc, limits)
+        facts["problems"] = [str(p) for p in v.problems]
+        if not v.ok and not v.unsealed and (verify or v.not_a_bundle):
+            facts["state"] = "refused"
             return
-        finally:
-            if d is not None and d != arc:
-                shutil.rmtree(d, ignore_errors=True)
-        copies = []
-        for table, p in out.paths.items():
-            t = pq.read_table(p)
-            if table in COPY_TABLES and has_copies(t, table):
-                copies.append(table)
-            yield bid, table, t
+        d = bundle.unpack(arc, limits)
+        man = bundle.manifest(d, limits)
+        raw = [f for f in bundle.raw_files(d) if f.parent.name in bundle.ANALYSED_SOURCES]
+        out = parse_paths(raw, tmp / "tables", base=d)
+        probe = bundle.probe_summary(d, limits)
+    except (KdiagError, OSError, ValueError, EOFError) as e:
+        facts.update(state="refused", problems=facts["problems"] + [visible(f"{type(e).__name__}: {e}")])
+        return
+    finally:
+        if d is not None and d != arc:
+            shutil.rmtree(d, ignore_errors=True)
+    copies = []
+    for table, p in out.paths.items():
+        t = pq.read_table(p)
+        if table in COPY_TABLES and has_copies(t, table):
+            copies.append(table)
+        yield facts["bundle_id"], table, t
     host = man.get("host") if isinstance(man.get("host"), dict) else {}
     versions = man.get("versions") if isinstance(man.get("versions"), dict) else {}
     created = man.get("created_us")
@@ -392,31 +497,6 @@ def parsed(source: str, content: bytes, limits, verify: bool = True):
                  created_us=created if isinstance(created, int) else None, tcp_retrans=retransmits(probe),
                  probe=json.dumps(probe) if probe is not None else None, notes=out.notes,
                  table_rows=out.rows, copies_in=copies)
-    yield bid, FACTS, json.dumps(facts, default=str).encode()
-
-
-def _spooled(content: bytes, tmp: Path, limits) -> Path:
-    """The archive on disk for verify and unpack, which read it three times
-    between them: gunzipped once here (20-30 ms a bundle saved), if that
-    stays within the unpacked-size cap; as it came otherwise, so that a
-    bad or oversized gzip is refused in verify's words."""
-    import gzip
-    import io
-    import zlib
-
-    if content[:2] == b"\x1f\x8b":
-        try:
-            with gzip.GzipFile(fileobj=io.BytesIO(content)) as g:
-                tar = g.read(limits.unpacked_bytes + 1)
-        except (OSError, EOFError, zlib.error):
-            tar = None
-        if tar is not None and len(tar) <= limits.unpacked_bytes:
-            arc = tmp / "bundle.tar"
-            arc.write_bytes(tar)
-            return arc
-    arc = tmp / "bundle.tar.gz"
-    arc.write_bytes(content)
-    return arc
 
 
 def _str(v) -> str | None:

@@ -326,3 +326,75 @@ def _requests(spark, t: dict, of):
     for p in parts[1:]:
         reqs = reqs.unionByName(p, allowMissingColumns=True)
     return reqs
+
+
+def judged_apart(session, facts: list[dict], kdiag_version: str | None = None,
+                 say=None) -> tuple[dict[str, dict], dict[str, str]]:
+    """(bundle_id -> findings, bundle_id -> why the analysis failed on it):
+    ``judged`` over all parsed bundles at once; when that pass fails, the
+    bundles are split in halves and each half judged again, until a bundle
+    whose rows fail the analysis stands alone and is set aside with the
+    error. One bad bundle costs about two passes per halving, and never
+    takes the other bundles' verdicts with it.
+
+    ``session(failed)``: (spark, table -> DataFrame of every bundle's rows);
+    ``failed`` is true after a pass failed: a bundle can take the JVM down
+    with it (local mode: the driver's JVM is the executors'), and the
+    halves must then run in a new one."""
+    from pyspark.sql import functions as F
+
+    from kdiag.analysis.spark import jvm_gone
+
+    parsed = [f for f in facts if f.get("state") == "parsed"]
+    found: dict[str, dict] = {}
+    failed: dict[str, str] = {}
+    parts, whole, after_failure = ([parsed] if parsed else []), True, False
+    while parts:
+        part = parts.pop(0)
+        spark, tables = session(after_failure)
+        ids = [f["bundle_id"] for f in part]
+        if not whole:
+            tables = {n: df.filter(F.col(RUN).isin(*ids)) for n, df in tables.items()}
+        whole = False
+        try:
+            found.update(judged(spark, tables, part, kdiag_version))
+            after_failure = False
+            continue
+        except Exception as e:  # noqa: BLE001 - Spark's, py4j's and the analysis's own: the bundles are set apart
+            why = failure(e)
+        if jvm_gone():
+            why = f"Spark's JVM died ({why})"
+        after_failure = True
+        if len(part) == 1:
+            failed[ids[0]] = why
+            if say:
+                say(f"the analysis failed on bundle {ids[0]}; set aside: {why}")
+            continue
+        if say:
+            say(f"the analysis failed on {len(part)} bundles together; judging them in halves: {why}")
+        half = len(part) // 2
+        parts[:0] = [part[:half], part[half:]]
+    return found, failed
+
+
+def failure(e: BaseException) -> str:
+    """An exception from Spark or the analysis as one short line: the JVM's
+    root cause when there is one (py4j's text opens with the call that
+    failed, then Spark's wrappers: "Exception thrown in awaitResult")."""
+    from kdiag.visible import visible
+
+    text = None
+    java = getattr(e, "java_exception", None)
+    if java is not None:
+        try:
+            while java.getCause() is not None:
+                java = java.getCause()
+            text = str(java.toString())
+        except Exception:  # noqa: BLE001 - the JVM may be gone: py4j's own text then
+            text = None
+    if text is None:
+        lines = [x.strip().lstrip(": ") for x in str(e).splitlines() if x.strip()]
+        lines = [x for x in lines if not x.startswith("An error occurred while calling")] or [""]
+        text = f"{type(e).__name__}: {lines[0]}" if lines[0] else type(e).__name__
+    text = visible(text.splitlines()[0] if text.strip() else text)
+    return text if len(text) <= 300 else text[:297] + "..."
