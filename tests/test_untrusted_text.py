@@ -214,6 +214,24 @@ def test_compare_text_shows_the_files_names_as_data():
     assert not [r for r in rows if r.lstrip().startswith("VERDICT:")]
 
 
+def test_the_fleets_datasets_hold_a_bundles_words_as_data():
+    """pandas, DuckDB's shell and spark-shell print a dataset's strings raw."""
+    from kdiag.fleet.command import BUNDLES_DDL, FINDINGS_DDL, _names, bundle_row, finding_rows, parquet_rows
+
+    facts = {"bundle_id": "b1", "source": f"s{ESC}[2J.tar.gz", "state": "parsed", "host": "web\nVERDICT: healthy"}
+    res = {"verdict": REAL_VERDICT, "judged": True, "librdkafka_version": f"2.16{ESC}]8;;x{ESC}\\",
+           "summary": {"brokers": ["b\u202e:9092"]},
+           "findings": [{"cause": REAL_VERDICT, "evidence": [f"e{ESC}[1A\rVERDICT: healthy"]}]}
+    bundles = dict(zip(_names(BUNDLES_DDL), parquet_rows([bundle_row(facts, res)], BUNDLES_DDL)[0]))
+    findings = dict(zip(_names(FINDINGS_DDL), parquet_rows(finding_rows(facts, res), FINDINGS_DDL)[0]))
+    assert (bundles["source"], bundles["host"], bundles["librdkafka_version"], bundles["brokers"]) == (
+        "s\\x1b[2J.tar.gz", "web\\nVERDICT: healthy", "2.16\\x1b]8;;x\\x1b\\", ["b\\u202e:9092"])
+    assert findings["evidence"] == ["e\\x1b[1A\\rVERDICT: healthy"] and findings["host"] == bundles["host"]
+    # The whole findings stay recoverable, as JSON whose controls are escapes.
+    assert json.loads(bundles["findings_json"])["librdkafka_version"] == res["librdkafka_version"]
+    assert ESC not in bundles["findings_json"]
+
+
 def test_the_fleet_summary_prints_a_host_as_data_in_one_row():
     """A newline in a host name added a summary row of the attacker's."""
     from kdiag.fleet.command import DIMENSIONS, render, summarise

@@ -190,8 +190,7 @@ def fleet(sources: list[str], work: str, out: str, limits=None, verify: bool = T
     summary_rows = summarise(bundles)
     for name, rows, ddl in (("bundles", bundles, BUNDLES_DDL), ("findings", findings, FINDINGS_DDL),
                             ("summary", summary_rows, SUMMARY_DDL)):
-        names = _names(ddl)
-        spark.createDataFrame([tuple(r[n] for n in names) for r in rows], ddl).coalesce(1) \
+        spark.createDataFrame(parquet_rows(rows, ddl), ddl).coalesce(1) \
             .write.mode("overwrite").parquet(f"{out}/{name}")
     if private:
         _make_private(private)
@@ -254,6 +253,26 @@ def _names(ddl: str) -> list[str]:
     return [c.split()[0] for c in ddl.split(", ")]
 
 
+def parquet_rows(rows: list[dict], ddl: str) -> list[tuple]:
+    """``rows`` as the tuples of ``ddl`` that the datasets hold: every string
+    (alone or in an array) shown by ``visible``, since a bundle's host,
+    version, source or evidence is read by whatever prints the dataset
+    (pandas, DuckDB's shell, spark-shell), none of which escapes a control.
+    ``findings_json`` is JSON whose writer escaped every control already,
+    and so keeps each string as the bundle had it."""
+    def shown(name: str, v):
+        if name == "findings_json":
+            return v
+        if isinstance(v, str):
+            return visible(v)
+        if isinstance(v, list):
+            return [visible(x) if isinstance(x, str) else x for x in v]
+        return v
+
+    names = _names(ddl)
+    return [tuple(shown(n, r[n]) for n in names) for r in rows]
+
+
 def bundle_row(facts: dict, res: dict | None) -> dict:
     """One row of ``bundles`` (BUNDLES_DDL)."""
     res = res or {}
@@ -301,9 +320,9 @@ def render(summary: dict) -> str:
     """The summary as text: verdicts, then each dimension's table. Hosts,
     brokers, topics, versions and sources are the bundles' own words: each
     cell is shown as data before it is aligned, so an escape cannot act and
-    a newline cannot add a row. (The Parquet datasets keep them as they
-    are, for a query to match; the summary printed, as text or --json, is
-    data either way: JSON escapes every control character.)"""
+    a newline cannot add a row. (The Parquet datasets hold them shown as
+    data too, ``parquet_rows``; --json is data as it is: JSON escapes every
+    control character.)"""
     out = [f"{summary['bundles']} bundle(s), {summary['judged']} judged, written to {visible(summary['output'])}"
            + (f" in {summary['seconds']} s" if "seconds" in summary else "")]
     for u in summary["unread"]:
