@@ -200,6 +200,34 @@ def test_a_failed_spark_job_ends_replay_with_one_line(spark, monkeypatch):
     assert failure(ValueError("not Spark's")) is None
 
 
+# The JVM killed mid-analysis, in a process of its own: py4j's logger and
+# PySpark's accumulator thread printed tracebacks of their own beside kdiag's line.
+_JVM_KILLED = """
+import os, signal, sys
+from kdiag.analysis import pipeline, spark as ks
+from kdiag.cli import main
+
+def dying(*a, **k):
+    from pyspark import SparkContext
+    s = ks.session("kdiag", small=True)
+    s.range(3).collect()
+    os.kill(SparkContext._gateway.proc.pid, signal.SIGKILL)
+    s.range(3).collect()
+
+pipeline.analyse = dying
+sys.exit(main(["replay", "--no-warm", sys.argv[1]]))
+"""
+
+
+def test_a_jvm_killed_mid_analysis_ends_replay_with_one_line_that_says_so(tmp_path):
+    log = ROOT / "fixtures" / "captures" / "throttled" / "rdkafka.log"
+    res = subprocess.run([sys.executable, "-c", _JVM_KILLED, str(log)], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=300, check=False)
+    assert res.returncode == 1 and res.stdout == ""
+    assert res.stderr.splitlines() == ["kdiag: error: Spark's JVM stopped during the analysis (out of memory, "
+                                       "or killed)"], res.stderr
+
+
 def test_a_statistics_time_no_clock_could_state_has_none():
     """``time`` 9223372036854 (its microseconds fit 63 bits, a second more
     does not) made the throttle window's end overflow, and Spark's ANSI

@@ -106,6 +106,7 @@ def session(app: str = "kdiag", small: bool = False, master: str | None = None):
     remember(SparkContext._gateway)
     if launching:
         _watch_jvm()
+    quiet_when_gone()
     if archive is not None and archive.writing:
         atexit.register(archive.seal, spark)
     return spark
@@ -316,7 +317,9 @@ def failure(e: BaseException) -> str | None:
     if tb is None:
         return None
     first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
-    if isinstance(e, ConnectionError) or "Answer from Java side is empty" in first:
+    # A call to a JVM killed under it fails in py4j's words ("An error occurred
+    # while calling o27.sc"), which name no reason: ask the JVM itself.
+    if isinstance(e, ConnectionError) or "Answer from Java side is empty" in first or jvm_gone():
         why = "Spark's JVM stopped during the analysis (out of memory, or killed)"
     else:
         why = f"Spark could not analyse the input: {type(e).__name__}: {first[:300]}"

@@ -146,13 +146,12 @@ def fleet(sources: list[str], work: str, out: str, limits=None, verify: bool = T
           spark=None, master: str | None = None) -> dict:
     """Ingest, judge, write: the summary (a dict) of what was written."""
     from kdiag import __version__
-    from kdiag.analysis.spark import jvm_gone, quiet_when_gone, restarted, session
+    from kdiag.analysis.spark import jvm_gone, restarted, session
     from kdiag.fleet.ingest import DUPLICATE, ingest, reopened
     from kdiag.fleet.judge import judged_apart
 
     spark = spark or session("kdiag-fleet", master=master)
     _hadoop_private(spark)
-    quiet_when_gone()
     clock = [time.monotonic()]
 
     def lap() -> float:
@@ -172,7 +171,6 @@ def fleet(sources: list[str], work: str, out: str, limits=None, verify: bool = T
             say("Spark's JVM is gone; starting a new one")
             now[0] = restarted("kdiag-fleet", master=master)
             _hadoop_private(now[0])
-            quiet_when_gone()
             now[1] = reopened(now[0], work)
         return now[0], now[1]
 
