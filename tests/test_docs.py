@@ -9,6 +9,8 @@ from conftest import ROOT
 
 README = ROOT / "README.md"
 PAGES = sorted((ROOT / "docs").glob("*.md"))
+RESULTS = ROOT / "bench" / "RESULTS.md"
+HISTORY = sorted((ROOT / "bench" / "history").glob("*.md"))
 # [text](target) and [label]: target; a target ends at a space (a title) or ")".
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)[^)]*\)|^\s*\[[^\]]+\]:\s*(\S+)", re.M)
 
@@ -54,7 +56,7 @@ def test_readme_gives_the_commands_the_project_runs():
     assert f"    {test_command[0]}\n" in first_screen
 
 
-@pytest.mark.parametrize("path", [README, *PAGES], ids=lambda p: p.relative_to(ROOT).as_posix())
+@pytest.mark.parametrize("path", [README, *PAGES, RESULTS, *HISTORY], ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_relative_link_resolves(path):
     targets = list(_relative_links(path))
     if path == README:
@@ -75,3 +77,23 @@ def test_every_page_opens_with_a_title_and_what_it_covers(page):
     assert lines[1] == ""
     # The first paragraph is prose, not a list, table, code or another heading.
     assert lines[2] and not re.match(r"^(#|\||-|\*|\d+\.|    |```)", lines[2]), lines[2]
+
+
+def test_bench_results_hold_one_table_of_current_figures_per_bench():
+    lines = RESULTS.read_text().splitlines()
+    headers = [line for line, below in zip(lines, lines[1:]) if below.startswith("|---")]
+    assert headers and set(headers) == {"| what | command | figure | date | commit |"}, headers
+    days = {p.stem for p in HISTORY}
+    rows = [line for line in lines if line.startswith("| ") and line not in headers]
+    assert len(rows) >= len(headers)
+    for row in rows:
+        date = row.split(" | ")[3]
+        # Each figure's run is told in full in the history file of its day.
+        assert re.match(r"^\d{4}-\d\d-\d\d", date) and date[:10] in days, row
+
+
+def test_bench_history_files_are_named_by_their_day():
+    assert HISTORY
+    for path in HISTORY:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d", path.stem), path.name
+        assert path.read_text().startswith(f"# Benchmark runs of {path.stem}\n"), path.name
