@@ -3,5 +3,7 @@
 ``python -m bench`` runs them all and writes ``bench/results/latest.json``
 (one record per figure, with the machine it ran on); ``--smoke`` runs each at
 small sizes to show that it works, which is what the test suite does.
-Figures worth keeping go into ``bench/RESULTS.md`` with their command.
+A figure worth keeping replaces its row in ``bench/RESULTS.md`` (the current
+figures, with their command); the run itself goes into
+``bench/history/YYYY-MM-DD.md``.
 """
