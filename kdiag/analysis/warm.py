@@ -544,20 +544,7 @@ _FIELDS = {
 def _request(line: bytes) -> dict:
     """The request on ``line``, checked field by field; _BadRequest if it
     is not one a kdiag client sends."""
-    try:
-        request = json.loads(line)
-    except UnicodeDecodeError:
-        raise _BadRequest("not UTF-8") from None
-    except ValueError as e:
-        raise _BadRequest(f"not JSON ({e})") from None
-    except RecursionError:
-        request = None
-        deep = True
-    else:
-        deep = _deeper(request, MAX_DEPTH)
-    if deep:
-        # Python's json recurses, and so would printing what the analysis keeps of it.
-        raise _BadRequest(f"nested deeper than {MAX_DEPTH}")
+    request = _decoded(line)
     if not isinstance(request, dict):
         raise _BadRequest(f"JSON {_JSON_TYPES.get(type(request), 'value')}, not an object")
     op = request.get("op")
@@ -571,14 +558,35 @@ def _request(line: bytes) -> dict:
         if not isinstance(request.get(name), types):
             raise _BadRequest(f"{name} is {'missing' if name not in request else 'of the wrong type'}")
     if op == "analyze":
-        request.setdefault("meta", {})
-        raw = request.get("raw") or []
-        if not all(isinstance(p, str) for p in raw):
-            raise _BadRequest("raw holds a path that is not a string")
-        for p in [request["tables"], *raw, *([request["base"]] if request.get("base") is not None else [])]:
-            if "\0" in p or not os.path.isabs(p):
-                raise _BadRequest("a path is not absolute or holds a NUL")
+        _check_paths(request)
     return request
+
+
+def _decoded(line: bytes):
+    try:
+        request = json.loads(line)
+    except UnicodeDecodeError:
+        raise _BadRequest("not UTF-8") from None
+    except ValueError as e:
+        raise _BadRequest(f"not JSON ({e})") from None
+    except RecursionError:
+        request, deep = None, True
+    else:
+        deep = _deeper(request, MAX_DEPTH)
+    if deep:
+        # Python's json recurses, and so would printing what the analysis keeps of it.
+        raise _BadRequest(f"nested deeper than {MAX_DEPTH}")
+    return request
+
+
+def _check_paths(request: dict) -> None:
+    request.setdefault("meta", {})
+    raw = request.get("raw") or []
+    if not all(isinstance(p, str) for p in raw):
+        raise _BadRequest("raw holds a path that is not a string")
+    for p in [request["tables"], *raw, *([request["base"]] if request.get("base") is not None else [])]:
+        if "\0" in p or not os.path.isabs(p):
+            raise _BadRequest("a path is not absolute or holds a NUL")
 
 
 def _deeper(value, limit: int) -> bool:

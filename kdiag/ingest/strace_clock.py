@@ -248,30 +248,12 @@ def put_on_epoch(paths: dict[str, Path], files: list[StraceFile]) -> list[str]:
                 shifts[id(f)] = day * DAY_US
                 tod_dated = True
         elif f.clock == "relative":
-            if f.pid_from_name:
-                notes.append(f"{f.shown}: strace -r in per-thread files (-ff) cannot be put on one clock: strace "
-                             "measures each line's delta from the previous line of any thread; capture with -ttt")
-            elif f.diffs:
-                shifts[id(f)] = int(np.median(np.concatenate(f.diffs)))
-                notes.append(f"{f.shown}: strace -r times (each line's time since the previous one) were summed and "
-                             "dated from librdkafka's own timestamps, to about a millisecond")
-            else:
-                notes.append(f"{f.shown}: strace -r times (each line's time since the previous one) were summed, but "
-                             "no librdkafka line dates them: they count from the file's first line")
+            notes.append(_date_relative(f, shifts))
     if tod_dated:
         notes.append("strace timestamps were time of day only; dated from librdkafka's own timestamps")
     if tod_undated:
         notes.append("strace timestamps are time of day only and no librdkafka line dates them")
-    for f in whole_seconds:
-        if f.estimated:
-            notes.append(f"{f.shown}: strace -t prints whole seconds: each call's time within its second was "
-                         "estimated from librdkafka's millisecond timestamps and the -T durations (a call starts no "
-                         "earlier than its thread's previous call ended), so a request's split is an estimate; "
-                         "capture with -tt or -ttt for measured times")
-        else:
-            notes.append(f"{f.shown}: strace -t prints whole seconds and no librdkafka line times the calls within "
-                         "them: no request's time can be split into socket send and wait for the response "
-                         "(capture with -tt or -ttt)")
+    notes += [_whole_seconds_note(f) for f in whole_seconds]
     plan = [(f.rows, shifts.get(id(f), 0), f in whole_seconds and not f.estimated) for f in files]
     if any(shift or logged for _, shift, logged in plan):
         for name in ("syscalls", "log_writes"):
@@ -280,6 +262,31 @@ def put_on_epoch(paths: dict[str, Path], files: list[StraceFile]) -> list[str]:
             if name in paths and any(sh or lg for _, _, sh, lg in ranges):
                 _shift_rows(paths[name], ranges)
     return notes
+
+
+def _date_relative(f: StraceFile, shifts: dict[int, int]) -> str:
+    """Date an strace -r file by librdkafka's timestamps where it can (into
+    ``shifts``); returns the note that says how."""
+    if f.pid_from_name:
+        return (f"{f.shown}: strace -r in per-thread files (-ff) cannot be put on one clock: strace "
+                "measures each line's delta from the previous line of any thread; capture with -ttt")
+    if f.diffs:
+        shifts[id(f)] = int(np.median(np.concatenate(f.diffs)))
+        return (f"{f.shown}: strace -r times (each line's time since the previous one) were summed and "
+                "dated from librdkafka's own timestamps, to about a millisecond")
+    return (f"{f.shown}: strace -r times (each line's time since the previous one) were summed, but "
+            "no librdkafka line dates them: they count from the file's first line")
+
+
+def _whole_seconds_note(f: StraceFile) -> str:
+    if f.estimated:
+        return (f"{f.shown}: strace -t prints whole seconds: each call's time within its second was "
+                "estimated from librdkafka's millisecond timestamps and the -T durations (a call starts no "
+                "earlier than its thread's previous call ended), so a request's split is an estimate; "
+                "capture with -tt or -ttt for measured times")
+    return (f"{f.shown}: strace -t prints whole seconds and no librdkafka line times the calls within "
+            "them: no request's time can be split into socket send and wait for the response "
+            "(capture with -tt or -ttt)")
 
 
 def _shift_rows(path: Path, ranges: list[tuple[int, int, int, bool]]) -> None:

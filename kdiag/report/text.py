@@ -35,6 +35,22 @@ def _path_title(paths: list[dict]) -> str:
 
 
 def render(findings: dict, *, bundle: str | None = None, probe: dict | None = None) -> str:
+    out = _head_lines(findings, probe)
+    out += _path_lines(findings.get("paths"))
+    out.append("")
+    out.append(f"VERDICT: {findings.get('verdict') or 'none: no completed Produce request to judge'}")
+    for f in findings.get("findings", []):
+        out += _finding_lines(f)
+    out += _closing_lines(findings)
+    if bundle:
+        out.append(f"bundle: {bundle}")
+    # Most fields come from a bundle or a capture: each whole line is shown
+    # as data, so a field a later change adds unescaped still cannot start a
+    # row or act on the terminal, here or in report.txt.
+    return visible_text(out)
+
+
+def _head_lines(findings: dict, probe: dict | None) -> list[str]:
     s = findings.get("summary", {})
     out: list[str] = []
     when = ""
@@ -57,35 +73,43 @@ def render(findings: dict, *, bundle: str | None = None, probe: dict | None = No
     if s.get("path_rtt_ms") is not None:
         le = "<= " if s.get("path_rtt_upper_bound") else ""
         out.append(f"  PATH RTT(ms) {le}{_fmt(s['path_rtt_ms'])} ({s.get('path_rtt_source')})")
-    if findings.get("paths"):
-        import pyarrow as pa
+    return out
 
-        from kdiag.parsers.tcp_probe import PATH_SCHEMA, format_path_table
 
-        from kdiag.report.shown import IN_PROBES, paths_shown
+def _path_lines(paths: list | None) -> list[str]:
+    if not paths:
+        return []
+    import pyarrow as pa
 
-        out.append(_path_title(findings["paths"]))
-        paths, more = paths_shown(findings["paths"])
-        table = format_path_table(pa.Table.from_pylist(paths, schema=PATH_SCHEMA))
-        out.extend("    " + ln for ln in table.splitlines())
-        if more:
-            out.append(f"    ... and {more:,} more hops not shown; {IN_PROBES}")
-    out.append("")
-    fs = findings.get("findings", [])
-    out.append(f"VERDICT: {findings.get('verdict') or 'none: no completed Produce request to judge'}")
-    for f in fs:
-        share, ts = f.get("share", 0), f.get("time_share")
-        # A tail cause is named for its share of the time, not of the requests.
-        of_time = f", {ts * 100:.0f}% of the time" if ts is not None and abs(ts - share) >= 0.05 else ""
-        out.append(f"  {f['cause']}: {f.get('requests', 0)} requests ({share * 100:.0f}%{of_time})")
-        for e in f.get("evidence", []):
-            out.append(f"    - {e}")
-        if f.get("fix"):
-            out.append("    fix: " + " ".join(f"-X {k}={v}" for k, v in f["fix"].items()))
-        if f.get("fix_text"):
-            out.append(f"    ({f['fix_text']})")
-        if f.get("predicted_text"):
-            out.append(f"    predicted {f['predicted_text']}")
+    from kdiag.parsers.tcp_probe import PATH_SCHEMA, format_path_table
+    from kdiag.report.shown import IN_PROBES, paths_shown
+
+    out = [_path_title(paths)]
+    shown, more = paths_shown(paths)
+    table = format_path_table(pa.Table.from_pylist(shown, schema=PATH_SCHEMA))
+    out.extend("    " + ln for ln in table.splitlines())
+    if more:
+        out.append(f"    ... and {more:,} more hops not shown; {IN_PROBES}")
+    return out
+
+
+def _finding_lines(f: dict) -> list[str]:
+    share, ts = f.get("share", 0), f.get("time_share")
+    # A tail cause is named for its share of the time, not of the requests.
+    of_time = f", {ts * 100:.0f}% of the time" if ts is not None and abs(ts - share) >= 0.05 else ""
+    out = [f"  {f['cause']}: {f.get('requests', 0)} requests ({share * 100:.0f}%{of_time})"]
+    out.extend(f"    - {e}" for e in f.get("evidence", []))
+    if f.get("fix"):
+        out.append("    fix: " + " ".join(f"-X {k}={v}" for k, v in f["fix"].items()))
+    if f.get("fix_text"):
+        out.append(f"    ({f['fix_text']})")
+    if f.get("predicted_text"):
+        out.append(f"    predicted {f['predicted_text']}")
+    return out
+
+
+def _closing_lines(findings: dict) -> list[str]:
+    out: list[str] = []
     if findings.get("confidence"):
         out.append(f"CONFIDENCE: {findings['confidence']}")
     if findings.get("likely"):
@@ -102,12 +126,7 @@ def render(findings: dict, *, bundle: str | None = None, probe: dict | None = No
         out.append("INPUT:")
         out.extend(f"  - {n}" for n in notes)
         out.extend(f"  - {c['input']}: {c['detail']}" for c in checks)
-    if bundle:
-        out.append(f"bundle: {bundle}")
-    # Most fields come from a bundle or a capture: each whole line is shown
-    # as data, so a field a later change adds unescaped still cannot start a
-    # row or act on the terminal, here or in report.txt.
-    return visible_text(out)
+    return out
 
 
 def render_apart(apart: list[dict]) -> str:

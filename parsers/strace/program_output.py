@@ -122,6 +122,69 @@ def _text_start(line: str, head_end: int, between: list[str], writes) -> int:
     return -1
 
 
+class _Block:
+    """A block's lines as text, read lazily (most are never needed), with
+    the lines just before it in front."""
+
+    def __init__(self, lines: pa.Array, context: list[str]):
+        self.lines, self.pre = lines, len(context)
+        self.text: list[str | None] = context + [None] * len(lines)
+        self.heads: dict[int, re.Match | None] = {}
+        self.buffers: dict[int, tuple | None] = {}
+
+    def get(self, i: int) -> str:
+        if self.text[i] is None:
+            self.text[i] = self.lines[i - self.pre].as_py() or ""
+        return self.text[i]
+
+    def head(self, i: int):
+        if i not in self.heads:
+            self.heads[i] = _PY_HEAD.match(self.get(i))
+        return self.heads[i]
+
+    def writes_before(self, i: int):
+        """The buffers of the writes to fd 1/2 before line i, nearest first."""
+        for x in range(i - 1, max(-1, i - 1 - OUTPUT_LOOKBACK), -1):
+            if x not in self.buffers:
+                w = self.get(x)
+                self.buffers[x] = _std_write_buffer(w) if "write(" in w or "send" in w else None
+            if self.buffers[x]:
+                yield self.buffers[x]
+
+
+def _join_open_line(block: _Block, c: int, kind: np.ndarray, joined_to: np.ndarray,
+                    program: np.ndarray, replace: dict[int, str]) -> None:
+    """Line c as the rest of an open line, after the text (and its other
+    lines): cut the text from that line and join line c to it."""
+    pre, rest = block.pre, block.get(block.pre + c)
+    between: list[str] = []
+    for j in range(c - 1, max(-1, c - 1 - OUTPUT_LOOKBACK), -1):
+        if joined_to[j] >= 0 or j in replace:
+            return
+        h = block.head(pre + j)
+        if h is None:
+            between.insert(0, block.get(pre + j))
+            continue
+        if kind[j] == _TRUNCATED:
+            line = block.get(pre + j)
+            at = _text_start(line, h.end(), between, block.writes_before(pre + j))
+            if at >= 0:
+                replace[j] = line[:at] + rest
+                joined_to[c] = j
+                program[j + 1:c] = True
+        return
+
+
+def _is_own_text_line(block: _Block, c: int) -> bool:
+    """Line c as a text line of its own, between two of strace's."""
+    rest = block.get(block.pre + c)
+    for buf in block.writes_before(block.pre + c):
+        if buf[0] and (rest == buf[0].split("\n")[0] or (buf[1] and "\n" not in buf[0]
+                                                                 and rest.startswith(buf[0]))):
+            return True
+    return False
+
+
 def _join_program_output(lines: pa.Array, kind: np.ndarray, joined_to: np.ndarray,
                           context: list[str]) -> tuple[pa.Array | None, np.ndarray]:
     """Take the program's text out of strace's lines: cut it from the open
@@ -137,62 +200,14 @@ def _join_program_output(lines: pa.Array, kind: np.ndarray, joined_to: np.ndarra
     odd = np.flatnonzero(kind == _UNRECOGNISED)
     if not len(odd):
         return None, program
-    pre = len(context)
-    text: list[str | None] = context + [None] * n
-
-    def get(i: int) -> str:
-        if text[i] is None:
-            text[i] = lines[i - pre].as_py() or ""
-        return text[i]
-
-    heads: dict[int, re.Match | None] = {}
-
-    def head(i: int):
-        if i not in heads:
-            heads[i] = _PY_HEAD.match(get(i))
-        return heads[i]
-
-    buffers: dict[int, tuple | None] = {}
-
-    def writes_before(i: int):
-        """The buffers of the writes to fd 1/2 before line i, nearest first."""
-        for x in range(i - 1, max(-1, i - 1 - OUTPUT_LOOKBACK), -1):
-            if x not in buffers:
-                w = get(x)
-                buffers[x] = _std_write_buffer(w) if "write(" in w or "send" in w else None
-            if buffers[x]:
-                yield buffers[x]
-
+    block = _Block(lines, context)
     replace: dict[int, str] = {}
     for c in odd.tolist():
         if program[c] or joined_to[c] >= 0:
             continue
-        rest = get(pre + c)
-        # The rest of an open line, after the text (and its other lines).
-        between: list[str] = []
-        for j in range(c - 1, max(-1, c - 1 - OUTPUT_LOOKBACK), -1):
-            if joined_to[j] >= 0 or j in replace:
-                break
-            h = head(pre + j)
-            if h is None:
-                between.insert(0, get(pre + j))
-                continue
-            if kind[j] == _TRUNCATED:
-                line = get(pre + j)
-                at = _text_start(line, h.end(), between, writes_before(pre + j))
-                if at >= 0:
-                    replace[j] = line[:at] + rest
-                    joined_to[c] = j
-                    program[j + 1:c] = True
-            break
-        if joined_to[c] >= 0:
-            continue
-        # A text line of its own, between two of strace's.
-        for buf in writes_before(pre + c):
-            if buf[0] and (rest == buf[0].split("\n")[0] or (buf[1] and "\n" not in buf[0]
-                                                                     and rest.startswith(buf[0]))):
-                program[c] = True
-                break
+        _join_open_line(block, c, kind, joined_to, program, replace)
+        if joined_to[c] < 0 and _is_own_text_line(block, c):
+            program[c] = True
     if not replace:
         return None, program
     mask = np.zeros(n, dtype=bool)
