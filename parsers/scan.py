@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kdiag.parsers.strings import data_buffer, gather, offsets_data
+from kdiag.parsers.string_buffers import data_buffer, gather, offsets_data
 
 try:
     from kdiag.parsers import _scan
@@ -24,6 +24,11 @@ except ImportError:   # no compiler where kdiag was installed: the reference run
     _scan = None
 
 COMPILED = _scan is not None
+
+# ``` or ~~~ fences, with an info string ("```text") or not: markdown's code
+# fences around pasted strace (strace.markup), and the reference the compiled
+# fence scan is held to.
+FENCE = r"^\s*(?:```|~~~)[^`]*$"
 
 # The columns of sent_received's rows (see _scan.c).
 S_OK, S_REQ, S_REQ_END, S_API, S_API_OK, S_SIZE, S_CORR, S_RTT_OK, S_RTT_N, S_RTT_F = range(10)
@@ -252,16 +257,14 @@ def needle_flags(lines: pa.Array, needles: list[tuple[str, bool]], compiled: boo
 
 def fence_candidates(lines: pa.Array, compiled: bool | None = None) -> np.ndarray:
     """Which lines may be markdown code fences: the compiled scan flags a
-    superset of what strace.markup's fence pattern matches (see _scan.c),
-    the reference exactly those."""
+    superset of what ``FENCE`` matches (see _scan.c), the reference exactly
+    those."""
     if _use(compiled):
         out = np.empty(len(lines), dtype=np.uint8)
         if len(lines):
             _scan.fence_candidates(*_buffers(lines), out)
         return out.view(bool)
-    from kdiag.parsers.strace.markup import _FENCE
-
-    return np.asarray(pc.match_substring_regex(lines, _FENCE).fill_null(False))
+    return np.asarray(pc.match_substring_regex(lines, FENCE).fill_null(False))
 
 
 def _read(fn: str, texts: pa.Array, fields: int, flag: bool, sel: np.ndarray | None = None) -> np.ndarray | None:

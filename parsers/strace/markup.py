@@ -19,13 +19,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kdiag.parsers import scan
 from kdiag.parsers.strace.grammar import _HEAD_ANY
 
 # "> ", ">", "> > ": markdown's quote markers at the very start of a line.
 # strace's own lines never start with '>' (-k stack lines start " > ").
 _QUOTE = r"^(?:> ?)+"
-# ``` or ~~~ fences, with an info string ("```text") or not.
-_FENCE = r"^\s*(?:```|~~~)[^`]*$"
 # How many leading lines are looked at for a cut first line.
 HEAD_SAMPLE = 16
 
@@ -41,13 +40,11 @@ def fences(lines: pa.Array) -> np.ndarray:
     """Which lines are code fences."""
     if not len(lines):
         return np.zeros(0, dtype=bool)
-    from kdiag.parsers import scan
-
     cand = scan.fence_candidates(lines)
     out = np.zeros(len(lines), dtype=bool)
     if cand.any():   # the pattern decides, on the few candidates
         idx = np.flatnonzero(cand)
-        out[idx] = np.asarray(pc.match_substring_regex(lines.take(pa.array(idx)), _FENCE).fill_null(False))
+        out[idx] = np.asarray(pc.match_substring_regex(lines.take(pa.array(idx)), scan.FENCE).fill_null(False))
     return out
 
 
