@@ -339,7 +339,7 @@ def _next_at(pos: np.ndarray, at: np.ndarray, k: int = 0) -> np.ndarray:
     return padded[np.searchsorted(pos, at) + k]
 
 
-def _byte(data: np.ndarray, at: np.ndarray) -> np.ndarray:
+def byte_at(data: np.ndarray, at: np.ndarray) -> np.ndarray:
     """data[at], 0 where at is out of range."""
     ok = (at >= 0) & (at < len(data))
     out = np.zeros(len(at), dtype=np.uint8)
@@ -352,8 +352,8 @@ def _plain_cut_numpy(lines: pa.Array) -> np.ndarray:
     out[:, CLOSE] = out[:, SPACE] = -1
     off, data = offsets_data(lines)
     start, end = off[:-1], off[1:]
-    plain = (end - start >= 10) & (_byte(data, start) == ord("%")) & (_byte(data, start + 2) == ord("|"))
-    lvl = _byte(data, start + 1)
+    plain = (end - start >= 10) & (byte_at(data, start) == ord("%")) & (byte_at(data, start + 2) == ord("|"))
+    lvl = byte_at(data, start + 1)
     plain &= (lvl >= ord("0")) & (lvl <= ord("7"))
     idx = np.flatnonzero(plain)
     if not len(idx):
@@ -361,7 +361,7 @@ def _plain_cut_numpy(lines: pa.Array) -> np.ndarray:
     start, end = start[idx], end[idx]
     pipes = np.flatnonzero(data == ord("|"))
     p2, p3, p4 = (_next_at(pipes, start + 2, k) for k in (1, 2, 3))
-    ok = (p4 + 1 < end) & (_byte(data, p4 + 1) == ord(" "))
+    ok = (p4 + 1 < end) & (byte_at(data, p4 + 1) == ord(" "))
     # The timestamp "%u.%03u" between the first and second "|".
     ts_len = p2 - start - 3
     ok &= (ts_len >= 5) & (ts_len <= _TS_WIDTH)
@@ -381,11 +381,11 @@ def _plain_cut_numpy(lines: pa.Array) -> np.ndarray:
     thrd = gather(data, p4 + 1, end - p4 - 1, len(_THRD))
     is_thrd = np.all(thrd == _THRD, axis=1)
     close = _next_at(np.flatnonzero(data == ord("]")), p4 + 8)
-    has_thrd = is_thrd & (close + 2 < end) & (_byte(data, close + 1) == ord(":")) & (_byte(data, close + 2) == ord(" "))
+    has_thrd = is_thrd & (close + 2 < end) & (byte_at(data, close + 1) == ord(":")) & (byte_at(data, close + 2) == ord(" "))
     rest = np.where(has_thrd, close + 3, p4 + 2)
     # "BROKER: ": the first word, if it ends in ":".
     space = _next_at(np.flatnonzero(data == ord(" ")), rest)
-    cand = (space < end) & (space - 1 > rest) & (_byte(data, space - 1) == ord(":"))
+    cand = (space < end) & (space - 1 > rest) & (byte_at(data, space - 1) == ord(":"))
     rows = out[idx]
     rows[:, OK] = 1
     rows[:, MS], rows[:, P2], rows[:, P3], rows[:, P4] = ms, p2, p3, p4

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kdiag.parsers import scan
-from kdiag.parsers.strace.grammar import _HEAD_ANY
+from kdiag.parsers.strace.grammar import HEAD_ANY
 
 # "> ", ">", "> > ": markdown's quote markers at the very start of a line.
 # strace's own lines never start with '>' (-k stack lines start " > ").
@@ -66,7 +66,7 @@ def cut_first_line(lines: pa.Array) -> int:
     docstring), or -1. Only the first line that looks like a call can be
     one, and only when the next one shows what a whole line looks like."""
     sample = lines.slice(0, HEAD_SAMPLE)
-    head = pc.extract_regex(sample, pattern=_HEAD_ANY)
+    head = pc.extract_regex(sample, pattern=HEAD_ANY)
     tok = head.field("tok").fill_null("") if len(head) else head
     found = []
     for i, (row, t) in enumerate(zip(head.to_pylist(), tok.to_pylist() if len(head) else [])):
