@@ -59,7 +59,7 @@ from pathlib import Path
 from kdiag.collectors.base import PROBE, Collector, CollectorStatus, Requirement, status_from_output
 import kdiag
 # The probers, their packet capture and the target they probe.
-from kdiag.collectors._path_probers import Target, _ConnectProber, _PcapWriter, _SynProber, _sweep  # noqa: F401
+from kdiag.collectors._path_probers import ConnectProber, PcapWriter, SynProber, Target, sweep_ttls  # noqa: F401
 
 NAME = "tcp_probe"
 # Nothing is a hard need: without root the connect() method runs instead.
@@ -155,7 +155,7 @@ def probe(targets: list[Target], out_dir: Path, *, rounds: int = 3, max_ttl: int
     if use != "syn":
         # A capture left by an earlier run would be read instead of this one's results.
         (out_dir / "probes.pcap").unlink(missing_ok=True)
-    pcap = _PcapWriter(out_dir / "probes.pcap") if use == "syn" else None
+    pcap = PcapWriter(out_dir / "probes.pcap") if use == "syn" else None
     failed = 0
     try:
         with open(out_dir / "probes.jsonl", "w") as pj, open(out_dir / "handshakes.jsonl", "w") as hj:
@@ -167,13 +167,13 @@ def probe(targets: list[Target], out_dir: Path, *, rounds: int = 3, max_ttl: int
                     notes.append(f"{t.host}:{t.port}: no IPv4 address ({e.strerror or e})")
                     continue
                 try:
-                    prober = _SynProber(addr, t.port, pcap) if use == "syn" else _ConnectProber(addr, t.port)
+                    prober = SynProber(addr, t.port, pcap) if use == "syn" else ConnectProber(addr, t.port)
                 except OSError as e:
                     failed += 1
                     notes.append(f"{t.host}:{t.port}: cannot probe ({e.strerror or e})")
                     continue
                 try:
-                    probes = _sweep(prober, rounds, max_ttl, pace_ms / 1000.0, timeout_s)
+                    probes = sweep_ttls(prober, rounds, max_ttl, pace_ms / 1000.0, timeout_s)
                 finally:
                     prober.close()
                 for p in probes:
