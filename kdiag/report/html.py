@@ -70,7 +70,7 @@ def _list(v) -> list:
     return v if isinstance(v, list) else []
 
 
-def _dict(v) -> dict:
+def dict_or_empty(v) -> dict:
     return v if isinstance(v, dict) else {}
 
 
@@ -78,7 +78,7 @@ def request_rows(findings: dict, slowest: bool = True) -> list[dict]:
     """The per-request rows findings.json carries (judge.request_rows), as
     dicts; rows of the wrong shape are left out. ``slowest``: with the
     slowest requests kept beside a sample (the rest alone are a fair one)."""
-    rr = _dict(findings.get("request_rows"))
+    rr = dict_or_empty(findings.get("request_rows"))
     cols = [c for c in _list(rr.get("columns")) if isinstance(c, str)]
     rows = _list(rr.get("rows")) + (_list(rr.get("slowest")) if slowest else [])
     return [dict(zip(cols, r)) for r in rows if isinstance(r, list) and len(r) == len(cols)]
@@ -104,7 +104,7 @@ def sockets_of(tables_dir: Path | None):
 
 
 def render_html(findings: dict, sockets: list[dict] | None = None, *, source: str | None = None) -> str:
-    findings = _dict(findings)
+    findings = dict_or_empty(findings)
     others: dict = {}
     rows = request_rows(findings)
     parts = [_head(findings, source), _verdict(findings, others), _figures(findings),
@@ -126,7 +126,7 @@ def page(title: str, body: str) -> str:
 
 
 def _head(f: dict, source: str | None) -> str:
-    s = _dict(f.get("summary"))
+    s = dict_or_empty(f.get("summary"))
     when = ""
     first, last = num(s.get("first_send_us")), num(s.get("last_recv_us"))
     if first and last:
@@ -150,13 +150,13 @@ def _verdict(f: dict, others: dict) -> str:
            + (f"<div>Confidence: {esc(conf)}</div>" if conf else "") + "</section>"]
     found, more_found = capped(_list(f.get("findings")), "findings")
     for fd in found:
-        fd = _dict(fd)
+        fd = dict_or_empty(fd)
         share, ts = num(fd.get("share")) or 0.0, num(fd.get("time_share"))
         of_time = f", {ts * 100:.0f}% of the time" if ts is not None and abs(ts - share) >= 0.05 else ""
         evidence, more = capped([e for e in _list(fd.get("evidence")) if isinstance(e, str)], "evidence")
         evidence = "".join(f"<li>{esc(e)}</li>" for e in evidence) + (
             f"<li>{left_out(more, 'lines of evidence', IN_FINDINGS)}</li>" if more else "")
-        fix = _dict(fd.get("fix"))
+        fix = dict_or_empty(fd.get("fix"))
         fix_line = " ".join(f"-X {k}={v}" for k, v in fix.items() if isinstance(v, (str, int, float, bool)))
         out.append(f'<section class="finding"><h3><span class="swatch" style="background:'
                    f'{esc(color_of(_text(fd.get("cause")), others))}"></span>{esc(_text(fd.get("cause")))}: '
@@ -168,7 +168,7 @@ def _verdict(f: dict, others: dict) -> str:
                       if isinstance(fd.get("predicted_text"), str) else "")
                    + "</section>")
     out.append(left_out(more_found, "findings", IN_FINDINGS))
-    likely, more = capped([_dict(x) for x in _list(f.get("likely"))], "likely")
+    likely, more = capped([dict_or_empty(x) for x in _list(f.get("likely"))], "likely")
     if likely:
         out.append("<h2>Likely causes</h2>" + table(
             ["cause", "what supports it", "the capture that decides"],
@@ -184,9 +184,9 @@ def table(headers: list[str], rows: list[list], attrs: str = "") -> str:
 
 
 def _figures(f: dict) -> str:
-    s = _dict(f.get("summary"))
-    sp = _dict(s.get("split_ms"))
-    probe = _dict(f.get("probe"))
+    s = dict_or_empty(f.get("summary"))
+    sp = dict_or_empty(s.get("split_ms"))
+    probe = dict_or_empty(f.get("probe"))
 
     def ms(v) -> str:
         v = num(v)
@@ -211,7 +211,7 @@ def _waterfall(f: dict, rows: list[dict]) -> str:
     by_total = sorted(timed, key=lambda r: num(r["total_ms"]))
     picked = [("typical (median)", by_total[(len(by_total) - 1) // 2])]
     picked += [(f"slowest #{i + 1}", r) for i, r in enumerate(reversed(by_total[-WATERFALL_WORST:]))]
-    queue = num(_dict(_dict(f.get("summary")).get("split_ms")).get("client_queue"))
+    queue = num(dict_or_empty(dict_or_empty(f.get("summary")).get("split_ms")).get("client_queue"))
     bars = []
     for label, r in picked:
         known = [queue, *(num(r.get(k)) for k in ("send_ms", "wait_ms", "read_ms"))]
@@ -271,7 +271,7 @@ def _drawn(pts: list[tuple]) -> list[tuple]:
 
 
 def _sample_note(f: dict, drawn: int, timed: int) -> str:
-    rr = _dict(f.get("request_rows"))
+    rr = dict_or_empty(f.get("request_rows"))
     of = num(rr.get("of"))
     total = int(of) if rr.get("sampled") is True and of else timed
     if drawn < total:
@@ -407,7 +407,7 @@ def _thinned(pts: list[tuple[float, float]], n: int) -> list[tuple[float, float]
 
 def _paths(f: dict) -> str:
     paths, more = paths_shown(f.get("paths"))
-    s = _dict(f.get("summary"))
+    s = dict_or_empty(f.get("summary"))
     rtt = num(s.get("path_rtt_ms"))
     head = (f"<p>Path round trip: {'&le; ' if s.get('path_rtt_upper_bound') else ''}{fmt(rtt)} ms "
             f"({esc(_text(s.get('path_rtt_source')))})</p>" if rtt is not None else "")
@@ -427,7 +427,7 @@ def _cell(v) -> str:
 
 def _inputs(f: dict) -> str:
     out = ["<h2>The inputs</h2>"]
-    checks, more = capped([_dict(c) for c in _list(f.get("input_checks"))], "input_checks")
+    checks, more = capped([dict_or_empty(c) for c in _list(f.get("input_checks"))], "input_checks")
     if checks:
         keys = [k for k in ("input", "check", "count", "detail") if any(k in c for c in checks)]
         out.append(table(keys, [[_cell(c.get(k)) for k in keys] for c in checks], ' id="input-checks"')
@@ -441,11 +441,11 @@ def _inputs(f: dict) -> str:
         if items:
             out.append(f"<h3>{esc(title)}</h3><ul class=\"plain\">" + "".join(f"<li>{esc(x)}</li>" for x in items)
                        + "</ul>" + left_out(more, "notes", IN_FINDINGS))
-    files, more = capped([_dict(x) for x in _list(f.get("inputs"))], "inputs")
+    files, more = capped([dict_or_empty(x) for x in _list(f.get("inputs"))], "inputs")
     if files:
         out.append("<h3>Files read</h3>" + table(
             ["file", "read as", "lines", "parsed", "skipped"],
             [[_text(x.get("path")), _text(x.get("kind")) or "not recognised",
-              *(_cell(_dict(x.get("counts")).get(k)) for k in ("lines", "parsed", "skipped_total"))] for x in files])
+              *(_cell(dict_or_empty(x.get("counts")).get(k)) for k in ("lines", "parsed", "skipped_total"))] for x in files])
             + left_out(more, "files", IN_FINDINGS))
     return "".join(out)
