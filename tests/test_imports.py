@@ -73,6 +73,14 @@ KNOWN_PRIVATE_USES: dict[tuple[str, str], str] = {
 }
 
 
+# The lower packages, and all they may import of kdiag (at any level): the
+# tables are parsed and written without knowing the analysis that reads them.
+LOWER_PACKAGES = {
+    "kdiag.parsers": ("kdiag.parsers", "kdiag.errors", "kdiag.visible"),
+    "kdiag.ingest": ("kdiag.ingest", "kdiag.parsers", "kdiag.errors", "kdiag.progress", "kdiag.visible"),
+}
+
+
 @dataclass(frozen=True)
 class Import:
     importer: str
@@ -370,6 +378,18 @@ def test_no_cycle_counting_lazy_imports():
     assert not stale, f"listed as known but no longer imported, remove: {stale}"
     found = cycles(_without(graph, KNOWN_LAZY_EDGES))
     assert not found, f"import cycles through imports inside functions:\n{_report(found)}"
+
+
+def _within(module: str, packages) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def test_lower_packages_import_nothing_above_them():
+    graph = import_graph(lazy_too=True)
+    upward = sorted(f"{m} imports {t}" for package, allowed in LOWER_PACKAGES.items()
+                    for m in package_modules() if _within(m, [package])
+                    for t in graph[m] if not _within(t, allowed))
+    assert not upward, "\n".join(upward)
 
 
 def test_no_private_name_used_outside_its_module():
