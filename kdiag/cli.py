@@ -234,7 +234,8 @@ def _parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("replay", help="analyse a bundle or raw captures offline",
                        epilog=REPLAY_EXAMPLES, formatter_class=fmt)
-    r.add_argument("paths", nargs="+", type=input_path, metavar="PATH")
+    r.add_argument("paths", nargs="+", type=input_path, metavar="PATH",
+                   help="a bundle (.tar.gz or unpacked), a raw capture, or a directory of raw captures")
     r.add_argument("--json", action="store_true",
                    help="print the findings as one JSON object; of several bundles reported apart, "
                         "one object whose 'apart' list holds each one's findings")
@@ -274,7 +275,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("parse", help="turn raw captures into Arrow tables (Parquet)",
                        epilog=PARSE_EXAMPLES, formatter_class=fmt)
-    p.add_argument("paths", nargs="+", type=input_path, metavar="FILE")
+    p.add_argument("paths", nargs="+", type=input_path, metavar="FILE", help="a raw capture")
     p.add_argument("-o", "--output", type=Path, required=True, help="directory for <table>.parquet")
 
     for spark_user in (t, r, rp, cp):
@@ -285,7 +286,8 @@ def _parser() -> argparse.ArgumentParser:
 
     fleet.add_parser(sub, fmt)
     lab = sub.add_parser("lab", help="start/stop the local lab broker", epilog=LAB_EXAMPLES, formatter_class=fmt)
-    lab.add_argument("action", choices=["up", "down", "status", "matrix"])
+    lab.add_argument("action", choices=["up", "down", "status", "matrix"],
+                     help="up: start the lab; down: stop it; status: show it; matrix: trace every scenario")
     lab.add_argument("cases", nargs="*", metavar="CASE",
                      help="matrix: only these scenarios (default: all; kdiag trace --help lists them)")
     lab.add_argument("--messages", type=int, help="matrix: messages per case (default: each case's own)")
