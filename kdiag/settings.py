@@ -40,7 +40,7 @@ class Setting:
 
 SETTINGS = (
     Setting("KDIAG_TRACER", str, "auto",
-            "the syscall tracer of kdiag trace when --tracer is not given: auto, strace, bpfcalls or bpftrace"),
+            "the syscall tracer of kdiag trace when --tracer is not given: one of --tracer's choices"),
     Setting("KDIAG_VERBOSE", bool, False,
             "1: let Spark's and the JVM's own output through, as --verbose does"),
     Setting("KDIAG_WARM", bool, True,

@@ -65,10 +65,10 @@ def add_reading(parser: argparse.ArgumentParser, merge: str | None) -> None:
                          help="analyse in this process (start Spark here) instead of in the warm analysis server "
                               "that a small replay starts on first use and reuses; also KDIAG_WARM=0")
     bundle_limits.add_options(reading)
-    add_verbose(reading)
+    add_verbose(parser)
 
 
-def add_verbose(group) -> None:
-    group.add_argument("-v", "--verbose", action="store_true",
+def add_verbose(parser) -> None:
+    parser.add_argument("-v", "--verbose", action="store_true",
                        help="let Spark's and the JVM's own output through (default: into ~/.cache/kdiag/logs/); "
                             "also KDIAG_VERBOSE=1")
