@@ -119,3 +119,11 @@ def test_the_commands_page_gives_every_option_and_example(name):
         for choice in choices:
             assert re.search(rf"\b{re.escape(choice)}\b", section), f"{name}: {choice}"
     assert "```\n" + examples(name).rstrip("\n") + "\n```" in section
+
+
+@pytest.mark.parametrize("cmd", COMMANDS, ids=NAMES)
+def test_every_command_module_declares_what_the_cli_reads(cmd):
+    assert cmd.__name__ == f"kdiag.commands.{cmd.NAME}"
+    assert isinstance(cmd.HELP, str) and cmd.HELP
+    assert isinstance(cmd.PROGRESS, bool) and isinstance(cmd.GUARDED, bool)
+    assert callable(cmd.add_arguments) and callable(cmd.run)
