@@ -1,5 +1,5 @@
 """The cause registry: every cause module is listed once in ORDER, declares
-what a cause must, is named in the README, and its rule gives its cause to
+what a cause must, is named in docs/causes.md, and its rule gives its cause to
 the request it declares (MEETS)."""
 import importlib
 import pkgutil
@@ -44,11 +44,10 @@ def test_cause_declares_everything(name):
         assert all(PROPERTY.match(k) and isinstance(v, str) for k, v in fix.items()), (name, fix)
 
 
-def test_names_are_unique_and_the_readme_tables_them():
+def test_names_are_unique_and_the_docs_table_them():
     names = [c.NAME for c in causes.CAUSES]
     assert len(set(names)) == len(names)
-    readme = (ROOT / "README.md").read_text()
-    table = readme.split("### Causes", 1)[1].split("\n## ", 1)[0]
+    table = (ROOT / "docs" / "causes.md").read_text().split("\n## ", 1)[0]
     assert set(re.findall(r"^\| `([a-z_]+)` \|", table, re.M)) == set(names)
 
 

@@ -3,7 +3,7 @@ from them.
 
 A cause module declares:
 
-- ``NAME``: the cause as findings and the README name it;
+- ``NAME``: the cause as findings and docs/causes.md name it;
 - ``rule(x: RuleInputs)``: the Spark Column condition a request meets to
   take this cause, or ``None`` for a cause judged on the driver
   (``client_queueing``) or given to what no rule takes (``healthy``);
