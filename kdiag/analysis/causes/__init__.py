@@ -20,7 +20,31 @@ A cause module declares:
   fast ones);
 - ``fix(version)``: librdkafka properties that fix it, for a version tuple
   (or None when unknown);
-- ``evidence(facts)`` and ``fix_text(facts)``: the sentences users read.
+- ``evidence(facts)`` and ``fix_text(facts)``: the sentences users read;
+- ``COLOUR``: the colour charts and reports draw it in (``colour_of``);
+- ``PART``: what of a message's time its fix takes out, which predict.py
+  predicts the fix's effect from: ``"wait"``, the wait of the requests it
+  holds (replaced by the wait of requests nothing holds); ``"queue"``, the
+  messages' time in librdkafka's queue before the request; None, nothing a
+  setting takes out (no prediction);
+- ``SIGNATURE`` and ``FIX_DOC``: its row in docs/causes.md (Markdown), which
+  ``python -m kdiag.analysis.causes`` writes.
+
+Optional hooks (``HOOKS``), each looked up where it is used:
+
+- ``from_signals(facts: Facts) -> dict | None``: the cause judged over the
+  run, not per request: from librdkafka's other lines (signals.py) or the
+  run's statistics. ``{"requests": int, "share": float, "time_share":
+  float}`` (shares in 0..1), or None when the run does not show it;
+  judge.signal_findings makes it a finding, or adds to the finding its
+  requests gave. A cause with it declares ``RUN_MEETS``: Facts fields
+  (``meta``'s ``signals`` among them) of a run it names this cause in;
+  tests/test_registry_causes.py judges it;
+- ``signal_evidence(facts) -> list[str]``: the sentences of a finding
+  ``from_signals`` gave (``evidence`` when absent);
+- ``likely(thin: Thin) -> tuple[int, str, str] | None``: when the evidence
+  is thin (no syscalls), how likely the cause is (a score, higher first), what
+  supports it and the capture that would decide it (likely.rank).
 
 ``ORDER`` names them in rule priority: a request takes the first cause
 whose rule it meets. Adding a cause is one module plus one line there.
@@ -32,7 +56,7 @@ import re
 from dataclasses import dataclass, field
 from types import ModuleType
 
-from kdiag.analysis.thresholds import DOMINANT_SHARE, TAIL_TIME_SHARE
+from kdiag.analysis.thresholds import DOMINANT_SHARE, NAGLE_EXCESS_MAX_MS, NAGLE_EXCESS_MIN_MS, SLOW_MS, TAIL_TIME_SHARE
 
 ORDER = (
     # Checked first: under KIP-219 a throttled broker answers at once, then
@@ -58,7 +82,12 @@ ORDER = (
     "healthy",
 )
 REQUIRED = ("NAME", "TAIL", "COLUMNS", "SUMMED", "EXAMPLE_COLUMNS", "MEETS", "rule", "fix", "evidence",
-            "fix_text")
+            "fix_text", "COLOUR", "PART", "SIGNATURE", "FIX_DOC")
+HOOKS = ("from_signals", "signal_evidence", "likely")
+PARTS = ("wait", "queue", None)
+# A name no module declares (a stranger's findings, "none" in a fleet's
+# table) is drawn in grey.
+UNKNOWN_COLOUR = "#b0b7c0"
 # What no rule takes.
 OTHERWISE = "healthy"
 # Every example request carries these (pid and the run's bounds fill in its
@@ -75,6 +104,18 @@ CAUSES = load()
 BY_NAME = {c.NAME: c for c in CAUSES}
 TAIL_CAUSES = tuple(c.NAME for c in CAUSES if c.TAIL)
 FIXES = {c.NAME: c.fix(None) for c in CAUSES}
+
+
+def colour_of(name: str) -> str:
+    cause = BY_NAME.get(name)
+    return cause.COLOUR if cause is not None else UNKNOWN_COLOUR
+
+
+def part_of(name: str) -> str | None:
+    """What of a message's time the cause's fix takes out (``PART``); None
+    for a name no module declares."""
+    cause = BY_NAME.get(name)
+    return cause.PART if cause is not None else None
 
 
 def label_of(cause: ModuleType) -> str:
@@ -161,6 +202,29 @@ class Facts:
     summary: dict
     meta: dict
     client_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class ThinEvidence:
+    """What a run's findings say when no syscalls split its requests, which
+    the ``likely`` hooks rank the causes from."""
+    rtt_ms: float | None            # librdkafka's median rtt, else the median latency
+    path_rtt_ms: float | None
+    tls: bool                       # a broker's handle says TLS
+    found: frozenset                # the causes already found
+    signals: dict                   # librdkafka's other lines, summed (signals.py)
+    client_queue_ms: float | None   # statistics' int_latency; None without statistics
+
+    @property
+    def slow(self) -> bool:
+        return self.rtt_ms is not None and self.rtt_ms > SLOW_MS
+
+    @property
+    def nagle_band(self) -> bool:
+        """The rtt beyond the path (or the whole rtt, the path unknown) is
+        about the delayed-ACK timer."""
+        excess = self.rtt_ms - (self.path_rtt_ms or 0.0)
+        return NAGLE_EXCESS_MIN_MS <= excess <= NAGLE_EXCESS_MAX_MS
 
 
 def classify(produce, path_rtt, nagle_possible=True):
