@@ -392,7 +392,7 @@ def from_signals_only(run: Facts, vt, unknowns: list[str]) -> dict:
     signal_findings(findings, run, vt)
     findings.sort(key=lambda f: (-f["share"], f["cause"]))
     if not findings:
-        return result_of(run.meta, run.version, "healthy", [], run.summary, unknowns, no_data=True)
+        return result_of(run.meta, run.version, OTHERWISE, [], run.summary, unknowns, no_data=True)
     return result_of(run.meta, run.version, findings[0]["cause"], findings, run.summary, unknowns)
 
 

@@ -18,7 +18,7 @@ prediction misses by; the saving itself it gets within 2% (42.0 of 42.4 ms,
 lab checks the saving."""
 from __future__ import annotations
 
-from kdiag.analysis.causes import part_of
+from kdiag.analysis.causes import OTHERWISE, part_of
 from kdiag.analysis.frames import pctl, rounded
 
 # Fewer healthy requests than this and their median is noise: the one-write
@@ -28,7 +28,7 @@ BASELINE_MIN = 5
 
 def baseline(rows: list[dict], one_write_wait_ms: float | None, path_rtt_ms: float | None) -> tuple[float, str] | None:
     """The wait of a request nothing holds, and where it comes from."""
-    healthy = [r["wait_ms"] for r in rows if r.get("cause") == "healthy" and r.get("wait_ms") is not None]
+    healthy = [r["wait_ms"] for r in rows if r.get("cause") == OTHERWISE and r.get("wait_ms") is not None]
     if len(healthy) >= BASELINE_MIN:
         return pctl(healthy, 0.5), f"the median wait of the {len(healthy)} healthy requests"
     if one_write_wait_ms is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from kdiag.analysis.causes import part_of
+from kdiag.analysis.causes import OTHERWISE, part_of
 from kdiag.report.html import _dict, request_rows
 from kdiag.report.svg import fmt, num
 from kdiag.visible import visible, visible_text
@@ -105,7 +105,7 @@ def compare(before: dict, after: dict, names: tuple[str, str] = ("before", "afte
         names = (f"{names[0]} (before)", f"{names[1]} (after)")
     rows_b, rows_a = request_rows(before, slowest=False), request_rows(after, slowest=False)
     b, a = side(before, names[0], rows_b), side(after, names[1], rows_a)
-    cause = b["verdict"] if b["verdict"] not in (None, "healthy") else None
+    cause = b["verdict"] if b["verdict"] not in (None, OTHERWISE) else None
     # A cause that holds messages before their request (the queue) shows in
     # the delivery time, not in the requests' latency.
     metric = "delivery_p50_ms" if part_of(cause) == "queue" and b["delivery_p50_ms"]["value"] is not None \

@@ -260,9 +260,9 @@ def resolve_slow(rq, retrans: int | None):
 
 def verdict_of(findings: list[dict]) -> str:
     """The cause of most requests; else a tail cause that takes a large share
-    of the time; else healthy."""
+    of the time; else ``OTHERWISE`` (healthy)."""
     if findings and findings[0]["share"] >= DOMINANT_SHARE:
         return findings[0]["cause"]
     tails = [f for f in findings if f["cause"] in TAIL_CAUSES and f.get("time_share", 0) >= TAIL_TIME_SHARE]
     tails.sort(key=lambda f: -f["time_share"])
-    return tails[0]["cause"] if tails else "healthy"
+    return tails[0]["cause"] if tails else OTHERWISE
