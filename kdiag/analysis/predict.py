@@ -68,10 +68,11 @@ def predicted(rows: list[dict], cause: str, base: tuple[float, str] | None) -> d
 
 
 def queue_saving(client_ms: float | None) -> dict | None:
-    """A queue cause's part (client_queueing's) is before the request: the messages' time in
-    librdkafka's queue, which a request's latency does not hold. Its fix
-    gives each message that back (lab, client-queueing scenario, linger.ms
-    200 then 0: predicted 100.9 ms sooner, measured 101.4 ms)."""
+    """A queue cause's part (client_queueing's) is before the request: the
+    messages' time in librdkafka's queue, which a request's latency does not
+    hold. Its fix gives each message that back (lab, client-queueing
+    scenario, linger.ms 200 then 0: predicted 100.9 ms sooner, measured
+    101.4 ms)."""
     if client_ms is None:
         return None
     return {"p50_ms": None, "p99_ms": None, "saves_delivery_p50_ms": rounded(client_ms, 3),

@@ -5,8 +5,8 @@ A cause module declares:
 
 - ``NAME``: the cause as findings and docs/causes.md name it;
 - ``rule(x: RuleInputs)``: the Spark Column condition a request meets to
-  take this cause, or ``None`` for a cause judged on the driver
-  (``client_queueing``) or given to what no rule takes (``healthy``);
+  take this cause, or ``None`` for a cause judged over the run
+  (``from_signals``) or given to what no rule takes (``healthy``);
 - ``LABEL`` (optional): the label the rule gives, when one rule serves two
   causes told apart over the whole run (``slow_wait``, see ``_slow_wait``);
 - ``COLUMNS``: the request columns its rule reads;
@@ -42,12 +42,14 @@ Optional hooks (``HOOKS``), each looked up where it is used:
   tests/test_registry_causes.py judges it;
 - ``signal_evidence(facts) -> list[str]``: the sentences of a finding
   ``from_signals`` gave (``evidence`` when absent);
-- ``likely(thin: Thin) -> tuple[int, str, str] | None``: when the evidence
-  is thin (no syscalls), how likely the cause is (a score, higher first), what
-  supports it and the capture that would decide it (likely.rank).
+- ``likely(thin: ThinEvidence) -> tuple[int, str, str] | None``: when the
+  evidence is thin (no syscalls), how likely the cause is (a score, higher
+  first, against the other causes' scores), what supports it and the
+  capture that would decide it (likely.rank).
 
 ``ORDER`` names them in rule priority: a request takes the first cause
-whose rule it meets. Adding a cause is one module plus one line there.
+whose rule it meets. Adding a cause is one module plus one line there
+(then ``python -m kdiag.analysis.causes > docs/causes.md``).
 """
 from __future__ import annotations
 
