@@ -109,3 +109,29 @@ def test_the_matrix_runs_exactly_the_registry():
         assert (case.expected, case.how) == (sc.cause, sc.setup)
         assert case.messages == (sc.matrix_messages or sc.messages)
     assert [c.name for c in matrix.select(None)] == scenarios.names()
+
+
+def _docs_lab() -> str:
+    return (ROOT / "docs" / "lab.md").read_text()
+
+
+def test_the_docs_scenario_table_is_the_registry_in_full():
+    text = _docs_lab()
+    start = text.index("\n", text.index("<!-- made by kdiag.lab.scenarios.markdown_table() -->")) + 1
+    table = text[start:text.index("<!-- end of the table -->", start)]
+    assert table == scenarios.markdown_table(), "docs/lab.md: paste kdiag.lab.scenarios.markdown_table()"
+    rows = table.splitlines()[2:]
+    assert len(rows) == len(scenarios.ORDER)
+    for row, sc in zip(rows, scenarios.all_scenarios()):
+        assert [c.strip() for c in row.strip("|").split(" | ")] == [f"`{sc.name}`", sc.help, f"`{sc.cause}`"]
+
+
+def test_the_docs_network_lab_table_is_the_registry_in_full():
+    lines = _docs_lab().split("\n## The network lab\n", 1)[1].splitlines()
+    header = lines.index("| scenario | link | measured here |")
+    rows = [line for line in lines[header + 2:] if line.startswith("| ")]
+    paths = scenarios.network_paths()
+    assert len(rows) == len(paths)
+    for row, (name, path) in zip(rows, paths.items()):
+        cells = [c.strip() for c in row.strip("|").split(" | ")]
+        assert cells[:2] == [f"`{name}`", path.description] and cells[2], row

@@ -152,6 +152,14 @@ def network_paths() -> dict[str, NetworkPath]:
     return {s.name: s.lab for s in all_scenarios() if isinstance(s.lab, NetworkPath)}
 
 
+def markdown_table() -> str:
+    """docs/lab.md's scenario table: every scenario in ``ORDER``, its help
+    line and the cause the matrix expects."""
+    rows = ["| scenario | what it runs | expected cause |", "|---|---|---|"]
+    rows += [f"| `{s.name}` | {s.help} | `{s.cause}` |" for s in all_scenarios()]
+    return "\n".join(rows) + "\n"
+
+
 def running(name: str | None, topic: str, log: Callable[[str], None]) -> contextlib.AbstractContextManager[LabTarget]:
     """The lab scenario ``name`` (None: the embedded default) for one run,
     with ``topic`` created; stopped on leaving the block."""
