@@ -26,10 +26,11 @@ import struct
 import time
 from pathlib import Path
 
-import kdiag
 from kdiag.collectors import bpftrace as _bt
 from kdiag.collectors._bpftrace_records import STRSIZE, Converted, Converter
-from kdiag.collectors.base import MODES, Requirement, cpu_s, unmet
+from kdiag.collectors.base import AUTO_ANY_RATE, MODES, Requirement, Tracing, cpu_s, unmet
+
+import kdiag
 
 NAME = "bpfcalls"
 REQUIRES = (
@@ -236,7 +237,12 @@ class Bpfcalls(_bt.Bpftrace):
     requirements = REQUIRES
     modes = MODES
     partial_without = MODES
-    syscall_tracer = True
+    tracing = Tracing(
+        rank=1, auto_when=AUTO_ANY_RATE, stops_threads=False,
+        captures="the producer's socket, log and wait calls, as binary records, nothing of any other "
+                 "process, no socket payloads",
+        cost="a TLS producer at full speed kept 93 % of its throughput; 100 % at 22.7 msg/s",
+    )
 
     @classmethod
     def unmet(cls) -> str | None:

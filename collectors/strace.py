@@ -19,11 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from kdiag.bundle import redact
 from kdiag.collectors.base import (
-    COMMAND, MODES, PROBE, Collector, CollectorStatus, Requirement, cpu_s, dies_with_parent, proc_status_field,
-    settle, tool_version, unmet,
+    AUTO_FALLBACK, COMMAND, MODES, PROBE, Collector, CollectorStatus, Requirement, Tracing, cpu_s, dies_with_parent,
+    proc_status_field, settle, tool_version, unmet,
 )
+
+from kdiag.bundle import redact
 
 NAME = "strace"
 REQUIRES = (
@@ -114,7 +115,11 @@ class Strace(Collector):
     requirements = REQUIRES
     modes = MODES
     partial_without = MODES
-    syscall_tracer = True
+    tracing = Tracing(
+        rank=3, auto_when=AUTO_FALLBACK, stops_threads=True,
+        captures=f"every call in {TRACE_SET}, with the first 256 bytes of each buffer",
+        cost="a TLS producer at full speed kept 28 % of its throughput; about 23 us a traced call",
+    )
 
     def __init__(self, capture) -> None:
         super().__init__(capture)

@@ -44,13 +44,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kdiag import collectors, progress
+from kdiag.bundle import redact
+from kdiag.capture import disk_budget, overhead, tracers
 from kdiag.collectors import bpfcalls as c_bpfcalls
 from kdiag.collectors import bpftrace as c_bpf
 from kdiag.collectors import strace as c_strace
 from kdiag.collectors.base import COMMAND, PID, Capture, Collector, gaps, wait_state
-from kdiag.capture import disk_budget
-from kdiag.capture import overhead
-from kdiag.bundle import redact
 from kdiag.errors import UsageError
 
 # Without a window, an attach traces this long.
@@ -74,10 +73,11 @@ class TargetOptions:
     tracer: str | None = None       # auto, strace, bpftrace; None: $KDIAG_TRACER, else auto
 
 
-TRACERS = ("auto", "strace", "bpfcalls", "bpftrace")
+# The settings --tracer takes: auto, then each tracer the registry holds.
+TRACERS = tracers.TRACERS
 # The tracers that stop no thread, cheapest first (bench/RESULTS.md).
 IN_KERNEL = (c_bpfcalls.NAME, c_bpf.NAME)
-TRACER_ENV = "KDIAG_TRACER"
+TRACER_ENV = tracers.TRACER_ENV
 BPF_READY_S = c_bpf.READY_TIMEOUT_S
 
 
@@ -114,10 +114,7 @@ def may_trace(pid: int) -> str | None:
 
 
 def tracer_setting(opts: TargetOptions) -> str:
-    setting = opts.tracer or os.environ.get(TRACER_ENV) or "auto"
-    if setting not in TRACERS:
-        raise UsageError(f"tracer {setting!r}: one of {', '.join(TRACERS)}")
-    return setting
+    return tracers.setting(opts.tracer)
 
 
 @dataclass
