@@ -28,6 +28,12 @@ class Requirement:
         return None
 
 
+# Cost per call to a traced thread, microseconds: a loop of write() to
+# /dev/null, 0.40 us a call untraced, 23.6 us under ``strace -p`` (any -e
+# set: without seccomp every call stops). strace 6.1, kernel 6.18, 2-core VM;
+# bench/overhead.py measures the producer itself.
+PTRACE_STOP_US = 23.0
+
 # When ``auto`` takes a syscall tracer (``Tracing.auto_when``).
 AUTO_ANY_RATE = "at any rate"
 AUTO_BUSY = "when strace would cost the producer a noticeable share of a core, or its rate is unknown"
@@ -45,6 +51,7 @@ class Tracing:
     rank: int               # auto's order of preference, lowest first
     auto_when: str          # one of AUTO_WHEN
     stops_threads: bool     # ptrace stops: the producer pays for every traced call
+    call_us: float          # what one traced call costs the traced thread, microseconds
     captures: str           # what of the producer it records, in words
     cost: str               # what tracing costs the producer, measured (bench/RESULTS.md)
 
@@ -221,6 +228,11 @@ class Collector:
     def skipped(self) -> bool:
         return isinstance(self.record, CollectorStatus) and self.record.state == "skipped"
 
+    @classmethod
+    def tool_version(cls) -> str | None:
+        """The version of the tool it runs, for the manifest, or None."""
+        return None
+
     def producer_config(self, config: dict[str, str]) -> dict[str, str]:
         """kdiag's probe producer's config, with what this collector needs."""
         return config
@@ -286,8 +298,11 @@ def tracing_problem(cls: type) -> str | None:
         return f"tracing is {type(tracing).__name__}, not Tracing"
     if tracing.auto_when not in AUTO_WHEN:
         return f"tracing.auto_when {tracing.auto_when!r} not one of AUTO_WHEN"
-    if not (tracing.captures and tracing.cost):
+    if not (tracing.captures and tracing.cost and tracing.call_us > 0):
         return "tracing says what it captures and what it costs"
+    for hook in ("tool_version", "start_alone" if not tracing.stops_threads else "attach_alone"):
+        if not callable(getattr(cls, hook, None)):
+            return f"a syscall tracer has {hook}()"
     return None
 
 

@@ -406,7 +406,9 @@ class Bpftrace(Collector):
     modes = MODES - {PROBE}
     partial_without = MODES - {PROBE}
     tracing = Tracing(
-        rank=2, auto_when=AUTO_BUSY, stops_threads=False,
+        # A loop of write() to /dev/null: 7.0 us a call against 0.40 untraced
+        # (bpftrace 0.17, kernel 6.18, 2-core VM).
+        rank=2, auto_when=AUTO_BUSY, stops_threads=False, call_us=6.6,
         captures="the calls the analysis reads, as text records, no socket payloads",
         cost="a TLS producer at full speed kept 47-49 % of its throughput",
     )
@@ -421,6 +423,15 @@ class Bpftrace(Collector):
     @classmethod
     def unmet(cls) -> str | None:
         return check()
+
+    @classmethod
+    def tool_version(cls) -> str | None:
+        return version()
+
+    @classmethod
+    def start_alone(cls, pid: int, out: Path) -> tuple[Child | None, str | None]:
+        """The tracer on its own, outside a trace (the overhead bench)."""
+        return start(pid, out, READY_TIMEOUT_S)
 
     def start(self, pid: int) -> None:
         self.child, self.failed_to_start = start(pid, self.out_path)

@@ -190,6 +190,19 @@ def test_the_tracer_choices_and_policy_come_from_the_declarations():
     assert tracers.threadless() == tuple(c.name for c in TRACER_CLASSES if not c.tracing.stops_threads)
 
 
+def test_attach_and_trace_name_no_tracer_module():
+    import ast
+
+    root = Path(collectors.__file__).resolve().parent.parent / "kdiag" / "capture"
+    tracer_modules = {c.__module__ for c in TRACER_CLASSES}
+    for name in ("attach.py", "trace.py"):
+        tree = ast.parse((root / name).read_text())
+        imported = {f"{n.module}.{a.name}" if isinstance(n, ast.ImportFrom) else a.name
+                    for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+        imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert not imported & tracer_modules, (name, imported & tracer_modules)
+
+
 def _generated_table(page: Path) -> str:
     text = page.read_text()
     start = text.index("<!-- made by ")
