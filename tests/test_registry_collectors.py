@@ -203,20 +203,15 @@ def test_attach_and_trace_name_no_tracer_module():
         assert not imported & tracer_modules, (name, imported & tracer_modules)
 
 
-def _generated_table(page: Path) -> str:
-    text = page.read_text()
-    start = text.index("<!-- made by ")
-    start = text.index("\n", start) + 1
-    return text[start:text.index("<!-- end of the table -->", start)]
-
-
 def test_the_which_tracer_table_in_the_docs_is_the_registry_in_full():
+    import docs_tables
+
     from kdiag.capture import tracers
 
     page = Path(collectors.__file__).resolve().parent.parent / "docs" / "tracers.md"
     assert "\n## Which tracer\n" in page.read_text()
-    table = _generated_table(page)
-    assert table == tracers.markdown_table(), "docs/tracers.md: paste kdiag.capture.tracers.markdown_table()"
+    table = docs_tables.table_in(page.read_text(), "kdiag.capture.tracers.markdown_table()")
+    assert table == tracers.markdown_table(), "docs/tracers.md: run python tests/docs_tables.py"
     rows = [line for line in table.splitlines()[2:]]
     assert len(rows) == len(TRACER_CLASSES)
     for row, cls in zip(rows, TRACER_CLASSES):
