@@ -48,7 +48,7 @@ class Tracing:
     each only under its ``auto_when``; the one whose ``auto_when`` is
     AUTO_FALLBACK runs when none of the others may."""
 
-    rank: int               # auto's order of preference, lowest first
+    rank: int               # auto's order of preference, lowest first (spaced: a new one fits between)
     auto_when: str          # one of AUTO_WHEN
     stops_threads: bool     # ptrace stops: the producer pays for every traced call
     call_us: float          # what one traced call costs the traced thread, microseconds

@@ -116,7 +116,7 @@ class Strace(Collector):
     modes = MODES
     partial_without = MODES
     tracing = Tracing(
-        rank=3, auto_when=AUTO_FALLBACK, stops_threads=True, call_us=PTRACE_STOP_US,
+        rank=30, auto_when=AUTO_FALLBACK, stops_threads=True, call_us=PTRACE_STOP_US,
         captures=f"every call in {TRACE_SET}, with the first 256 bytes of each buffer",
         cost="a TLS producer at full speed kept 28 % of its throughput; about 23 us a traced call",
     )
