@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from kdiag.collectors.base import (
-    AUTO_FALLBACK, COMMAND, PTRACE_STOP_US, MODES, PROBE, Collector, CollectorStatus, Requirement, Tracing, cpu_s, dies_with_parent,
-    proc_status_field, settle, tool_version, unmet,
+    AUTO_FALLBACK, COMMAND, MODES, PROBE, PTRACE_STOP_US, Collector, CollectorStatus, Requirement, Tracing, cpu_s,
+    dies_with_parent, proc_status_field, settle, tool_version, unmet,
 )
 
 from kdiag.bundle import redact

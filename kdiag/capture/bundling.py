@@ -20,8 +20,8 @@ from pathlib import Path
 
 from kdiag import __version__
 from kdiag.bundle import archive as bundle
-from kdiag.capture import disk_budget
 from kdiag.bundle import redact
+from kdiag.capture import disk_budget
 from kdiag.errors import KdiagError, UsageError
 
 

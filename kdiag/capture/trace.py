@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ContextManager, Protocol
 
-from kdiag import collectors
 import kdiag
-from kdiag import __version__, progress
+from kdiag import __version__, collectors, progress
 from kdiag.bundle import archive as bundle
 from kdiag.bundle import redact
 from kdiag.capture import disk_budget, overhead, probe_producer, tracers
-from kdiag.capture.bundling import (  # noqa: F401 (seal, staging_path, capture_running: known as trace's too)
-    TraceResult, cap_bytes, capture_running, default_bundle_path, finish, seal, staged, staging_path, start_spark,
+# seal and staged re-exported: the command line and tests know them as trace's.
+from kdiag.capture.bundling import (  # noqa: F401
+    TraceResult, cap_bytes, default_bundle_path, finish, seal, staged, start_spark,
 )
 from kdiag.collectors import probe_output
 from kdiag.collectors.base import PROBE, Capture, Collector, gaps, wait_state
