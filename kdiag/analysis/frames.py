@@ -2,10 +2,10 @@
 the length of one analysis, running independent jobs at once."""
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 
+from kdiag import settings
 # RUN, the column naming a row's run (a bundle's id in a fleet, else ""),
 # is defined below the analysis, beside the checks the writer of a table
 # shares with it; the analysis's modules read it here.
@@ -63,7 +63,7 @@ LOCAL_TABLE_BYTES = 8 << 20
 
 
 def _local_bytes() -> int:
-    return int(os.environ.get("KDIAG_LOCAL_TABLE_BYTES", LOCAL_TABLE_BYTES))
+    return settings.get("KDIAG_LOCAL_TABLE_BYTES")
 
 
 def _uncompressed_bytes(meta) -> int:
