@@ -65,10 +65,12 @@ KNOWN_PRIVATE_USES: dict[tuple[str, str], str] = {
 
 
 # The lower packages, and all they may import of kdiag (at any level): the
-# tables are parsed and written without knowing the analysis that reads them.
+# tables are parsed and written, and bundles made and read, without knowing
+# the analysis that reads them.
 LOWER_PACKAGES = {
     "kdiag.parsers": ("kdiag.parsers", "kdiag.errors", "kdiag.visible"),
     "kdiag.ingest": ("kdiag.ingest", "kdiag.parsers", "kdiag.errors", "kdiag.progress", "kdiag.visible"),
+    "kdiag.bundle": ("kdiag.bundle", "kdiag.ingest", "kdiag.parsers", "kdiag.errors", "kdiag.settings", "kdiag.visible"),
 }
 
 

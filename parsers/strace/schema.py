@@ -31,6 +31,10 @@ SCHEMA = pa.schema(
     metadata={"table": "syscalls", "source": "strace"},
 )
 
+# What fd_info starts with for a socket: -yy names the endpoints
+# ("TCP:[10.0.0.1:40212->10.0.0.2:9093]"); -y only says "socket:[1033403]".
+SOCKET_PREFIXES = ("TCP", "TCPv6", "UDP", "UDPv6", "UNIX", "UNIX-STREAM", "NETLINK", "socket:")
+
 # Per-line classification. Codes up to KILLED are rows.
 SYSCALL, UNFINISHED, RESUMED, DETACHED, SIGNAL, EXIT, KILLED = range(7)
 CONT = 7  # the end of a line that an strace message or program output cut off
