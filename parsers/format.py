@@ -34,6 +34,39 @@ BYTES = "bytes"
 TEXT = "text"
 READS = (CHUNKS, BYTES, TEXT)
 
+# How a file of the format is pseudonymised before it goes into a bundle
+# (kdiag.bundle.pseudonym): its text and JSON values scanned for addresses
+# and hostnames, or its packets rewritten record by record. A format neither
+# can rewrite says why it is left as it is (``LeftAsIs``); the bundle's
+# record of pseudonyms then lists its files with that reason.
+TEXT_SCANNER = "text scanner"
+PACKET_REWRITER = "pcap rewriter"
+PSEUDONYMISERS = (TEXT_SCANNER, PACKET_REWRITER)
+
+
+@dataclass(frozen=True)
+class LeftAsIs:
+    why: str
+
+    def __str__(self) -> str:
+        return f"none: {self.why}"
+
+
+# What the analysis takes from a format's rows (docs/formats.md says what
+# each means): requests paired from librdkafka's Sent/Received lines;
+# syscalls, which split a request's time and show the connections;
+# librdkafka's other lines (timeouts, retries, batches); the client queue
+# and throttles from librdkafka's statistics; the network path's RTT and
+# hops; live samples of the producer's sockets, threads and host.
+REQUESTS = "requests"
+SYSCALLS = "syscalls"
+SIGNALS = "signals"
+CLIENT_QUEUE = "client queue"
+PATH = "path"
+SOCKET_SAMPLES = "socket samples"
+THREAD_SAMPLES = "thread samples"
+ANALYSIS_INPUTS = (REQUESTS, SYSCALLS, SIGNALS, CLIENT_QUEUE, PATH, SOCKET_SAMPLES, THREAD_SAMPLES)
+
 
 @dataclass(frozen=True)
 class Format:
@@ -44,6 +77,13 @@ class Format:
     schema_version: int             # the tables' schema_version a bundle records
     reads: str                      # one of READS
     parser: Callable                # see READS
+    title: str                      # what a person calls it: "librdkafka log"
+    pseudonymised: str | LeftAsIs   # one of PSEUDONYMISERS, or why it is not
+    feeds: tuple[str, ...]          # the ANALYSIS_INPUTS its rows give; () for none
+    # The raw/ folder a bundle keeps it in (the collector's raw_dir), None
+    # for a capture only a user gives (kdiag replay reads it, kdiag trace
+    # never makes it).
+    bundle_dir: str | None
     # A CHUNKS parser that keeps nothing from one chunk to the next but its
     # counts: chunks may be parsed in parallel, one parser each.
     stateless: bool = False

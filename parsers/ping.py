@@ -32,7 +32,7 @@ import re
 import pyarrow as pa
 
 from kdiag.parsers.base import ParseCounts
-from kdiag.parsers.format import BY_LINES, TEXT, Format
+from kdiag.parsers.format import BY_LINES, PATH, TEXT, TEXT_SCANNER, Format
 from kdiag.parsers.pasted import MARKUP, PROMPT, clean, cleaned
 from kdiag.parsers.tcp_probe import PROBES_SCHEMA
 
@@ -168,5 +168,6 @@ def looks_like(sample: list[str]) -> float:
 
 FORMATS = (
     Format(name="ping", recognised_by=BY_LINES, recognise=looks_like, tables={"probes": PROBES_SCHEMA},
-           schema_version=1, reads=TEXT, parser=parse_ping),
+           schema_version=1, reads=TEXT, parser=parse_ping,
+           title="ping output", pseudonymised=TEXT_SCANNER, feeds=(PATH,), bundle_dir=None),
 )

@@ -93,7 +93,7 @@ from typing import NamedTuple
 import pyarrow as pa
 
 from kdiag.parsers.base import ParseCounts, json_lines, scrub
-from kdiag.parsers.format import BY_JSON_KEYS, BY_MAGIC, BYTES, TEXT, Format
+from kdiag.parsers.format import BY_JSON_KEYS, BY_MAGIC, BYTES, PACKET_REWRITER, PATH, TEXT, TEXT_SCANNER, Format
 from kdiag.parsers.pcap import capture_records, looks_like_pcap
 # Re-exported: the collector and the report read them here.
 from kdiag.parsers.tcp_path import FINAL_ANSWERS, PATH_SCHEMA, format_path_table, path_table  # noqa: F401
@@ -433,9 +433,13 @@ def _pcap_file(data: bytes, brokers: dict) -> tuple[pa.Table, ParseCounts]:
 
 FORMATS = (
     Format(name="pcap", recognised_by=BY_MAGIC, recognise=looks_like_pcap, tables={"probes": PROBES_SCHEMA},
-           schema_version=1, reads=BYTES, parser=_pcap_file),
+           schema_version=1, reads=BYTES, parser=_pcap_file,
+           title="probe packets (pcap, pcapng)", pseudonymised=PACKET_REWRITER, feeds=(PATH,),
+           bundle_dir="tcp_probe"),
     Format(name="probes_jsonl", recognised_by=BY_JSON_KEYS, recognise=_probe_result_keys,
-           tables={"probes": PROBES_SCHEMA}, schema_version=1, reads=TEXT, parser=_probes_file),
+           tables={"probes": PROBES_SCHEMA}, schema_version=1, reads=TEXT, parser=_probes_file,
+           title="probe results", pseudonymised=TEXT_SCANNER, feeds=(PATH,), bundle_dir="tcp_probe"),
     Format(name="handshakes_jsonl", recognised_by=BY_JSON_KEYS, recognise=_handshake_keys,
-           tables={"handshakes": HANDSHAKES_SCHEMA}, schema_version=1, reads=TEXT, parser=_handshakes_file),
+           tables={"handshakes": HANDSHAKES_SCHEMA}, schema_version=1, reads=TEXT, parser=_handshakes_file,
+           title="timed handshakes", pseudonymised=TEXT_SCANNER, feeds=(PATH,), bundle_dir="tcp_probe"),
 )
