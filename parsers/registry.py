@@ -52,3 +52,9 @@ def table_schemas() -> dict:
     for fmt in formats():
         out.update(fmt.tables)
     return out
+
+
+def bundle_dirs() -> tuple[str, ...]:
+    """The raw/ folders a bundle keeps formats in: those whose files the
+    analysis reads (raw/probe/ holds the probe's own summary, metadata)."""
+    return tuple(dict.fromkeys(f.bundle_dir for f in formats() if f.bundle_dir))
