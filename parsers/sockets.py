@@ -505,5 +505,5 @@ FORMATS = (
     Format(name="sockets", recognised_by=BY_LINES, recognise=looks_like, tables=SCHEMAS,
            schema_version=1, reads=CHUNKS, parser=SocketsParser,
            title="socket, thread and host samples", pseudonymised=TEXT_SCANNER,
-           feeds=(SOCKET_SAMPLES, THREAD_SAMPLES), bundle_dir="sockets"),
+           feeds={"sockets": (SOCKET_SAMPLES,), "threads": (THREAD_SAMPLES,), "host": (THREAD_SAMPLES,)}, bundle_dir="sockets"),
 )

@@ -154,5 +154,5 @@ def looks_like(sample: list[str]) -> float:
 FORMATS = (
     Format(name="stats", recognised_by=BY_LINES, recognise=looks_like, tables={"stats": SCHEMA},
            schema_version=1, reads=CHUNKS, parser=StatsParser,
-           title="librdkafka statistics", pseudonymised=TEXT_SCANNER, feeds=(CLIENT_QUEUE,), bundle_dir="stats"),
+           title="librdkafka statistics", pseudonymised=TEXT_SCANNER, feeds={"stats": (CLIENT_QUEUE,)}, bundle_dir="stats"),
 )

@@ -82,8 +82,10 @@ def _more_problems(fmt) -> list[str]:
     if not (pseudo in PSEUDONYMISERS or (isinstance(pseudo, LeftAsIs) and isinstance(pseudo.why, str)
                                          and pseudo.why.strip())):
         out.append(f"pseudonymised {pseudo!r} is none of {PSEUDONYMISERS} nor a reason it is left as it is")
-    if not isinstance(fmt.feeds, tuple) or not fmt.feeds or not set(fmt.feeds) <= set(ANALYSIS_INPUTS):
-        out.append(f"feeds {fmt.feeds!r}: not a tuple of some of {ANALYSIS_INPUTS}")
+    if not hasattr(fmt.feeds, "items") or set(fmt.feeds) != set(fmt.tables or ()):
+        out.append(f"feeds {fmt.feeds!r}: not each of its tables -> the analysis inputs it gives")
+    elif not all(isinstance(fed, tuple) and fed and set(fed) <= set(ANALYSIS_INPUTS) for fed in fmt.feeds.values()):
+        out.append(f"feeds {fmt.feeds!r}: a table gives none of {ANALYSIS_INPUTS}")
     if fmt.bundle_dir is not None and (not isinstance(fmt.bundle_dir, str) or not fmt.bundle_dir
                                        or "/" in fmt.bundle_dir):
         out.append(f"bundle_dir {fmt.bundle_dir!r} is not one folder under raw/")
@@ -107,8 +109,9 @@ def test_a_format_that_omits_an_attribute_is_caught():
     for field in dataclasses.fields(Format):
         if field.name != "bundle_dir":
             assert problems(dataclasses.replace(fmt, **{field.name: None})), field.name
-    for wrong in ({"pseudonymised": "skip"}, {"pseudonymised": LeftAsIs("")}, {"feeds": ()},
-                  {"feeds": ("everything",)}, {"title": " "}, {"bundle_dir": "raw/x"}):
+    for wrong in ({"pseudonymised": "skip"}, {"pseudonymised": LeftAsIs("")}, {"feeds": {}},
+                  {"feeds": {fmt.table: ("everything",)}}, {"feeds": {fmt.table: ()}},
+                  {"title": " "}, {"bundle_dir": "raw/x"}):
         assert problems(dataclasses.replace(fmt, **wrong)), wrong
     assert problems(dataclasses.replace(fmt, pseudonymised=LeftAsIs("holds no address"))) == []
     with pytest.raises(TypeError):
@@ -167,7 +170,7 @@ PAGE_HEADER = ("| format | what it is | recognised by | tables | pseudonymised b
 
 def _page_row(fmt) -> str:
     cells = [f"`{fmt.name}`", fmt.title, fmt.recognised_by, ", ".join(f"`{t}`" for t in fmt.tables),
-             str(fmt.pseudonymised), ", ".join(fmt.feeds),
+             str(fmt.pseudonymised), ", ".join(fmt.inputs),
              f"`raw/{fmt.bundle_dir}/`" if fmt.bundle_dir else "the user's own"]
     return "| " + " | ".join(cells) + " |"
 
@@ -197,3 +200,21 @@ def test_the_formats_page_says_what_each_analysis_input_is():
     text = FORMATS_PAGE.read_text()
     for name in ANALYSIS_INPUTS:
         assert f"- **{name}**: " in text, name
+
+
+def test_whole_files_tell_those_parsed_after_them(tmp_path):
+    """Given in any order, the handshakes are parsed first (they name the
+    brokers a pcap cannot) and the packets before the probe results (which
+    then add no SYN probe of their own): Format.parse_order and Told."""
+    from kdiag.ingest.tables import parse_paths
+
+    files = [SEEDS / "probes.jsonl", SEEDS / "probes.pcap", SEEDS / "handshakes.jsonl"]
+    alone = parse_paths(files[:1], tmp_path / "alone").read("probes")
+    assert "syn" in alone["method"].to_pylist()
+    out = parse_paths(files, tmp_path / "all")
+    kinds = [f["kind"] for f in out.files]
+    assert kinds == ["probes_jsonl", "pcap", "handshakes_jsonl"]
+    probes = out.read("probes")
+    packets = parse_paths(files[1:2], tmp_path / "pcap").read("probes")
+    assert len(probes) == len(packets)   # the results' SYN probes are the packets'
+    assert any(probes["broker"].to_pylist()) and not any(packets["broker"].to_pylist())

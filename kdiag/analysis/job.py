@@ -28,10 +28,17 @@ from kdiag.analysis.per_request import exchanges, flag_syscalls, prepare_syscall
 from kdiag.analysis.pieces import pieces_of
 from kdiag.analysis.signals import signals
 from kdiag.analysis.runs import UNSPLIT, log_of_another_run, split_by_typical, timing_unknowns
+from kdiag.parsers.format import CLIENT_QUEUE, REQUESTS, SIGNALS, SYSCALLS
+from kdiag.parsers.registry import format_filling, tables_feeding
 
-_SOURCE_NAMES = {"syscalls": "the strace output", "rdkafka_events": "the librdkafka log"}
-# The tables the analysis reads, in the order their input checks are reported.
-TABLES = ("rdkafka_events", "syscalls", "log_writes", "stats")
+# The tables the analysis reads, in the order their input checks are
+# reported: those the format registry says give the requests, the syscalls,
+# librdkafka's other lines and the client queue. The path and the samples
+# are read apart (connections, samples), table by table.
+TABLES = tables_feeding(REQUESTS, SYSCALLS, SIGNALS, CLIENT_QUEUE)
+# The two clocks requests are timed on, by the name of the capture each
+# table comes from ("the strace output"), as the input checks report them.
+_SOURCE_NAMES = {table: f"the {format_filling(table).title}" for table in ("syscalls", "rdkafka_events")}
 # What a run's findings say of where its requests came from.
 UNTIMED = "the log has no timestamps: a request's time is librdkafka's rtt"
 # runs.split_by_typical finds it by its start, UNSPLIT.

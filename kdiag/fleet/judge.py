@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kdiag.analysis.frames import RUN
+from kdiag.parsers.format import CLIENT_QUEUE, SYSCALLS
 
 OMITS = ["clock steps are not looked for in a fleet: replay the bundle alone for its input checks",
          "no request rows or predictions: replay the bundle alone for its charts"]
@@ -47,6 +48,13 @@ class Run:
         """The tables its parse wrote: the single analysis reads a table
         that has no rows as there (a DataFrame), an absent one as None."""
         return set(self.rows)
+
+    @property
+    def inputs(self) -> frozenset:
+        """The analysis inputs its tables give (kdiag.parsers.format)."""
+        from kdiag.parsers.registry import inputs_of
+
+        return inputs_of(self.tables)
 
 
 def judged(spark, tables: dict, facts: list[dict], kdiag_version: str | None = None) -> dict[str, dict]:
@@ -97,7 +105,7 @@ def _judged(spark, tables: dict, runs: dict, q, kdiag_version) -> dict[str, dict
     out: dict[str, dict] = {}
     for r in by_source[None]:
         out[r.bundle_id] = judged_by_signals(r.version, paths[r.bundle_id], _meta(r, signals, kdiag_version))
-    unjudged = [r for r in by_source["log"] if "syscalls" in r.tables]
+    unjudged = [r for r in by_source["log"] if SYSCALLS in r.inputs]
     for r in unjudged:
         out[r.bundle_id] = {"verdict": None, "no_data": True, "judged": False, "librdkafka_version": r.version,
                             "findings": [], "summary": {}, "unknowns": [UNJUDGED_LOG_BESIDE_STRACE]}
@@ -185,7 +193,7 @@ def _connections(t: dict, runs: dict) -> dict:
 
     from kdiag.analysis.connections import connections, sampled_connection
 
-    with_sc = [b for b, r in runs.items() if "syscalls" in r.tables]
+    with_sc = [b for b, r in runs.items() if SYSCALLS in r.inputs]
     got: dict = {b: [] for b in runs}
     if with_sc:
         for c in connections(t["syscalls"].filter(F.col(RUN).isin(*with_sc)), many=True):
@@ -245,7 +253,7 @@ def _judged_requests(spark, t: dict, runs: dict, conns: dict, paths: dict, signa
     inferred = of("syscalls")
     produce = reqs.filter((F.col("request") == "Produce") | F.col(RUN).isin(*inferred))
 
-    with_stats = [b for b, r in runs.items() if "stats" in r.tables]
+    with_stats = [b for b, r in runs.items() if CLIENT_QUEUE in r.inputs]
     stats = t["stats"].filter(F.col(RUN).isin(*with_stats)) if with_stats else None
     pre = {r[RUN]: r for r in before_causes(reqs, stats, (RUN,)).join(
         reqs.groupBy(RUN).agg(F.count(F.when(F.col("send_us").isNotNull() & F.col("recv_us").isNotNull(), 1))

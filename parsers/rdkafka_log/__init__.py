@@ -138,6 +138,6 @@ def looks_like(sample: list[str]) -> float:
 FORMATS = (
     Format(name="rdkafka_log", recognised_by=BY_LINES, recognise=looks_like, tables={"rdkafka_events": SCHEMA},
            schema_version=2, reads=CHUNKS, parser=RdkafkaLogParser, stateless=True,
-           title="librdkafka log", pseudonymised=TEXT_SCANNER, feeds=(REQUESTS, SIGNALS), bundle_dir="rdkafka_log",
+           title="librdkafka log", pseudonymised=TEXT_SCANNER, feeds={"rdkafka_events": (REQUESTS, SIGNALS)}, bundle_dir="rdkafka_log",
            older={1: {"rdkafka_events": SCHEMA_V1}}),
 )

@@ -152,8 +152,8 @@ FORMATS = (
     Format(name="strace", recognised_by=BY_LINES, recognise=looks_like,
            tables={"syscalls": SCHEMA, "log_writes": LOG_WRITES_SCHEMA},
            schema_version=2, reads=CHUNKS, parser=StraceParser,
-           title="strace output", pseudonymised=TEXT_SCANNER, feeds=(REQUESTS, SYSCALLS, SIGNALS),
-           bundle_dir="strace",
+           title="strace output", pseudonymised=TEXT_SCANNER, feeds={"syscalls": (SYSCALLS,), "log_writes": (REQUESTS, SIGNALS)},
+           bundle_dir="strace", dated_after_parse=True,
            # log_writes carries rdkafka_events' columns, which grew in version 2.
            older={1: {"log_writes": LOG_WRITES_SCHEMA_V1}}),
 )
