@@ -141,16 +141,46 @@ def test_every_table_named_is_one_the_bundle_checks():
             assert schemas[table].equals(schema, check_metadata=True), (fmt.name, table)
 
 
-def test_every_format_has_a_real_capture_here():
-    assert set(REAL_FILE) == {f.name for f in formats()}
+# A format added later brings its real capture as fixtures/formats/NAME.*.
+SAMPLES = FIXTURES / "formats"
 
 
-@pytest.mark.parametrize("name", sorted(REAL_FILE))
+def real_file(name: str) -> Path | None:
+    if name in REAL_FILE:
+        return REAL_FILE[name]
+    found = sorted(SAMPLES.glob(f"{name}.*"))
+    return found[0] if len(found) == 1 else None
+
+
+@pytest.mark.parametrize("name", [f.name for f in formats()])
+def test_every_format_has_a_real_capture_here(name):
+    assert real_file(name) is not None and real_file(name).is_file(), \
+        f"no real {name} capture: add one as {SAMPLES.relative_to(ROOT)}/{name}.*"
+
+
+@pytest.mark.parametrize("name", [f.name for f in formats()])
 def test_detection_recognises_each_format_from_a_real_capture(name, tmp_path):
     # By content: the same bytes under a name that says nothing.
     blind = tmp_path / "capture.bin"
-    blind.write_bytes(REAL_FILE[name].read_bytes())
+    blind.write_bytes(real_file(name).read_bytes())
     assert detect(blind) == name
+
+
+@pytest.mark.parametrize("name", [f.name for f in formats()])
+def test_each_format_is_pseudonymised_as_it_declares(name, tmp_path):
+    from kdiag.bundle.pseudonym.staging import pseudonymiser_of
+    from kdiag.parsers.format import PACKET_REWRITER, TEXT_SCANNER
+
+    blind = tmp_path / "capture.bin"
+    blind.write_bytes(real_file(name).read_bytes())
+    how = format_named(name).pseudonymised
+    kind, why = pseudonymiser_of(blind)
+    if how == TEXT_SCANNER:
+        assert kind == "text"
+    elif how == PACKET_REWRITER:
+        assert kind in ("pcap", "pcapng")
+    else:
+        assert kind == "left" and how.why in why
 
 
 @pytest.mark.parametrize("foreign", [
