@@ -27,9 +27,9 @@ from kdiag.analysis.frames import Later, any_rows, at_once, cached, fits_in_plan
 from kdiag.analysis.judge import judge
 from kdiag.analysis.per_request import exchanges, flag_syscalls, prepare_syscalls, requests, split_requests
 from kdiag.analysis.pieces import pieces_of
+from kdiag.analysis.runs import UNSPLIT, log_of_another_run, split_by_typical, timing_unknowns
 from kdiag.analysis.signals import signals
 from kdiag.analysis.steps import FROM_SYSCALLS, SIGNALS_ONLY, SPLIT, TYPICAL, route, source_of
-from kdiag.analysis.runs import UNSPLIT, log_of_another_run, split_by_typical, timing_unknowns
 from kdiag.parsers.format import CLIENT_QUEUE, REQUESTS, SIGNALS, SYSCALLS
 from kdiag.parsers.registry import format_filling, tables_feeding
 

@@ -27,7 +27,6 @@ from kdiag.analysis.frames import RUN
 from kdiag.parsers.format import CLIENT_QUEUE, SYSCALLS
 
 
-
 @dataclass
 class Run:
     """One bundle as the fleet judges it."""
@@ -79,8 +78,8 @@ def _judged(spark, tables: dict, runs: dict, q, kdiag_version) -> dict[str, dict
     from pyspark.sql import functions as F
 
     from kdiag.analysis.job import judged_by_signals, rank_when_thin
-    from kdiag.analysis.steps import fleet_omits, route
     from kdiag.analysis.signals import no_signals, signals_by_run
+    from kdiag.analysis.steps import fleet_omits, route
     from kdiag.fleet.samples import run_samples
 
     t = _without_copies(tables, runs, q)
