@@ -93,7 +93,7 @@ from typing import NamedTuple
 import pyarrow as pa
 
 from kdiag.parsers.base import ParseCounts, json_lines, scrub
-from kdiag.parsers.format import BY_JSON_KEYS, BY_MAGIC, BYTES, TEXT, Format
+from kdiag.parsers.format import BY_JSON_KEYS, BY_MAGIC, BYTES, PACKET_REWRITER, PATH, TEXT, TEXT_SCANNER, Format, Told
 from kdiag.parsers.pcap import capture_records, looks_like_pcap
 # Re-exported: the collector and the report read them here.
 from kdiag.parsers.tcp_path import FINAL_ANSWERS, PATH_SCHEMA, format_path_table, path_table  # noqa: F401
@@ -419,23 +419,42 @@ def _handshake_keys(keys: set) -> bool:
     return {"rtt_ms", "ts_us"} <= keys and "ttl" not in keys and "brokers" not in keys
 
 
-def _probes_file(lines: list[str], brokers: dict) -> tuple[pa.Table, ParseCounts]:
-    return parse_probes_jsonl(lines)   # names its brokers itself
+def _probes_file(lines: list[str], told: Told) -> tuple[pa.Table, ParseCounts]:
+    table, counts = parse_probes_jsonl(lines)   # names its brokers itself
+    if told.packets:
+        # The packets are the record of SYN probes; the results file then
+        # adds only what has no packets (the connect() fallback).
+        import pyarrow.compute as pc
+
+        table = table.filter(pc.invert(pc.fill_null(pc.equal(table["method"], "syn"), False)))
+    return table, counts
 
 
-def _handshakes_file(lines: list[str], brokers: dict) -> tuple[pa.Table, ParseCounts]:
-    return parse_handshakes(lines)
+def _handshakes_file(lines: list[str], told: Told) -> tuple[pa.Table, ParseCounts]:
+    table, counts = parse_handshakes(lines)
+    # A pcap cannot name brokers: the handshakes, read first, do.
+    for r in table.select(["target_host", "target_port", "broker"]).to_pylist():
+        if r["broker"]:
+            told.brokers[(r["target_host"], r["target_port"])] = r["broker"]
+    return table, counts
 
 
-def _pcap_file(data: bytes, brokers: dict) -> tuple[pa.Table, ParseCounts]:
-    return parse_pcap(data, brokers or None)
+def _pcap_file(data: bytes, told: Told) -> tuple[pa.Table, ParseCounts]:
+    table, counts = parse_pcap(data, told.brokers or None)
+    told.packets |= len(table) > 0
+    return table, counts
 
 
 FORMATS = (
     Format(name="pcap", recognised_by=BY_MAGIC, recognise=looks_like_pcap, tables={"probes": PROBES_SCHEMA},
-           schema_version=1, reads=BYTES, parser=_pcap_file),
+           schema_version=1, reads=BYTES, parser=_pcap_file,
+           title="probe packets (pcap, pcapng)", pseudonymised=PACKET_REWRITER, feeds={"probes": (PATH,)},
+           bundle_dir="tcp_probe", parse_order=-1),
     Format(name="probes_jsonl", recognised_by=BY_JSON_KEYS, recognise=_probe_result_keys,
-           tables={"probes": PROBES_SCHEMA}, schema_version=1, reads=TEXT, parser=_probes_file),
+           tables={"probes": PROBES_SCHEMA}, schema_version=1, reads=TEXT, parser=_probes_file,
+           title="probe results", pseudonymised=TEXT_SCANNER, feeds={"probes": (PATH,)}, bundle_dir="tcp_probe"),
     Format(name="handshakes_jsonl", recognised_by=BY_JSON_KEYS, recognise=_handshake_keys,
-           tables={"handshakes": HANDSHAKES_SCHEMA}, schema_version=1, reads=TEXT, parser=_handshakes_file),
+           tables={"handshakes": HANDSHAKES_SCHEMA}, schema_version=1, reads=TEXT, parser=_handshakes_file,
+           title="timed handshakes", pseudonymised=TEXT_SCANNER, feeds={"handshakes": (PATH,)}, bundle_dir="tcp_probe",
+           parse_order=-2),
 )
