@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kdiag.deadline import Deadline
 from kdiag.parsers.tcp_probe import (
     FINAL_ANSWERS, ICMP_TIME_EXCEEDED, TCP_ACK, TCP_RST, TCP_SYN, Packet, dissect_ipv4,
     probe_seq,
@@ -327,7 +328,7 @@ def _sweep(prober, rounds: int, max_ttl: int, pace_s: float, timeout_s: float) -
         pump(next_at)
         if any(p.answer in FINAL_ANSWERS for p in probes):
             break
-    deadline = last_sent + timeout_s
-    while any(p.answer is None for p in probes) and time.monotonic() < deadline:
-        prober.poll(deadline - time.monotonic())
+    deadline = Deadline(timeout_s, start=last_sent)
+    while any(p.answer is None for p in probes) and not deadline.expired():
+        prober.poll(deadline.remaining_s())
     return probes

@@ -38,6 +38,7 @@ from pathlib import Path
 from kdiag.collectors.base import (
     MODES, PROBE, Collector, CollectorStatus, Requirement, cpu_s, dies_with_parent, tool_version, unmet,
 )
+from kdiag.deadline import Deadline
 import kdiag
 # The record format and its converter; tests and the overhead bench use them from here.
 from kdiag.collectors._bpftrace_records import (  # noqa: F401
@@ -351,8 +352,8 @@ def wait_ready(child: Child, timeout_s: float = 60.0) -> bool:
     it ended first (its status then says why) or the time ran out."""
     import select
 
-    end = time.monotonic() + timeout_s
-    while (left := end - time.monotonic()) > 0:
+    deadline = Deadline(timeout_s)
+    while (left := deadline.remaining_s()) > 0:
         r, _, _ = select.select([child.proc.stdout], [], [], min(0.5, left))
         if r:
             line = child.proc.stdout.readline()

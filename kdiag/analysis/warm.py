@@ -55,6 +55,7 @@ import threading
 import time
 from pathlib import Path
 
+from kdiag.deadline import Deadline, wait_until
 from kdiag.visible import visible
 
 SOCKET_NAME = "analysis.sock"
@@ -278,7 +279,7 @@ class Server:
     def _connect(self) -> socket.socket:
         """A connection, waiting for a server that is starting."""
         private_dir(self.dir)   # whoever owns the directory could swap the socket
-        deadline = time.monotonic() + self.start_timeout_s
+        deadline = Deadline(self.start_timeout_s)
         while True:
             error = None
             if self.sock_path.exists() or self.sock_path.is_symlink():
@@ -295,14 +296,12 @@ class Server:
                 raise WarmUnavailable(f"no analysis server is running in {self.dir}"
                                       + (f" ({error})" if error else "")
                                       + (f"; see {self.dir / LOG_NAME}" if self.started else ""))
-            if time.monotonic() > deadline:
+            if deadline.expired():
                 raise WarmUnavailable(f"the analysis server did not start within {self.start_timeout_s:g} s")
             time.sleep(0.05)
 
     def _wait_gone(self) -> None:
-        deadline = time.monotonic() + 30
-        while _lock_held(self.lock_path) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: not _lock_held(self.lock_path), 30, 0.05)
 
     def stop(self) -> None:
         """Asks a running server to stop, and waits until it has."""
