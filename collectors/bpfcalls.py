@@ -29,8 +29,8 @@ from pathlib import Path
 import kdiag
 from kdiag.collectors import bpftrace as _bt
 from kdiag.collectors._bpftrace_records import STRSIZE, Converted, Converter
+from kdiag.collectors._c_layout import Header
 from kdiag.collectors.base import MODES, Requirement, cpu_s, unmet
-from kdiag.collectors.c_layout import Header
 
 NAME = "bpfcalls"
 REQUIRES = (

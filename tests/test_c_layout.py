@@ -5,7 +5,7 @@ import pytest
 
 from conftest import need
 from kdiag.collectors import bpfcalls
-from kdiag.collectors.c_layout import Header, LayoutError
+from kdiag.collectors._c_layout import Header, LayoutError
 
 ODD = """
 #include <linux/types.h>
