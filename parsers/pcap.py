@@ -5,11 +5,11 @@ The one place that knows the file formats: the probe parser, format
 detection, the fuzzer, the probe collector's capture and the pseudonymiser's
 rewriter all read and write them here.
 
-A capture is untrusted input: every length in it is checked against what the
-file still holds (a record longer than that is cut, counted as "truncated")
-and against the largest record a capture has (longer is "corrupt": the rest
-of the file is not read). A reader stops at the first such record and says
-why (``stopped``); nothing past it is guessed at.
+A capture is untrusted input: every length in it is checked against the
+largest record a capture has (a longer one is "corrupt") and against what the
+file still holds (a record that claims more is "truncated"). A reader stops
+at the first such record and says why (``stopped``); nothing past it is
+guessed at, and no length is allocated before it is checked.
 
 Why kdiag's own reader and writer and not a library's (measured with
 scapy 2.8.0 and dpkt 1.9.8 on the project's 2-core machine, three runs of
