@@ -327,15 +327,14 @@ class _TooLong(ValueError):
     pass
 
 
-def _read_line(conn: socket.socket, max_bytes: int, deadline: float | None = None) -> bytes:
+def _read_line(conn: socket.socket, max_bytes: int, deadline: Deadline | None = None) -> bytes:
     """One line, without its newline; what came before the peer's end when
-    it sent no newline (b"" for nothing). socket.timeout past ``deadline``
-    (time.monotonic), however the bytes trickle in; _TooLong past
-    ``max_bytes``."""
+    it sent no newline (b"" for nothing). socket.timeout past ``deadline``,
+    however the bytes trickle in; _TooLong past ``max_bytes``."""
     line = bytearray()
     while True:
         if deadline is not None:
-            left = deadline - time.monotonic()
+            left = deadline.remaining_s()
             if left <= 0:
                 raise socket.timeout
             conn.settimeout(left)
@@ -469,7 +468,7 @@ class _Serving:
                 if _peer_uid(conn) != os.geteuid():
                     return
                 try:
-                    request = _request(_read_line(conn, MAX_REQUEST_BYTES, time.monotonic() + self.read_s))
+                    request = _request(_read_line(conn, MAX_REQUEST_BYTES, Deadline(self.read_s)))
                 except socket.timeout:
                     _answer(conn, {"ok": False, "error": f"no request within {self.read_s:g} s"}, self.read_s)
                     return
