@@ -34,7 +34,7 @@ import json, os, sys, tarfile, time
 if sys.argv[1] != "local":
     os.environ["KDIAG_SPARK_MASTER"] = sys.argv[1]
 from kdiag.analysis.spark import session
-from kdiag.fleet.command import fleet
+from kdiag.fleet.job import fleet
 spark = session("kdiag-fleet-bench")
 sc = spark.sparkContext
 want = int(sys.argv[2])

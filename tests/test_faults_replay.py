@@ -291,6 +291,7 @@ def test_an_interrupt_that_surfaces_as_another_error_still_ends_as_interrupted(m
     import io
 
     from kdiag import cli
+    from kdiag.commands import replay
     from kdiag.status import ExitStatus
 
     ran = []
@@ -312,7 +313,7 @@ def test_an_interrupt_that_surfaces_as_another_error_still_ends_as_interrupted(m
             raise RuntimeError("An error occurred while calling o1301.getResult") from None
         pytest.fail("no interrupt")
 
-    monkeypatch.setattr(cli, "cmd_replay", replay_interrupted_in_a_collect)
+    monkeypatch.setattr(replay, "run", replay_interrupted_in_a_collect)
     err = io.StringIO()
     try:
         rc = cli.main(["replay", str(BUNDLE)], cli.Environment(stdout=io.StringIO(), stderr=err))
@@ -332,13 +333,14 @@ def test_an_error_without_a_signal_is_still_an_error(monkeypatch):
     import io
 
     from kdiag import cli
+    from kdiag.commands import replay
     from kdiag.errors import KdiagError
     from kdiag.status import ExitStatus
 
     def replay_fails(args, env):
         raise KdiagError("the tables are gone")
 
-    monkeypatch.setattr(cli, "cmd_replay", replay_fails)
+    monkeypatch.setattr(replay, "run", replay_fails)
     err = io.StringIO()
     assert cli.main(["replay", str(BUNDLE)], cli.Environment(stdout=io.StringIO(), stderr=err)) == ExitStatus.ERROR
     assert err.getvalue().splitlines() == ["kdiag: error: the tables are gone"]

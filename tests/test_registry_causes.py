@@ -1,18 +1,25 @@
 """The cause registry: every cause module is listed once in ORDER, declares
-what a cause must, is named in the README, and its rule gives its cause to
-the request it declares (MEETS)."""
+what a cause must, is written into docs/causes.md, its rule gives its cause to
+the request it declares (MEETS), its signal hook to the run it declares
+(RUN_MEETS), and the report's colours, the predictions and the likely ranking
+read it."""
 import importlib
+import inspect
 import pkgutil
 import re
 
 import pytest
 
 from conftest import ROOT
-from kdiag.analysis import causes
-from kdiag.analysis.causes import classify, label_of, resolve_slow
+from kdiag.analysis import causes, likely, predict
+from kdiag.analysis.causes import Facts, ThinEvidence, classify, label_of, resolve_slow
+from kdiag.analysis.causes.__main__ import page
+from kdiag.analysis.judge import signal_findings
+from kdiag.report.html import OTHER_COLORS, color_of
 
 # librdkafka property names: dotted lower-case words.
 PROPERTY = re.compile(r"^[a-z]+(\.[a-z]+)*$")
+COLOUR = re.compile(r"^#[0-9a-f]{6}$")
 VERSIONS = (None, (0, 11, 6), (1, 4, 0), (1, 5, 0), (2, 3, 0), (2, 10, 0))
 
 
@@ -42,14 +49,120 @@ def test_cause_declares_everything(name):
         fix = mod.fix(version)
         assert isinstance(fix, dict), (name, version)
         assert all(PROPERTY.match(k) and isinstance(v, str) for k, v in fix.items()), (name, fix)
+    assert COLOUR.match(mod.COLOUR), mod.COLOUR
+    assert mod.PART in causes.PARTS
+    for attr in ("SIGNATURE", "FIX_DOC"):
+        text = getattr(mod, attr)
+        # One cell of a Markdown table.
+        assert isinstance(text, str) and text.strip() and "\n" not in text and "|" not in text, attr
+    for hook in causes.HOOKS:
+        if hasattr(mod, hook):
+            assert len(inspect.signature(getattr(mod, hook)).parameters) == 1, (name, hook)
+    assert hasattr(mod, "from_signals") == hasattr(mod, "RUN_MEETS"), name
 
 
-def test_names_are_unique_and_the_readme_tables_them():
+def test_names_are_unique_and_the_docs_table_them():
     names = [c.NAME for c in causes.CAUSES]
     assert len(set(names)) == len(names)
-    readme = (ROOT / "README.md").read_text()
-    table = readme.split("### Causes", 1)[1].split("\n## ", 1)[0]
+    table = (ROOT / "docs" / "causes.md").read_text().split("\n## ", 1)[0]
     assert set(re.findall(r"^\| `([a-z_]+)` \|", table, re.M)) == set(names)
+
+
+def test_the_docs_page_is_written_from_the_modules():
+    """docs/causes.md is what ``python -m kdiag.analysis.causes`` writes:
+    every cause's row from its SIGNATURE, FIX_DOC and PART, the predicted
+    effect's lists from the PARTs."""
+    text = (ROOT / "docs" / "causes.md").read_text()
+    assert text == page(), "run: python -m kdiag.analysis.causes > docs/causes.md"
+    for c in causes.CAUSES:
+        assert f"| `{c.NAME}` | {c.SIGNATURE} | {c.FIX_DOC} |" in text
+
+
+def test_each_cause_keeps_its_colour():
+    colours = [c.COLOUR for c in causes.CAUSES]
+    assert len(set(colours)) == len(colours)
+    assert causes.UNKNOWN_COLOUR not in colours
+    for c in causes.CAUSES:
+        assert causes.colour_of(c.NAME) == color_of(c.NAME, {}) == c.COLOUR
+    assert causes.colour_of("none") == causes.UNKNOWN_COLOUR
+    # The report tells apart names no module declares (a stranger's findings).
+    others: dict = {}
+    assert [color_of(n, others) for n in ("x", "y", "x")] == [OTHER_COLORS[0], OTHER_COLORS[1], OTHER_COLORS[0]]
+
+
+@pytest.mark.parametrize("cause", causes.CAUSES, ids=lambda c: c.NAME)
+def test_a_prediction_takes_out_the_wait_of_a_wait_cause_only(cause):
+    """A fast body and the cause's held requests: the fix's predicted p50
+    exists exactly for a cause whose part is the wait."""
+    rows = [{"cause": "healthy", "wait_ms": 0.4, "total_ms": 0.8}] * 6 + \
+        [{"cause": cause.NAME, "wait_ms": 40.4, "total_ms": 40.8}] * 7
+    base = predict.baseline(rows, None, None)
+    got = predict.predicted(rows, cause.NAME, base)
+    if cause.PART == "wait":
+        assert got["p50_ms"] == 0.8 and got["saves_p50_ms"] == 40.0
+    else:
+        assert got is None
+    findings = [{"cause": cause.NAME, "fix": {}}]
+    predict.attach(findings, {"columns": ["cause", "wait_ms", "total_ms"],
+                              "rows": [[r["cause"], r["wait_ms"], r["total_ms"]] for r in rows]}, None, None, 25.0)
+    if cause.PART == "queue":
+        assert findings[0]["predicted"]["saves_delivery_p50_ms"] == 25.0
+    else:
+        assert findings[0]["predicted"] == got
+
+
+def _run(requests=0, path_rtt_ms=None, client_ms=None, summary=None, meta=None) -> Facts:
+    return Facts(None, {}, requests, path_rtt_ms, False, None, None,
+                 {"path_rtt_source": "handshakes", "requests": requests, **(summary or {})}, dict(meta or {}),
+                 client_ms)
+
+
+@pytest.mark.parametrize("cause", [c for c in causes.CAUSES if hasattr(c, "from_signals")], ids=lambda c: c.NAME)
+def test_a_signal_cause_names_itself_from_the_run_it_declares(cause):
+    """``from_signals`` names its cause from RUN_MEETS, and nothing from a
+    run with no signals; judge.signal_findings makes it a finding whose
+    sentences read that run."""
+    assert cause.from_signals(_run(requests=10, meta={"signals": {}})) is None
+    run = _run(**cause.RUN_MEETS)
+    got = cause.from_signals(run)
+    assert set(got) == {"requests", "share", "time_share"}, got
+    assert isinstance(got["requests"], int) and got["requests"] > 0
+    assert 0 < got["share"] <= 1 and 0 <= got["time_share"] <= 1, got
+    findings: list[dict] = []
+    signal_findings(findings, run, None)
+    mine = [f for f in findings if f["cause"] == cause.NAME]
+    assert len(mine) == 1, findings
+    assert mine[0]["evidence"] and all(isinstance(e, str) and e for e in mine[0]["evidence"])
+    assert isinstance(mine[0]["fix_text"], str) and mine[0]["fix_text"]
+
+
+# Runs as thin evidence (no syscalls) shows them: slow or not, TLS or not,
+# the path known or not, about the delayed-ACK band or not.
+THIN = [ThinEvidence(rtt, path, tls, frozenset(found), {"untimed": untimed}, queue)
+        for rtt in (None, 2.0, 41.0, 120.0) for path in (None, 0.3, 100.0) for tls in (False, True)
+        for found, untimed, queue in (((), 0, None), (causes.ORDER, 3, 1.5))]
+
+
+@pytest.mark.parametrize("cause", [c for c in causes.CAUSES if hasattr(c, "likely")], ids=lambda c: c.NAME)
+def test_a_likely_hook_scores_and_says_how_to_decide(cause):
+    said = [cause.likely(thin) for thin in THIN]
+    assert any(s is not None for s in said), "a hook that never ranks its cause"
+    for s in said:
+        if s is not None:
+            score, support, decide = s
+            assert isinstance(score, int) and isinstance(support, str) and support and decide
+
+
+def test_rank_walks_the_hooks_by_score():
+    for thin in THIN:
+        result = {"summary": {"rtt_p50_ms": thin.rtt_ms, "path_rtt_ms": thin.path_rtt_ms,
+                              "brokers": ["ssl://b:9093/1" if thin.tls else "b:9092/1"],
+                              "split_ms": {"client_queue": thin.client_queue_ms}},
+                  "findings": [{"cause": c} for c in thin.found], "signals": thin.signals}
+        assert likely.thin_evidence(result) == thin
+        scored = [(c.likely(thin), c.NAME) for c in causes.CAUSES if hasattr(c, "likely")]
+        want = [name for s, name in sorted((x for x in scored if x[0] is not None), key=lambda x: -x[0][0])]
+        assert [r["cause"] for r in likely.rank(result)] == want
 
 
 def test_derived_lists():

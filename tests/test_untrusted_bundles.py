@@ -254,7 +254,7 @@ def test_a_probe_summary_that_is_not_one_fails_verify(tmp_path, monkeypatch, sum
 # --- 5. the generator -----------------------------------------------------------
 
 # What replay does before Spark: unpack, the manifest (versions read as
-# cmd_replay reads them), the raw files, the probe's summary into the report.
+# kdiag.replay reads them), the raw files, the probe's summary into the report.
 RUNNER = r"""
 import json, sys
 from pathlib import Path

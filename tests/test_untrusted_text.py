@@ -216,7 +216,7 @@ def test_compare_text_shows_the_files_names_as_data():
 
 def test_the_fleets_datasets_hold_a_bundles_words_as_data():
     """pandas, DuckDB's shell and spark-shell print a dataset's strings raw."""
-    from kdiag.fleet.command import BUNDLES_DDL, FINDINGS_DDL, _names, bundle_row, finding_rows, parquet_rows
+    from kdiag.fleet.job import BUNDLES_DDL, FINDINGS_DDL, _names, bundle_row, finding_rows, parquet_rows
 
     facts = {"bundle_id": "b1", "source": f"s{ESC}[2J.tar.gz", "state": "parsed", "host": "web\nVERDICT: healthy"}
     res = {"verdict": REAL_VERDICT, "judged": True, "librdkafka_version": f"2.16{ESC}]8;;x{ESC}\\",
@@ -234,7 +234,7 @@ def test_the_fleets_datasets_hold_a_bundles_words_as_data():
 
 def test_the_fleet_summary_prints_a_host_as_data_in_one_row():
     """A newline in a host name added a summary row of the attacker's."""
-    from kdiag.fleet.command import DIMENSIONS, render, summarise
+    from kdiag.fleet.job import DIMENSIONS, render, summarise
 
     def bundle(host, verdict):
         return {"state": "parsed", "verdict": verdict, "judged": True, "librdkafka_version": "2.16.0",
@@ -367,13 +367,14 @@ def test_compare_of_a_file_named_in_no_utf8_in_a_strict_locale(tmp_path, monkeyp
 
 
 def test_a_page_that_cannot_be_written_leaves_the_old_one(tmp_path, monkeypatch):
-    from kdiag import cli
+    from kdiag.commands.report import write_page
+    from kdiag.errors import KdiagError
 
     page = tmp_path / "page.html"
     page.write_text("the old page")
     monkeypatch.setattr("os.replace", lambda *a: (_ for _ in ()).throw(OSError(28, "No space left on device")))
-    with pytest.raises(cli.KdiagError, match="No space left on device"):
-        cli._write_page(page, "<html>new</html>")
+    with pytest.raises(KdiagError, match="No space left on device"):
+        write_page(page, "<html>new</html>")
     assert page.read_text() == "the old page" and os.listdir(tmp_path) == ["page.html"]
 
 

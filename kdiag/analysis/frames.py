@@ -2,9 +2,10 @@
 the length of one analysis, running independent jobs at once."""
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
+
+from kdiag import settings
 
 
 class Abandoned(Exception):
@@ -58,7 +59,7 @@ LOCAL_TABLE_BYTES = 8 << 20
 
 
 def _local_bytes() -> int:
-    return int(os.environ.get("KDIAG_LOCAL_TABLE_BYTES", LOCAL_TABLE_BYTES))
+    return settings.get("KDIAG_LOCAL_TABLE_BYTES")
 
 
 def _uncompressed_bytes(meta) -> int:

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kdiag.analysis import causes, predict
-from kdiag.analysis.causes import BY_NAME, CauseAgg, Facts, classify, verdict_of, version_tuple
-from kdiag.analysis.causes import _slow_wait, client_queueing, healthy
+from kdiag.analysis.causes import BY_NAME, OTHERWISE, CauseAgg, Facts, _slow_wait, classify, verdict_of, version_tuple
 from kdiag.analysis.causes.nagle_delayed_ack import NAGLE_DEFAULT_FLIPPED
 from kdiag.analysis.connections import attach_connections, path_rtt_of
 from kdiag.analysis.frames import at_once, cached, quantile, resolved, rounded
@@ -167,7 +166,7 @@ def concluded(s, per: dict, examples: dict | None, each: dict | None, pre: Befor
         return from_signals_only(facts, vt, unknowns)
 
     examples = dict(examples or {})
-    slow_as = "packet_loss" if "packet_loss" in per else "broker_slow"
+    slow_as = _slow_wait.resolved_in(per)
     if _slow_wait.LABEL in examples:
         examples[slow_as] = examples.pop(_slow_wait.LABEL)
     if each is not None:
@@ -178,11 +177,12 @@ def concluded(s, per: dict, examples: dict | None, each: dict | None, pre: Befor
     findings = _findings(per, examples, facts, vt)
     predict.attach(findings, each, pre.one_write["wait_p50_ms"], path_rtt, client_ms)
     verdict = verdict_of(findings)
-    if verdict == "healthy":
-        k = per["healthy"].k if "healthy" in per else 0
-        findings.insert(0, {"cause": healthy.NAME, "share": round(k / n, 3), "requests": k,
-                            "evidence": healthy.evidence(facts), "fix": healthy.fix(vt),
-                            "fix_text": healthy.fix_text(facts)})
+    if verdict == OTHERWISE:
+        other = BY_NAME[OTHERWISE]
+        k = per[OTHERWISE].k if OTHERWISE in per else 0
+        findings.insert(0, {"cause": other.NAME, "share": round(k / n, 3), "requests": k,
+                            "evidence": other.evidence(facts), "fix": other.fix(vt),
+                            "fix_text": other.fix_text(facts)})
     result = result_of(meta, version, verdict, findings, summary, unknowns)
     result["request_rows"] = each
     return result
@@ -346,7 +346,7 @@ def _unknowns(unknowns: list[str], s, client_ms, default_nodelay: bool | None, v
 
 def _findings(per: dict, examples: dict, run: Facts, vt) -> list[dict]:
     """A finding per cause that explains enough requests or time, and the
-    client's queueing; the largest share first."""
+    causes judged over the run; the largest share first."""
     n = run.requests
     all_time = sum((a.time or 0.0) for a in per.values()) or 1.0
     findings = []
@@ -354,27 +354,22 @@ def _findings(per: dict, examples: dict, run: Facts, vt) -> list[dict]:
         share = agg.k / n
         time_share = (agg.time or 0.0) / all_time
         # A tail cause is few requests but much of the time: listed by either.
-        if name == "healthy" or max(share, time_share) < CONTRIBUTING_SHARE:
+        if name == OTHERWISE or max(share, time_share) < CONTRIBUTING_SHARE:
             continue
         facts = Facts(agg, examples[name], n, run.path_rtt_ms, run.rtt_upper_bound, run.version,
                       run.default_nodelay, run.summary, run.meta, run.client_ms)
         f = finding(BY_NAME[name], facts, share, vt)
         f["time_share"] = round(time_share, 3)
         findings.append(f)
-    share = client_queueing.share_of(run.client_ms, run.summary)
-    if share is not None:
-        findings.append({"cause": client_queueing.NAME, "share": round(share, 3), "time_share": round(share, 3),
-                         "requests": run.summary.get("requests"), "evidence": client_queueing.evidence(run),
-                         "fix": client_queueing.fix(vt), "fix_text": client_queueing.fix_text(run)})
     signal_findings(findings, run, vt)
     findings.sort(key=lambda f: (-f["share"], f["cause"]))
     return findings
 
 
 def signal_findings(findings: list[dict], run: Facts, vt) -> None:
-    """The causes judged over the run from librdkafka's other lines
-    (``from_signals``): a new finding each, or more evidence for a finding
-    the requests already gave."""
+    """The causes judged over the run from librdkafka's other lines or its
+    statistics (``from_signals``): a new finding each, or more evidence for
+    a finding the requests already gave."""
     by_cause = {f["cause"]: f for f in findings}
     for cause in causes.CAUSES:
         judged = getattr(cause, "from_signals", None)
@@ -397,7 +392,7 @@ def from_signals_only(run: Facts, vt, unknowns: list[str]) -> dict:
     signal_findings(findings, run, vt)
     findings.sort(key=lambda f: (-f["share"], f["cause"]))
     if not findings:
-        return result_of(run.meta, run.version, "healthy", [], run.summary, unknowns, no_data=True)
+        return result_of(run.meta, run.version, OTHERWISE, [], run.summary, unknowns, no_data=True)
     return result_of(run.meta, run.version, findings[0]["cause"], findings, run.summary, unknowns)
 
 

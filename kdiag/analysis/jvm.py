@@ -17,6 +17,7 @@ import shutil
 import time
 from pathlib import Path
 
+from kdiag import settings
 from kdiag.errors import KdiagError
 
 KEEP_LOGS = 10
@@ -31,7 +32,7 @@ class SparkDidNotStart(KdiagError):
 
 
 def verbose() -> bool:
-    return os.environ.get("KDIAG_VERBOSE", "") not in ("", "0")
+    return settings.get("KDIAG_VERBOSE")
 
 
 def java_or_fail() -> Path:

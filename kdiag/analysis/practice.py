@@ -27,6 +27,8 @@ import sys
 import threading
 from pathlib import Path
 
+from kdiag import settings
+
 PRACTICE_RUNS = 10
 # Quiet this long after an answer before practice starts: replays run one
 # after another by a script come sooner, and find the cores free (the
@@ -35,10 +37,7 @@ PRACTICE_AFTER_S = 2.0
 
 
 def runs_wanted() -> int:
-    try:
-        return max(0, int(os.environ.get("KDIAG_WARM_PRACTICE", PRACTICE_RUNS)))
-    except ValueError:
-        return PRACTICE_RUNS
+    return max(0, settings.get("KDIAG_WARM_PRACTICE"))
 
 
 class Practice:

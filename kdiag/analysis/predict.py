@@ -18,21 +18,17 @@ prediction misses by; the saving itself it gets within 2% (42.0 of 42.4 ms,
 lab checks the saving."""
 from __future__ import annotations
 
+from kdiag.analysis.causes import OTHERWISE, part_of
 from kdiag.analysis.frames import pctl, rounded
 
 # Fewer healthy requests than this and their median is noise: the one-write
 # requests' wait is the baseline instead.
 BASELINE_MIN = 5
-# Causes whose part is the wait beyond the baseline. network_latency's part
-# is the path itself, which no setting removes; the signal causes
-# (timeouts, retries, batches) have no per-request part to take out.
-WAIT_CAUSES = frozenset({"nagle_delayed_ack", "nagle_in_path", "broker_slow", "packet_loss", "throttled",
-                         "client_cpu", "unexplained_slow"})
 
 
 def baseline(rows: list[dict], one_write_wait_ms: float | None, path_rtt_ms: float | None) -> tuple[float, str] | None:
     """The wait of a request nothing holds, and where it comes from."""
-    healthy = [r["wait_ms"] for r in rows if r.get("cause") == "healthy" and r.get("wait_ms") is not None]
+    healthy = [r["wait_ms"] for r in rows if r.get("cause") == OTHERWISE and r.get("wait_ms") is not None]
     if len(healthy) >= BASELINE_MIN:
         return pctl(healthy, 0.5), f"the median wait of the {len(healthy)} healthy requests"
     if one_write_wait_ms is not None:
@@ -43,8 +39,12 @@ def baseline(rows: list[dict], one_write_wait_ms: float | None, path_rtt_ms: flo
 
 
 def predicted(rows: list[dict], cause: str, base: tuple[float, str] | None) -> dict | None:
-    """p50/p99 of the rows with ``cause``'s wait replaced by the baseline."""
-    if cause not in WAIT_CAUSES or base is None:
+    """p50/p99 of the rows with ``cause``'s wait replaced by the baseline:
+    for a cause whose part is the wait beyond the baseline (its ``PART``).
+    network_latency's part is the path itself, which no setting removes;
+    the signal causes (timeouts, retries, batches) have no per-request part
+    to take out."""
+    if part_of(cause) != "wait" or base is None:
         return None
     wait, said = base
     now, then, held = [], [], 0
@@ -68,10 +68,11 @@ def predicted(rows: list[dict], cause: str, base: tuple[float, str] | None) -> d
 
 
 def queue_saving(client_ms: float | None) -> dict | None:
-    """client_queueing's part is before the request: the messages' time in
-    librdkafka's queue, which a request's latency does not hold. Its fix
-    gives each message that back (lab, client-queueing scenario, linger.ms
-    200 then 0: predicted 100.9 ms sooner, measured 101.4 ms)."""
+    """A queue cause's part (client_queueing's) is before the request: the
+    messages' time in librdkafka's queue, which a request's latency does not
+    hold. Its fix gives each message that back (lab, client-queueing
+    scenario, linger.ms 200 then 0: predicted 100.9 ms sooner, measured
+    101.4 ms)."""
     if client_ms is None:
         return None
     return {"p50_ms": None, "p99_ms": None, "saves_delivery_p50_ms": rounded(client_ms, 3),
@@ -88,7 +89,7 @@ def attach(findings: list[dict], request_rows: dict | None, one_write_wait_ms: f
     for f in findings:
         # A fix outside the producer (a proxy's setting) has no properties to name.
         fix = ", ".join(f"{k}={v}" for k, v in (f.get("fix") or {}).items()) or "the fix"
-        if f["cause"] == "client_queueing":
+        if part_of(f["cause"]) == "queue":
             p = f["predicted"] = queue_saving(client_ms)
             if p is not None and f.get("fix"):
                 f["predicted_text"] = (f"with {fix}: each message delivered about {p['saves_delivery_p50_ms']:g} ms "

@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from kdiag import settings
+
 LOG4J = Path(__file__).with_name("log4j2.properties")
 
 
@@ -45,8 +47,8 @@ def session(app: str = "kdiag", small: bool = False, master: str | None = None):
         from kdiag.analysis.jvm import java_or_fail
 
         java_or_fail()   # first: it may set JAVA_HOME, which the class archive is named by
-        options["spark.master"] = master or os.environ.get("KDIAG_SPARK_MASTER", "local[2]")
-        options["spark.driver.memory"] = os.environ.get("KDIAG_SPARK_MEMORY") or ("1g" if small else _big_heap())
+        options["spark.master"] = master or settings.get("KDIAG_SPARK_MASTER")
+        options["spark.driver.memory"] = settings.get("KDIAG_SPARK_MEMORY") or ("1g" if small else _big_heap())
         # C1 alone gets a 48 MB code cache, which a session that runs many
         # analyses (the warm server, the tests) fills: its sweeper and
         # compiler then churn (2 cores, the 30-request bundle, the 5
@@ -77,7 +79,7 @@ def session(app: str = "kdiag", small: bool = False, master: str | None = None):
     options.update({
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": os.environ.get("KDIAG_SHUFFLE_PARTITIONS", "4"),
+        "spark.sql.shuffle.partitions": str(settings.get("KDIAG_SHUFFLE_PARTITIONS") or 4),
         "spark.sql.session.timeZone": "UTC",
         # PySpark would otherwise send each Column function's Python call
         # site to the JVM (for error messages), four more round trips per
@@ -250,7 +252,7 @@ class _ClassArchive:
 
 
 def _class_archive() -> _ClassArchive | None:
-    mode = os.environ.get("KDIAG_SPARK_CDS", "1")
+    mode = settings.get("KDIAG_SPARK_CDS")
     if mode == "0":
         return None
     try:
@@ -287,7 +289,7 @@ def tune_for(spark, input_bytes: int) -> None:
     small = input_bytes < SMALL_INPUT_BYTES
     cores = spark.sparkContext.defaultParallelism
     default = "1" if small else str(8 * max(1, cores))
-    spark.conf.set("spark.sql.shuffle.partitions", os.environ.get("KDIAG_SHUFFLE_PARTITIONS", default))
+    spark.conf.set("spark.sql.shuffle.partitions", str(settings.get("KDIAG_SHUFFLE_PARTITIONS") or default))
     spark.conf.set("spark.sql.adaptive.enabled", "false" if small else "true")
     spark.conf.set("spark.sql.codegen.wholeStage", "false" if small else "true")
     spark.conf.set("spark.sql.codegen.factoryMode", "NO_CODEGEN" if small else "FALLBACK")

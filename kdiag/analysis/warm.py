@@ -55,6 +55,7 @@ import threading
 import time
 from pathlib import Path
 
+from kdiag import settings
 from kdiag.deadline import Deadline, wait_until
 from kdiag.visible import visible
 
@@ -85,22 +86,19 @@ class WarmUnavailable(Exception):
 
 
 def wanted(no_warm: bool = False) -> bool:
-    return not no_warm and os.environ.get("KDIAG_WARM", "1") != "0"
+    return not no_warm and settings.get("KDIAG_WARM")
 
 
 def warm_dir() -> Path:
-    if os.environ.get("KDIAG_WARM_DIR"):
-        return Path(os.environ["KDIAG_WARM_DIR"])
+    if settings.raw("KDIAG_WARM_DIR"):
+        return Path(settings.raw("KDIAG_WARM_DIR"))
     import tempfile
 
     return Path(tempfile.gettempdir()) / f"kdiag-warm-{os.geteuid()}"
 
 
 def _env_s(name: str, default: float) -> float:
-    try:
-        value = float(os.environ.get(name, default))
-    except ValueError:
-        return default
+    value = settings.get(name)
     return value if 0 < value < math.inf else default
 
 
@@ -143,8 +141,8 @@ def code_key() -> str:
     sizes, mtimes). A server whose key is not the client's is stale.
     KDIAG_WARM_KEY sets it instead: a tree whose files change while its
     tests run (they only need the server they started themselves)."""
-    if os.environ.get("KDIAG_WARM_KEY"):
-        return os.environ["KDIAG_WARM_KEY"]
+    if settings.raw("KDIAG_WARM_KEY"):
+        return settings.raw("KDIAG_WARM_KEY")
     from importlib.util import find_spec
 
     h = hashlib.sha256(sys.executable.encode())

@@ -9,9 +9,9 @@ about ten times that) and can be raised by an option or the environment.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, fields, replace
 
+from kdiag import settings
 from kdiag.errors import UsageError
 
 MIB = 1 << 20
@@ -45,11 +45,10 @@ class Limits:
     def resolve(cls, args=None, environ=None) -> "Limits":
         """The defaults, raised (or lowered) by the environment, then by the
         command line's options (argparse dests max_unpacked_mb, ...)."""
-        environ = os.environ if environ is None else environ
         limits = cls()
         for f in fields(cls):
             cap = CAPS[f.name]
-            raw = environ.get(cap.env)
+            raw = settings.raw(cap.env, environ)
             if raw not in (None, ""):
                 limits = replace(limits, **{f.name: _units(raw, cap, cap.env)})
             given = getattr(args, cap.option[2:].replace("-", "_"), None) if args is not None else None

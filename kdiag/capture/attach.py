@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kdiag import collectors, progress
+from kdiag import collectors, progress, settings
 from kdiag.collectors import bpfcalls as c_bpfcalls
 from kdiag.collectors import bpftrace as c_bpf
 from kdiag.collectors import strace as c_strace
@@ -114,7 +114,7 @@ def may_trace(pid: int) -> str | None:
 
 
 def tracer_setting(opts: TargetOptions) -> str:
-    setting = opts.tracer or os.environ.get(TRACER_ENV) or "auto"
+    setting = opts.tracer or settings.get(TRACER_ENV)
     if setting not in TRACERS:
         raise UsageError(f"tracer {setting!r}: one of {', '.join(TRACERS)}")
     return setting

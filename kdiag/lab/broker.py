@@ -56,6 +56,7 @@ from typing import Iterator, Sequence
 
 import psutil
 
+from kdiag import settings
 from kdiag.lab import processes, scenarios, state_file
 # Re-exported: callers and tests know them as kdiag.lab.broker's.
 from kdiag.lab.processes import STOP_GRACE, LabError, sigterm_exits  # noqa: F401
@@ -168,7 +169,7 @@ class Lab:
 
 
 def default_state_dir() -> Path:
-    return Path(os.environ.get("KDIAG_LAB_DIR") or "/tmp/kdiag-lab")
+    return Path(settings.get("KDIAG_LAB_DIR"))
 
 
 def tansu_path() -> Path:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from kdiag.analysis.causes import OTHERWISE, part_of
 from kdiag.report.html import _dict, request_rows
 from kdiag.report.svg import fmt, num
 from kdiag.visible import visible, visible_text
@@ -19,9 +20,6 @@ GONE_SHARE = 0.10
 # The lab's bar for a prediction: the predicted saving within this fraction
 # of the measured one.
 PREDICTION_TOLERANCE = 0.25
-# Causes whose time is spent before the request is sent: judged by the
-# messages' delivery time (the probe's), not the requests' latency.
-BEFORE_THE_REQUEST = frozenset({"client_queueing"})
 
 
 def _nearest_rank(sorted_vals, q: float):
@@ -107,10 +105,10 @@ def compare(before: dict, after: dict, names: tuple[str, str] = ("before", "afte
         names = (f"{names[0]} (before)", f"{names[1]} (after)")
     rows_b, rows_a = request_rows(before, slowest=False), request_rows(after, slowest=False)
     b, a = side(before, names[0], rows_b), side(after, names[1], rows_a)
-    cause = b["verdict"] if b["verdict"] not in (None, "healthy") else None
+    cause = b["verdict"] if b["verdict"] not in (None, OTHERWISE) else None
     # A cause that holds messages before their request (the queue) shows in
     # the delivery time, not in the requests' latency.
-    metric = "delivery_p50_ms" if cause in BEFORE_THE_REQUEST and b["delivery_p50_ms"]["value"] is not None \
+    metric = "delivery_p50_ms" if part_of(cause) == "queue" and b["delivery_p50_ms"]["value"] is not None \
         and a["delivery_p50_ms"]["value"] is not None else "p50_ms"
     out = {"before": b, "after": a, "cause": cause, "metric": metric,
            "prediction": _prediction(before, b, a, cause, metric)}

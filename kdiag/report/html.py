@@ -11,17 +11,11 @@ import math
 import time
 from pathlib import Path
 
+from kdiag.analysis.causes import BY_NAME, colour_of
 from kdiag.report import svg
 from kdiag.report.shown import IN_PROBES, SHOWN, capped, left_out, paths_shown
 from kdiag.report.svg import esc, fmt, num
 
-# A cause keeps its colour across charts and reports.
-CAUSE_COLORS = {
-    "nagle_delayed_ack": "#d62728", "nagle_in_path": "#ff7f0e", "network_latency": "#1f77b4",
-    "packet_loss": "#9467bd", "broker_slow": "#8c564b", "client_queueing": "#e377c2", "client_cpu": "#bcbd22",
-    "throttled": "#17becf", "healthy": "#2ca02c", "unexplained_slow": "#7f7f7f", "request_timeout": "#393b79",
-    "retry_backoff": "#637939", "small_batches": "#843c39",
-}
 OTHER_COLORS = ("#6b6ecf", "#b5cf6b", "#e7ba52", "#d6616b", "#ce6dbd", "#9c9ede")
 PARTS = (("client queue", "#e377c2"), ("send", "#ff7f0e"), ("wait for response", "#1f77b4"), ("read", "#2ca02c"))
 SOCKET_PANELS = (("nodelay", "TCP_NODELAY (1 = set)", True), ("unacked", "unacked segments", False),
@@ -57,8 +51,10 @@ td,th{border:1px solid #d0d4da;padding:4px 8px;text-align:left;font-size:13px}th
 
 
 def color_of(cause: str, others: dict) -> str:
-    if cause in CAUSE_COLORS:
-        return CAUSE_COLORS[cause]
+    # A cause keeps its colour across charts and reports (its module's);
+    # other names each get one of their own, in the order they are drawn.
+    if cause in BY_NAME:
+        return colour_of(cause)
     return others.setdefault(cause, OTHER_COLORS[len(others) % len(OTHER_COLORS)])
 
 

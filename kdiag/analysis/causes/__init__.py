@@ -3,10 +3,10 @@ from them.
 
 A cause module declares:
 
-- ``NAME``: the cause as findings and the README name it;
+- ``NAME``: the cause as findings and docs/causes.md name it;
 - ``rule(x: RuleInputs)``: the Spark Column condition a request meets to
-  take this cause, or ``None`` for a cause judged on the driver
-  (``client_queueing``) or given to what no rule takes (``healthy``);
+  take this cause, or ``None`` for a cause judged over the run
+  (``from_signals``) or given to what no rule takes (``healthy``);
 - ``LABEL`` (optional): the label the rule gives, when one rule serves two
   causes told apart over the whole run (``slow_wait``, see ``_slow_wait``);
 - ``COLUMNS``: the request columns its rule reads;
@@ -20,10 +20,36 @@ A cause module declares:
   fast ones);
 - ``fix(version)``: librdkafka properties that fix it, for a version tuple
   (or None when unknown);
-- ``evidence(facts)`` and ``fix_text(facts)``: the sentences users read.
+- ``evidence(facts)`` and ``fix_text(facts)``: the sentences users read;
+- ``COLOUR``: the colour charts and reports draw it in (``colour_of``);
+- ``PART``: what of a message's time its fix takes out, which predict.py
+  predicts the fix's effect from: ``"wait"``, the wait of the requests it
+  holds (replaced by the wait of requests nothing holds); ``"queue"``, the
+  messages' time in librdkafka's queue before the request; None, nothing a
+  setting takes out (no prediction);
+- ``SIGNATURE`` and ``FIX_DOC``: its row in docs/causes.md (Markdown), which
+  ``python -m kdiag.analysis.causes`` writes.
+
+Optional hooks (``HOOKS``), each looked up where it is used:
+
+- ``from_signals(facts: Facts) -> dict | None``: the cause judged over the
+  run, not per request: from librdkafka's other lines (signals.py) or the
+  run's statistics. ``{"requests": int, "share": float, "time_share":
+  float}`` (shares in 0..1), or None when the run does not show it;
+  judge.signal_findings makes it a finding, or adds to the finding its
+  requests gave. A cause with it declares ``RUN_MEETS``: Facts fields
+  (``meta``'s ``signals`` among them) of a run it names this cause in;
+  tests/test_registry_causes.py judges it;
+- ``signal_evidence(facts) -> list[str]``: the sentences of a finding
+  ``from_signals`` gave (``evidence`` when absent);
+- ``likely(thin: ThinEvidence) -> tuple[int, str, str] | None``: when the
+  evidence is thin (no syscalls), how likely the cause is (a score, higher
+  first, against the other causes' scores), what supports it and the
+  capture that would decide it (likely.rank).
 
 ``ORDER`` names them in rule priority: a request takes the first cause
-whose rule it meets. Adding a cause is one module plus one line there.
+whose rule it meets. Adding a cause is one module plus one line there
+(then ``python -m kdiag.analysis.causes > docs/causes.md``).
 """
 from __future__ import annotations
 
@@ -32,7 +58,7 @@ import re
 from dataclasses import dataclass, field
 from types import ModuleType
 
-from kdiag.analysis.thresholds import DOMINANT_SHARE, TAIL_TIME_SHARE
+from kdiag.analysis.thresholds import DOMINANT_SHARE, NAGLE_EXCESS_MAX_MS, NAGLE_EXCESS_MIN_MS, SLOW_MS, TAIL_TIME_SHARE
 
 ORDER = (
     # Checked first: under KIP-219 a throttled broker answers at once, then
@@ -58,7 +84,12 @@ ORDER = (
     "healthy",
 )
 REQUIRED = ("NAME", "TAIL", "COLUMNS", "SUMMED", "EXAMPLE_COLUMNS", "MEETS", "rule", "fix", "evidence",
-            "fix_text")
+            "fix_text", "COLOUR", "PART", "SIGNATURE", "FIX_DOC")
+HOOKS = ("from_signals", "signal_evidence", "likely")
+PARTS = ("wait", "queue", None)
+# A name no module declares (a stranger's findings, "none" in a fleet's
+# table) is drawn in grey.
+UNKNOWN_COLOUR = "#b0b7c0"
 # What no rule takes.
 OTHERWISE = "healthy"
 # Every example request carries these (pid and the run's bounds fill in its
@@ -75,6 +106,18 @@ CAUSES = load()
 BY_NAME = {c.NAME: c for c in CAUSES}
 TAIL_CAUSES = tuple(c.NAME for c in CAUSES if c.TAIL)
 FIXES = {c.NAME: c.fix(None) for c in CAUSES}
+
+
+def colour_of(name: str) -> str:
+    cause = BY_NAME.get(name)
+    return cause.COLOUR if cause is not None else UNKNOWN_COLOUR
+
+
+def part_of(name: str) -> str | None:
+    """What of a message's time the cause's fix takes out (``PART``); None
+    for a name no module declares."""
+    cause = BY_NAME.get(name)
+    return cause.PART if cause is not None else None
 
 
 def label_of(cause: ModuleType) -> str:
@@ -163,6 +206,29 @@ class Facts:
     client_ms: float | None = None
 
 
+@dataclass(frozen=True)
+class ThinEvidence:
+    """What a run's findings say when no syscalls split its requests, which
+    the ``likely`` hooks rank the causes from."""
+    rtt_ms: float | None            # librdkafka's median rtt, else the median latency
+    path_rtt_ms: float | None
+    tls: bool                       # a broker's handle says TLS
+    found: frozenset                # the causes already found
+    signals: dict                   # librdkafka's other lines, summed (signals.py)
+    client_queue_ms: float | None   # statistics' int_latency; None without statistics
+
+    @property
+    def slow(self) -> bool:
+        return self.rtt_ms is not None and self.rtt_ms > SLOW_MS
+
+    @property
+    def nagle_band(self) -> bool:
+        """The rtt beyond the path (or the whole rtt, the path unknown) is
+        about the delayed-ACK timer."""
+        excess = self.rtt_ms - (self.path_rtt_ms or 0.0)
+        return NAGLE_EXCESS_MIN_MS <= excess <= NAGLE_EXCESS_MAX_MS
+
+
 def classify(produce, path_rtt, nagle_possible=True):
     """The cause of each request: the ``ORDER``ed rules folded into one
     ``F.when`` chain; what none takes is healthy. ``path_rtt`` and
@@ -196,9 +262,9 @@ def resolve_slow(rq, retrans: int | None):
 
 def verdict_of(findings: list[dict]) -> str:
     """The cause of most requests; else a tail cause that takes a large share
-    of the time; else healthy."""
+    of the time; else ``OTHERWISE`` (healthy)."""
     if findings and findings[0]["share"] >= DOMINANT_SHARE:
         return findings[0]["cause"]
     tails = [f for f in findings if f["cause"] in TAIL_CAUSES and f.get("time_share", 0) >= TAIL_TIME_SHARE]
     tails.sort(key=lambda f: -f["time_share"])
-    return tails[0]["cause"] if tails else "healthy"
+    return tails[0]["cause"] if tails else OTHERWISE

@@ -20,3 +20,8 @@ def resolve(n: int, k: int, retrans: int | None) -> str:
     """The cause of the ``k`` slow waits among ``n`` requests."""
     tail = n and k / n < DOMINANT_SHARE and retrans != 0
     return "packet_loss" if tail else "broker_slow"
+
+
+def resolved_in(per: dict) -> str:
+    """The cause ``slow_wait`` was told apart as, in a run's causes."""
+    return "packet_loss" if "packet_loss" in per else "broker_slow"

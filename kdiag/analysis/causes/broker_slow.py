@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from kdiag.analysis.causes import _send_stall, _slow_wait
+from kdiag.analysis.causes._captures import STRACE
 from kdiag.analysis.frames import rounded
 from kdiag.analysis.thresholds import ONE_WRITE_MIN
 
@@ -12,6 +13,16 @@ COLUMNS = _slow_wait.COLUMNS
 SUMMED = ()
 EXAMPLE_COLUMNS = ()
 MEETS = {"wait_ms": 80.0, "total_ms": 80.5, "n_writes": 1}
+COLOUR = "#8c564b"
+PART = "wait"
+SIGNATURE = (
+    "The path is fast, but responses are late. Requests that left in one write wait just as long,"
+    " so Nagle is ruled out."
+)
+FIX_DOC = "Look at the broker: request handling, disk, replication."
+# A send that stalled over a fast path.
+RUN_MEETS = {"requests": 10, "path_rtt_ms": 0.3, "meta": {"completed_ms": 500.0, "signals": {
+    "stalled_sends": 5, "send_stall_p50_ms": 80.0, "send_stall_max_ms": 120.0}}}
 rule = _slow_wait.rule
 
 
@@ -48,3 +59,11 @@ def from_signals(facts) -> dict | None:
 def signal_evidence(facts) -> list[str]:
     return _send_stall.evidence(facts, "the broker did not read fast enough: its socket's receive window "
                                        "stayed full")
+
+
+def likely(thin) -> tuple[int, str, str] | None:
+    rtt, path = thin.rtt_ms, thin.path_rtt_ms
+    if not thin.slow or (thin.tls and thin.nagle_band):
+        return None
+    return (10 if path is not None else 6,
+            f"rtt {rtt} ms" + (f" over a {path} ms path" if path is not None else "") + " and no Nagle band", STRACE)

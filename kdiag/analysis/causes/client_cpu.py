@@ -2,8 +2,8 @@
 there, the producer could not run to read it."""
 from __future__ import annotations
 
-from kdiag.analysis.frames import rounded
 from kdiag.analysis import samples
+from kdiag.analysis.frames import rounded
 from kdiag.analysis.samples import cpu_starvation
 from kdiag.analysis.thresholds import CPU_STARVED_SHARE, SLOW_MS
 
@@ -14,6 +14,19 @@ COLUMNS = ("total_ms", "runq_ms")
 SUMMED = ("runq_ms",)
 EXAMPLE_COLUMNS = ("pid", "runq_ms")
 MEETS = {"wait_ms": 80.0, "total_ms": 80.5, "n_writes": 3, "runq_ms": 75.0}
+COLOUR = "#bcbd22"
+PART = "wait"
+SIGNATURE = (
+    "A tail of requests stalls for up to a CFS period (100 ms) while the broker and path are "
+    "fast, and the thread that sent each one was runnable but without a core for at least half of"
+    " it (run-queue wait from `/proc/PID/task/TID/schedstat`, sampled every 100 ms). The evidence"
+    " adds the producer cgroup's CPU limit and how often it was throttled (`cpu.stat`). Named the"
+    " verdict, like `packet_loss`, when its requests take 25 % of the time."
+)
+FIX_DOC = (
+    "Give the producer CPU: raise or remove its CPU limit (Kubernetes `limits.cpu`, `cpu.max`), "
+    "move busy neighbours off its cores. No librdkafka property fixes a starved thread."
+)
 
 
 def rule(x):

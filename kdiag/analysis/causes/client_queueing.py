@@ -10,6 +10,14 @@ COLUMNS = ()
 SUMMED = ()
 EXAMPLE_COLUMNS = ()
 MEETS = None
+COLOUR = "#e377c2"
+PART = "queue"
+SIGNATURE = (
+    "Messages wait in librdkafka's queue (statistics `int_latency`) longer than their request "
+    "takes. The cause is batching (`linger.ms`, `batch.num.messages`) or the in-flight limit."
+)
+FIX_DOC = "`-X linger.ms=0` (librdkafka's default is 5 ms since v1.5.0)."
+RUN_MEETS = {"requests": 100, "client_ms": 40.0, "summary": {"requests": 100, "latency_p50_ms": 2.0}}
 rule = None
 # librdkafka raised linger.ms (queue.buffering.max.ms) from 0.5 to 5 ms in v1.5.0.
 LINGER_DEFAULT_5MS_FROM = (1, 5, 0)
@@ -22,6 +30,15 @@ def share_of(client_ms: float | None, summary: dict) -> float | None:
     if client_ms is None or client_ms < SLOW_MS or client_ms < req_ms:
         return None
     return client_ms / (client_ms + req_ms)
+
+
+def from_signals(facts) -> dict | None:
+    """Judged from the run's statistics, against its requests: without a
+    completed request there is no request's time to weigh the queue by."""
+    share = share_of(facts.client_ms, facts.summary) if facts.requests else None
+    if share is None:
+        return None
+    return {"requests": facts.summary.get("requests"), "share": share, "time_share": share}
 
 
 def fix(version: tuple[int, ...] | None) -> dict[str, str]:

@@ -7,6 +7,10 @@ COLUMNS = ()
 SUMMED = ()
 EXAMPLE_COLUMNS = ()
 MEETS = {"wait_ms": 0.4, "total_ms": 0.8, "n_writes": 3}
+COLOUR = "#2ca02c"
+PART = None
+SIGNATURE = "No cause explains half the requests."
+FIX_DOC = "Nothing to change."
 rule = None   # what no other rule takes
 
 

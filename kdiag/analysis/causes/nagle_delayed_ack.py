@@ -3,6 +3,8 @@ broker's delayed ACK."""
 from __future__ import annotations
 
 from kdiag.analysis.causes import _nagle
+from kdiag.analysis.causes._captures import STRACE
+from kdiag.analysis.thresholds import DELAYED_ACK_MS
 
 NAME = "nagle_delayed_ack"
 TAIL = False
@@ -10,6 +12,19 @@ COLUMNS = _nagle.COLUMNS
 SUMMED = _nagle.SUMMED
 EXAMPLE_COLUMNS = ("connect_us", "connect_line", "peer")
 MEETS = {"wait_ms": 43.0, "total_ms": 43.5, "n_writes": 3, "nodelay": False}
+COLOUR = "#d62728"
+PART = "wait"
+SIGNATURE = (
+    "The request left in several writes (TLS records). The broker thread then waited in `poll()` "
+    "for about the delayed-ACK timer (40 ms) plus the path RTT: 30-70 ms beyond the RTT. Linux "
+    "delays ACKs about 40 ms; peers that wait longer (BSD and macOS 100 ms, Windows 200 ms) are "
+    "not covered. No `setsockopt(TCP_NODELAY)` came before the socket's `connect()`. From a "
+    "librdkafka log alone (no syscalls): requests to a TLS broker (`ssl://`, `sasl_ssl://`) whose"
+    " rtt is 30-70 ms beyond the path RTT, at confidence low, or medium when a measured path "
+    "backs it (from v2.10.0, which sets TCP_NODELAY by default, the evidence says that without "
+    "`socket.nagle.disable=false` in the config the stall is a proxy's: `nagle_in_path`)."
+)
+FIX_DOC = "`-X socket.nagle.disable=true`"
 # librdkafka made socket.nagle.disable=true its default in v2.10.0; 0.9.3 to
 # 0.11.4 ignored the setting altogether.
 NAGLE_DEFAULT_FLIPPED = (2, 10, 0)
@@ -61,3 +76,10 @@ def fix_text(facts) -> str:
     return ("set socket.nagle.disable=true (librdkafka's default from v2.10.0); "
             "it sets TCP_NODELAY so the last TLS record of a request is not held "
             "until the broker's delayed ACK")
+
+
+def likely(thin) -> tuple[int, str, str] | None:
+    if not (thin.slow and thin.tls and thin.nagle_band):
+        return None
+    return (12, f"rtt {thin.rtt_ms} ms is the delayed-ACK timer ({DELAYED_ACK_MS:.0f} ms) plus the path, over TLS",
+            STRACE)

@@ -3,6 +3,7 @@ terminator on the path holds the record."""
 from __future__ import annotations
 
 from kdiag.analysis.causes import _nagle
+from kdiag.analysis.causes._captures import STRACE
 
 NAME = "nagle_in_path"
 TAIL = False
@@ -10,6 +11,14 @@ COLUMNS = (*_nagle.COLUMNS, "nodelay")
 SUMMED = _nagle.SUMMED
 EXAMPLE_COLUMNS = ("nodelay", "nodelay_line")
 MEETS = {"wait_ms": 43.0, "total_ms": 43.5, "n_writes": 3, "nodelay": True}
+COLOUR = "#ff7f0e"
+PART = "wait"
+SIGNATURE = (
+    "The same stall, but the client socket has TCP_NODELAY (from strace's `setsockopt`, or "
+    "sampled live from the socket). Requests that left in one write come back fast. A proxy or "
+    "TLS terminator on the path runs Nagle."
+)
+FIX_DOC = "Disable Nagle on the proxy (for socat, `,nodelay`)."
 
 
 def rule(x):
@@ -33,3 +42,10 @@ def evidence(facts) -> list[str]:
 
 def fix_text(facts) -> str:
     return "disable Nagle on the proxy/TLS terminator's sockets (e.g. socat ...,nodelay)"
+
+
+def likely(thin) -> tuple[int, str, str] | None:
+    if not thin.slow or thin.tls or not thin.nagle_band:
+        return None
+    return (4, f"rtt {thin.rtt_ms} ms is in the delayed-ACK band, but the brokers are not TLS: librdkafka sends "
+            f"a plaintext request in one write, so only a proxy could hold it", STRACE)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from kdiag.analysis.causes import _send_stall
+from kdiag.analysis.causes._captures import PATH
 from kdiag.analysis.thresholds import NETWORK_RTT_SHARE, SLOW_MS
 
 NAME = "network_latency"
@@ -10,6 +11,19 @@ COLUMNS = ("wait_ms",)
 SUMMED = ()
 EXAMPLE_COLUMNS = ()
 MEETS = {"wait_ms": 31.0, "total_ms": 31.5, "n_writes": 1, "path_rtt_ms": 30.0}
+COLOUR = "#1f77b4"
+PART = None
+SIGNATURE = (
+    "The path RTT explains at least half the wait. The RTT comes from kdiag's own `connect()` "
+    "handshakes, else from SYN probes, else from the user's own path tools given beside the log "
+    "(tcptraceroute, `traceroute -T`, `mtr --tcp`; then ping, `ss`), else from the wait between "
+    "the producer's `connect()` and `getsockopt(SO_ERROR)` in strace (see \"The network path\"). "
+    "Without syscalls, a request's whole time stands for its wait."
+)
+FIX_DOC = "A shorter path; batching for throughput."
+# A send that stalled over a slow path.
+RUN_MEETS = {"requests": 10, "path_rtt_ms": 30.0, "meta": {"completed_ms": 500.0, "signals": {
+    "stalled_sends": 5, "send_stall_p50_ms": 80.0, "send_stall_max_ms": 120.0}}}
 
 
 def rule(x):
@@ -45,3 +59,14 @@ def from_signals(facts) -> dict | None:
 def signal_evidence(facts) -> list[str]:
     return _send_stall.evidence(facts, "the path's round trip paces the send: each window of data waits for "
                                        "the ACKs of the last")
+
+
+def likely(thin) -> tuple[int, str, str] | None:
+    rtt, path = thin.rtt_ms, thin.path_rtt_ms
+    if not thin.slow:
+        return None
+    if path is None:
+        return 8, f"the path's round trip is unknown; {rtt} ms could be the path", PATH
+    if path >= NETWORK_RTT_SHARE * rtt:
+        return 13, f"the path's round trip is {path} ms of {rtt} ms", PATH
+    return None

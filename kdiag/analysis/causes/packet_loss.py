@@ -13,6 +13,15 @@ COLUMNS = _slow_wait.COLUMNS
 SUMMED = ()
 EXAMPLE_COLUMNS = ()
 MEETS = {"wait_ms": 210.0, "total_ms": 210.5, "n_writes": 1}
+COLOUR = "#9467bd"
+PART = "wait"
+SIGNATURE = (
+    "Most requests are fast, but a tail of them stalls for the length of TCP's loss timers: a "
+    "tail-loss probe (about 2x SRTT, at least 10 ms) or an RTO (at least 200 ms). The evidence is"
+    " `RetransSegs` in the producer's namespace when kdiag ran the producer, else the latency "
+    "shape."
+)
+FIX_DOC = "Find the lossy hop: `ip -s link`, `ethtool -S`, policers."
 rule = _slow_wait.rule
 
 

@@ -4,6 +4,7 @@ librdkafka's REQTMOUT and FAIL lines (signals.py), not per completed
 request: an excerpt may hold no completed request at all."""
 from __future__ import annotations
 
+from kdiag.analysis.causes._captures import DEBUG_MSG, SAID_BY_LINES
 from kdiag.analysis.thresholds import SLOW_MS
 
 NAME = "request_timeout"
@@ -12,6 +13,22 @@ COLUMNS = ()
 SUMMED = ()
 EXAMPLE_COLUMNS = ()
 MEETS = None
+COLOUR = "#393b79"
+PART = None
+SIGNATURE = (
+    "librdkafka timed requests out in flight (`REQTMOUT`: `Timed out ProduceRequest in flight "
+    "(after N ms ...)`, `Timed out N in-flight, ...`) and disconnected (`FAIL`: `N request(s) "
+    "timed out: disconnect (average rtt ...)`). Judged from those lines, so an excerpt of them "
+    "alone is enough."
+)
+FIX_DOC = (
+    "Look at the broker and the path; raising `request.timeout.ms` hides the stall (30 s by "
+    "default since v1.5.2, 5 s before)."
+)
+# An excerpt in which nothing completed: the timeouts alone.
+RUN_MEETS = {"requests": 0, "meta": {"signals": {
+    "timed_out": 3, "timeout_after_ms": 5000.0, "disconnects": 1, "fail_avg_rtt_ms": 2.0,
+    "fail_detail": "3 request(s) timed out: disconnect"}}}
 rule = None
 # librdkafka raised request.timeout.ms from 5 s to 30 s in v1.5.2.
 TIMEOUT_30S_FROM = (1, 5, 2)
@@ -22,8 +39,8 @@ def timeout_default_ms(version: tuple[int, ...] | None) -> int | None:
 
 
 def from_signals(facts) -> dict | None:
-    sig, completed, completed_ms = facts.meta.get("signals") or {}, facts.requests, facts.meta.get("completed_ms") or 0.0
     """Its requests and shares: each timed-out request cost its timeout."""
+    sig, completed, completed_ms = facts.meta.get("signals") or {}, facts.requests, facts.meta.get("completed_ms") or 0.0
     k = sig.get("timed_out") or 0
     if not k:
         return None
@@ -67,3 +84,7 @@ def fix_text(facts) -> str:
             "path: raising request.timeout.ms only hides the stall"
             + (f" (librdkafka {facts.version} defaults it to {default} ms)" if default else
                " (30 s by default since v1.5.2, 5 s before)"))
+
+
+def likely(thin) -> tuple[int, str, str] | None:
+    return (18, SAID_BY_LINES, DEBUG_MSG) if NAME in thin.found else None

@@ -3,12 +3,27 @@ retry.backoff.ms before the request is sent again. Judged over the run from
 librdkafka's Retrying, MSGSET and REQERR lines (signals.py)."""
 from __future__ import annotations
 
+from kdiag.analysis.causes._captures import DEBUG_MSG, SAID_BY_LINES
+
 NAME = "retry_backoff"
 TAIL = True
 COLUMNS = ()
 SUMMED = ()
 EXAMPLE_COLUMNS = ()
 MEETS = None
+COLOUR = "#637939"
+PART = None
+SIGNATURE = (
+    "Produce requests were retried (`Retrying ProduceRequest ...`) after errors in the responses "
+    "(`MessageSet with N message(s) ... encountered error: ...`, `ProduceRequest failed: ...`). "
+    "Each retry waits `retry.backoff.ms` (exponential up to `retry.backoff.max.ms` from v2.3.0)."
+)
+FIX_DOC = (
+    "Find the error's cause (a moving leader, quotas); from v2.3.0 `-X retry.backoff.ms=20` "
+    "shortens the first wait."
+)
+RUN_MEETS = {"requests": 20, "meta": {"completed_ms": 200.0, "signals": {
+    "retries": 4, "errors": 4, "error_names": ["Broker: Not leader for partition"]}}}
 rule = None
 # v2.3.0 made the backoff exponential, from retry.backoff.ms (100 ms) up to
 # retry.backoff.max.ms (1000 ms); before it, each retry waited
@@ -59,3 +74,7 @@ def fix_text(facts) -> str:
     backoff = ("since v2.3.0 the backoff grows exponentially up to retry.backoff.max.ms (1000 ms)"
                if vt is not None and vt >= EXPONENTIAL_FROM else "each retry waits retry.backoff.ms")
     return f"{why}; {backoff}"
+
+
+def likely(thin) -> tuple[int, str, str] | None:
+    return (16, SAID_BY_LINES, DEBUG_MSG) if NAME in thin.found else None

@@ -4,12 +4,27 @@ message. Judged over the run from librdkafka's PRODUCE and TOPPAR lines
 (signals.py, debug=msg)."""
 from __future__ import annotations
 
+from kdiag.analysis.causes._captures import DEBUG_MSG, SAID_BY_LINES
+
 NAME = "small_batches"
 TAIL = False
 COLUMNS = ()
 SUMMED = ()
 EXAMPLE_COLUMNS = ()
 MEETS = None
+COLOUR = "#843c39"
+PART = None
+SIGNATURE = (
+    "Produce MessageSets carry a median of at most 2 messages while 10 or more wait in a "
+    "partition's transmit queue (`debug=msg,queue`: `Produce MessageSet with N message(s)`, `N "
+    "message(s) in xmit queue`): every message pays a request's round trip."
+)
+FIX_DOC = (
+    "`-X linger.ms=10`; from v1.6.0 the sticky partitioner (`sticky.partitioning.linger.ms`) "
+    "batches keyless messages per partition."
+)
+RUN_MEETS = {"requests": 50, "meta": {"signals": {
+    "batches": 50, "batch_msgs_p50": 1.0, "batch_msgs_max": 2, "queued_msgs_max": 40}}}
 rule = None
 # A batch this small carries a request's overhead for almost every message.
 SMALL_BATCH_MSGS = 2
@@ -25,7 +40,7 @@ STICKY_FROM = (1, 6, 0)
 
 
 def from_signals(facts) -> dict | None:
-    sig, completed, completed_ms = facts.meta.get("signals") or {}, facts.requests, facts.meta.get("completed_ms") or 0.0
+    sig = facts.meta.get("signals") or {}
     p50, batches, queued = sig.get("batch_msgs_p50"), sig.get("batches") or 0, sig.get("queued_msgs_max") or 0
     if p50 is None or batches < MIN_BATCHES or p50 > SMALL_BATCH_MSGS or queued < QUEUED_MIN_MSGS:
         return None
@@ -58,3 +73,7 @@ def fix_text(facts) -> str:
               f"messages keys that group them")
     return (f"raise linger.ms (and batch.size; batch.num.messages if it was lowered) so requests carry more "
             f"messages; {sticky}")
+
+
+def likely(thin) -> tuple[int, str, str] | None:
+    return (14, SAID_BY_LINES, DEBUG_MSG) if NAME in thin.found else None

@@ -1,6 +1,7 @@
 """The broker enforces a quota on this client (KIP-219)."""
 from __future__ import annotations
 
+from kdiag.analysis.causes._captures import STATS
 from kdiag.analysis.thresholds import SLOW_MS, THROTTLE_SHARE
 
 NAME = "throttled"
@@ -9,6 +10,19 @@ COLUMNS = ("wait_ms", "total_ms", "throttle_ms")
 SUMMED = ("throttle_ms",)
 EXAMPLE_COLUMNS = ()
 MEETS = {"wait_ms": 100.0, "total_ms": 100.5, "throttle_ms": 95.0}
+COLOUR = "#17becf"
+PART = "wait"
+SIGNATURE = (
+    "The broker reported throttle times (statistics `throttle` window) at least half as long as "
+    "the request's wait. Under KIP-219 a broker over quota answers at once, then reads nothing "
+    "from the connection for the throttle time, so the next request waits on a fast path. Without"
+    " statistics a throttle looks like `broker_slow`, and the findings say so."
+)
+FIX_DOC = (
+    "Raise the client's quota on the broker (`kafka-configs --alter --entity-type clients "
+    "--add-config producer_byte_rate=...`); send fewer bytes (`compression.type=lz4`) and fewer "
+    "requests (larger `linger.ms`)."
+)
 
 
 def rule(x):
@@ -42,3 +56,9 @@ def fix_text(facts) -> str:
     return ("the broker is enforcing a quota for this client.id or user: raise it "
             "(kafka-configs --alter --entity-type clients --add-config producer_byte_rate=...), or "
             "send fewer bytes (compression.type=lz4 or zstd) and fewer requests (a larger linger.ms)")
+
+
+def likely(thin) -> tuple[int, str, str] | None:
+    if not thin.slow or thin.client_queue_ms:
+        return None
+    return 2, "no statistics: a broker's throttle times (quotas) look the same", STATS

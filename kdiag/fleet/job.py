@@ -1,5 +1,5 @@
-"""``kdiag fleet``: many bundles, one Spark job, a cause per bundle and a
-summary over the fleet.
+"""The fleet job: many bundles, one Spark job, a cause per bundle and a
+summary over the fleet. ``kdiag fleet`` (kdiag.commands.fleet) runs it.
 
 Output, under ``-o`` (a path or a URI every executor can write):
 
@@ -28,23 +28,6 @@ from pathlib import Path
 from kdiag.errors import UsageError
 from kdiag.visible import visible, visible_text
 
-EXAMPLES = """\
-examples:
-  kdiag fleet bundles/ -o fleet-out
-      every *.tar.gz under bundles/, parsed and judged in one local Spark
-      job; prints the verdicts by version, host, broker and day; writes
-      fleet-out/bundles, fleet-out/findings and fleet-out/summary (Parquet)
-  kdiag fleet 'tickets/*/kdiag-*.tar.gz' -o out --json
-      a glob; the summary as one JSON object on stdout
-  kdiag fleet hdfs://nn/kdiag/2026-11/ --master spark://10.0.0.5:7077 \\
-      --work-dir hdfs://nn/tmp/kdiag-work -o hdfs://nn/kdiag/fleet-2026-11
-      on a standalone cluster: the executors read the bundles, write the
-      tables under --work-dir and the results under -o (URIs all can reach)
-  kdiag fleet s3a://tickets/kdiag/ --remote sc://spark-connect:15002 \\
-      --work-dir s3a://scratch/kdiag-work -o s3a://reports/fleet
-      through a Spark Connect endpoint (pip install 'kdiag[connect]')
-  python -c "import pandas as pd; print(pd.read_parquet('fleet-out/bundles')[['host','verdict']])"
-"""
 # Dimensions of the summary: column of ``bundles`` -> what the summary calls it.
 DIMENSIONS = {"librdkafka_version": "version", "host": "host", "broker": "broker", "topic": "topic",
               "day": "day"}
@@ -58,60 +41,6 @@ FINDINGS_DDL = ("bundle_id string, host string, librdkafka_version string, day s
                 "evidence array<string>")
 SUMMARY_DDL = "dimension string, value string, verdict string, bundles long"
 UMASK = "fs.permissions.umask-mask"
-
-
-def add_parser(sub, fmt) -> None:
-    from kdiag.bundle import limits as bundle_limits
-
-    f = sub.add_parser("fleet", help="judge many bundles in one Spark job: a cause per bundle, a summary over all",
-                       epilog=EXAMPLES, formatter_class=fmt)
-    f.add_argument("sources", nargs="+", metavar="BUNDLES",
-                   help="bundle files, folders (searched for *.tar.gz, *.tgz), globs, or URIs of any of these")
-    f.add_argument("-o", "--output", required=True, metavar="OUT",
-                   help="where bundles/, findings/ and summary/ (Parquet) are written: a path or a URI")
-    where = f.add_mutually_exclusive_group()
-    where.add_argument("--master", help="the Spark master (default: KDIAG_SPARK_MASTER, else local mode)")
-    where.add_argument("--remote", metavar="sc://HOST:PORT",
-                       help="a Spark Connect endpoint to run on instead (needs kdiag[connect])")
-    f.add_argument("--work-dir", metavar="URI",
-                   help="where the parsed tables are staged; every executor must read it (required with a "
-                        "master other than local mode; default: a temporary local directory)")
-    f.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    f.add_argument("--no-verify", action="store_true",
-                   help="judge bundles that fail verification too (their problems are kept in bundles/)")
-    f.add_argument("-v", "--verbose", action="store_true", help="let Spark's and the JVM's own output through")
-    bundle_limits.add_options(f)
-
-
-def run(args, env) -> int:
-    import shutil
-    import tempfile
-
-    from kdiag.bundle import limits as bundle_limits
-    from kdiag.status import ExitStatus
-
-    master = args.master or os.environ.get("KDIAG_SPARK_MASTER") or "local[2]"
-    if (args.remote or not master.startswith("local")) and not args.work_dir:
-        raise UsageError(f"{'--remote ' + args.remote if args.remote else '--master ' + master}: give "
-                         "--work-dir, a URI every executor can read and write (hdfs://..., s3a://..., or "
-                         "file:///shared/... on a filesystem all of them mount)")
-    spark = remote_session(args.remote) if args.remote else None
-    limits = bundle_limits.Limits.resolve(args)
-    tmp = None if args.work_dir else tempfile.mkdtemp(prefix="kdiag-fleet-")
-    work = args.work_dir or Path(tmp).as_uri()
-    started = time.monotonic()
-    try:
-        summary = fleet(args.sources, work, _uri(args.output), limits, verify=not args.no_verify, say=env.say,
-                        spark=spark, master=master)
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-    summary["seconds"] = round(time.monotonic() - started, 1)
-    if args.json:
-        env.stdout.write(json.dumps(summary, default=str) + "\n")
-    else:
-        env.stdout.write(render(summary))
-    return ExitStatus.OK if summary["judged"] else ExitStatus.NO_DATA
 
 
 def remote_session(url: str):
@@ -134,12 +63,6 @@ def remote_session(url: str):
         return SparkSession.builder.remote(url).appName("kdiag-fleet").getOrCreate()
     except Exception as e:  # noqa: BLE001 - gRPC's errors are many; the user needs the endpoint and why
         raise KdiagError(f"--remote {url}: {str(e).splitlines()[0]}") from None
-
-
-def _uri(out: str) -> str:
-    """A path as an absolute file:// URI (Spark would take a relative one
-    against its own working directory); a URI as it is."""
-    return out if "://" in out else Path(out).resolve().as_uri()
 
 
 def fleet(sources: list[str], work: str, out: str, limits=None, verify: bool = True, say=None,
@@ -225,7 +148,7 @@ def _hadoop_private(spark) -> None:
     (Hadoop caches each with the configuration it was opened with): HDFS
     then creates the output 0700 and 0600 wherever it lies. The local
     filesystem takes the JVM's own umask (077 when kdiag launched it: see
-    ``cli``), and ``_make_private`` makes sure of it. An object store
+    ``interrupts.private_files``), and ``_make_private`` makes sure of it. An object store
     (s3a://, gs://) keeps no modes: there the bucket's policy is what keeps
     the output private."""
     try:
