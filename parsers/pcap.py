@@ -249,11 +249,11 @@ class PcapngReader(_Bounded):
             yield PcapngBlock(btype, (head + rest)[8:-4], endian)
 
 
-def write_pcapng_block(dst: BinaryIO, btype: int, body: bytes, byte_order: str) -> None:
-    """One block; ``body`` padded to 4 bytes as pcapng requires."""
+def pcapng_block(btype: int, body: bytes, byte_order: str) -> bytes:
+    """One block's bytes; ``body`` padded to 4 bytes as pcapng requires."""
     body = bytes(body) + b"\0" * (-len(body) % 4)
     n = 12 + len(body)
-    dst.write(struct.pack(byte_order + "II", btype, n) + body + struct.pack(byte_order + "I", n))
+    return struct.pack(byte_order + "II", btype, n) + body + struct.pack(byte_order + "I", n)
 
 
 # ---------------------------------------------------------------- packets

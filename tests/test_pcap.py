@@ -9,7 +9,7 @@ import pytest
 from kdiag.parsers.base import ParseCounts
 from kdiag.parsers.pcap import (
     MAX_RECORD, PCAPNG_EPB, PCAPNG_IDB, PCAPNG_SHB, PcapHeader, PcapngReader, PcapReader, PcapWriter,
-    capture_kind, capture_records, write_pcapng_block,
+    capture_kind, capture_records, pcapng_block,
 )
 
 FRAMES = [b"\x45" + bytes(range(39)), b"", b"\x60" + b"x" * 1499]
@@ -125,13 +125,13 @@ def test_the_parsers_count_what_the_reader_stopped_at():
 def _ng(byte_order: str, tsresol: int | None = None) -> bytes:
     e = byte_order
     out = io.BytesIO()
-    write_pcapng_block(out, int.from_bytes(PCAPNG_SHB, "big"), struct.pack(e + "IHHq", 0x1A2B3C4D, 1, 0, -1), e)
+    out.write(pcapng_block(int.from_bytes(PCAPNG_SHB, "big"), struct.pack(e + "IHHq", 0x1A2B3C4D, 1, 0, -1), e))
     opts = b"" if tsresol is None else struct.pack(e + "HH", 9, 1) + bytes([tsresol, 0, 0, 0]) + bytes(4)
-    write_pcapng_block(out, PCAPNG_IDB, struct.pack(e + "HHI", 101, 0, 65535) + opts, e)
+    out.write(pcapng_block(PCAPNG_IDB, struct.pack(e + "HHI", 101, 0, 65535) + opts, e))
     for ts, f in zip(TS_NS, FRAMES):
         ticks = ts // 10 ** (9 - (tsresol or 6))
-        write_pcapng_block(out, PCAPNG_EPB, struct.pack(e + "IIIII", 0, ticks >> 32, ticks & 0xFFFFFFFF, len(f),
-                                                        len(f)) + f, e)
+        out.write(pcapng_block(PCAPNG_EPB, struct.pack(e + "IIIII", 0, ticks >> 32, ticks & 0xFFFFFFFF, len(f),
+                                                       len(f)) + f, e))
     return out.getvalue()
 
 
@@ -154,7 +154,7 @@ def test_pcapng_blocks_rewritten_as_read_keep_their_bytes():
     data = _ng(">", 9)
     out = io.BytesIO()
     for b in PcapngReader(data):
-        write_pcapng_block(out, b.btype, b.body, b.byte_order)
+        out.write(pcapng_block(b.btype, b.body, b.byte_order))
     assert out.getvalue() == data
 
 

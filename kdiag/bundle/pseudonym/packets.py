@@ -16,7 +16,7 @@ from kdiag.parsers.pcap import (
     PcapngReader,
     PcapReader,
     PcapWriter,
-    write_pcapng_block,
+    pcapng_block,
 )
 
 if TYPE_CHECKING:
@@ -265,7 +265,7 @@ class PacketRewriter:
             if out is None:
                 self._n("pcapng_blocks_dropped")
                 continue
-            write_pcapng_block(dst, block.btype, out, block.byte_order)
+            dst.write(pcapng_block(block.btype, out, block.byte_order))
         if reader.stopped:
             self._n("dropped_corrupt_tail")
 
