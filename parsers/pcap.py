@@ -249,6 +249,18 @@ class PcapngReader(_Bounded):
             yield PcapngBlock(btype, (head + rest)[8:-4], endian)
 
 
+def pcapng_options(opts: bytes, byte_order: str) -> Iterator[tuple[int, bytes]]:
+    """(code, value) of each option of a block, up to the end-of-options
+    one; a value that claims more than the block holds is cut to it."""
+    i = 0
+    while i + 4 <= len(opts):
+        code, ln = struct.unpack_from(byte_order + "HH", opts, i)
+        if code == 0:
+            return
+        yield code, bytes(opts[i + 4:i + 4 + ln])
+        i += 4 + ln + (-ln % 4)
+
+
 def pcapng_block(btype: int, body: bytes, byte_order: str) -> bytes:
     """One block's bytes; ``body`` padded to 4 bytes as pcapng requires."""
     body = bytes(body) + b"\0" * (-len(body) % 4)
@@ -261,17 +273,11 @@ def pcapng_block(btype: int, body: bytes, byte_order: str) -> bytes:
 def _pcapng_tsresol(opts: bytes, endian: str) -> tuple[tuple[int, int], int]:
     """(if_tsresol as (base, exponent), if_tsoffset seconds) from IDB options."""
     resol, offset = (10, 6), 0
-    i = 0
-    while i + 4 <= len(opts):
-        code, ln = struct.unpack_from(endian + "HH", opts, i)
-        val = opts[i + 4:i + 4 + ln]
-        if code == 0:
-            break
+    for code, val in pcapng_options(opts, endian):
         if code == 9 and len(val) >= 1:
             resol = (2, val[0] & 0x7F) if val[0] & 0x80 else (10, val[0])
         elif code == 14 and len(val) >= 8:
             offset = struct.unpack_from(endian + "q", val)[0]
-        i += 4 + ln + (-ln % 4)
     return resol, offset
 
 

@@ -9,7 +9,7 @@ import pytest
 from kdiag.parsers.base import ParseCounts
 from kdiag.parsers.pcap import (
     MAX_RECORD, PCAPNG_EPB, PCAPNG_IDB, PCAPNG_SHB, PcapHeader, PcapngReader, PcapReader, PcapWriter,
-    capture_kind, capture_records, pcapng_block,
+    capture_kind, capture_records, pcapng_block, pcapng_options,
 )
 
 FRAMES = [b"\x45" + bytes(range(39)), b"", b"\x60" + b"x" * 1499]
@@ -171,3 +171,11 @@ def test_pcapng_cut_or_lying_stops_with_a_reason():
     r = PcapngReader(data[:8] + b"\0\0\0\0" + data[12:])
     assert list(r) == [] and r.stopped == "corrupt"
 
+
+
+def test_pcapng_options_stop_at_their_end_and_at_the_block_end():
+    opts = (struct.pack(">HH", 2, 4) + b"eth0" + struct.pack(">HH", 1, 3) + b"abc\0"
+            + struct.pack(">HH", 0, 0) + struct.pack(">HH", 2, 4) + b"past")
+    assert list(pcapng_options(opts, ">")) == [(2, b"eth0"), (1, b"abc")]
+    assert list(pcapng_options(struct.pack("<HH", 3, 100) + b"short", "<")) == [(3, b"short")]
+    assert list(pcapng_options(b"\1\0", "<")) == []

@@ -17,6 +17,7 @@ from kdiag.parsers.pcap import (
     PcapReader,
     PcapWriter,
     pcapng_block,
+    pcapng_options,
 )
 
 if TYPE_CHECKING:
@@ -314,13 +315,8 @@ class PacketRewriter:
     def _options(self, opts, e: str, special: dict) -> bytes:
         """Options with strings (comments, names, descriptions, OS) through
         ``rewrite``, those in ``special`` through their function (None: dropped)."""
-        out, i = [], 0
-        while i + 4 <= len(opts):
-            code, ln = struct.unpack_from(e + "HH", opts, i)
-            val = bytes(opts[i + 4:i + 4 + ln])
-            i += 4 + ln + (-ln % 4)
-            if code == 0:
-                break
+        out = []
+        for code, val in pcapng_options(opts, e):
             if code in special:
                 if special[code] is None:
                     continue
