@@ -48,6 +48,12 @@ def registry() -> tuple[type, ...]:
     return tuple(out)
 
 
+def tracers() -> tuple[type, ...]:
+    """The syscall tracers (collectors that declare ``tracing``), in
+    ``auto``'s order of preference."""
+    return tuple(sorted((c for c in registry() if c.tracing is not None), key=lambda c: c.tracing.rank))
+
+
 def for_mode(mode: str) -> list[type]:
     """The collectors that serve trace mode ``mode``, in registry order."""
     return [c for c in registry() if mode in c.modes]

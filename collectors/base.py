@@ -28,6 +28,34 @@ class Requirement:
         return None
 
 
+# Cost per call to a traced thread, microseconds: a loop of write() to
+# /dev/null, 0.40 us a call untraced, 23.6 us under ``strace -p`` (any -e
+# set: without seccomp every call stops). strace 6.1, kernel 6.18, 2-core VM;
+# bench/overhead.py measures the producer itself.
+PTRACE_STOP_US = 23.0
+
+# When ``auto`` takes a syscall tracer (``Tracing.auto_when``).
+AUTO_ANY_RATE = "at any rate"
+AUTO_BUSY = "when strace would cost the producer a noticeable share of a core, or its rate is unknown"
+AUTO_FALLBACK = "otherwise"
+AUTO_WHEN = (AUTO_ANY_RATE, AUTO_BUSY, AUTO_FALLBACK)
+
+
+@dataclass(frozen=True)
+class Tracing:
+    """What a syscall tracer declares about itself. All write the same strace
+    text to the same folder; ``auto`` tries them by ``rank``, lowest first,
+    each only under its ``auto_when``; the one whose ``auto_when`` is
+    AUTO_FALLBACK runs when none of the others may."""
+
+    rank: int               # auto's order of preference, lowest first (spaced: a new one fits between)
+    auto_when: str          # one of AUTO_WHEN
+    stops_threads: bool     # ptrace stops: the producer pays for every traced call
+    call_us: float          # what one traced call costs the traced thread, microseconds
+    captures: str           # what of the producer it records, in words
+    cost: str               # what tracing costs the producer, measured (bench/RESULTS.md)
+
+
 @dataclass
 class CollectorStatus:
     """Every field always present; None when unknown."""
@@ -147,8 +175,9 @@ class Collector:
 
     and optionally ``preferences`` (it runs without them, seeing less),
     ``partial_without`` (the modes whose capture is partial when it is
-    skipped or failed) and ``syscall_tracer`` (one of several that write the
-    same syscall text to the same folder; the trace runs one of them).
+    skipped or failed) and ``tracing`` (a ``Tracing``: it is one of the
+    syscall tracers, which write the same syscall text to the same folder;
+    the trace runs one of them). ``syscall_tracer`` follows from ``tracing``.
 
     An instance lives for one trace. The methods below are the steps of a
     trace, in order; each does nothing unless the collector needs it.
@@ -162,6 +191,7 @@ class Collector:
     modes: ClassVar[frozenset[str]]
     preferences: ClassVar[tuple[Requirement, ...]] = ()
     partial_without: ClassVar[frozenset[str]] = frozenset()
+    tracing: ClassVar[Tracing | None] = None
     syscall_tracer: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs) -> None:
@@ -169,6 +199,7 @@ class Collector:
         problem = declaration_problem(cls)
         if problem:
             raise TypeError(f"collector {cls.__module__}.{cls.__qualname__}: {problem}")
+        cls.syscall_tracer = cls.tracing is not None
 
     def __init__(self, capture: Capture) -> None:
         self.capture = capture
@@ -191,6 +222,11 @@ class Collector:
     @property
     def skipped(self) -> bool:
         return isinstance(self.record, CollectorStatus) and self.record.state == "skipped"
+
+    @classmethod
+    def tool_version(cls) -> str | None:
+        """The version of the tool it runs, for the manifest, or None."""
+        return None
 
     def producer_config(self, config: dict[str, str]) -> dict[str, str]:
         """kdiag's probe producer's config, with what this collector needs."""
@@ -243,6 +279,25 @@ def declaration_problem(cls: type) -> str | None:
         return f"modes {sorted(cls.modes)} not a non-empty subset of {sorted(MODES)}"
     if not cls.partial_without <= cls.modes:
         return "partial_without names a mode it does not serve"
+    return tracing_problem(cls)
+
+
+def tracing_problem(cls: type) -> str | None:
+    """What is wrong with a syscall tracer's ``tracing``, or None. A tracer
+    declares its own: a subclass of one is another tracer, not the same."""
+    tracing = vars(cls).get("tracing")
+    if tracing is None:
+        inherited = getattr(cls, "tracing", None)
+        return "inherits tracing: a syscall tracer declares its own" if inherited is not None else None
+    if not isinstance(tracing, Tracing):
+        return f"tracing is {type(tracing).__name__}, not Tracing"
+    if tracing.auto_when not in AUTO_WHEN:
+        return f"tracing.auto_when {tracing.auto_when!r} not one of AUTO_WHEN"
+    if not (tracing.captures and tracing.cost and tracing.call_us > 0):
+        return "tracing says what it captures and what it costs"
+    for hook in ("tool_version", "start_alone" if not tracing.stops_threads else "attach_alone"):
+        if not callable(getattr(cls, hook, None)):
+            return f"a syscall tracer has {hook}()"
     return None
 
 

@@ -26,11 +26,12 @@ import struct
 import time
 from pathlib import Path
 
-import kdiag
 from kdiag.collectors import bpftrace as _bt
 from kdiag.collectors._bpftrace_records import STRSIZE, Converted, Converter
 from kdiag.collectors._c_layout import Header
-from kdiag.collectors.base import MODES, Requirement, cpu_s, unmet
+from kdiag.collectors.base import AUTO_ANY_RATE, MODES, Requirement, Tracing, cpu_s, unmet
+
+import kdiag
 
 NAME = "bpfcalls"
 REQUIRES = (
@@ -261,11 +262,26 @@ class Bpfcalls(_bt.Bpftrace):
     requirements = REQUIRES
     modes = MODES
     partial_without = MODES
-    syscall_tracer = True
+    tracing = Tracing(
+        # The write() loop: 1.05 us a call against 0.25 untraced (its
+        # loader's copy of each record runs on another core).
+        rank=10, auto_when=AUTO_ANY_RATE, stops_threads=False, call_us=0.8,
+        captures="the producer's socket, log and wait calls, as binary records, nothing of any other "
+                 "process, no socket payloads",
+        cost="a TLS producer at full speed kept 93 % of its throughput; 100 % at 22.7 msg/s",
+    )
 
     @classmethod
     def unmet(cls) -> str | None:
         return check()
+
+    @classmethod
+    def tool_version(cls) -> str | None:
+        return None     # kdiag's own, built with it
+
+    @classmethod
+    def start_alone(cls, pid: int, out: Path):
+        return start(pid, out, _bt.READY_TIMEOUT_S)
 
     def start(self, pid: int) -> None:
         self.child, self.failed_to_start = start(pid, self.out_path)

@@ -35,15 +35,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kdiag.collectors.base import (
-    MODES, PROBE, Collector, CollectorStatus, Requirement, cpu_s, dies_with_parent, tool_version, unmet,
-)
-from kdiag.deadline import Deadline
-import kdiag
 # The record format and its converter; tests and the overhead bench use them from here.
 from kdiag.collectors._bpftrace_records import (  # noqa: F401
-    CALLS, CHUNK, CODE_OF, EXIT_GROUP, READY, RUN_RECORDS, STRSIZE, _LOST, Converted, Converter, convert, fd_name,
+    _LOST, CALLS, CHUNK, CODE_OF, EXIT_GROUP, READY, RUN_RECORDS, STRSIZE, Converted, Converter, convert, fd_name,
 )
+from kdiag.collectors.base import (
+    AUTO_BUSY, MODES, PROBE, Collector, CollectorStatus, Requirement, Tracing, cpu_s, dies_with_parent,
+    tool_version, unmet,
+)
+from kdiag.deadline import Deadline
+
+import kdiag
 
 NAME = "bpftrace"
 REQUIRES = (
@@ -404,7 +406,13 @@ class Bpftrace(Collector):
     requirements = REQUIRES
     modes = MODES - {PROBE}
     partial_without = MODES - {PROBE}
-    syscall_tracer = True
+    tracing = Tracing(
+        # A loop of write() to /dev/null: 7.0 us a call against 0.40 untraced
+        # (bpftrace 0.17, kernel 6.18, 2-core VM).
+        rank=20, auto_when=AUTO_BUSY, stops_threads=False, call_us=6.6,
+        captures="the calls the analysis reads, as text records, no socket payloads",
+        cost="a TLS producer at full speed kept 47-49 % of its throughput",
+    )
 
     def __init__(self, capture) -> None:
         super().__init__(capture)
@@ -416,6 +424,15 @@ class Bpftrace(Collector):
     @classmethod
     def unmet(cls) -> str | None:
         return check()
+
+    @classmethod
+    def tool_version(cls) -> str | None:
+        return version()
+
+    @classmethod
+    def start_alone(cls, pid: int, out: Path) -> tuple[Child | None, str | None]:
+        """The tracer on its own, outside a trace (the overhead bench)."""
+        return start(pid, out, READY_TIMEOUT_S)
 
     def start(self, pid: int) -> None:
         self.child, self.failed_to_start = start(pid, self.out_path)

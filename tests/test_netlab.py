@@ -26,6 +26,10 @@ import kdiag
 from kdiag.lab import delayline as delayline_mod
 from kdiag.lab import netns
 from kdiag.lab import network as netlab
+from kdiag.lab import scenarios
+
+# The network lab's scenarios, as the registry declares them.
+PATHS = scenarios.network_paths()
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,7 +46,7 @@ def tools() -> None:
 
 @pytest.fixture(scope="module")
 def latency_lab(tools):
-    with netlab.running("network-latency") as lab:
+    with netlab.running("network-latency", PATHS["network-latency"]) as lab:
         yield lab
 
 
@@ -116,7 +120,7 @@ def _assert_gone(lab: netlab.NetLab) -> None:
 
 def test_interface_and_config(latency_lab):
     lab = latency_lab
-    assert lab.scenario == netlab.SCENARIOS["network-latency"]
+    assert lab.scenario == netlab.get_scenario("network-latency", PATHS["network-latency"])
     assert set(lab.namespaces) == {"client", "link", "router", "broker"}
     assert all(ns.startswith(lab.prefix) for ns in lab.namespaces.values())
     assert all(len(name) <= 15 for name in netns.ifnames(lab.prefix).values())
@@ -173,7 +177,7 @@ def test_delay_line_sleeps_when_idle(latency_lab):
 
 
 def test_packet_loss_drops_frames_and_tcp_recovers(tools):
-    with netlab.running("packet-loss", seed=7) as lab:
+    with netlab.running("packet-loss", PATHS["packet-loss"], seed=7) as lab:
         result = _produce(lab, 60)
         time.sleep(0.6)
         directions = lab.link_stats()["directions"].values()
@@ -183,7 +187,7 @@ def test_packet_loss_drops_frames_and_tcp_recovers(tools):
 
 
 def test_two_labs_coexist_and_both_go_away(tools):
-    with netlab.running("clean", topics=()) as one, netlab.running("clean", topics=()) as two:
+    with netlab.running("clean", PATHS["clean"], topics=()) as one, netlab.running("clean", PATHS["clean"], topics=()) as two:
         assert one.prefix != two.prefix
         assert not set(one.namespaces.values()) & set(two.namespaces.values())
         for lab in (one, two):
@@ -196,22 +200,22 @@ def test_two_labs_coexist_and_both_go_away(tools):
 
 def test_teardown_when_the_body_raises(tools):
     with pytest.raises(RuntimeError, match="boom"):
-        with netlab.running("clean", topics=()) as lab:
+        with netlab.running("clean", PATHS["clean"], topics=()) as lab:
             assert all(alive(p) for p in lab.pids.values())
             raise RuntimeError("boom")
     _assert_gone(lab)
 
 
-def test_unknown_scenario_is_refused():
-    with pytest.raises(netlab.NetLabError, match="unknown scenario"):
-        with netlab.running("no-such-scenario"):
+def test_a_scenario_without_a_network_path_is_refused():
+    with pytest.raises(netlab.NetLabError, match="takes a NetworkPath"):
+        with netlab.running("nagle-on", scenarios.find("nagle-on").lab):
             pass
 
 
 _CHILD = """
 import json, sys, time
-from kdiag.lab import network as netlab
-with netlab.running("clean", topics=()) as lab:
+from kdiag.lab import network as netlab, scenarios
+with netlab.running("clean", scenarios.network_paths()["clean"], topics=()) as lab:
     try:
         print(json.dumps(lab.to_dict()), flush=True)
         time.sleep(60)
@@ -260,7 +264,7 @@ def test_sigkilled_owner_is_swept_at_the_next_start(tools):
             assert wait_gone(info["pids"].values(), 5.0) == []
             # ...but namespaces stay until a sweep finds their owner dead.
             assert set(info["namespaces"].values()) <= set(netlab.list_netns())
-            with netlab.running("clean", topics=()) as lab:
+            with netlab.running("clean", PATHS["clean"], topics=()) as lab:
                 assert lab.prefix != info["prefix"]
                 assert not set(netlab.list_netns()) & set(info["namespaces"].values())
                 assert not Path(info["state_dir"]).exists()

@@ -151,3 +151,70 @@ def test_a_collector_with_nothing_to_report_has_no_status(tmp_path):
         c = cls(Capture(raw=Path(tmp_path), mode=next(iter(cls.modes))))
         assert c.status() is None, cls.name
         assert c.inputs() == [], cls.name
+
+
+# The syscall tracers: each declares its place in the choice, and the
+# choices, the auto policy and docs/tracers.md are read from those declarations.
+TRACER_CLASSES = collectors.tracers()
+
+
+@pytest.mark.parametrize("cls", TRACER_CLASSES, ids=[c.name for c in TRACER_CLASSES])
+def test_each_tracer_declares_its_own_tracing(cls):
+    from kdiag.collectors.base import AUTO_WHEN, Tracing
+
+    assert isinstance(vars(cls).get("tracing"), Tracing), f"{cls.__name__} declares no tracing of its own"
+    assert cls.syscall_tracer and cls.tracing.auto_when in AUTO_WHEN
+    assert cls.tracing.captures and cls.tracing.cost
+    assert _fields_hold_no_callables(cls.tracing)
+
+
+def test_tracers_are_the_syscall_tracers_ranked_without_ties():
+    from kdiag.collectors.base import AUTO_FALLBACK
+
+    assert set(TRACER_CLASSES) == {c for c in REGISTRY if c.syscall_tracer}
+    ranks = [c.tracing.rank for c in TRACER_CLASSES]
+    assert ranks == sorted(set(ranks))
+    # The fallback is tried last, and it is the one tracer that serves every mode.
+    assert [c.tracing.auto_when for c in TRACER_CLASSES].count(AUTO_FALLBACK) == 1
+    assert TRACER_CLASSES[-1].tracing.auto_when == AUTO_FALLBACK
+    assert TRACER_CLASSES[-1].modes == MODES
+
+
+def test_the_tracer_choices_and_policy_come_from_the_declarations():
+    from kdiag.capture import attach, tracers
+
+    names = [c.name for c in TRACER_CLASSES]
+    assert attach.TRACERS == tracers.TRACERS == ("auto", *names)
+    assert [name for name, _ in tracers.auto_policy()] == names
+    assert tracers.fallback() == names[-1]
+    assert tracers.threadless() == tuple(c.name for c in TRACER_CLASSES if not c.tracing.stops_threads)
+
+
+def test_attach_and_trace_name_no_tracer_module():
+    import ast
+
+    root = Path(collectors.__file__).resolve().parent.parent / "kdiag" / "capture"
+    tracer_modules = {c.__module__ for c in TRACER_CLASSES}
+    for name in ("attach.py", "trace.py"):
+        tree = ast.parse((root / name).read_text())
+        imported = {f"{n.module}.{a.name}" if isinstance(n, ast.ImportFrom) else a.name
+                    for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+        imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert not imported & tracer_modules, (name, imported & tracer_modules)
+
+
+def test_the_which_tracer_table_in_the_docs_is_the_registry_in_full():
+    import docs_tables
+
+    from kdiag.capture import tracers
+
+    page = Path(collectors.__file__).resolve().parent.parent / "docs" / "tracers.md"
+    assert "\n## Which tracer\n" in page.read_text()
+    table = docs_tables.table_in(page.read_text(), "kdiag.capture.tracers.markdown_table()")
+    assert table == tracers.markdown_table(), "docs/tracers.md: run python tests/docs_tables.py"
+    rows = [line for line in table.splitlines()[2:]]
+    assert len(rows) == len(TRACER_CLASSES)
+    for row, cls in zip(rows, TRACER_CLASSES):
+        cells = [c.strip() for c in row.strip("|").split(" | ")]
+        assert cells == [f"`{cls.name}`", cls.tracing.auto_when, "yes" if cls.tracing.stops_threads else "no",
+                         cls.tracing.captures, cls.tracing.cost]

@@ -78,18 +78,38 @@ def test_unknown_name_is_a_usage_error_listing_the_known_ones():
 
 
 def test_the_labs_start_what_the_scenarios_declare():
-    from kdiag.lab import broker, network, slowproxy
+    from kdiag.lab import network, slowproxy, variants
 
     for sc in scenarios.all_scenarios():
         if isinstance(sc.lab, scenarios.Loopback):
-            assert broker.VARIANTS[sc.lab.variant] == (sc.lab.terminator, sc.lab.proxy), sc.name
+            assert sc.lab.problem() is None, sc.name
+            assert sc.lab.terminator in variants.TERMINATORS
             assert sc.lab.proxy in (None, slowproxy.PROCESS_NAME)
+            assert (sc.lab.proxy is not None) == (sc.lab.response_delay_ms is not None
+                                                  or sc.lab.quota_bytes_per_s is not None), sc.name
         else:
-            path = network.SCENARIOS[sc.name]
-            assert (path.delay_ms, path.loss_pct, path.jitter_ms) == (sc.lab.delay_ms, sc.lab.loss_pct,
-                                                                     sc.lab.jitter_ms)
-    assert set(network.SCENARIOS) == {s.name for s in scenarios.all_scenarios()
-                                      if isinstance(s.lab, scenarios.NetworkPath)}
+            path = network.get_scenario(sc.name, sc.lab)
+            assert (path.name, path.delay_ms, path.loss_pct, path.jitter_ms, path.description) == (
+                sc.name, sc.lab.delay_ms, sc.lab.loss_pct, sc.lab.jitter_ms, sc.lab.description)
+
+
+LAB_MODULES = ("broker", "broker_start", "loopback", "network", "slowproxy", "variants", "netns", "delayline",
+               "tls", "cpulimit", "processes")
+
+
+@pytest.mark.parametrize("module", LAB_MODULES)
+def test_the_labs_never_name_a_scenario_nor_import_the_registry(module):
+    import ast
+
+    source = (ROOT / "kdiag" / "lab" / f"{module}.py").read_text()
+    tree = ast.parse(source)
+    strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    names = set(scenarios.names()) - {"clean"}    # "clean" is also a plain word
+    assert not strings & names, f"kdiag/lab/{module}.py branches on {strings & names}"
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {f"{n.module}.{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not {m for m in imported if m and m.startswith("kdiag.lab.scenarios")}, module
 
 
 def test_trace_help_names_every_scenario_with_its_help_line():
@@ -109,3 +129,29 @@ def test_the_matrix_runs_exactly_the_registry():
         assert (case.expected, case.how) == (sc.cause, sc.setup)
         assert case.messages == (sc.matrix_messages or sc.messages)
     assert [c.name for c in matrix.select(None)] == scenarios.names()
+
+
+def _docs_lab() -> str:
+    return (ROOT / "docs" / "lab.md").read_text()
+
+
+def test_the_docs_scenario_table_is_the_registry_in_full():
+    import docs_tables
+
+    table = docs_tables.table_in(_docs_lab(), "kdiag.lab.scenarios.markdown_table()")
+    assert table == scenarios.markdown_table(), "docs/lab.md: run python tests/docs_tables.py"
+    rows = table.splitlines()[2:]
+    assert len(rows) == len(scenarios.ORDER)
+    for row, sc in zip(rows, scenarios.all_scenarios()):
+        assert [c.strip() for c in row.strip("|").split(" | ")] == [f"`{sc.name}`", sc.help, f"`{sc.cause}`"]
+
+
+def test_the_docs_network_lab_table_is_the_registry_in_full():
+    lines = _docs_lab().split("\n## The network lab\n", 1)[1].splitlines()
+    header = lines.index("| scenario | link | measured here |")
+    rows = [line for line in lines[header + 2:] if line.startswith("| ")]
+    paths = scenarios.network_paths()
+    assert len(rows) == len(paths)
+    for row, (name, path) in zip(rows, paths.items()):
+        cells = [c.strip() for c in row.strip("|").split(" | ")]
+        assert cells[:2] == [f"`{name}`", path.description] and cells[2], row

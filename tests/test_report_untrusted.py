@@ -7,7 +7,7 @@ import io
 import re
 
 from browser import open_page
-from conftest import FIXTURES
+from conftest import FIXTURES, ROOT
 from kdiag.cli import Environment, main
 from kdiag.report.compare import compare
 from kdiag.report.compare_page import render_compare_html
@@ -152,3 +152,25 @@ def test_a_compare_page_shows_a_name_that_is_not_utf8(tmp_path):
                     encoding="utf-8")
     html = page.read_text(encoding="utf-8")
     assert not [ch for ch in RAW if ch in html] and f"before{SHOWN_AS}.tar.gz" in html
+
+
+def test_escaping_is_the_default():
+    """No template turns escaping off or marks a value safe, and the page
+    code makes no markup of its own (an empty Markup() aside): whatever a
+    page writes is escaped, its controls shown, unless a template made it."""
+    from kdiag.report import svg
+    from kdiag.report.templating import render
+
+    templates = sorted((ROOT / "kdiag" / "report" / "templates").glob("*.html"))
+    assert templates
+    for t in templates:
+        text = t.read_text().replace(" ", "")
+        assert "|safe" not in text and "autoescape" not in text and "Markup" not in text, t.name
+    for py in (ROOT / "kdiag" / "report").glob("*.py"):
+        assert not re.search(r"Markup\(\s*[^)\s]", py.read_text()), py.name
+    hostile = FORGED + '<script>alert(1)</script>"><img src=x onerror=alert(2)>'
+    html = "".join(map(str, (render("page.html", title=hostile), svg.legend([(hostile, hostile)]),
+                             svg.label(hostile, hostile, 1))))
+    assert html.startswith("<!DOCTYPE html>") and "</svg>" not in html
+    assert not re.search(r"<\s*(script|img)", html, re.I) and not [ch for ch in RAW if ch in html]
+    assert html.count(SHOWN_AS) == 5            # the title, a legend's name and colour, a label's text and x

@@ -11,6 +11,7 @@ import pytest
 
 from conftest import alive
 from kdiag.lab import broker as kl
+from kdiag.lab import scenarios
 from kdiag.lab import slowproxy as sp
 
 # A ProduceResponse v10 from Tansu 0.6.0 to librdkafka 2.16.0 (the bytes
@@ -143,7 +144,7 @@ def _closed(s: socket.socket) -> bool:
 
 @pytest.mark.e2e
 def test_broken_frame_closes_only_its_connection(state_dir):
-    with kl.running(state_dir, variant="throttled") as lab:
+    with kl.running(state_dir, lab=scenarios.find("throttled").lab) as lab:
         # The proxy's own port is plaintext Kafka, straight to Tansu.
         addr = ("127.0.0.1", lab.proxy_port)
         with socket.create_connection(addr, timeout=3) as good:

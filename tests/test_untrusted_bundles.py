@@ -232,6 +232,26 @@ def test_a_manifest_field_of_the_wrong_type_fails_verify_and_replay_says_one_lin
     assert out.splitlines()[1:] == ['  manifest.json: "parse"[0]["counts"]["lines"] is a string, not an integer']
 
 
+def test_schema_problems_come_in_a_fixed_order_and_their_count_is_bounded():
+    """Known fields in the schema's order, a map's keys in the file's (not
+    the validator's set order), and past 1000 problems no more are sought."""
+    from kdiag.bundle import schema
+
+    man = {"host": {"b": [], "a": {}}, "versions": {"z": 1, "y": 2}, "parse": [{"bytes": 3.0}]}
+    assert schema.problems(man, schema.MANIFEST) == [
+        '"versions"["z"] is a number, not a string', '"versions"["y"] is a number, not a string',
+        '"host"["b"] is a list, not a string or number or boolean',
+        '"host"["a"] is an object, not a string or number or boolean',
+        '"parse"[0]["bytes"] is a number, not an integer']
+    assert schema.problems({"bytes": True}, schema.FILE_ENTRY) == ['"sha256" missing',
+                                                                    '"bytes" is a boolean, not an integer']
+    few = schema.problems({"argv": [1] * 15}, schema.MANIFEST)
+    assert len(few) == 11 and few[-1] == "and 5 more fields of the wrong type"
+    many = schema.problems({"versions": {str(i): i for i in range(200_000)}}, schema.MANIFEST)
+    assert many[0] == '"versions"["0"] is a number, not a string'
+    assert many[-1] == "and at least 990 more fields of the wrong type"
+
+
 @pytest.mark.parametrize("summary", [b"not json", b"[1, 2]", b'{"rate": "fast"}', b"[" * 200_000])
 def test_a_probe_summary_that_is_not_one_fails_verify(tmp_path, monkeypatch, summary):
     items = [(m, summary if m.name == bm.SUMMARY else d) for m, d in bm.real_members()]

@@ -42,15 +42,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from kdiag import collectors, progress, settings
-from kdiag.collectors import bpfcalls as c_bpfcalls
-from kdiag.collectors import bpftrace as c_bpf
-from kdiag.collectors import strace as c_strace
-from kdiag.collectors.base import COMMAND, PID, Capture, Collector, gaps, wait_state
-from kdiag.capture import disk_budget
-from kdiag.capture import overhead
+from kdiag import collectors, progress
 from kdiag.bundle import redact
+from kdiag.capture import disk_budget, overhead, tracers
+from kdiag.capture.bundling import TraceResult, cap_bytes, default_bundle_path, finish, staged, start_spark
+from kdiag.collectors.base import COMMAND, PID, Capture, Collector, gaps, wait_state
 from kdiag.errors import UsageError
 
 # Without a window, an attach traces this long.
@@ -74,11 +72,9 @@ class TargetOptions:
     tracer: str | None = None       # auto, strace, bpftrace; None: $KDIAG_TRACER, else auto
 
 
-TRACERS = ("auto", "strace", "bpfcalls", "bpftrace")
-# The tracers that stop no thread, cheapest first (bench/RESULTS.md).
-IN_KERNEL = (c_bpfcalls.NAME, c_bpf.NAME)
-TRACER_ENV = "KDIAG_TRACER"
-BPF_READY_S = c_bpf.READY_TIMEOUT_S
+# The settings --tracer takes: auto, then each tracer the registry holds.
+TRACERS = tracers.TRACERS
+TRACER_ENV = tracers.TRACER_ENV
 
 
 def _alive(pid: int) -> bool:
@@ -91,13 +87,11 @@ def _alive(pid: int) -> bool:
 
 
 def run(opts: TargetOptions, log=lambda msg: None):
-    from kdiag.capture.trace import _default_bundle_path, staged
-
     if opts.pid is not None and not _alive(opts.pid):
         raise UsageError(f"--pid {opts.pid}: no such process")
     if opts.pid is None and not opts.command:
         raise UsageError("nothing to trace: give --pid PID or -- CMD ARGS")
-    out = (opts.out or _default_bundle_path()).resolve()
+    out = (opts.out or default_bundle_path()).resolve()
     with staged(out, opts.argv, log) as staging:
         return _run(opts, staging, out, log)
 
@@ -114,10 +108,7 @@ def may_trace(pid: int) -> str | None:
 
 
 def tracer_setting(opts: TargetOptions) -> str:
-    setting = opts.tracer or settings.get(TRACER_ENV)
-    if setting not in TRACERS:
-        raise UsageError(f"tracer {setting!r}: one of {', '.join(TRACERS)}")
-    return setting
+    return tracers.setting(opts.tracer)
 
 
 @dataclass
@@ -126,7 +117,7 @@ class Tracer:
     bench runs it: strace -p, or the bpftrace collector."""
     tool: str
     strace: subprocess.Popen | None = None
-    bpf: c_bpf.Child | None = None
+    bpf: Any = None                 # a threadless tracer's runner (its collector module's Child)
     cpu_at_start: float | None = None
 
     @property
@@ -141,12 +132,12 @@ def start_tracer(tool: str, target: int, strace_out: Path, flags: list[str], err
     """Starts ``tool`` on ``target``; returns it once it traces, or None and
     why it could not. The bpftrace collector's status, when it gave up, is
     in the reason."""
-    if tool in IN_KERNEL:
-        module = c_bpfcalls if tool == c_bpfcalls.NAME else c_bpf
-        child, why = module.start(target, strace_out, BPF_READY_S)
+    cls = tracers.find(tool)
+    if not cls.tracing.stops_threads:
+        child, why = cls.start_alone(target, strace_out)
         return (Tracer(tool, bpf=child), None) if child is not None else (None, why)
-    proc = c_strace.attach(target, strace_out, flags, err_file)
-    return Tracer("strace", strace=proc, cpu_at_start=overhead.cpu_s([proc.pid])), None
+    proc = cls.attach_alone(target, strace_out, flags, err_file)
+    return Tracer(tool, strace=proc, cpu_at_start=overhead.cpu_s([proc.pid])), None
 
 
 @dataclass
@@ -180,8 +171,6 @@ class Window:
 
 
 def _run(opts: TargetOptions, staging: Path, out: Path, log):
-    from kdiag.capture.trace import TraceResult, finish, start_spark
-
     setting = tracer_setting(opts)
     mode = PID if opts.pid is not None else COMMAND
     capture = Capture(raw=staging / "raw", mode=mode, log=log,
@@ -233,14 +222,15 @@ def _start_tracer(setting: str, target: Target, active: list[Collector], log) ->
     that does not is then as unusable as one that cannot run, and choose
     is asked again; strace otherwise, or none when strace cannot run here
     (the sampler still does)."""
-    tracers = {c.name: c for c in active if c.syscall_tracer}
-    strace = tracers[c_strace.NAME]
+    by_name = {c.name: c for c in active if c.syscall_tracer}
+    threadless = [name for name in tracers.threadless() if name in by_name]
+    fallback = by_name[tracers.fallback()]
     refused = may_trace(target.pid)
-    unusable = {name: tracers[name].unmet() or refused for name in IN_KERNEL}
+    unusable = {name: by_name[name].unmet() or refused for name in threadless}
     tool, why = overhead.choose(setting, target.untraced, unusable)
     choice = TracerChoice(None, tool, setting, why)
-    while choice.tool in IN_KERNEL:
-        t = tracers[choice.tool]
+    while choice.tool in threadless:
+        t = by_name[choice.tool]
         log(f"tracing with {choice.tool}: {choice.why}")
         t.start(target.pid)
         if t.child is not None:
@@ -250,8 +240,8 @@ def _start_tracer(setting: str, target: Target, active: list[Collector], log) ->
         log(f"{choice.tool} did not start ({t.failed_to_start})")
         unusable[choice.tool] = f"it did not start ({t.failed_to_start})"
         choice.tool, choice.why = overhead.choose(setting, target.untraced, unusable)
-    strace.start(target.pid)
-    choice.tracer = strace if strace.proc is not None else None
+    fallback.start(target.pid)
+    choice.tracer = fallback if fallback.proc is not None else None
     return choice
 
 
@@ -267,14 +257,13 @@ def _watch(opts: TargetOptions, capture: Capture, target: Target, watching: list
            active: list[Collector], window: Window, log) -> None:
     """The capture window: until the producer exits, the window ends,
     Ctrl-C, or the disk budget is spent. Then every collector stops."""
-    from kdiag.capture.trace import _cap_bytes
 
     window.traced_from = overhead.read_counters(target.pid) if target.mode == PID else None
     for c in watching:
         if not c.syscall_tracer and not c.skipped:
             c.start(target.pid)
     what = f"tracing pid {target.pid}" + (f" for {target.window_s:g} s" if target.window_s else " until it exits")
-    with disk_budget.DiskBudget(capture.raw, _cap_bytes(opts.max_capture_mb), lambda why: None) as budget, \
+    with disk_budget.DiskBudget(capture.raw, cap_bytes(opts.max_capture_mb), lambda why: None) as budget, \
             progress.current().stage(what, total=target.window_s) as stage:
         try:
             started = time.monotonic()
@@ -309,9 +298,9 @@ def _overhead(choice: TracerChoice, target: Target, window: Window) -> overhead.
     if tracer is None:
         return overhead.unknown(None, "no syscall tracer ran")
     bpf_status = getattr(tracer, "child_status", {})
-    tracer_cpu = bpf_status.get("cpu_s") if tracer.name in IN_KERNEL else tracer.cpu_used_s
-    cost = {c_bpf.NAME: overhead.BPF_EVENT_US, c_bpfcalls.NAME: overhead.BPFCALLS_EVENT_US}.get(
-        choice.tool, overhead.PTRACE_STOP_US)
+    tracing = tracers.find(choice.tool).tracing
+    tracer_cpu = tracer.cpu_used_s if tracing.stops_threads else bpf_status.get("cpu_s")
+    cost = tracing.call_us
     strace_out = tracer.out_path
     if target.mode == PID:
         _, top = overhead.busiest_thread_lines(strace_out) if strace_out.exists() else (0, 0)
@@ -321,7 +310,7 @@ def _overhead(choice: TracerChoice, target: Target, window: Window) -> overhead.
     t0 = bpf_status.get("ready_us") or window.started_us
     t1 = bpf_status.get("stopped_us") or window.ended_us
     return overhead.for_capture(choice.tool, strace_out, t0, t1, cost, tracer_cpu, bpf_status.get("setup_cpu_s"),
-                                lower_bound=choice.tool == c_strace.NAME)
+                                lower_bound=tracing.stops_threads)
 
 
 def _manifest(opts: TargetOptions, target: Target, choice: TracerChoice, window: Window, statuses: list[dict],
@@ -334,12 +323,17 @@ def _manifest(opts: TargetOptions, target: Target, choice: TracerChoice, window:
                    "running_at_detach": producer_alive},
         "partial": bool(reasons),
         "partial_reasons": reasons,
-        "versions": {"strace": c_strace.version(),
-                     "bpftrace": c_bpf.version() if choice.tool == c_bpf.NAME else None},
+        "versions": _versions(choice),
         "tracer": {"tool": choice.tool if choice.tracer is not None else None, "setting": choice.setting,
-                   "why": choice.why, "bpfcalls_failed": choice.failed.get(c_bpfcalls.NAME),
-                   "bpftrace_failed": choice.failed.get(c_bpf.NAME),
+                   "why": choice.why, **{f"{name}_failed": choice.failed.get(name) for name in tracers.threadless()},
                    "lost_events": bpf_status.get("lost_events"), "tracefs": bpf_status.get("tracefs")},
         "overhead": _overhead(choice, target, window).to_dict(),
         "collectors": statuses,
     }
+
+
+def _versions(choice: TracerChoice) -> dict[str, str | None]:
+    """The fallback tracer's version always (it may have run for part of
+    the window), another tracer's when it was the one chosen."""
+    fallback = tracers.fallback()
+    return {c.name: c.tool_version() if c.name in (fallback, choice.tool) else None for c in tracers.by_rank()}

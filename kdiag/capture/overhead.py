@@ -11,9 +11,9 @@ the tracer did not slow it, which is also what happened.
 
 Estimated when there was no untraced moment to compare with (a command
 kdiag started, the probe): the busiest thread's traced calls a second times
-what one costs it, ``PTRACE_STOP_US`` under strace (two ptrace stops), or
-``BPF_EVENT_US`` under bpftrace (no stop: the BPF program and the ring
-buffer). ``throughput_pct`` = 100 / (1 + rate x cost): the thread's calls
+what one costs it under the tracer that ran (its ``tracing.call_us``:
+``PTRACE_STOP_US`` under strace, two ptrace stops; far less under a BPF
+tracer, which stops nothing). ``throughput_pct`` = 100 / (1 + rate x cost): the thread's calls
 take that much longer, and it was the bottleneck. Without ``--seccomp-bpf``
 (strace -p) every call stops the thread, not only the printed ones, so the
 printed calls are a lower bound and the estimate says so.
@@ -28,16 +28,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-# Cost per call to a traced thread, microseconds: a loop of write() to
-# /dev/null, 0.40 us a call untraced, 23.6 us under ``strace -p`` (any -e
-# set: without seccomp every call stops), 7.0 us under kdiag's bpftrace
-# program (bpftrace 0.17, strace 6.1, kernel 6.18, 2-core VM; bench/overhead.py
-# measures the producer itself).
-PTRACE_STOP_US = 23.0
-BPF_EVENT_US = 6.6
-# The same loop under kdiag's bpfcalls program: 1.05 us a call against 0.25
-# untraced (its loader's copy of each record runs on another core).
-BPFCALLS_EVENT_US = 0.8
+from kdiag.capture import tracers
+from kdiag.collectors.base import AUTO_ANY_RATE, PTRACE_STOP_US
+
 # ``auto`` takes bpftrace when strace's estimated cost to the producer is at
 # least this share of a core: below it strace's fuller view costs little.
 AUTO_BPF_SHARE = 0.05
@@ -283,43 +276,43 @@ def for_probe(capture: Path, started_us: int | None, ended_us: int | None) -> di
     return for_capture("strace --seccomp-bpf", Path(capture), started_us, ended_us, PTRACE_STOP_US).to_dict()
 
 
-# In-kernel tracers cheap enough to be auto's choice at any rate: bpfcalls
-# kept 100.0 % of the seed's 22.7 msg/s, 97.4 % at 2.3 k msg/s and 91-93 %
-# at full speed (bench/RESULTS.md); bpftrace, 53-56 % at full speed, is
-# worth it only where strace would cost more.
-ANY_RATE = ("bpfcalls",)
-
-
 def choose(setting: str, before: Rates | None, unusable: dict[str, str | None]) -> tuple[str, str]:
-    """(tool, why) for ``setting`` auto, strace or an in-kernel tracer.
-    ``unusable``: each in-kernel tracer, in order of preference (cheapest
-    first), -> why it cannot run here, or None. auto: the first that can
-    run if it is one of ANY_RATE; else it when strace would cost the
-    producer at least AUTO_BPF_SHARE of a core (its read+write calls, or its
-    context switches when higher, a lower bound of its calls, times
-    PTRACE_STOP_US), or when nothing was measured (a command kdiag starts);
-    else strace."""
-    if setting == "strace":
-        return "strace", "asked for strace"
+    """(tool, why) for ``setting``: auto, or a tracer's name.
+    ``unusable``: each tracer other than the fallback that may run for this
+    trace -> why it cannot run here, or None. auto follows the tracers'
+    declared policy (``kdiag.capture.tracers.auto_policy``): the first that
+    can run, if it may run at any rate (AUTO_ANY_RATE); else it when strace
+    would cost the producer at least AUTO_BPF_SHARE of a core (its read+write
+    calls, or its context switches when higher, a lower bound of its calls,
+    times PTRACE_STOP_US), or when nothing was measured (a command kdiag
+    starts) (AUTO_BUSY); else the fallback."""
+    fallback = tracers.fallback()
+    if setting == fallback:
+        return fallback, f"asked for {fallback}"
     if setting in unusable:
         why = unusable[setting]
-        return ("strace", f"{setting} asked for but cannot run: {why}") if why else (setting, f"asked for {setting}")
+        return (fallback, f"{setting} asked for but cannot run: {why}") if why else (setting, f"asked for {setting}")
     passed_over = []
-    for tool, why in unusable.items():
-        if why is None:
-            break
-        passed_over.append(f"{tool} cannot run here: {why}")
-    else:
-        return "strace", "; ".join(passed_over)
-    passed = "".join(f"; {p}" for p in passed_over)
-    if tool in ANY_RATE:
+    for tool, when in tracers.auto_policy():
+        if tool not in unusable:
+            continue
+        if unusable[tool] is None:
+            return _auto(tool, when, before, fallback, "".join(f"; {p}" for p in passed_over))
+        passed_over.append(f"{tool} cannot run here: {unusable[tool]}")
+    return fallback, "; ".join(passed_over)
+
+
+def _auto(tool: str, when: str, before: Rates | None, fallback: str, passed: str) -> tuple[str, str]:
+    """auto's answer once ``tool`` is the first that can run: it, if its
+    condition ``when`` holds, else the fallback."""
+    if when == AUTO_ANY_RATE:
         return tool, f"{tool} stops no thread and costs a producer least at any rate" + passed
     if before is None:
         return tool, f"{tool} stops no thread; the producer's call rate is unknown before it starts" + passed
     calls = max(before.io_calls_per_s or 0.0, before.ctx_per_s or 0.0)
     cost = calls * PTRACE_STOP_US / 1e6
     if cost >= AUTO_BPF_SHARE:
-        return tool, (f"the producer made {calls:.0f} calls/s: strace would stop it for about "
+        return tool, (f"the producer made {calls:.0f} calls/s: {fallback} would stop it for about "
                       f"{100 * cost:.0f}% of a core; {tool} stops no thread" + passed)
-    return "strace", (f"the producer made {calls:.0f} calls/s: strace costs it about {100 * cost:.1f}% of a core "
-                      f"(under {100 * AUTO_BPF_SHARE:g}%), and shows every call" + passed)
+    return fallback, (f"the producer made {calls:.0f} calls/s: {fallback} costs it about {100 * cost:.1f}% of a "
+                      f"core (under {100 * AUTO_BPF_SHARE:g}%), and shows every call" + passed)

@@ -8,32 +8,26 @@ still analysed and bundled, marked partial.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import json
 import os
-import shutil
 import signal
-import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ContextManager, Protocol
 
-from kdiag import collectors
-from kdiag.collectors import bpfcalls as c_bpfcalls
-from kdiag.collectors import bpftrace as c_bpf
-from kdiag.collectors import probe_output
-from kdiag.collectors import strace as c_strace
-from kdiag.collectors.base import PROBE, Capture, Collector, gaps, wait_state
 import kdiag
-from kdiag import __version__, progress
+from kdiag import __version__, collectors, progress
 from kdiag.bundle import archive as bundle
-from kdiag.capture import disk_budget
 from kdiag.bundle import redact
-from kdiag.capture import probe_producer
-from kdiag.errors import KdiagError, UsageError
+from kdiag.capture import disk_budget, overhead, probe_producer, tracers
+# seal and staged re-exported: the command line and tests know them as trace's.
+from kdiag.capture.bundling import (  # noqa: F401
+    TraceResult, cap_bytes, default_bundle_path, finish, seal, staged, start_spark,
+)
+from kdiag.collectors import probe_output
+from kdiag.collectors.base import PROBE, Capture, Collector, gaps, wait_state
+from kdiag.errors import UsageError
 
 PROBE_TOPIC = "kdiag-probe"
 SMALL_PROBE_MESSAGES = 10_000
@@ -76,18 +70,6 @@ class TraceOptions:
     tracer: str | None = None       # auto, strace, bpfcalls; None: $KDIAG_TRACER, else auto
 
 
-@dataclass
-class TraceResult:
-    findings: dict
-    bundle: Path
-    probe: dict | None
-    partial: bool
-    error: str | None = None
-    # Stopped before its end: Ctrl-C, SIGTERM, the size cap or a full disk.
-    interrupted: bool = False
-    tracer: str | None = None       # the syscall tracer that ran, if any
-
-
 def read_properties(path: Path) -> dict[str, str]:
     """A librdkafka/Java properties file: ``key=value`` lines, # comments."""
     props: dict[str, str] = {}
@@ -106,95 +88,10 @@ def read_properties(path: Path) -> dict[str, str]:
     return props
 
 
-def _default_bundle_path() -> Path:
-    return Path.cwd() / time.strftime("kdiag-%Y%m%d-%H%M%S.tar.gz")
-
-
-def _warm_spark(holder: dict, small: bool) -> None:
-    # Spark takes seconds to start; doing it while the probe runs keeps the
-    # time to a verdict down.
-    try:
-        from kdiag.analysis.spark import session
-        holder["spark"] = session(small=small)
-    except Exception as e:  # reported when analysis needs it
-        holder["error"] = e
-
-
 def run(opts: TraceOptions, log=lambda msg: None) -> TraceResult:
-    out = (opts.out or _default_bundle_path()).resolve()
+    out = (opts.out or default_bundle_path()).resolve()
     with staged(out, opts.argv, log) as staging:
         return _run(opts, staging, out, log)
-
-
-def staging_path(out: Path) -> Path:
-    return out.with_name(out.name + ".partial")
-
-
-def capture_running(staging: Path) -> bool:
-    """Whether a live kdiag holds ``staging`` (see ``_hold``). A kdiag that
-    died, even by SIGKILL, holds nothing: the kernel drops its lock."""
-    try:
-        fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-
-
-def _hold(staging: Path) -> int:
-    """An flock on the staging directory itself, held while kdiag writes it:
-    nothing to clean up, and no file that could end up in the bundle."""
-    fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    return fd
-
-
-@contextlib.contextmanager
-def staged(out: Path, argv: list[str], log):
-    """The capture is written beside the bundle it becomes, as OUT.partial/
-    (0700: it holds captured traffic): the disk it fills is the one the disk
-    budget watches, and a kdiag killed before it sealed the bundle leaves an
-    unsealed bundle there that ``kdiag replay`` and ``kdiag bundle seal``
-    read. Removed once the bundle is written, and on failure when nothing
-    was captured."""
-    staging = staging_path(out)
-    try:
-        staging.mkdir(parents=True, mode=0o700)
-        held = _hold(staging)
-    except FileExistsError:
-        if capture_running(staging):
-            raise UsageError(f"{staging} is being written by a kdiag trace that is still running; "
-                             "give this one another -o") from None
-        raise UsageError(f"{staging} exists: an earlier kdiag run stopped before sealing it. "
-                         f"kdiag bundle seal {staging} makes it a bundle; or remove it") from None
-    except OSError as e:
-        raise UsageError(f"cannot write beside {out}: {e.strerror or e}") from None
-    try:
-        yield from _staged(staging, argv, log)
-    finally:
-        os.close(held)
-
-
-def _staged(staging: Path, argv: list[str], log):
-    bundle.start(staging, {"kdiag_version": __version__, "created_us": int(time.time() * 1e6),
-                           "argv": redact.argv(argv)})
-    keep = False
-    try:
-        yield staging
-    except BaseException:
-        keep = disk_budget.tree_bytes(staging / "raw") > 0
-        if keep:
-            log(f"the captures so far are kept in {staging} (kdiag bundle seal {staging} makes a bundle of them)")
-        raise
-    finally:
-        # A sealed directory is the bundle itself: the archive did not fit.
-        if not keep and not bundle.is_sealed_dir(staging):
-            shutil.rmtree(staging, ignore_errors=True)
 
 
 class _Answered:
@@ -317,7 +214,7 @@ def _run_producer(opts: TraceOptions, capture: Capture, active: list[Collector],
     cmd += ["--rate", str(opts.rate)] if opts.rate else []
     if cgroup is not None:
         cmd += ["--cgroup", str(cgroup)]
-    if tracer.tool != c_strace.NAME:
+    if tracer.tool != tracers.fallback():
         cmd += ["--stopped"]
     for c in active:
         if not c.syscall_tracer or c.name == tracer.tool:
@@ -339,7 +236,7 @@ def _run_producer(opts: TraceOptions, capture: Capture, active: list[Collector],
         answered = _Answered(stderr_path)
         stopped, exit_code = probe_producer.run_child(capture.exec_prefix + cmd, stderr_path, opts.timeout_s, log,
                                                        env, on_start=start_all, raw=capture.raw,
-                                                       cap_bytes=_cap_bytes(opts.max_capture_mb),
+                                                       cap_bytes=cap_bytes(opts.max_capture_mb),
                                                        tick=lambda: stage.update(answered.count()))
     ended = int(time.time() * 1e6)
     for c in active:
@@ -361,23 +258,23 @@ class _ProbeTracer:
     setting: str
     why: str
     log: Callable[[str], None]
-    failed: str | None = None       # why bpfcalls did not start
+    failed: dict[str, str | None] = field(default_factory=dict)    # threadless tracer -> why it did not start
 
     @classmethod
     def choose(cls, opts: TraceOptions, active: list[Collector], log) -> "_ProbeTracer":
-        from kdiag.capture import attach, overhead
-
-        setting = attach.tracer_setting(opts)
-        tracers = {c.name: c for c in active if c.syscall_tracer}
-        bpf = tracers.get(c_bpfcalls.NAME)
-        unusable = {c_bpfcalls.NAME: bpf.unmet() if bpf is not None else "not installed",
-                    c_bpf.NAME: "kdiag's probe runs under bpfcalls or strace"}
+        setting = tracers.setting(opts.tracer)
+        running = {c.name: c for c in active if c.syscall_tracer}
+        serving = [c.name for c in tracers.by_rank() if PROBE in c.modes]
+        unusable = {name: (running[name].unmet() if name in running else "not installed") if name in serving
+                    else f"kdiag's probe runs under {' or '.join(serving)}" for name in tracers.threadless()}
         tool, why = overhead.choose(setting, None, unusable)
-        return cls(tracers, tool, setting, why, log)
+        failed = {name: None for name in tracers.threadless() if name in serving}
+        return cls(running, tool, setting, why, log, failed)
 
     def start(self, pid: int) -> None:
-        if self.tool == c_strace.NAME:
-            return      # strace runs the probe: wrapped before it started
+        fallback = tracers.fallback()
+        if self.tool == fallback:
+            return      # the fallback (strace) runs the probe: wrapped before it started
         try:
             # It stops itself first thing; a SIGCONT before that would be
             # lost. As long as attach waits for its shim to stop.
@@ -387,10 +284,10 @@ class _ProbeTracer:
             self.log(f"tracing the probe with {self.tool}: {self.why}")
             t.start(pid)
             if t.child is None:
-                self.failed = t.failed_to_start
-                self.log(f"{self.tool} did not start ({self.failed}): strace attaches instead")
-                self.tool, self.why = c_strace.NAME, f"{self.tool} did not start: {self.failed}"
-                self.tracers[c_strace.NAME].start(pid)
+                self.failed[self.tool] = t.failed_to_start
+                self.log(f"{self.tool} did not start ({t.failed_to_start}): {fallback} attaches instead")
+                self.tool, self.why = fallback, f"{self.tool} did not start: {t.failed_to_start}"
+                self.tracers[fallback].start(pid)
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
@@ -398,9 +295,9 @@ class _ProbeTracer:
     def record(self) -> dict:
         t = self.tracers.get(self.tool)
         ran = t is not None and t.record is not None and getattr(t.record, "state", None) not in ("skipped", "failed")
-        bpf = getattr(self.tracers.get(c_bpfcalls.NAME), "child_status", {}) or {}
+        bpf = next((s for name in self.failed if (s := getattr(self.tracers.get(name), "child_status", None))), {})
         return {"tool": self.tool if ran else None, "setting": self.setting, "why": self.why,
-                "bpfcalls_failed": self.failed, "lost_events": bpf.get("lost_events")}
+                **{f"{name}_failed": why for name, why in self.failed.items()}, "lost_events": bpf.get("lost_events")}
 
 
 def _probe_error(probe: dict | None, run: ProbeRun) -> str | None:
@@ -437,164 +334,6 @@ def _manifest(opts: TraceOptions, config: dict, lab_info: dict | None, statuses:
         "tracer": tracer,
         "collectors": statuses,
     }
-
-
-def _cap_bytes(mb: float | None) -> int | None:
-    return None if mb is None or mb <= 0 else int(mb * disk_budget.MIB)
-
-
-def finish(staging: Path, raw_inputs: list[Path], meta: dict, spark_holder: dict, warm: threading.Thread,
-           out: Path, secrets: list[str], manifest: dict, extra: dict, log=lambda msg: None,
-           pseudonymise: Path | None = None) -> tuple[dict, Path]:
-    """Scrub, parse, analyse, report, bundle: the end of every trace.
-
-    A full disk costs the bundle its tables (replay parses the raw captures
-    again) and then its compression (the staging directory, sealed, is the
-    bundle); it never costs the captures."""
-    scrubbed = redact.scrub_tree(staging / "raw", secrets)
-    by_pattern = redact.scrub_tree_patterns(staging / "raw")
-    host = bundle.host_facts()
-    pseudo = None
-    if pseudonymise is not None:
-        manifest, extra, host, pseudo = _pseudonymise(staging, pseudonymise, manifest, extra, host)
-        log(f"hosts and addresses pseudonymised; the map is {pseudonymise} (keep it out of the bundle)")
-    warm.join()
-    if "error" in spark_holder:
-        raise KdiagError(f"Spark did not start: {spark_holder['error']}")
-    from kdiag.analysis.pipeline import analyse
-
-    reasons = list(manifest.get("partial_reasons") or [])
-    with contextlib.ExitStack() as stack:
-        try:
-            findings, parsed = analyse(raw_inputs, staging / "tables", meta, spark=spark_holder["spark"],
-                                       base=staging)
-        except OSError as e:
-            if not _disk_full(e):
-                raise
-            shutil.rmtree(staging / "tables", ignore_errors=True)
-            reasons.append("the output disk filled up while writing the tables: the bundle holds the raw "
-                           "captures, which replay parses again")
-            log(reasons[-1])
-            elsewhere = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kdiag-tables-")))
-            findings, parsed = analyse(raw_inputs, elsewhere, meta, spark=spark_holder["spark"], base=staging)
-            parsed.rows, parsed.paths = {}, {}
-    findings.update(extra)
-    if reasons:
-        findings["partial"] = True
-    findings["partial_reasons"] = reasons
-    findings["input_notes"] = [f"capture partial: {r}" for r in reasons] + list(findings.get("input_notes") or [])
-    versions = bundle.table_versions()
-    manifest = {
-        "kdiag_version": __version__,
-        "created_us": int(time.time() * 1e6),
-        **manifest,
-        "partial": bool(manifest.get("partial") or reasons),
-        "partial_reasons": reasons,
-        "redaction": {"secret_values": len(secrets), "replacements": scrubbed, "by_pattern": by_pattern},
-        "host": host,
-        "pseudonyms": pseudo,
-        "parse": parsed.files,
-        "input_checks": findings.get("input_checks", []),
-        "tables": {name: {"rows": n, "schema_version": versions.get(name, 1)} for name, n in parsed.rows.items()},
-    }
-    try:
-        _write_reports(staging, findings, extra, out.name)
-        bundle.write(staging, out, manifest)
-        shutil.rmtree(staging, ignore_errors=True)
-        return findings, out
-    except OSError as e:
-        if not _disk_full(e):
-            raise
-    # No room for the archive: the staging directory becomes the bundle.
-    reasons.append(f"no room on the output disk for {out.name}: the bundle is the directory {staging}")
-    log(reasons[-1])
-    findings["partial"], manifest["partial"] = True, True
-    findings["input_notes"].insert(len(reasons) - 1, f"capture partial: {reasons[-1]}")
-    try:
-        with contextlib.suppress(OSError):
-            _write_reports(staging, findings, extra, out.name)
-        bundle.seal_dir(staging, manifest)
-    except OSError as e:
-        raise KdiagError(f"the output disk is full; the captures are in {staging} ({e.strerror or e})") from e
-    return findings, staging
-
-
-def _write_reports(staging: Path, findings: dict, extra: dict, name: str) -> None:
-    """findings.json, and the same for people: report.txt for a terminal,
-    report.html (its charts read the socket samples in tables/)."""
-    from kdiag.report.html import render_html, sockets_of
-    from kdiag.report.text import render
-
-    (staging / "findings.json").write_text(json.dumps(findings, indent=2, default=str) + "\n")
-    (staging / "report.txt").write_text(render(findings, probe=extra.get("probe")))
-    (staging / "report.html").write_text(render_html(findings, sockets_of(staging / "tables"), source=name))
-
-
-def _pseudonymise(staging: Path, map_path: Path, manifest: dict, extra: dict,
-                  host: dict) -> tuple[dict, dict, dict, dict]:
-    """Once, on the raw captures: tables and findings come from them and so
-    hold pseudonyms already (a second pass would map those again). The
-    manifest, extra findings and host facts pseudonymised, and the record of it."""
-    from kdiag.bundle.pseudonym import Pseudonyms, pseudonymise_manifest
-
-    with Pseudonyms.load_or_create(map_path, outside=[staging]) as ps:
-        ps.hostname(host["hostname"])
-        ps.learn_obj(manifest)
-        ps.learn_obj(extra)
-        pseudo = {"map_id": ps.map_id, "keep_loopback": ps.keep_loopback, **ps.tree(staging / "raw")}
-        manifest = pseudonymise_manifest({**manifest, "host": host}, ps)
-        host = manifest.pop("host")
-        extra = ps.obj(extra)
-    return manifest, extra, host, pseudo
-
-
-def _disk_full(e: OSError) -> bool:
-    return e.errno in (errno.ENOSPC, errno.EDQUOT)
-
-
-def seal(staging: Path, out: Path | None = None, log=lambda msg: None) -> Path:
-    """``kdiag bundle seal``: the OUTPUT.partial/ directory a killed kdiag
-    left becomes the bundle it would have written, marked partial. Secrets
-    are redacted by pattern only: the values kdiag was told died with it."""
-    staging = Path(staging).resolve()
-    if capture_running(staging):
-        raise UsageError(f"{staging} is being written by a kdiag trace that is still running; "
-                         "it seals it itself when it stops")
-    if not (staging / bundle.MANIFEST).is_file():
-        raise UsageError(f"{staging}: not a directory kdiag trace left (no {bundle.MANIFEST})")
-    # A link would seal (and redact in place) a file from outside the capture.
-    bundle.refuse_links(staging)
-    if bundle.is_sealed_dir(staging):
-        raise UsageError(f"{staging}: already sealed; kdiag replay reads it")
-    name = staging.name
-    out = (out or staging.with_name(name[:-len(".partial")] if name.endswith(".partial") else name + ".tar.gz"))
-    if out.exists():
-        raise UsageError(f"{out} exists; not overwriting it")
-    man = bundle.manifest(staging)
-    # Tables or findings half-written when kdiag died are not to be trusted.
-    shutil.rmtree(staging / "tables", ignore_errors=True)
-    for leftover in ("findings.json", "report.txt", "report.html"):
-        (staging / leftover).unlink(missing_ok=True)
-    raw_inputs = [f for f in bundle.raw_files(staging) if f.parent.name in bundle.ANALYSED_SOURCES]
-    reasons = list(man.get("partial_reasons") or [])
-    reasons.append("sealed afterwards with kdiag bundle seal: secrets redacted by pattern only")
-    manifest = {k: v for k, v in man.items() if k not in ("files", "sealed", "bundle_format")}
-    manifest.update({"partial": True, "partial_reasons": reasons})
-    holder, warm = start_spark()
-    meta = {"librdkafka_version": (man.get("versions") or {}).get("librdkafka")}
-    probe = bundle.probe_summary(staging)
-    _, out_path = finish(staging, raw_inputs, meta, holder, warm, out.resolve(), [], manifest,
-                         {"partial": True, "probe": probe, "delivery_ms": bundle.delivery_ms(staging / "raw" / "probe")},
-                         log)
-    return out_path
-
-
-def start_spark(small: bool = False) -> tuple[dict, threading.Thread]:
-    """``small``: the capture will be small (kdiag.analysis.spark.session)."""
-    holder: dict = {}
-    warm = threading.Thread(target=_warm_spark, args=(holder, small), daemon=True)
-    warm.start()
-    return holder, warm
 
 
 def _tail(path: Path, n: int = 5) -> str:

@@ -81,18 +81,6 @@ class NoBundles(KdiagError):
     """Nothing to read where the user pointed."""
 
 
-class NeedsPandas(KdiagError):
-    """PySpark hands Arrow batches to Python (mapInArrow) only with pandas."""
-
-
-def _pandas_or_fail() -> None:
-    import importlib.util
-
-    if importlib.util.find_spec("pandas") is None:
-        raise NeedsPandas("many bundles are parsed on Spark's executors, which PySpark does with pandas "
-                          "installed: pip install 'kdiag[fleet]' (pandas>=2.2,<3)")
-
-
 def locations(given: list[str]) -> tuple[list[str], list[str]]:
     """(archives named one by one, folders and globs to search), as URIs
     or paths Hadoop reads. A local path that does not exist is refused
@@ -172,7 +160,6 @@ def ingest(spark, given: list[str], work: str, limits=None, verify: bool = True)
 
     from kdiag.bundle.limits import Limits
 
-    _pandas_or_fail()
     limits = limits or Limits.resolve()
     cap = min(limits.unpacked_bytes, BINARY_FILE_MAX)
     listed = [(r.path, r.length) for r in archives(spark, given).collect()]

@@ -1,7 +1,8 @@
 """Starting the loopback lab: the tools and their versions, the commands,
 the processes in order, the state file, and the wait until the TLS port
 serves and the topics exist. ``kdiag.lab.broker.up`` calls ``up_locked``
-with the state directory locked."""
+with the state directory locked and the parts a scenario declared
+(``kdiag.lab.variants.Loopback``)."""
 from __future__ import annotations
 
 import contextlib
@@ -16,9 +17,10 @@ from typing import Any, Sequence
 import psutil
 
 import kdiag
-from kdiag.lab import broker as kl
+from kdiag.lab import loopback as kl
 from kdiag.lab import processes, state_file, tls
 from kdiag.lab.processes import LabError, log_tail
+from kdiag.lab.variants import Loopback
 
 
 def wait_ready(procs: dict[str, tuple[subprocess.Popen, Path]], lab: kl.Lab, deadline: float) -> None:
@@ -133,7 +135,7 @@ class _Plan:
 def _reuse(state_dir: Path, topics: Sequence[str], wanted: tuple, deadline: float) -> kl.Lab | None:
     """The lab already running in state_dir if it is the one wanted; what
     is left of a half-dead one is stopped."""
-    running_lab = kl._status_locked(state_dir)
+    running_lab = kl.status_locked(state_dir)
     if running_lab is not None:
         if (running_lab.variant, running_lab.response_delay_ms, running_lab.quota_bytes_per_s) != wanted:
             delay, quota = running_lab.response_delay_ms, running_lab.quota_bytes_per_s
@@ -143,7 +145,7 @@ def _reuse(state_dir: Path, topics: Sequence[str], wanted: tuple, deadline: floa
         ensure_topics(running_lab, topics, deadline)
         return running_lab
     # A lab with one process dead is useless; stop what is left of it.
-    kl._down_locked(state_dir)
+    kl.down_locked(state_dir)
     return None
 
 
@@ -157,9 +159,9 @@ def _terminator_tool(terminator: str) -> tuple[str, str, str]:
     return term_tool, processes.version_line([term_tool, "-version"], r"^stunnel \d"), kl.STUNNEL_LOG
 
 
-def _plan(state_dir: Path, variant: str, response_delay_ms: float | None,
-          quota_bytes_per_s: float | None) -> _Plan:
-    terminator, proxy = kl.VARIANTS[variant]
+def _plan(state_dir: Path, parts: Loopback) -> _Plan:
+    terminator, proxy = parts.terminator, parts.proxy
+    response_delay_ms, quota_bytes_per_s = parts.response_delay_ms, parts.quota_bytes_per_s
     tansu = str(kl.tansu_path())
     openssl = processes.tool("openssl", "apt-get install openssl")
     tansu_version = processes.version_line([tansu, "--version"], r"\d+\.\d+")
@@ -180,17 +182,14 @@ def _plan(state_dir: Path, variant: str, response_delay_ms: float | None,
         cmds["proxy"] = _slowproxy_cmd(proxy_port, broker_port, response_delay_ms, quota_bytes_per_s)
         logs["proxy"], envs["proxy"] = state_dir / kl.SLOWPROXY_LOG, _kdiag_env()
     if terminator == "socat":
-        from kdiag.lab import scenarios
-
-        nodelay = scenarios.loopback_variants()[variant].nodelay
-        cmds["terminator"] = tls.socat_cmd(term_tool, tls_port, term_target, cert, key, nodelay=nodelay)
+        cmds["terminator"] = tls.socat_cmd(term_tool, tls_port, term_target, cert, key, nodelay=parts.nodelay)
     else:
         cmds["terminator"] = [term_tool, str(tls.stunnel_conf(state_dir, tls_port, term_target, cert, key))]
     logs["terminator"], envs["terminator"] = state_dir / term_log, None
     lab = kl.Lab(state_dir=state_dir.resolve(), broker_port=broker_port, tls_port=tls_port, ca_path=cert.resolve(),
                  tansu_pid=0, terminator_pid=0, terminator=terminator, tansu_version=tansu_version,
-                 terminator_version=terminator_version, variant=variant, proxy=proxy,
-                 proxy_port=proxy_port, proxy_version=f"{kl.SLOWPROXY} {kdiag.__version__}" if proxy else None,
+                 terminator_version=terminator_version, variant=parts.variant, proxy=proxy,
+                 proxy_port=proxy_port, proxy_version=f"{proxy} {kdiag.__version__}" if proxy else None,
                  response_delay_ms=response_delay_ms, quota_bytes_per_s=quota_bytes_per_s)
     return _Plan(lab, cmds, logs, envs)
 
@@ -229,13 +228,12 @@ def _stop_spawned(state_dir: Path, spawned: list[subprocess.Popen]) -> None:
     state_file.remove_state(state_dir)
 
 
-def up_locked(state_dir: Path, detach: bool, topics: Sequence[str], variant: str = "tls",
-              response_delay_ms: float | None = None, quota_bytes_per_s: float | None = None) -> kl.Lab:
+def up_locked(state_dir: Path, detach: bool, topics: Sequence[str], parts: Loopback) -> kl.Lab:
     deadline = time.monotonic() + kl.READY_TIMEOUT
-    found = _reuse(state_dir, topics, (variant, response_delay_ms, quota_bytes_per_s), deadline)
+    found = _reuse(state_dir, topics, (parts.variant, parts.response_delay_ms, parts.quota_bytes_per_s), deadline)
     if found is not None:
         return found
-    plan = _plan(state_dir, variant, response_delay_ms, quota_bytes_per_s)
+    plan = _plan(state_dir, parts)
     for log in plan.logs.values():
         log.write_bytes(b"")
     spawned: list[subprocess.Popen] = []

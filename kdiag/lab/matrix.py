@@ -3,9 +3,9 @@
 Each row is a full ``kdiag trace`` (lab, probe producer under its tracer
 (bpfcalls where it runs, else strace; ``KDIAG_TRACER`` picks) and the
 sampler, analysis, bundle) of a scenario built to show one cause; the table
-says which cause kdiag found and the request latency it measured. It is how
-the cause matrix in the README is made, and a quick check that every rule
-still fires on this machine.
+says which cause kdiag found and the request latency it measured. It checks
+the expected causes of docs/lab.md's scenario table on this machine, and
+that every rule still fires here.
 """
 from __future__ import annotations
 

@@ -23,7 +23,8 @@ outlive a killed owner, so every start first removes the labs whose recorded
 owner is gone.
 
 The namespaces and veths themselves are built by kdiag.lab.netns; the link
-parameters of each scenario come from kdiag.lab.scenarios.
+is what the scenario declares (``kdiag.lab.variants.NetworkPath``), passed
+to ``running`` with its name: this module never looks a scenario up.
 """
 from __future__ import annotations
 
@@ -43,9 +44,10 @@ from typing import Any, Iterator, Sequence
 import psutil
 
 import kdiag
-from kdiag.lab import broker as kl
+from kdiag.lab import loopback as kl
 from kdiag.lab import delayline, processes, state_file, tls
 from kdiag.lab.broker_start import ensure_topics
+from kdiag.lab.variants import NetworkPath
 from kdiag.lab.netns import (  # noqa: F401 (CLIENT_ADDR...: this module's API too)
     BROKER_ADDR, CLIENT_ADDR, ROLES, ROUTER_ADDRS, NetLabError, build_network, call_in_netns, delete_netns,
     ifnames, list_netns, netns_pids, run, tls_handshake,
@@ -70,17 +72,6 @@ class Scenario:
     loss_pct: float  # per frame, each direction
     jitter_ms: float = 0.0
     description: str = ""
-
-
-def _scenarios() -> dict[str, Scenario]:
-    from kdiag.lab import scenarios
-
-    return {name: Scenario(name, path.delay_ms, path.loss_pct, path.jitter_ms, path.description)
-            for name, path in scenarios.network_paths().items()}
-
-
-# The network lab's scenarios, as kdiag.lab.scenarios declares them.
-SCENARIOS: dict[str, Scenario] = _scenarios()
 
 
 @dataclass(frozen=True)
@@ -150,13 +141,11 @@ class NetLab:
         }
 
 
-def get_scenario(name: str | Scenario) -> Scenario:
-    if isinstance(name, Scenario):
-        return name
-    try:
-        return SCENARIOS[name]
-    except KeyError:
-        raise NetLabError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}") from None
+def get_scenario(name: str, path: NetworkPath) -> Scenario:
+    """The lab's record of a scenario: its name and the link it declares."""
+    if not isinstance(path, NetworkPath):
+        raise NetLabError(f"scenario {name!r}: the network lab takes a NetworkPath, not {path!r}")
+    return Scenario(name, path.delay_ms, path.loss_pct, path.jitter_ms, path.description)
 
 
 # --- state and the stale-lab sweep ----------------------------------------------
@@ -421,7 +410,8 @@ def _teardown(b: _Build) -> None:
 
 @contextlib.contextmanager
 def running(
-    scenario: str | Scenario = "network-latency",
+    name: str,
+    path: NetworkPath,
     topics: Sequence[str] = kl.DEFAULT_TOPICS,
     *,
     seed: int | None = None,
@@ -433,8 +423,9 @@ def running(
     processes and the next start removes the namespaces.
 
     The processes are tied to the calling thread, which must outlive the
-    block. seed fixes the delay line's loss and jitter sequence."""
-    sc = get_scenario(scenario)
+    block. name is the scenario's, path the link it declares. seed fixes
+    the delay line's loss and jitter sequence."""
+    sc = get_scenario(name, path)
     tools = _tools()
     with processes.sigterm_exits() as hold_sigterm:
         build: _Build | None = None

@@ -1,31 +1,27 @@
 """``kdiag compare -o PAGE``: the comparison (kdiag.report.compare) as one
-self-contained HTML page, drawn as the report is (kdiag.report.svg)."""
+self-contained HTML page, drawn as the report is (kdiag.report.svg) and
+written by templates/compare.html, which escapes every value it writes."""
 from __future__ import annotations
 
 from kdiag.report import svg
-from kdiag.report.compare import LEVEL, RESAMPLES, ci_text, pct, count_in, log_bins
-from kdiag.report.html import OTHER_CAUSES, color_of, page, table
+from kdiag.report.compare import LEVEL, RESAMPLES, ci_text, count_in, log_bins, pct
+from kdiag.report.html import OTHER_CAUSES, color_of
 from kdiag.report.shown import SHOWN
-from kdiag.report.svg import esc, fmt, num
+from kdiag.report.svg import fmt, num
+from kdiag.report.templating import render
 
 SIDES = ("#d62728", "#2ca02c")   # before, after
 
 
 def render_compare_html(c: dict) -> str:
     b, a = c["before"], c["after"]
-    verdict_color = {True: "#2ca02c", False: "#d62728", None: "#7f7f7f"}[c.get("fixed")]
-    parts = [f"<h1>kdiag compare</h1><p class=\"meta\">{esc(b['name'])} &rarr; {esc(a['name'])}</p>",
-             f'<section class="verdict" id="verdict" style="--c:{verdict_color}"><h2>{esc(c["sentence"])}</h2>'
-             "</section>", _table(c), _prediction(c),
-             "<h2>Latency before and after</h2>", _latency(c),
-             "<h2>Causes before and after</h2>", _causes(c),
-             "<h2>Latency distribution</h2>", _distribution(c),
-             f'<p class="meta">{LEVEL:.0%} intervals: percentile bootstrap, {RESAMPLES} resamples of the requests; '
-             "rates by resampling equal time windows.</p>"]
-    return page(f"kdiag compare: {b['name']} vs {a['name']}", "".join(parts))
+    return render("compare.html", title=f"kdiag compare: {b['name']} vs {a['name']}", before=b["name"],
+                  after=a["name"], verdict_color={True: "#2ca02c", False: "#d62728", None: "#7f7f7f"}[c.get("fixed")],
+                  sentence=c["sentence"], figures=_figures(c), prediction=_prediction(c), latency=_latency(c),
+                  causes=_causes(c), distribution=_distribution(c), level=LEVEL, resamples=RESAMPLES) + "\n"
 
 
-def _table(c: dict) -> str:
+def _figures(c: dict) -> list[list[str]]:
     b, a = c["before"], c["after"]
     rows = [("p50 (ms)", ci_text(b["p50_ms"]), ci_text(a["p50_ms"])),
             ("p99 (ms)", ci_text(b["p99_ms"]), ci_text(a["p99_ms"])),
@@ -33,25 +29,21 @@ def _table(c: dict) -> str:
             ("message delivery p50 (ms)", ci_text(b["delivery_p50_ms"]), ci_text(a["delivery_p50_ms"])),
             ("requests", str(b["requests"]), str(a["requests"])),
             ("verdict", str(b["verdict"]), str(a["verdict"]))]
-    return table(["", "before", "after"], [list(r) for r in rows], ' id="figures"')
+    return [list(r) for r in rows]
 
 
-def _prediction(c: dict) -> str:
+def _prediction(c: dict) -> dict | None:
     p = c.get("prediction")
     if not p:
-        return ""
+        return None
     fix = ", ".join(f"{k}={v}" for k, v in (p.get("fix") or {}).items())
     ok = {True: "within", False: "outside", None: "not comparable to"}[p.get("within_tolerance")]
     what = "message delivery p50" if p.get("metric") == "delivery_p50_ms" else "p50"
-    return (f'<h2>Predicted and measured</h2><table id="prediction"><tr><th></th><th>predicted by the '
-            f'{esc(p["cause"])} finding ({esc(fix)})</th><th>measured after</th></tr>'
-            f"<tr><td>{what} (ms)</td><td>{fmt(p['predicted_p50_ms'] or 0)}</td>"
-            f"<td>{fmt(p['measured_p50_ms'] or 0)}</td></tr>"
-            f"<tr><td>p99 (ms)</td><td>{fmt(p['predicted_p99_ms'] or 0)}</td>"
-            f"<td>{fmt(p['measured_p99_ms'] or 0)}</td></tr>"
-            f"<tr><td>saving at the median (ms)</td><td>{fmt(p['predicted_saving_ms'] or 0)}</td>"
-            f"<td>{fmt(p['measured_saving_ms'] or 0)}</td></tr></table>"
-            f'<p class="meta">The predicted saving is {ok} 25% of the measured one.</p>')
+    return {"cause": p["cause"], "fix": fix, "ok": ok,
+            "rows": [(f"{what} (ms)", fmt(p["predicted_p50_ms"] or 0), fmt(p["measured_p50_ms"] or 0)),
+                     ("p99 (ms)", fmt(p["predicted_p99_ms"] or 0), fmt(p["measured_p99_ms"] or 0)),
+                     ("saving at the median (ms)", fmt(p["predicted_saving_ms"] or 0),
+                      fmt(p["measured_saving_ms"] or 0))]}
 
 
 def _latency(c: dict) -> str:
@@ -62,17 +54,16 @@ def _latency(c: dict) -> str:
         return svg.empty("compare_latency", "no latencies on either side")
     fr = svg.Frame((0.0, float(len(items))), (min(vals), max(vals)), x_label="", y_label="latency (ms, log)",
                    y_log=True, x_ticks=False, x_exact=True)
-    marks = []
+    marks, dots = [], 0
     for i, (label, e, color) in enumerate(items):
         x = fr.x(i + 0.5)
         if num(e["value"]) is None or e["value"] <= 0:
             continue
         if e["lo"] is not None and e["hi"] is not None and e["lo"] > 0:
-            marks.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{fr.y(e["lo"]):.1f}" y2="{fr.y(e["hi"]):.1f}" '
-                         f'stroke="{color}" stroke-width="2"><title>{esc(label)}: {esc(ci_text(e))} ms</title></line>')
+            marks.append(svg.interval(x, fr.y(e["lo"]), fr.y(e["hi"]), color, f"{label}: {ci_text(e)} ms"))
         marks.append(svg.dot(x, fr.y(e["value"]), color, f"{label}: {ci_text(e)} ms", r=5))
-        marks.append(f'<text class="wlabel" x="{x:.1f}" y="{fr.h - 22}" text-anchor="middle">{esc(label)}</text>')
-    dots = sum(m.startswith("<circle") for m in marks)
+        dots += 1
+        marks.append(svg.label(label, f"{x:.1f}", fr.h - 22, anchor="middle"))
     return fr.svg("compare_latency", marks, "p50 and p99 with their intervals", count=dots)
 
 
@@ -92,19 +83,18 @@ def _causes(c: dict) -> str:
                       for s in sides)
     w, left, bar_h = svg.W, 90, 26
     others: dict = {}
-    marks, y = [], 8
+    marks, y, drawn = [], 8, 0
     for label, s in zip(("before", "after"), sides):
         x = left
         for n in names:
             width = share(s, n) * (w - left - 20)
             if width > 0:
                 marks.append(svg.rect(x, y, width, bar_h, color_of(n, others), f"{s['name']}: {n} {pct(share(s, n))}"))
+                drawn += 1
             x += width
-        marks.append(f'<text class="wlabel" x="{left - 8}" y="{y + 17}" text-anchor="end">{label}'
-                     f'<title>{esc(s["name"])}</title></text>')
+        marks.append(svg.label(label, left - 8, y + 17, anchor="end", tip=s["name"]))
         y += bar_h + 12
-    drawn = sum(m.startswith("<rect") for m in marks)
-    return (svg.chart("compare_causes", w, y, "share of requests by cause", "".join(marks), drawn)
+    return (svg.chart("compare_causes", w, y, "share of requests by cause", marks, drawn)
             + svg.legend([(n, color_of(n, others)) for n in names]))
 
 

@@ -4,17 +4,21 @@ waterfall, latency over time and by cause, the socket's state, the path)
 and what the inputs lacked. No script, no network: styles inline, charts
 as SVG (kdiag.report.svg), a Content-Security-Policy that forbids the
 rest. The findings may come from a stranger's bundle: every value is
-type-checked where it is read and escaped where it is written."""
+type-checked where it is read here, and the page is written by
+templates/report.html, whose engine escapes every value it writes."""
 from __future__ import annotations
 
 import math
 import time
 from pathlib import Path
 
+from markupsafe import Markup
+
 from kdiag.analysis.causes import BY_NAME, colour_of
 from kdiag.report import svg
-from kdiag.report.shown import IN_PROBES, SHOWN, capped, left_out, paths_shown
-from kdiag.report.svg import esc, fmt, num
+from kdiag.report.shown import IN_PROBES, SHOWN, capped, paths_shown
+from kdiag.report.svg import fmt, num
+from kdiag.report.templating import macros, render
 
 OTHER_COLORS = ("#6b6ecf", "#b5cf6b", "#e7ba52", "#d6616b", "#ce6dbd", "#9c9ede")
 PARTS = (("client queue", "#e377c2"), ("send", "#ff7f0e"), ("wait for response", "#1f77b4"), ("read", "#2ca02c"))
@@ -27,28 +31,6 @@ WATERFALL_WORST = 3
 # Where a capped section's rows are all kept.
 IN_FINDINGS = "kdiag replay --json of the same inputs prints them all"
 IN_SOCKETS = "tables/sockets.parquet of the bundle holds every sample"
-
-CSS = """
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1b1f24;background:#f6f7f9}
-main{max-width:980px;margin:0 auto;padding:20px 24px 48px}
-h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:28px 0 8px;border-bottom:1px solid #d0d4da;padding-bottom:4px}
-.meta{color:#57606a;margin:0 0 16px}.verdict{background:#fff;border:1px solid #d0d4da;border-left:6px solid var(--c);
-padding:12px 16px;border-radius:6px}.verdict h2{border:0;margin:0 0 4px;font-size:18px}
-.finding{background:#fff;border:1px solid #d0d4da;border-radius:6px;padding:10px 16px;margin:10px 0}
-.finding h3{margin:0 0 6px;font-size:15px}.fix{background:#eef6ee;border:1px solid #b7d9b7;border-radius:4px;
-padding:6px 10px;font-family:ui-monospace,Menlo,Consolas,monospace}
-.figures{display:grid;grid-template-columns:repeat(auto-fit,minmax(150px,1fr));gap:8px}
-.figures div{background:#fff;border:1px solid #d0d4da;border-radius:6px;padding:8px 12px}
-.figures b{display:block;font-size:18px}.chart{width:100%;height:auto;background:#fff;border:1px solid #d0d4da;
-border-radius:6px}.grid{stroke:#eceef1}.axis{stroke:#8c959f}.tick{font-size:11px;fill:#57606a}
-.label{font-size:12px;fill:#57606a}.wlabel{font-size:12px;fill:#1b1f24}.legend{list-style:none;padding:0;margin:6px 0;
-display:flex;flex-wrap:wrap;gap:12px}.swatch{display:inline-block;width:12px;height:12px;border-radius:2px;
-margin-right:5px;vertical-align:-1px}table{border-collapse:collapse;background:#fff;width:100%}
-td,th{border:1px solid #d0d4da;padding:4px 8px;text-align:left;font-size:13px}th{background:#eef0f3}
-.empty{background:#fff;border:1px dashed #b0b7c0;border-radius:6px;padding:14px;color:#57606a}
-.panels{display:grid;grid-template-columns:1fr 1fr;gap:8px}ul.plain{margin:4px 0;padding-left:20px}
-"""
-
 
 def color_of(cause: str, others: dict) -> str:
     # A cause keeps its colour across charts and reports (its module's);
@@ -103,25 +85,18 @@ def render_html(findings: dict, sockets: list[dict] | None = None, *, source: st
     findings = _dict(findings)
     others: dict = {}
     rows = request_rows(findings)
-    parts = [_head(findings, source), _verdict(findings, others), _figures(findings),
-             "<h2>Where a request's time goes</h2>", _waterfall(findings, rows),
-             "<h2>Latency over time</h2>", _over_time(findings, rows, others),
-             "<h2>Latency by cause</h2>", _distribution(rows, others),
-             "<h2>The client socket over time</h2>", _sockets(sockets),
-             "<h2>The network path</h2>", _paths(findings), _inputs(findings)]
-    return page(f"kdiag: {_text(findings.get('verdict')) or 'no verdict'}", "".join(parts))
+    return render("report.html", title=f"kdiag: {_text(findings.get('verdict')) or 'no verdict'}",
+                  head=_head(findings, source), verdict=_verdict(findings, others), figures=_figures(findings),
+                  waterfall=_waterfall(findings, rows), over_time=_over_time(findings, rows, others),
+                  distribution=_distribution(rows, others), sockets=_sockets(sockets), paths=_paths(findings),
+                  inputs=_inputs(findings), in_findings=IN_FINDINGS, in_probes=IN_PROBES) + "\n"
 
 
-def page(title: str, body: str) -> str:
-    """The document around ``body``: styles inline; the policy forbids every
-    script and every fetch, so nothing a bundle smuggled in could run."""
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
-            "img-src data:\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{esc(title)}</title><style>{CSS}</style></head><body><main>{body}</main></body></html>\n")
+def _parts():
+    return macros("parts.html")
 
 
-def _head(f: dict, source: str | None) -> str:
+def _head(f: dict, source: str | None) -> dict:
     s = _dict(f.get("summary"))
     when = ""
     first, last = num(s.get("first_send_us")), num(s.get("last_recv_us"))
@@ -133,53 +108,35 @@ def _head(f: dict, source: str | None) -> str:
     brokers = [b for b in _list(s.get("brokers")) if isinstance(b, str)]
     what = (f"{fmt(num(s.get('requests')) or 0)} Produce requests to {len(brokers)} broker(s){when}; "
             f"librdkafka {_text(f.get('librdkafka_version')) or '?'}; request timing from {_text(s.get('source')) or '?'}")
-    src = f"<br>from {esc(source)}" if source else ""
-    return (f"<h1>kdiag report</h1><p class=\"meta\">{esc(what)}{src}<br>kdiag "
-            f"{esc(_text(f.get('kdiag_version')) or '?')}</p>")
+    return {"what": what, "source": source, "version": _text(f.get("kdiag_version")) or "?"}
 
 
-def _verdict(f: dict, others: dict) -> str:
+def _verdict(f: dict, others: dict) -> dict:
     verdict = _text(f.get("verdict"))
-    conf = _text(f.get("confidence"))
-    out = [f'<section class="verdict" id="verdict" style="--c:{esc(color_of(verdict or "unexplained_slow", others))}">'
-           f'<h2>Verdict: {esc(verdict or "none: no completed Produce request to judge")}</h2>'
-           + (f"<div>Confidence: {esc(conf)}</div>" if conf else "") + "</section>"]
     found, more_found = capped(_list(f.get("findings")), "findings")
-    for fd in found:
-        fd = _dict(fd)
-        share, ts = num(fd.get("share")) or 0.0, num(fd.get("time_share"))
-        of_time = f", {ts * 100:.0f}% of the time" if ts is not None and abs(ts - share) >= 0.05 else ""
-        evidence, more = capped([e for e in _list(fd.get("evidence")) if isinstance(e, str)], "evidence")
-        evidence = "".join(f"<li>{esc(e)}</li>" for e in evidence) + (
-            f"<li>{left_out(more, 'lines of evidence', IN_FINDINGS)}</li>" if more else "")
-        fix = _dict(fd.get("fix"))
-        fix_line = " ".join(f"-X {k}={v}" for k, v in fix.items() if isinstance(v, (str, int, float, bool)))
-        out.append(f'<section class="finding"><h3><span class="swatch" style="background:'
-                   f'{esc(color_of(_text(fd.get("cause")), others))}"></span>{esc(_text(fd.get("cause")))}: '
-                   f'{fmt(num(fd.get("requests")) or 0)} requests ({share * 100:.0f}%{esc(of_time)})</h3>'
-                   f'<ul class="plain">{evidence}</ul>'
-                   + (f'<div class="fix">fix: {esc(fix_line)}</div>' if fix_line else "")
-                   + (f"<p>{esc(fd['fix_text'])}</p>" if isinstance(fd.get("fix_text"), str) else "")
-                   + (f'<p class="predicted">Predicted {esc(fd["predicted_text"])}.</p>'
-                      if isinstance(fd.get("predicted_text"), str) else "")
-                   + "</section>")
-    out.append(left_out(more_found, "findings", IN_FINDINGS))
-    likely, more = capped([_dict(x) for x in _list(f.get("likely"))], "likely")
-    if likely:
-        out.append("<h2>Likely causes</h2>" + table(
-            ["cause", "what supports it", "the capture that decides"],
-            [[_text(x.get("cause")), _text(x.get("support")), _text(x.get("decide"))] for x in likely])
-            + left_out(more, "likely causes", IN_FINDINGS))
-    return "".join(out)
+    likely, more_likely = capped([_dict(x) for x in _list(f.get("likely"))], "likely")
+    return {"color": color_of(verdict or "unexplained_slow", others),
+            "name": verdict or "none: no completed Produce request to judge",
+            "confidence": _text(f.get("confidence")),
+            "findings": [_finding(_dict(fd), others) for fd in found], "findings_left_out": more_found,
+            "likely": [[_text(x.get("cause")), _text(x.get("support")), _text(x.get("decide"))] for x in likely],
+            "likely_left_out": more_likely}
 
 
-def table(headers: list[str], rows: list[list], attrs: str = "") -> str:
-    """A table of text cells, every one escaped; ``attrs`` is kdiag's own."""
-    return (f"<table{attrs}><tr>" + "".join(f"<th>{esc(h)}</th>" for h in headers) + "</tr>" + "".join(
-        "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
+def _finding(fd: dict, others: dict) -> dict:
+    share, ts = num(fd.get("share")) or 0.0, num(fd.get("time_share"))
+    evidence, more = capped([e for e in _list(fd.get("evidence")) if isinstance(e, str)], "evidence")
+    fix = _dict(fd.get("fix"))
+    return {"color": color_of(_text(fd.get("cause")), others), "cause": _text(fd.get("cause")),
+            "requests": fmt(num(fd.get("requests")) or 0), "share": f"{share * 100:.0f}",
+            "of_time": f", {ts * 100:.0f}% of the time" if ts is not None and abs(ts - share) >= 0.05 else "",
+            "evidence": evidence, "evidence_left_out": more,
+            "fix_line": " ".join(f"-X {k}={v}" for k, v in fix.items() if isinstance(v, (str, int, float, bool))),
+            "fix_text": fd["fix_text"] if isinstance(fd.get("fix_text"), str) else None,
+            "predicted_text": fd["predicted_text"] if isinstance(fd.get("predicted_text"), str) else None}
 
 
-def _figures(f: dict) -> str:
+def _figures(f: dict) -> list[tuple[str, str]]:
     s = _dict(f.get("summary"))
     sp = _dict(s.get("split_ms"))
     probe = _dict(f.get("probe"))
@@ -192,11 +149,10 @@ def _figures(f: dict) -> str:
              ("wait for response (median)", ms(sp.get("wait_response")))]
     if num(probe.get("msgs_per_s")) is not None:
         cells.insert(0, ("probe throughput", f"{fmt(num(probe['msgs_per_s']))} msg/s"))
-    return '<div class="figures" id="figures">' + "".join(
-        f"<div>{esc(k)}<b>{esc(v)}</b></div>" for k, v in cells) + "</div>"
+    return cells
 
 
-def _waterfall(f: dict, rows: list[dict]) -> str:
+def _waterfall(f: dict, rows: list[dict]) -> Markup:
     """The typical request (the median by total) and the slowest, each a bar
     of its parts on one time scale. The client queue is the statistics'
     median: librdkafka reports it per window, not per request."""
@@ -224,16 +180,14 @@ def _waterfall(f: dict, rows: list[dict]) -> str:
         for (name, color), v in zip(PARTS, p):
             marks.append(svg.rect(x, y, v * scale, row_h - 12, color, f"{name}: {fmt(v)} ms ({tip})"))
             x += v * scale
-        marks.append(f'<text class="wlabel" x="{left - 8}" y="{y + 15}" text-anchor="end">{esc(label)}</text>')
-        marks.append(f'<text class="tick" x="{w - right + 8}" y="{y + 15}">'
-                     f'{esc(" · ".join("?" if v is None else fmt(v) for v in known))} ms = {fmt(num(r["total_ms"]) or 0)} ms'
-                     '</text>')
+        marks.append(svg.label(label, left - 8, y + 15, anchor="end"))
+        parts = " · ".join("?" if v is None else fmt(v) for v in known)
+        marks.append(svg.label(f"{parts} ms = {fmt(num(r['total_ms']) or 0)} ms", w - right + 8, y + 15, cls="tick"))
         y += row_h
     note = ("client queue: the statistics' median, the same on every bar" if queue is not None else
             "client queue unknown (no statistics)") + "; ? = not measured by these inputs (drawn in the wait)"
-    body = "".join(marks)
-    return (svg.chart("waterfall", w, y + 4, "per-request waterfall", body, len(bars))
-            + svg.legend(list(PARTS)) + f'<p class="meta">Parts in ms: queue · send · wait · read. {esc(note)}.</p>')
+    return (svg.chart("waterfall", w, y + 4, "per-request waterfall", marks, len(bars))
+            + svg.legend(list(PARTS)) + _parts().meta(f"Parts in ms: queue · send · wait · read. {note}."))
 
 
 OTHER_CAUSES = "other causes"
@@ -266,17 +220,17 @@ def _drawn(pts: list[tuple]) -> list[tuple]:
     return [pts[i] for i in sorted(slow | {rest[int(k * step)] for k in range(n - len(slow))})]
 
 
-def _sample_note(f: dict, drawn: int, timed: int) -> str:
+def _sample_note(f: dict, drawn: int, timed: int) -> Markup:
     rr = _dict(f.get("request_rows"))
     of = num(rr.get("of"))
     total = int(of) if rr.get("sampled") is True and of else timed
     if drawn < total:
-        return (f'<p class="meta">{drawn:,} of {total:,} requests drawn: an even sample and the slowest; '
-                "the figures above count them all.</p>")
-    return ""
+        return _parts().meta(f"{drawn:,} of {total:,} requests drawn: an even sample and the slowest; "
+                             "the figures above count them all.")
+    return Markup()
 
 
-def _over_time(f: dict, rows: list[dict], others: dict) -> str:
+def _over_time(f: dict, rows: list[dict], others: dict) -> Markup:
     pts = [(num(r.get("send_us")), num(r.get("total_ms")), r) for r in rows]
     pts = [(t, v, r) for t, v, r in pts if t is not None and v is not None]
     if not pts:
@@ -295,7 +249,7 @@ def _over_time(f: dict, rows: list[dict], others: dict) -> str:
             + svg.legend([(c, color_of(c, others)) for c in causes]) + _sample_note(f, len(pts), timed))
 
 
-def _distribution(rows: list[dict], others: dict, bins: int = 30) -> str:
+def _distribution(rows: list[dict], others: dict, bins: int = 30) -> Markup:
     vals = [(num(r.get("total_ms")), _cause(r)) for r in rows]
     vals = [(v, c) for v, c in vals if v is not None and v >= 0]
     if not vals:
@@ -332,7 +286,7 @@ def _distribution(rows: list[dict], others: dict, bins: int = 30) -> str:
             + svg.legend([(c, color_of(c, others)) for c in causes]))
 
 
-def _sockets(samples: list[dict] | None) -> str:
+def _sockets(samples: list[dict] | None) -> Markup:
     if not samples:
         return svg.empty("sockets", "no socket samples in these inputs (kdiag trace samples TCP_INFO of the "
                                     "producer's broker sockets; a log or an strace alone has none)")
@@ -376,10 +330,10 @@ def _sockets(samples: list[dict] | None) -> str:
             marks.append(svg.line(px, colors[k], k, step=True) if len(px) > 1 else
                          svg.dot(px[0][0], px[0][1], colors[k], k))
         panels.append(fr.svg(name, marks, label))
-    read_all = (f'<p class="meta">At most {SOCKET_ROWS_MAX:,} samples are read for these charts; '
-                f"{esc(IN_SOCKETS)}.</p>" if len(samples) >= SOCKET_ROWS_MAX else "")
-    return ('<div class="panels">' + "".join(panels) + "</div>"
-            + svg.legend([(k, c) for k, c in colors.items()]) + left_out(more, "connections", IN_SOCKETS) + read_all)
+    read_all = (_parts().meta(f"At most {SOCKET_ROWS_MAX:,} samples are read for these charts; {IN_SOCKETS}.")
+                if len(samples) >= SOCKET_ROWS_MAX else Markup())
+    return (_parts().panels(panels) + svg.legend([(k, c) for k, c in colors.items()])
+            + _parts().left_out(more, "connections", IN_SOCKETS) + read_all)
 
 
 def _thinned(pts: list[tuple[float, float]], n: int) -> list[tuple[float, float]]:
@@ -401,18 +355,16 @@ def _thinned(pts: list[tuple[float, float]], n: int) -> list[tuple[float, float]
     return out
 
 
-def _paths(f: dict) -> str:
+def _paths(f: dict) -> dict:
     paths, more = paths_shown(f.get("paths"))
     s = _dict(f.get("summary"))
     rtt = num(s.get("path_rtt_ms"))
-    head = (f"<p>Path round trip: {'&le; ' if s.get('path_rtt_upper_bound') else ''}{fmt(rtt)} ms "
-            f"({esc(_text(s.get('path_rtt_source')))})</p>" if rtt is not None else "")
-    if not paths:
-        return head + svg.empty("paths", "no path probes in these inputs")
     cols = ["broker", "method", "ttl", "responder", "answer", "rtt_min_ms", "rtt_median_ms", "rtt_max_ms",
             "answered", "sent"]
-    return head + table(cols, [[_cell(p.get(c)) for c in cols] for p in paths],
-                        f' data-chart="paths" data-marks="{len(paths)}"') + left_out(more, "hops", IN_PROBES)
+    return {"rtt": None if rtt is None else fmt(rtt), "upper_bound": bool(s.get("path_rtt_upper_bound")),
+            "rtt_source": _text(s.get("path_rtt_source")), "columns": cols,
+            "rows": [[_cell(p.get(c)) for c in cols] for p in paths], "left_out": more,
+            "empty": None if paths else svg.empty("paths", "no path probes in these inputs")}
 
 
 def _cell(v) -> str:
@@ -421,27 +373,19 @@ def _cell(v) -> str:
     return fmt(v) if num(v) is not None and not isinstance(v, int) else str(v)
 
 
-def _inputs(f: dict) -> str:
-    out = ["<h2>The inputs</h2>"]
-    checks, more = capped([_dict(c) for c in _list(f.get("input_checks"))], "input_checks")
-    if checks:
-        keys = [k for k in ("input", "check", "count", "detail") if any(k in c for c in checks)]
-        out.append(table(keys, [[_cell(c.get(k)) for k in keys] for c in checks], ' id="input-checks"')
-                   + left_out(more, "input checks", IN_FINDINGS))
-    else:
-        out.append('<p id="input-checks">Input checks: nothing found (no copies, clock steps or negative '
-                   'latencies).</p>')
+def _inputs(f: dict) -> dict:
+    checks, more_checks = capped([_dict(c) for c in _list(f.get("input_checks"))], "input_checks")
+    keys = [k for k in ("input", "check", "count", "detail") if any(k in c for c in checks)]
+    lists = []
     for title, key in (("What the inputs could not tell", "unknowns"), ("Notes on the inputs", "input_notes"),
                        ("Why the capture is partial", "partial_reasons")):
         items, more = capped([x for x in _list(f.get(key)) if isinstance(x, str)], "notes")
         if items:
-            out.append(f"<h3>{esc(title)}</h3><ul class=\"plain\">" + "".join(f"<li>{esc(x)}</li>" for x in items)
-                       + "</ul>" + left_out(more, "notes", IN_FINDINGS))
-    files, more = capped([_dict(x) for x in _list(f.get("inputs"))], "inputs")
-    if files:
-        out.append("<h3>Files read</h3>" + table(
-            ["file", "read as", "lines", "parsed", "skipped"],
-            [[_text(x.get("path")), _text(x.get("kind")) or "not recognised",
-              *(_cell(_dict(x.get("counts")).get(k)) for k in ("lines", "parsed", "skipped_total"))] for x in files])
-            + left_out(more, "files", IN_FINDINGS))
-    return "".join(out)
+            lists.append((title, items, more))
+    files, more_files = capped([_dict(x) for x in _list(f.get("inputs"))], "inputs")
+    return {"check_keys": keys, "checks": [[_cell(c.get(k)) for k in keys] for c in checks],
+            "checks_left_out": more_checks, "lists": lists,
+            "files": [[_text(x.get("path")), _text(x.get("kind")) or "not recognised",
+                       *(_cell(_dict(x.get("counts")).get(k)) for k in ("lines", "parsed", "skipped_total"))]
+                      for x in files],
+            "files_left_out": more_files}

@@ -10,8 +10,6 @@ their points to these numbers instead of drawing a mark per row.
 """
 from __future__ import annotations
 
-from html import escape
-
 SHOWN = {
     "findings": 20,         # causes found, a box each
     "evidence": 20,         # lines of evidence of one finding
@@ -45,15 +43,6 @@ def paths_shown(paths) -> tuple[list[dict], int]:
     none of them."""
     rows = [p for p in paths if isinstance(p, dict)] if isinstance(paths, list) else []
     return capped(sorted(rows, key=lambda p: p.get("broker") is None), "paths")
-
-
-def left_out(n: int, what: str, where: str) -> str:
-    """The line a capped section ends with; empty when nothing was left out.
-    ``what`` and ``where`` are kdiag's own words."""
-    if n <= 0:
-        return ""
-    return (f'<p class="meta left-out" data-left-out="{n}">&hellip; and {n:,} more {escape(what)} not shown; '
-            f"{escape(where)}.</p>")
 
 
 def clipped(text: str) -> str:

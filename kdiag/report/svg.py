@@ -1,23 +1,20 @@
-"""Charts as inline SVG, drawn here: the HTML report opens offline and runs
-no script, so a chart is markup. Every text and attribute value is escaped:
-the numbers and names come from bundles anyone may have written."""
+"""Charts as inline SVG: the HTML report opens offline and runs no script,
+so a chart is markup. The geometry is computed here; the markup is the
+macros of templates/svg.html, which escape every text and attribute value:
+the numbers and names come from bundles anyone may have written. Each
+function returns markup (markupsafe.Markup) for a template to insert."""
 from __future__ import annotations
 
 import math
-from html import escape
 
-from kdiag.report.shown import clipped
-from kdiag.visible import visible
+from kdiag.report.templating import macros
 
 W, H = 760, 250
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 14, 40
 
 
-def esc(v) -> str:
-    """``v`` as page text: controls, format characters (bidirectional
-    overrides) and lone surrogates shown as escapes rather than interpreted
-    or hidden by the browser, clipped to SHOWN's length, markup escaped."""
-    return escape(visible(clipped(v if isinstance(v, str) else str(v))), quote=True)
+def _svg():
+    return macros("svg.html")
 
 
 # What an axis can span: its ratios, differences and decades stay finite
@@ -99,60 +96,53 @@ class Frame:
     def y(self, v: float) -> float:
         return self.h - BOTTOM - self._at(v, self.y_lo, self.y_hi, self.y_log) * (self.h - TOP - BOTTOM)
 
-    def svg(self, name: str, marks: list[str], title: str, count: int | None = None) -> str:
+    def svg(self, name: str, marks: list, title: str, count: int | None = None):
         """``count``: the data marks among ``marks`` (default: all of them)."""
-        grid = []
-        for t in nice_ticks(self.y_lo, self.y_hi, self.y_log):
-            y = self.y(t)
-            grid.append(f'<line class="grid" x1="{LEFT}" x2="{self.w - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
-                        f'<text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{fmt(t)}</text>')
-        for t in nice_ticks(self.x_lo, self.x_hi, self.x_log, 8) if self.x_ticks else []:
-            x = self.x(t)
-            grid.append(f'<line class="axis" x1="{x:.1f}" x2="{x:.1f}" y1="{self.h - BOTTOM}" '
-                        f'y2="{self.h - BOTTOM + 4}"/><text class="tick" x="{x:.1f}" y="{self.h - BOTTOM + 16}" '
-                        f'text-anchor="middle">{fmt(t)}</text>')
-        axes = (f'<line class="axis" x1="{LEFT}" x2="{self.w - RIGHT}" y1="{self.h - BOTTOM}" y2="{self.h - BOTTOM}"/>'
-                f'<line class="axis" x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{self.h - BOTTOM}"/>'
-                f'<text class="label" x="{(LEFT + self.w - RIGHT) / 2:.0f}" y="{self.h - 6}" '
-                f'text-anchor="middle">{esc(self.x_label)}</text>'
-                f'<text class="label" transform="translate(14 {(TOP + self.h - BOTTOM) / 2:.0f}) rotate(-90)" '
-                f'text-anchor="middle">{esc(self.y_label)}</text>')
-        return chart(name, self.w, self.h, title, "".join(grid) + axes + "".join(marks),
+        yticks = [(self.y(t), fmt(t)) for t in nice_ticks(self.y_lo, self.y_hi, self.y_log)]
+        xticks = [(self.x(t), fmt(t)) for t in nice_ticks(self.x_lo, self.x_hi, self.x_log, 8)] if self.x_ticks else []
+        box = {"left": LEFT, "right": self.w - RIGHT, "top": TOP, "bottom": self.h - BOTTOM, "h": self.h,
+               "x_label": self.x_label, "y_label": self.y_label}
+        return chart(name, self.w, self.h, title, [_svg().frame(box, yticks, xticks), *marks],
                      len(marks) if count is None else count)
 
 
-def chart(name: str, w: int, h: int, title: str, body: str, marks: int) -> str:
-    return (f'<svg class="chart" data-chart="{esc(name)}" data-marks="{marks}" viewBox="0 0 {w} {h}" '
-            f'role="img" aria-label="{esc(title)}" xmlns="http://www.w3.org/2000/svg"><title>{esc(title)}</title>'
-            f'{body}</svg>')
+def chart(name: str, w: int, h: int, title: str, body: list, marks: int):
+    """An <svg> of ``body``'s marks; ``marks`` is what it says it draws."""
+    return _svg().chart(name, w, h, title, body, marks)
 
 
-def empty(name: str, why: str) -> str:
+def empty(name: str, why: str):
     """Where a chart would be: what is missing, said, so a missing chart is
     never a blank space."""
-    return f'<p class="empty" data-chart="{esc(name)}" data-marks="0">{esc(why)}</p>'
+    return _svg().empty(name, why)
 
 
-def dot(x: float, y: float, color: str, tip: str, r: float = 3.0) -> str:
-    return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r}" fill="{esc(color)}"><title>{esc(tip)}</title></circle>'
+def dot(x: float, y: float, color: str, tip: str, r: float = 3.0):
+    return _svg().dot(x, y, color, tip, r)
 
 
-def rect(x: float, y: float, w: float, h: float, color: str, tip: str) -> str:
-    return (f'<rect x="{x:.2f}" y="{y:.2f}" width="{max(w, 0.0):.2f}" height="{max(h, 0.0):.2f}" '
-            f'fill="{esc(color)}"><title>{esc(tip)}</title></rect>')
+def rect(x: float, y: float, w: float, h: float, color: str, tip: str):
+    return _svg().rect(x, y, max(w, 0.0), max(h, 0.0), color, tip)
 
 
-def line(points: list[tuple[float, float]], color: str, tip: str, step: bool = False) -> str:
+def line(points: list[tuple[float, float]], color: str, tip: str, step: bool = False):
     if step:
         stepped: list[tuple[float, float]] = []
         for (x0, y0), (x1, _) in zip(points, points[1:]):
             stepped += [(x0, y0), (x1, y0)]
         points = stepped + points[-1:]
-    pts = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
-    return (f'<polyline points="{pts}" fill="none" stroke="{esc(color)}" stroke-width="1.6">'
-            f'<title>{esc(tip)}</title></polyline>')
+    return _svg().line(points, color, tip)
 
 
-def legend(items: list[tuple[str, str]]) -> str:
-    return '<ul class="legend">' + "".join(
-        f'<li><span class="swatch" style="background:{esc(c)}"></span>{esc(n)}</li>' for n, c in items) + "</ul>"
+def interval(x: float, y0: float, y1: float, color: str, tip: str):
+    """A vertical line from y0 to y1: an interval around a dot."""
+    return _svg().interval(x, y0, y1, color, tip)
+
+
+def label(text: str, x, y, cls: str = "wlabel", anchor: str | None = None, tip: str | None = None):
+    """A text beside a mark; ``x`` and ``y`` as they are to be written."""
+    return _svg().label(text, x, y, cls, anchor, tip)
+
+
+def legend(items: list[tuple[str, str]]):
+    return _svg().legend(items)

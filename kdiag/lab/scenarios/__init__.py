@@ -10,13 +10,17 @@ A scenario module declares, as module-level data, everything about it:
     MATRIX_MESSAGES  the matrix's message count, or None for MESSAGES
     PROPS            producer properties it runs with (``-X`` still wins)
     RATE             messages a second for an asynchronous probe, or None
-    LAB              how it starts: ``Loopback(...)`` or ``NetworkPath(...)``
+    LAB              what it needs of the lab, as data (``kdiag.lab.variants``):
+                     ``Loopback(...)`` (terminator, proxy delay or quota,
+                     nodelay, CPU limit) or ``NetworkPath(...)`` (the link)
 
 Adding a scenario is one new module here plus its name in ``ORDER``.
-The loopback lab (``kdiag.lab.broker``), the network lab
-(``kdiag.lab.network``), ``kdiag trace``, ``kdiag lab matrix`` and the
-command line's help all read this registry. Importing it stays cheap: the
-labs are imported only by ``running``.
+``kdiag trace``, ``kdiag lab matrix``, the command line's help and
+docs/lab.md read this registry; ``running`` hands a scenario's ``LAB`` to
+the loopback lab (``kdiag.lab.broker``) or the network lab
+(``kdiag.lab.network``), which start what it declares and import nothing
+from here. Importing the registry stays cheap: the labs are imported only
+by ``running``.
 """
 from __future__ import annotations
 
@@ -27,6 +31,9 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
+
+# Re-exported: scenario modules declare their LAB with these.
+from kdiag.lab.variants import Loopback, NetworkPath  # noqa: F401
 
 # The order of the matrix table and of the help; module names in this package.
 ORDER = (
@@ -49,28 +56,6 @@ REQUIRED = ("NAME", "HELP", "CAUSE", "SETUP", "MESSAGES", "MATRIX_MESSAGES", "PR
 
 class ScenarioError(Exception):
     """A scenario module that does not declare what the registry needs."""
-
-
-@dataclass(frozen=True)
-class Loopback:
-    """Tansu and its TLS terminator on loopback (``kdiag.lab.broker``)."""
-
-    variant: str                          # the lab variant, as kdiag.lab.broker.up() takes it
-    terminator: str                       # the TLS terminator's process name
-    proxy: str | None = None              # the process between terminator and Tansu, if any
-    cpu_limit_cores: float | None = None  # the probe and a busy neighbour in a cgroup this size
-    nodelay: bool = False                 # socat sets TCP_NODELAY on its hop to the broker (",nodelay")
-
-
-@dataclass(frozen=True)
-class NetworkPath:
-    """Client, delay line, router and broker in network namespaces
-    (``kdiag.lab.network``)."""
-
-    delay_ms: float      # one way, both directions
-    loss_pct: float      # per frame, each direction
-    jitter_ms: float = 0.0
-    description: str = ""
 
 
 @dataclass(frozen=True)
@@ -105,6 +90,9 @@ def from_module(module: types.ModuleType) -> Scenario:
     lab = module.LAB
     if not isinstance(lab, (Loopback, NetworkPath)):
         raise ScenarioError(f"{module.__name__}.LAB is {lab!r}, not a Loopback or a NetworkPath")
+    problem = lab.problem() if isinstance(lab, Loopback) else None
+    if problem:
+        raise ScenarioError(f"{module.__name__}.LAB: {problem}")
     if not (isinstance(module.HELP, str) and module.HELP and "\n" not in module.HELP):
         raise ScenarioError(f"{module.__name__}.HELP must be one non-empty line")
     return Scenario(name=module.NAME, help=module.HELP, cause=module.CAUSE, setup=module.SETUP,
@@ -142,14 +130,17 @@ def get(name: str | None) -> Scenario:
     return found
 
 
-def loopback_variants() -> dict[str, Loopback]:
-    """Each loopback lab variant the scenarios use, by name."""
-    return {s.lab.variant: s.lab for s in all_scenarios() if isinstance(s.lab, Loopback)}
-
-
 def network_paths() -> dict[str, NetworkPath]:
     """Each network lab scenario's path, by scenario name."""
     return {s.name: s.lab for s in all_scenarios() if isinstance(s.lab, NetworkPath)}
+
+
+def markdown_table() -> str:
+    """docs/lab.md's scenario table: every scenario in ``ORDER``, its help
+    line and the cause the matrix expects."""
+    rows = ["| scenario | what it runs | expected cause |", "|---|---|---|"]
+    rows += [f"| `{s.name}` | {s.help} | `{s.cause}` |" for s in all_scenarios()]
+    return "\n".join(rows) + "\n"
 
 
 def running(name: str | None, topic: str, log: Callable[[str], None]) -> contextlib.AbstractContextManager[LabTarget]:
@@ -170,7 +161,7 @@ def _loopback(sc: Scenario, topic: str, log, default: bool) -> Iterator[LabTarge
     else:
         log(f"starting the lab, scenario {sc.name}: Tansu behind {sc.lab.variant}")
     with contextlib.ExitStack() as stack:
-        the_lab = stack.enter_context(broker.running(topics=(topic,), variant=sc.lab.variant))
+        the_lab = stack.enter_context(broker.running(topics=(topic,), lab=sc.lab))
         info, cgroup = the_lab.to_dict(), None
         cores = sc.lab.cpu_limit_cores
         if cores is not None:
@@ -190,5 +181,5 @@ def _network(sc: Scenario, topic: str, log) -> Iterator[LabTarget]:
 
     log(f"starting the network lab, scenario {sc.name}: client, delay line, router, "
         f"Tansu behind TLS, each in its own network namespace")
-    with network.running(sc.name, topics=(topic,)) as nl:
+    with network.running(sc.name, sc.lab, topics=(topic,)) as nl:
         yield LabTarget({**nl.client_config(), **sc.props}, nl.to_dict(), nl.exec_prefix("client"), None)

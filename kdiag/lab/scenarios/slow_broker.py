@@ -10,4 +10,4 @@ MESSAGES = 100
 MATRIX_MESSAGES = None
 PROPS: dict[str, str] = {}
 RATE = None
-LAB = Loopback(variant="slow-broker", terminator="stunnel4", proxy="kdiag-slowproxy")
+LAB = Loopback(variant="slow-broker", terminator="stunnel4", response_delay_ms=50.0)

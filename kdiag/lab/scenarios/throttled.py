@@ -11,4 +11,6 @@ MESSAGES = 100
 MATRIX_MESSAGES = 30
 PROPS: dict[str, str] = {}
 RATE = None
-LAB = Loopback(variant="throttled", terminator="stunnel4", proxy="kdiag-slowproxy")
+# 20 KiB/s: a producer sending 2 KB messages one at a time is throttled
+# about 100 ms each.
+LAB = Loopback(variant="throttled", terminator="stunnel4", quota_bytes_per_s=20480.0)

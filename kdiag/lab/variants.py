@@ -1,0 +1,66 @@
+"""What a lab scenario needs from the lab, as data: the parts of a loopback
+lab (``Loopback``) or the link of the network lab (``NetworkPath``).
+
+A scenario module declares one as its ``LAB``; the loopback lab
+(``kdiag.lab.broker``) and the network lab (``kdiag.lab.network``) take the
+declaration and start what it says. Neither knows a scenario's name, so a
+new scenario that combines parts the labs already have needs no edit there.
+This module imports nothing of the lab: the labs and the scenario registry
+both build on it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TERMINATORS = ("stunnel4", "socat")
+# The process kdiag.lab.slowproxy names itself; the one proxy the lab has.
+SLOWPROXY = "kdiag-slowproxy"
+
+
+@dataclass(frozen=True)
+class Loopback:
+    """Tansu and a TLS terminator on loopback, and what sits between them.
+
+    With ``response_delay_ms`` or ``quota_bytes_per_s`` set, the proxy
+    (kdiag.lab.slowproxy) runs between the terminator and Tansu: it holds
+    every response that long, or enforces that produce quota as a Kafka
+    broker does. ``nodelay`` applies to socat (stunnel4 always sets
+    TCP_NODELAY); ``cpu_limit_cores`` puts the probe and a busy neighbour in
+    a cgroup of that size."""
+
+    variant: str = "tls"                     # its name in the lab's state file and the manifest
+    terminator: str = "stunnel4"             # one of TERMINATORS
+    nodelay: bool = False                    # socat sets TCP_NODELAY on its hop to the broker (",nodelay")
+    response_delay_ms: float | None = None   # the proxy holds every response this long
+    quota_bytes_per_s: float | None = None   # the proxy enforces this produce quota (KIP-219)
+    cpu_limit_cores: float | None = None     # the probe and a busy neighbour in a cgroup this size
+
+    @property
+    def proxy(self) -> str | None:
+        """The process between the terminator and Tansu, if any."""
+        return SLOWPROXY if self.response_delay_ms is not None or self.quota_bytes_per_s is not None else None
+
+    def problem(self) -> str | None:
+        """What makes this declaration one the lab cannot start, or None."""
+        if self.terminator not in TERMINATORS:
+            return f"terminator {self.terminator!r} is not one of {', '.join(TERMINATORS)}"
+        if self.nodelay and self.terminator != "socat":
+            return "nodelay applies to socat (stunnel4 always sets TCP_NODELAY)"
+        if self.response_delay_ms is not None and not 0 <= self.response_delay_ms < 3_600_000:
+            return f"response_delay_ms out of range: {self.response_delay_ms!r}"
+        if self.quota_bytes_per_s is not None and not 0 < self.quota_bytes_per_s <= 1e12:
+            return f"quota_bytes_per_s out of range: {self.quota_bytes_per_s!r}"
+        if self.cpu_limit_cores is not None and not 0 < self.cpu_limit_cores:
+            return f"cpu_limit_cores out of range: {self.cpu_limit_cores!r}"
+        return None
+
+
+@dataclass(frozen=True)
+class NetworkPath:
+    """Client, delay line, router and broker in network namespaces
+    (``kdiag.lab.network``): the link the delay line makes."""
+
+    delay_ms: float      # one way, both directions
+    loss_pct: float      # per frame, each direction
+    jitter_ms: float = 0.0
+    description: str = ""
