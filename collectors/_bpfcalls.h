@@ -1,6 +1,8 @@
 /* A record of the bpfcalls tracer, shared by the BPF program
  * (_bpfcalls.bpf.c), its loader (_bpfcalls.c) and the converter
- * (bpfcalls.py, RECORD there, which must change with it). */
+ * (bpfcalls.py, which reads struct rec, the #defines and the enum from this
+ * file with _c_layout.py: keep to what that reads, fixed-width types,
+ * nested structs, arrays sized by a number or a #define). */
 #ifndef KDIAG_BPFCALLS_H
 #define KDIAG_BPFCALLS_H
 

@@ -11,8 +11,9 @@ import socket
 import struct
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
+from kdiag.deadline import Deadline
+from kdiag.parsers.pcap import PcapWriter
 from kdiag.parsers.tcp_probe import (
     FINAL_ANSWERS, ICMP_TIME_EXCEEDED, TCP_ACK, TCP_RST, TCP_SYN, Packet, dissect_ipv4,
     probe_seq,
@@ -26,8 +27,6 @@ SO_EE_ORIGIN_LOCAL, SO_EE_ORIGIN_ICMP = 1, 2
 _EXT_ERR = struct.Struct("=IBBBBII")    # struct sock_extended_err
 _TIMESPEC = struct.Struct("=qq")
 _CMSG_SPACE = socket.CMSG_SPACE(_EXT_ERR.size + 16) + socket.CMSG_SPACE(_TIMESPEC.size)
-
-LINKTYPE_RAW = 101
 
 
 @dataclass(frozen=True)
@@ -59,21 +58,6 @@ class _Probe:
             "responder": self.responder if got else None, "answer": self.answer or "none",
             "rtt_ms": (self.recv_ns - self.sent_ns) / 1e6 if got else None, "method": method,
         }
-
-
-class PcapWriter:
-    """Classic pcap, nanosecond timestamps, packets starting at the IP header."""
-
-    def __init__(self, path: Path) -> None:
-        self.f = open(path, "wb")
-        self.f.write(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 65535, LINKTYPE_RAW))
-
-    def write(self, ts_ns: int, pkt: bytes) -> None:
-        sec, ns = divmod(ts_ns, 1_000_000_000)
-        self.f.write(struct.pack("<IIII", sec, ns, len(pkt), len(pkt)) + pkt)
-
-    def close(self) -> None:
-        self.f.close()
 
 
 def _recv_ts(ancdata) -> int | None:
@@ -327,7 +311,7 @@ def sweep_ttls(prober, rounds: int, max_ttl: int, pace_s: float, timeout_s: floa
         pump(next_at)
         if any(p.answer in FINAL_ANSWERS for p in probes):
             break
-    deadline = last_sent + timeout_s
-    while any(p.answer is None for p in probes) and time.monotonic() < deadline:
-        prober.poll(deadline - time.monotonic())
+    deadline = Deadline(timeout_s, start=last_sent)
+    while any(p.answer is None for p in probes) and not deadline.expired():
+        prober.poll(deadline.remaining_s())
     return probes

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, ClassVar
 
 from kdiag.bundle import redact
+from kdiag.deadline import wait_until
 
 
 @dataclass(frozen=True)
@@ -132,12 +132,7 @@ def proc_status_field(pid: int, name: str) -> str | None:
 
 def wait_state(pid: int, state: str, timeout_s: float = 10.0) -> bool:
     """Whether ``pid`` reached ``state`` (``T``: stopped) within the time."""
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if proc_status_field(pid, "State") == state:
-            return True
-        time.sleep(0.005)
-    return False
+    return wait_until(lambda: proc_status_field(pid, "State") == state, timeout_s, 0.005)
 
 
 def dies_with_parent() -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from kdiag.collectors import bpftrace as _bt
 from kdiag.collectors._bpftrace_records import STRSIZE, Converted, Converter
+from kdiag.collectors._c_layout import Header
 from kdiag.collectors.base import AUTO_ANY_RATE, MODES, Requirement, Tracing, cpu_s, unmet
 
 import kdiag
@@ -41,13 +42,16 @@ REQUIRES = (
 MAX_BYTES = 2 << 30
 NICE = 19
 
-# struct rec up to its name (_bpfcalls.h): ts, dur, ret, a[4], tid, code, kind,
-# count, (padding), ino, mode, fam, typ, proto, lport, rport, la, ra, la6[4],
-# ra6[4], extra, name_len, data_len; then the name, then the data.
-RECORD = struct.Struct("<QQq4QIHHI4xQI5i2I4I4IiHH")
-KIND_F, KIND_D, KIND_P, KIND_C, KIND_X, KIND_E, KIND_G = range(1, 8)
+# The record's layout comes from the header the C code compiles with, so the
+# two cannot disagree: struct rec up to its name (RECORD), then the name,
+# then the data, each as long as the record says.
+HEADER_PATH = Path(__file__).parent / "_bpfcalls.h"
+HEADER = Header(HEADER_PATH.read_text())
+RECORD = HEADER.layout("rec", up_to="name")
+KIND_F, KIND_D, KIND_P, KIND_C, KIND_X, KIND_E, KIND_G = (
+    HEADER.constants[k] for k in ("KIND_F", "KIND_D", "KIND_P", "KIND_C", "KIND_X", "KIND_E", "KIND_G"))
+POLLS = HEADER.constants["POLLS"]
 POLLFD = struct.Struct("<ihh")
-POLLS = 4
 
 
 def loader():
@@ -88,6 +92,57 @@ def _s64(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
+def _head(r) -> str:
+    return f"{r.tid}\t{r.ts}\t{r.dur}\t{r.code}\t{r.ret}"
+
+
+def _end_lines(r, name: str, data: bytes) -> list[str]:
+    return [f"{'E' if r.kind == KIND_E else 'G'}\t{r.tid}\t{r.ts}\t{r.ret}"]
+
+
+def _log_lines(r, name: str, data: bytes) -> list[str]:
+    # Only the log's bytes are kept: what went to stdout or stderr.
+    fd = _s64(r.a[0])
+    return [f"D\t{_head(r)}\t{fd}\t{r.count}\t{_escape(data[:STRSIZE]) if fd in (1, 2) else ''}"]
+
+
+def _poll_lines(r, name: str, data: bytes) -> list[str]:
+    nfds, _, timeout, _ = r.a
+    timeout = _s32(timeout) if r.code == 11 else _s64(timeout)
+    ents = []
+    for i in range(POLLS):
+        if i < nfds and (i + 1) * POLLFD.size <= len(data):
+            ents += POLLFD.unpack_from(data, i * POLLFD.size)
+        else:
+            ents += (-1, 0, 0)
+    return [f"P\t{_head(r)}\t{nfds}\t{timeout}\t" + "\t".join(map(str, ents))]
+
+
+def _connect_lines(r, name: str, data: bytes) -> list[str]:
+    sa = data.ljust(28, b"\0")
+    fam_asked, port = struct.unpack_from("<H", sa, 0)[0], struct.unpack_from(">H", sa, 2)[0]
+    a4 = struct.unpack_from("<I", sa, 4)[0]
+    a6 = struct.unpack_from("<4I", sa, 8)
+    return [f"C\t{_head(r)}\t{_s64(r.a[0])}\t{r.extra}\t{r.id_ino}\t{r.id_proto}\t{fam_asked}\t"
+            f"{port}\t{a4}\t" + "\t".join(map(str, a6))]
+
+
+def _close_lines(r, name: str, data: bytes) -> list[str]:
+    return [f"X\t{_head(r)}\t{_s64(r.a[0])}\t{r.a[1]}"]
+
+
+def _fd_lines(r, name: str, data: bytes) -> list[str]:
+    a0, a1, a2, a3 = r.a
+    fields = [f"{r.id_mode:x}", r.id_ino, r.id_fam, r.id_typ, r.id_proto, r.id_lport, r.id_rport, r.id_la, r.id_ra,
+              *r.id_la6, *r.id_ra6]
+    line = f"F\t{_head(r)}\t{_s64(a0)}\t{a1}\t{a2}\t{a3}\t" + "\t".join(map(str, fields))
+    return ([f"N\t{r.tid}\t{name}"] if name else []) + [line + (f"\t{r.extra}" if r.code in (17, 18) else "")]
+
+
+_LINES_OF_KIND = {KIND_E: _end_lines, KIND_G: _end_lines, KIND_D: _log_lines, KIND_P: _poll_lines,
+                  KIND_C: _connect_lines, KIND_X: _close_lines}
+
+
 def record_lines(buf: bytes):
     """The records of a capture as bpftrace's record lines (what
     ``_bpftrace_records.Converter`` reads); a record cut short by the end
@@ -97,9 +152,9 @@ def record_lines(buf: bytes):
         if pos + size > end:
             yield None
             return
-        (ts, dur, ret, a0, a1, a2, a3, tid, code, kind, count, ino, mode, fam, typ, proto, lport, rport, la, ra,
-         l0, l1, l2, l3, r0, r1, r2, r3, extra, name_len, data_len) = RECORD.unpack_from(buf, pos)
+        r = RECORD.unpack_from(buf, pos)
         pos += size
+        name_len, data_len = r.name_len, r.data_len
         if pos + name_len + data_len > end:
             yield None
             return
@@ -107,37 +162,7 @@ def record_lines(buf: bytes):
         pos += name_len
         data = buf[pos:pos + data_len]
         pos += data_len
-        head = f"{tid}\t{ts}\t{dur}\t{code}\t{ret}"
-        if kind in (KIND_E, KIND_G):
-            yield f"{'E' if kind == KIND_E else 'G'}\t{tid}\t{ts}\t{ret}"
-        elif kind == KIND_D:
-            # Only the log's bytes are kept: what went to stdout or stderr.
-            fd = _s64(a0)
-            yield f"D\t{head}\t{fd}\t{count}\t{_escape(data[:STRSIZE]) if fd in (1, 2) else ''}"
-        elif kind == KIND_P:
-            timeout = _s32(a2) if code == 11 else _s64(a2)
-            ents = []
-            for i in range(POLLS):
-                if i < a0 and (i + 1) * POLLFD.size <= len(data):
-                    ents += POLLFD.unpack_from(data, i * POLLFD.size)
-                else:
-                    ents += (-1, 0, 0)
-            yield f"P\t{head}\t{a0}\t{timeout}\t" + "\t".join(map(str, ents))
-        elif kind == KIND_C:
-            sa = data.ljust(28, b"\0")
-            fam_asked, port = struct.unpack_from("<H", sa, 0)[0], struct.unpack_from(">H", sa, 2)[0]
-            a4 = struct.unpack_from("<I", sa, 4)[0]
-            a6 = struct.unpack_from("<4I", sa, 8)
-            yield (f"C\t{head}\t{_s64(a0)}\t{extra}\t{ino}\t{proto}\t{fam_asked}\t{port}\t{a4}\t"
-                   + "\t".join(map(str, a6)))
-        elif kind == KIND_X:
-            yield f"X\t{head}\t{_s64(a0)}\t{a1}"
-        else:
-            if name_len:
-                yield f"N\t{tid}\t{name}"
-            fields = [f"{mode:x}", ino, fam, typ, proto, lport, rport, la, ra, l0, l1, l2, l3, r0, r1, r2, r3]
-            line = f"F\t{head}\t{_s64(a0)}\t{a1}\t{a2}\t{a3}\t" + "\t".join(map(str, fields))
-            yield line + (f"\t{extra}" if code in (17, 18) else "")
+        yield from _LINES_OF_KIND.get(r.kind, _fd_lines)(r, name, data)
 
 
 def convert(records: Path, out_path: Path, epoch_offset_ns: int) -> Converted:

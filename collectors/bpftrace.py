@@ -43,6 +43,7 @@ from kdiag.collectors.base import (
     AUTO_BUSY, MODES, PROBE, Collector, CollectorStatus, Requirement, Tracing, cpu_s, dies_with_parent,
     tool_version, unmet,
 )
+from kdiag.deadline import Deadline
 
 import kdiag
 
@@ -353,8 +354,8 @@ def wait_ready(child: Child, timeout_s: float = 60.0) -> bool:
     it ended first (its status then says why) or the time ran out."""
     import select
 
-    end = time.monotonic() + timeout_s
-    while (left := end - time.monotonic()) > 0:
+    deadline = Deadline(timeout_s)
+    while (left := deadline.remaining_s()) > 0:
         r, _, _ = select.select([child.proc.stdout], [], [], min(0.5, left))
         if r:
             line = child.proc.stdout.readline()

@@ -77,6 +77,7 @@ import psutil
 from kdiag.collectors.base import (
     COMMAND, MODES, PID, Collector, CollectorStatus, Requirement, dies_with_parent, status_from_output, unmet,
 )
+from kdiag.deadline import Deadline
 import kdiag
 # The sampler's parts; tests and the lab's cgroup limit import them from here.
 from kdiag.collectors._socket_sampler import Sampler, cgroup_cpu, cgroup_mounts, compact_json, cpu_cgroup_dir  # noqa: F401
@@ -133,7 +134,7 @@ def sample_loop(pid: int, out_path, interval_ms: float = 100, duration_s: float 
 
     cpu0 = time.thread_time()
     wall0 = time.monotonic()
-    deadline = None if duration_s is None else wall0 + float(duration_s)
+    deadline = None if duration_s is None else Deadline(float(duration_s), start=wall0)
     costs: list[float] = []
     next_at = wall0
     try:
@@ -145,11 +146,11 @@ def sample_loop(pid: int, out_path, interval_ms: float = 100, duration_s: float 
                 st.stopped_by = "target_exit"
                 break
             now = time.monotonic()
-            if deadline is not None and now >= deadline:
+            if deadline is not None and deadline.expired():
                 st.stopped_by = "duration"
                 break
             if now < next_at:
-                wait = next_at - now if deadline is None else min(next_at, deadline) - now
+                wait = next_at - now if deadline is None else min(next_at - now, deadline.remaining_s())
                 stop.wait(max(wait, 0.0))
                 continue
             c0 = time.thread_time()

@@ -16,13 +16,13 @@ import contextlib
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 from kdiag.collectors.base import (
     AUTO_FALLBACK, COMMAND, MODES, PROBE, PTRACE_STOP_US, Collector, CollectorStatus, Requirement, Tracing, cpu_s,
     dies_with_parent, proc_status_field, settle, tool_version, unmet,
 )
+from kdiag.deadline import wait_until
 
 from kdiag.bundle import redact
 
@@ -87,12 +87,8 @@ def detach(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
 
 
 def wait_traced(pid: int, tracer: subprocess.Popen, timeout_s: float = 10.0) -> bool:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end and tracer.poll() is None:
-        if proc_status_field(pid, "TracerPid") not in (None, "0"):
-            return True
-        time.sleep(0.005)
-    return False
+    return wait_until(lambda: proc_status_field(pid, "TracerPid") not in (None, "0"), timeout_s, 0.005,
+                      give_up=lambda: tracer.poll() is not None)
 
 
 def failure(tracer: subprocess.Popen, err) -> str:

@@ -48,6 +48,7 @@ Command line (the last stdout line is the status as JSON)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import socket
@@ -58,8 +59,10 @@ from pathlib import Path
 
 from kdiag.collectors.base import PROBE, Collector, CollectorStatus, Requirement, status_from_output
 import kdiag
-# The probers, their packet capture and the target they probe.
-from kdiag.collectors._path_probers import ConnectProber, PcapWriter, SynProber, Target, sweep_ttls  # noqa: F401
+# The probers and the target they probe.
+from kdiag.collectors._path_probers import ConnectProber, SynProber, Target, sweep_ttls  # noqa: F401
+from kdiag.parsers.pcap import PcapHeader, PcapWriter
+from kdiag.parsers.tcp_probe import LINKTYPE_RAW
 
 NAME = "tcp_probe"
 # Nothing is a hard need: without root the connect() method runs instead.
@@ -111,6 +114,54 @@ def _handshakes(target: Target, addr: str, n: int, timeout_s: float, out) -> Non
             break
 
 
+def _unique(targets: list[Target]) -> list[Target]:
+    seen, uniq = set(), []
+    for t in targets:
+        if (t.host, t.port) not in seen:
+            seen.add((t.host, t.port))
+            uniq.append(t)
+    return uniq
+
+
+def _method(method: str, notes: list[str]) -> tuple[str | None, str | None]:
+    """(the method to use, None) or (None, why the one asked for cannot run)."""
+    if method == "connect":
+        return "connect", None
+    why = _raw_unavailable()
+    if why and method == "syn":
+        return None, f"SYN probes asked for, but {why}"
+    if why:
+        notes.append(f"{why}: used connect() with IP_TTL and IP_RECVERR (method connect, no packets captured)")
+        return "connect", None
+    return "syn", None
+
+
+def _probe_target(t: Target, use: str, pcap: PcapWriter | None, pj, hj, notes: list[str], *, rounds: int,
+                  max_ttl: int, pace_ms: float, timeout_s: float, handshakes: int) -> bool:
+    """Probe one target's path and time its handshakes; False when it could
+    not be probed at all (why is in ``notes``)."""
+    try:
+        addr = _resolve(t.host, t.port)
+    except OSError as e:
+        notes.append(f"{t.host}:{t.port}: no IPv4 address ({e.strerror or e})")
+        return False
+    try:
+        prober = SynProber(addr, t.port, pcap) if use == "syn" else ConnectProber(addr, t.port)
+    except OSError as e:
+        notes.append(f"{t.host}:{t.port}: cannot probe ({e.strerror or e})")
+        return False
+    try:
+        probes = sweep_ttls(prober, rounds, max_ttl, pace_ms / 1000.0, timeout_s)
+    finally:
+        prober.close()
+    for p in probes:
+        pj.write(json.dumps(p.row(t, addr, use)) + "\n")
+    if not any(p.answer in ("open", "closed") for p in probes):
+        notes.append(f"{t.host}:{t.port}: not reached within {max_ttl} hops")
+    _handshakes(t, addr, handshakes, timeout_s, hj)
+    return True
+
+
 def probe(targets: list[Target], out_dir: Path, *, rounds: int = 3, max_ttl: int = 16, pace_ms: float = 50.0,
           timeout_s: float = 1.0, handshakes: int = 5, method: str = "auto") -> CollectorStatus:
     """Probe every target's path and time its handshakes into ``out_dir``.
@@ -124,27 +175,13 @@ def probe(targets: list[Target], out_dir: Path, *, rounds: int = 3, max_ttl: int
     status.command = [*kdiag.python_m(sys.modules[__name__]), "--out", str(out_dir),
                       "--rounds", str(rounds), "--max-ttl", str(max_ttl), "--pace-ms", str(pace_ms),
                       "--timeout", str(timeout_s), "--handshakes", str(handshakes), "--method", method]
-    seen, uniq = set(), []
-    for t in targets:
-        if (t.host, t.port) not in seen:
-            seen.add((t.host, t.port))
-            uniq.append(t)
-    if not uniq:
-        status.state, status.reason = "skipped", "no targets"
+    uniq = _unique(targets)
+    notes: list[str] = []
+    use, refused = _method(method, notes) if uniq else (None, None)
+    if use is None:
+        status.state, status.reason = ("failed", refused) if refused else ("skipped", "no targets")
         status.ended_us = time.time_ns() // 1000
         return status
-
-    notes: list[str] = []
-    use = method
-    if method in ("auto", "syn"):
-        why = _raw_unavailable()
-        if why and method == "syn":
-            status.state, status.reason = "failed", f"SYN probes asked for, but {why}"
-            status.ended_us = time.time_ns() // 1000
-            return status
-        use = "connect" if why else "syn"
-        if why:
-            notes.append(f"{why}: used connect() with IP_TTL and IP_RECVERR (method connect, no packets captured)")
     if use == "syn":
         import scapy
 
@@ -155,35 +192,15 @@ def probe(targets: list[Target], out_dir: Path, *, rounds: int = 3, max_ttl: int
     if use != "syn":
         # A capture left by an earlier run would be read instead of this one's results.
         (out_dir / "probes.pcap").unlink(missing_ok=True)
-    pcap = PcapWriter(out_dir / "probes.pcap") if use == "syn" else None
-    failed = 0
-    try:
-        with open(out_dir / "probes.jsonl", "w") as pj, open(out_dir / "handshakes.jsonl", "w") as hj:
-            for t in uniq:
-                try:
-                    addr = _resolve(t.host, t.port)
-                except OSError as e:
-                    failed += 1
-                    notes.append(f"{t.host}:{t.port}: no IPv4 address ({e.strerror or e})")
-                    continue
-                try:
-                    prober = SynProber(addr, t.port, pcap) if use == "syn" else ConnectProber(addr, t.port)
-                except OSError as e:
-                    failed += 1
-                    notes.append(f"{t.host}:{t.port}: cannot probe ({e.strerror or e})")
-                    continue
-                try:
-                    probes = sweep_ttls(prober, rounds, max_ttl, pace_ms / 1000.0, timeout_s)
-                finally:
-                    prober.close()
-                for p in probes:
-                    pj.write(json.dumps(p.row(t, addr, use)) + "\n")
-                if not any(p.answer in ("open", "closed") for p in probes):
-                    notes.append(f"{t.host}:{t.port}: not reached within {max_ttl} hops")
-                _handshakes(t, addr, handshakes, timeout_s, hj)
-    finally:
-        if pcap is not None:
-            pcap.close()
+    with contextlib.ExitStack() as files:
+        pcap = None
+        if use == "syn":
+            pcap = PcapWriter(files.enter_context(open(out_dir / "probes.pcap", "wb")),
+                              PcapHeader(LINKTYPE_RAW, tick_ns=1))
+        pj = files.enter_context(open(out_dir / "probes.jsonl", "w"))
+        hj = files.enter_context(open(out_dir / "handshakes.jsonl", "w"))
+        failed = sum(not _probe_target(t, use, pcap, pj, hj, notes, rounds=rounds, max_ttl=max_ttl, pace_ms=pace_ms,
+                                       timeout_s=timeout_s, handshakes=handshakes) for t in uniq)
 
     status.files = [str(out_dir / f) for f in FILES if (out_dir / f).exists()]
     status.bytes = sum(Path(f).stat().st_size for f in status.files)

@@ -35,7 +35,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-# decode_block, _seed_lines and _ng_block are read here by the tests too.
+# decode_block and _seed_lines are read here by the tests too.
 from fuzz.common import CRASH_DIR, Failure, _seed_lines, decode_block  # noqa: F401
 from fuzz.line_targets import (
     DetectTarget,
@@ -46,7 +46,7 @@ from fuzz.line_targets import (
     StatsTarget,
     StraceTarget,
 )
-from fuzz.pcap_target import PcapTarget, _ng_block  # noqa: F401
+from fuzz.pcap_target import PcapTarget
 
 
 @dataclass

@@ -9,29 +9,12 @@ import struct
 
 from fuzz.common import SEEDS, Failure
 from fuzz.mutations import OPS, Mutator
-from kdiag.parsers.pcap import PCAP_MAGICS, pcap_byte_order
+from kdiag.parsers.pcap import PCAP_MAGICS, PcapReader, pcap_byte_order, pcapng_block
 
 _PCAP_TOKENS = [b"\x6b\x64", b"\x45\x00", b"\x08\x00", b"\x81\x00", b"\x02\x00\x00\x00", b"\x0b\x00",
                 b"\x03\x03", b"\x12", b"\x14", b"\x00" * 20, b"\xff" * 4]
 _PCAP_MAGICS = tuple(PCAP_MAGICS)
 _LINKTYPES = (0, 1, 12, 14, 101, 108, 113, 147, 228, 276, 0xFFFF)
-
-
-def _pcap_split(data: bytes) -> tuple[str, bytes, list[tuple[bytes, bytes]]]:
-    """A classic pcap's byte order, header and (record header, frame)s."""
-    e = pcap_byte_order(data[:4])
-    recs, off = [], 24
-    while off + 16 <= len(data):
-        incl = struct.unpack_from(e + "I", data, off + 8)[0]
-        recs.append((data[off:off + 16], data[off + 16:off + 16 + incl]))
-        off += 16 + incl
-    return e, data[:24], recs
-
-
-def _ng_block(e: str, btype: int, body: bytes) -> bytes:
-    body += b"\0" * (-len(body) % 4)
-    n = len(body) + 12
-    return struct.pack(e + "II", btype, n) + body + struct.pack(e + "I", n)
 
 
 def _ng_option(e: str, code: int, val: bytes) -> bytes:
@@ -50,9 +33,8 @@ class PcapTarget:
         self.files = [(SEEDS / f).read_bytes() for f in ("probes.pcap", "wire.pcap", "probes.pcapng")]
         self.frames: list[tuple[int, bytes]] = []   # (linktype, frame) of every seed record
         for data in self.files[:2]:
-            e, head, recs = _pcap_split(data)
-            lt = struct.unpack_from(e + "I", head, 20)[0]
-            self.frames += [(lt, frame) for _, frame in recs]
+            reader = PcapReader(data)
+            self.frames += [(reader.header.linktype, rec.frame) for rec in reader]
         self.bytes_m = Mutator(rng, [f for _, f in self.frames], _PCAP_TOKENS, [b"\x00", b"\x08\x00"])
 
     def _frame(self) -> tuple[int, bytes]:
@@ -108,7 +90,7 @@ class PcapTarget:
         r = self.rng
         e = r.choice(("<", ">"))
         recs = self._records()
-        out = [_ng_block(e, 0x0A0D0D0A, struct.pack(e + "IHHq", 0x1A2B3C4D, 1, 0, -1))]
+        out = [pcapng_block(0x0A0D0D0A, struct.pack(e + "IHHq", 0x1A2B3C4D, 1, 0, -1), e)]
         resol = r.choice((None, 6, 9, 0, 3, 12, 19, 255, 0x80 | 10, 0x80 | 30, 0x80 | 127, 0xFF))
         opts = b""
         if resol is not None:
@@ -121,7 +103,7 @@ class PcapTarget:
             opts += _ng_option(e, 0, b"")
         linktypes = sorted({lt for _, lt, _ in recs})
         for lt in linktypes:
-            out.append(_ng_block(e, 1, struct.pack(e + "HHI", lt, 0, 65535) + opts))
+            out.append(pcapng_block(1, struct.pack(e + "HHI", lt, 0, 65535) + opts, e))
         unit = {None: 1000, 6: 1000, 9: 1, 0: 10**9, 3: 10**6}.get(resol, 1000)
         for ts, lt, f in recs:
             iface = linktypes.index(lt) if r.random() < 0.97 else r.choice((len(linktypes), 2**32 - 1))
@@ -131,16 +113,16 @@ class PcapTarget:
             if kind < 0.9:
                 body = struct.pack(e + "IIII", iface, ticks >> 32, ticks & 0xFFFFFFFF, caplen) + \
                     struct.pack(e + "I", len(f)) + f
-                out.append(_ng_block(e, 6, body))
+                out.append(pcapng_block(6, body, e))
             elif kind < 0.95:
                 body = struct.pack(e + "HHIII", iface & 0xFFFF, 0, ticks >> 32, ticks & 0xFFFFFFFF, caplen) + \
                     struct.pack(e + "I", len(f)) + f
-                out.append(_ng_block(e, 2, body))
+                out.append(pcapng_block(2, body, e))
             else:
-                out.append(_ng_block(e, r.choice((3, 5, 4, 0x80000001)), struct.pack(e + "I", len(f)) + f))
+                out.append(pcapng_block(r.choice((3, 5, 4, 0x80000001)), struct.pack(e + "I", len(f)) + f, e))
         if r.random() < 0.1:  # a second section, the other byte order
-            out.append(_ng_block(">" if e == "<" else "<", 0x0A0D0D0A,
-                                 struct.pack((">" if e == "<" else "<") + "I", 0x1A2B3C4D) + b"\0" * 12))
+            other = ">" if e == "<" else "<"
+            out.append(pcapng_block(0x0A0D0D0A, struct.pack(other + "I", 0x1A2B3C4D) + b"\0" * 12, other))
         return b"".join(out)
 
     def make_input(self, n: int = 0) -> bytes:

@@ -36,7 +36,7 @@ import re
 import pyarrow as pa
 
 from kdiag.parsers.base import ParseCounts
-from kdiag.parsers.format import BY_LINES, TEXT, Format
+from kdiag.parsers.format import BY_LINES, PATH, TEXT, TEXT_SCANNER, Format, Told
 from kdiag.parsers.pasted import MARKUP, PROMPT, clean, cleaned
 from kdiag.parsers.tcp_probe import PROBES_SCHEMA
 
@@ -230,7 +230,12 @@ def looks_like(sample: list[str]) -> float:
         return 0.0
 
 
+def _parse_report(lines: list[str], told: Told) -> tuple[pa.Table, ParseCounts]:
+    return parse_report(lines, told.brokers)
+
+
 FORMATS = (
     Format(name="mtr", recognised_by=BY_LINES, recognise=looks_like, tables={"probes": PROBES_SCHEMA},
-           schema_version=1, reads=TEXT, parser=parse_report),
+           schema_version=1, reads=TEXT, parser=_parse_report,
+           title="mtr report", pseudonymised=TEXT_SCANNER, feeds={"probes": (PATH,)}, bundle_dir=None),
 )

@@ -46,9 +46,34 @@ def format_named(name: str) -> Format:
     raise KeyError(name)
 
 
+def format_filling(table: str) -> Format:
+    """The format whose parser's own rows go to ``table`` (its first)."""
+    for fmt in formats():
+        if fmt.table == table:
+            return fmt
+    raise KeyError(table)
+
+
 def table_schemas() -> dict:
     """Each table any format fills -> its Arrow schema."""
     out: dict = {}
     for fmt in formats():
         out.update(fmt.tables)
     return out
+
+
+def bundle_dirs() -> tuple[str, ...]:
+    """The raw/ folders a bundle keeps formats in: those whose files the
+    analysis reads (raw/probe/ holds the probe's own summary, metadata)."""
+    return tuple(dict.fromkeys(f.bundle_dir for f in formats() if f.bundle_dir))
+
+
+def tables_feeding(*inputs: str) -> tuple[str, ...]:
+    """The tables whose rows give any of these analysis inputs, in
+    registry order."""
+    return tuple(dict.fromkeys(t for f in formats() for t, fed in f.feeds.items() if set(fed) & set(inputs)))
+
+
+def inputs_of(tables) -> frozenset[str]:
+    """The analysis inputs that rows of these tables give."""
+    return frozenset(i for f in formats() for t, fed in f.feeds.items() if t in tables for i in fed)

@@ -166,7 +166,7 @@ import math
 import pyarrow as pa
 
 from kdiag.parsers.base import ParseCounts, json_lines, scrub
-from kdiag.parsers.format import BY_LINES, CHUNKS, Format
+from kdiag.parsers.format import BY_LINES, CHUNKS, SOCKET_SAMPLES, TEXT_SCANNER, THREAD_SAMPLES, Format
 
 KINDS = ("socket", "thread", "host")
 
@@ -503,5 +503,7 @@ def looks_like(sample: list[str]) -> float:
 
 FORMATS = (
     Format(name="sockets", recognised_by=BY_LINES, recognise=looks_like, tables=SCHEMAS,
-           schema_version=1, reads=CHUNKS, parser=SocketsParser),
+           schema_version=1, reads=CHUNKS, parser=SocketsParser,
+           title="socket, thread and host samples", pseudonymised=TEXT_SCANNER,
+           feeds={"sockets": (SOCKET_SAMPLES,), "threads": (THREAD_SAMPLES,), "host": (THREAD_SAMPLES,)}, bundle_dir="sockets"),
 )

@@ -28,7 +28,7 @@ import re
 import pyarrow as pa
 
 from kdiag.parsers.base import ParseCounts
-from kdiag.parsers.format import BY_LINES, TEXT, Format
+from kdiag.parsers.format import BY_LINES, PATH, SOCKET_SAMPLES, TEXT, TEXT_SCANNER, Format, Told
 from kdiag.parsers.pasted import MARKUP, PROMPT, clean, cleaned
 from kdiag.parsers.sockets import SOCKETS_SCHEMA
 
@@ -186,7 +186,12 @@ def looks_like(sample: list[str]) -> float:
         return 0.0
 
 
+def _parse_ss(lines: list[str], told: Told) -> tuple[pa.Table, ParseCounts]:
+    return parse_ss(lines, told.brokers)
+
+
 FORMATS = (
     Format(name="ss", recognised_by=BY_LINES, recognise=looks_like, tables={"sockets": SOCKETS_SCHEMA},
-           schema_version=1, reads=TEXT, parser=parse_ss),
+           schema_version=1, reads=TEXT, parser=_parse_ss,
+           title="ss -ti listing", pseudonymised=TEXT_SCANNER, feeds={"sockets": (SOCKET_SAMPLES, PATH)}, bundle_dir=None),
 )

@@ -40,7 +40,7 @@ import math
 import pyarrow as pa
 
 from kdiag.parsers.base import ParseCounts, json_lines, scrub
-from kdiag.parsers.format import BY_LINES, CHUNKS, Format
+from kdiag.parsers.format import BY_LINES, CHUNKS, CLIENT_QUEUE, TEXT_SCANNER, Format
 
 _WINDOWS = ("rtt", "int_latency", "outbuf_latency")
 _PCTS = ("avg", "p50", "p99")
@@ -153,5 +153,6 @@ def looks_like(sample: list[str]) -> float:
 
 FORMATS = (
     Format(name="stats", recognised_by=BY_LINES, recognise=looks_like, tables={"stats": SCHEMA},
-           schema_version=1, reads=CHUNKS, parser=StatsParser),
+           schema_version=1, reads=CHUNKS, parser=StatsParser,
+           title="librdkafka statistics", pseudonymised=TEXT_SCANNER, feeds={"stats": (CLIENT_QUEUE,)}, bundle_dir="stats"),
 )

@@ -93,7 +93,7 @@ from typing import NamedTuple
 import pyarrow as pa
 
 from kdiag.parsers.base import ParseCounts, json_lines, scrub
-from kdiag.parsers.format import BY_JSON_KEYS, BY_MAGIC, BYTES, TEXT, Format
+from kdiag.parsers.format import BY_JSON_KEYS, BY_MAGIC, BYTES, PACKET_REWRITER, PATH, TEXT, TEXT_SCANNER, Format, Told
 from kdiag.parsers.pcap import capture_records, looks_like_pcap
 # Re-exported: the collector and the report read them here.
 from kdiag.parsers.tcp_path import FINAL_ANSWERS, PATH_SCHEMA, format_path_table, path_table  # noqa: F401
@@ -228,24 +228,12 @@ def _ip_of_frame(linktype: int, frame: bytes) -> bytes | str:
         return frame[4:] if fam in (b"\x02\x00\x00\x00", b"\x00\x00\x00\x02") else "not_ipv4"
     return "unsupported_link"
 
-def parse_pcap(data: bytes, brokers: dict[tuple[str, int], str] | None = None
-               ) -> tuple[pa.Table, ParseCounts]:
-    """Rebuild the probes from the packets. ``brokers`` maps (address, port)
-    to librdkafka's broker name for the ``broker`` column."""
-    counts = ParseCounts("tcp_probe_pcap")
-    data = bytes(data)
-    if not data:
-        return PROBES_SCHEMA.empty_table(), counts
-    records = capture_records(data, counts)
-    if records is None:
-        counts.lines += 1
-        counts.skip("not_pcap")
-        counts.example(1, "not_pcap", data[:32].hex())
-        return PROBES_SCHEMA.empty_table(), counts
-
-    probes: dict[tuple, dict] = {}           # (src, sport, dst, dport, seq) -> row
-    flows: dict[tuple, int] = {}              # (src, sport, dst, dport) -> first-seen order
-    others: list[tuple[int, int, Packet]] = []  # (record no, ts_ns, packet)
+def _sent_probes(records, counts: ParseCounts) -> tuple[dict, dict, list]:
+    """The probes sent, by (src, sport, dst, dport, seq); each flow's
+    first-seen order; every other packet as (record no, ts_ns, packet)."""
+    probes: dict[tuple, dict] = {}
+    flows: dict[tuple, int] = {}
+    others: list[tuple[int, int, Packet]] = []
     for ts, linktype, frame in records:
         no = counts.lines
         ip = _ip_of_frame(linktype, frame)
@@ -255,28 +243,36 @@ def parse_pcap(data: bytes, brokers: dict[tuple[str, int], str] | None = None
             if pkt != "foreign":
                 counts.example(no, pkt, frame[:64].hex())
             continue
+        tr = None
         if pkt.proto == 6 and pkt.flags & (TCP_SYN | TCP_ACK | TCP_RST | TCP_FIN) == TCP_SYN:
             tr = probe_of_seq(pkt.seq)
-            if tr is not None:
-                key = (pkt.src, pkt.sport, pkt.dst, pkt.dport, pkt.seq)
-                if key in probes:
-                    counts.skip("duplicate_probe")
-                    continue
-                flows.setdefault(key[:4], len(flows))
-                probes[key] = {"ts": ts, "ttl": tr[0], "round": tr[1], "answer_ts": None,
-                               "responder": None, "answer": "none"}
-                counts.parsed += 1
-                continue
-        others.append((no, ts, pkt))
+        if tr is None:
+            others.append((no, ts, pkt))
+            continue
+        key = (pkt.src, pkt.sport, pkt.dst, pkt.dport, pkt.seq)
+        if key in probes:
+            counts.skip("duplicate_probe")
+            continue
+        flows.setdefault(key[:4], len(flows))
+        probes[key] = {"ts": ts, "ttl": tr[0], "round": tr[1], "answer_ts": None, "responder": None, "answer": "none"}
+        counts.parsed += 1
+    return probes, flows, others
 
+
+def _answer_of(pkt: Packet) -> tuple[tuple | None, str | None]:
+    """The probe a packet answers, by its key, and the answer."""
+    if pkt.proto == 1:
+        key = (pkt.quoted[0], pkt.quoted[2], pkt.quoted[1], pkt.quoted[3], pkt.quoted[4])
+        return key, "time_exceeded" if pkt.icmp_type == ICMP_TIME_EXCEEDED else "unreachable"
+    if pkt.flags & TCP_ACK and pkt.flags & (TCP_SYN | TCP_RST):
+        key = (pkt.dst, pkt.dport, pkt.src, pkt.sport, (pkt.ack - 1) & 0xFFFFFFFF)
+        return key, "open" if pkt.flags & TCP_SYN else "closed"
+    return None, None
+
+
+def _match_answers(probes: dict, flows: dict, others: list, counts: ParseCounts) -> None:
     for no, ts, pkt in others:
-        key, answer = None, None
-        if pkt.proto == 1:
-            key = (pkt.quoted[0], pkt.quoted[2], pkt.quoted[1], pkt.quoted[3], pkt.quoted[4])
-            answer = "time_exceeded" if pkt.icmp_type == ICMP_TIME_EXCEEDED else "unreachable"
-        elif pkt.flags & TCP_ACK and pkt.flags & (TCP_SYN | TCP_RST):
-            key = (pkt.dst, pkt.dport, pkt.src, pkt.sport, (pkt.ack - 1) & 0xFFFFFFFF)
-            answer = "open" if pkt.flags & TCP_SYN else "closed"
+        key, answer = _answer_of(pkt)
         if key is not None and key in probes:
             row = probes[key]
             if row["answer_ts"] is not None:
@@ -292,7 +288,8 @@ def parse_pcap(data: bytes, brokers: dict[tuple[str, int], str] | None = None
         else:
             counts.skip("foreign")
 
-    brokers = brokers or {}
+
+def _probes_table(probes: dict, flows: dict, brokers: dict) -> pa.Table:
     order = sorted(probes.items(), key=lambda kv: (flows[kv[0][:4]], kv[1]["ttl"], kv[1]["round"], kv[1]["ts"]))
     cols: dict[str, list] = {f.name: [] for f in PROBES_SCHEMA}
     for (_src, _sport, dst, dport, _seq), row in order:
@@ -307,7 +304,26 @@ def parse_pcap(data: bytes, brokers: dict[tuple[str, int], str] | None = None
         cols["answer"].append(row["answer"])
         cols["rtt_ms"].append(None if row["answer_ts"] is None else (row["answer_ts"] - row["ts"]) / 1e6)
         cols["method"].append("syn")
-    return pa.table(cols, schema=PROBES_SCHEMA), counts
+    return pa.table(cols, schema=PROBES_SCHEMA)
+
+
+def parse_pcap(data: bytes, brokers: dict[tuple[str, int], str] | None = None
+               ) -> tuple[pa.Table, ParseCounts]:
+    """Rebuild the probes from the packets. ``brokers`` maps (address, port)
+    to librdkafka's broker name for the ``broker`` column."""
+    counts = ParseCounts("tcp_probe_pcap")
+    data = bytes(data)
+    if not data:
+        return PROBES_SCHEMA.empty_table(), counts
+    records = capture_records(data, counts)
+    if records is None:
+        counts.lines += 1
+        counts.skip("not_pcap")
+        counts.example(1, "not_pcap", data[:32].hex())
+        return PROBES_SCHEMA.empty_table(), counts
+    probes, flows, others = _sent_probes(records, counts)
+    _match_answers(probes, flows, others, counts)
+    return _probes_table(probes, flows, brokers or {}), counts
 
 
 # ---------------------------------------------------------------- JSON lines
@@ -419,23 +435,42 @@ def _handshake_keys(keys: set) -> bool:
     return {"rtt_ms", "ts_us"} <= keys and "ttl" not in keys and "brokers" not in keys
 
 
-def _probes_file(lines: list[str], brokers: dict) -> tuple[pa.Table, ParseCounts]:
-    return parse_probes_jsonl(lines)   # names its brokers itself
+def _probes_file(lines: list[str], told: Told) -> tuple[pa.Table, ParseCounts]:
+    table, counts = parse_probes_jsonl(lines)   # names its brokers itself
+    if told.packets:
+        # The packets are the record of SYN probes; the results file then
+        # adds only what has no packets (the connect() fallback).
+        import pyarrow.compute as pc
+
+        table = table.filter(pc.invert(pc.fill_null(pc.equal(table["method"], "syn"), False)))
+    return table, counts
 
 
-def _handshakes_file(lines: list[str], brokers: dict) -> tuple[pa.Table, ParseCounts]:
-    return parse_handshakes(lines)
+def _handshakes_file(lines: list[str], told: Told) -> tuple[pa.Table, ParseCounts]:
+    table, counts = parse_handshakes(lines)
+    # A pcap cannot name brokers: the handshakes, read first, do.
+    for r in table.select(["target_host", "target_port", "broker"]).to_pylist():
+        if r["broker"]:
+            told.brokers[(r["target_host"], r["target_port"])] = r["broker"]
+    return table, counts
 
 
-def _pcap_file(data: bytes, brokers: dict) -> tuple[pa.Table, ParseCounts]:
-    return parse_pcap(data, brokers or None)
+def _pcap_file(data: bytes, told: Told) -> tuple[pa.Table, ParseCounts]:
+    table, counts = parse_pcap(data, told.brokers or None)
+    told.packets |= len(table) > 0
+    return table, counts
 
 
 FORMATS = (
     Format(name="pcap", recognised_by=BY_MAGIC, recognise=looks_like_pcap, tables={"probes": PROBES_SCHEMA},
-           schema_version=1, reads=BYTES, parser=_pcap_file),
+           schema_version=1, reads=BYTES, parser=_pcap_file,
+           title="probe packets (pcap, pcapng)", pseudonymised=PACKET_REWRITER, feeds={"probes": (PATH,)},
+           bundle_dir="tcp_probe", parse_order=-1),
     Format(name="probes_jsonl", recognised_by=BY_JSON_KEYS, recognise=_probe_result_keys,
-           tables={"probes": PROBES_SCHEMA}, schema_version=1, reads=TEXT, parser=_probes_file),
+           tables={"probes": PROBES_SCHEMA}, schema_version=1, reads=TEXT, parser=_probes_file,
+           title="probe results", pseudonymised=TEXT_SCANNER, feeds={"probes": (PATH,)}, bundle_dir="tcp_probe"),
     Format(name="handshakes_jsonl", recognised_by=BY_JSON_KEYS, recognise=_handshake_keys,
-           tables={"handshakes": HANDSHAKES_SCHEMA}, schema_version=1, reads=TEXT, parser=_handshakes_file),
+           tables={"handshakes": HANDSHAKES_SCHEMA}, schema_version=1, reads=TEXT, parser=_handshakes_file,
+           title="timed handshakes", pseudonymised=TEXT_SCANNER, feeds={"handshakes": (PATH,)}, bundle_dir="tcp_probe",
+           parse_order=-2),
 )

@@ -21,8 +21,9 @@ LO = struct.unpack("<I", socket.inet_aton("127.0.0.1"))[0]
 
 def rec(kind, code=0, tid=4242, ts=1_000_000_000, dur=5_000, ret=0, a=(0, 0, 0, 0), count=0, ino=0, mode=0,
         fam=0, typ=0, proto=0, lport=0, rport=0, la=0, ra=0, extra=0, name=b"", data=b""):
-    head = bpfcalls.RECORD.pack(ts, dur, ret, *a, tid, code, kind, count, ino, mode, fam, typ, proto, lport, rport,
-                                la, ra, 0, 0, 0, 0, 0, 0, 0, 0, extra, len(name), len(data))
+    head = bpfcalls.RECORD.pack(ts=ts, dur=dur, ret=ret, a=a, tid=tid, code=code, kind=kind, count=count, id_ino=ino,
+                                id_mode=mode, id_fam=fam, id_typ=typ, id_proto=proto, id_lport=lport, id_rport=rport,
+                                id_la=la, id_ra=ra, extra=extra, name_len=len(name), data_len=len(data))
     return head + name + data
 
 

@@ -54,7 +54,7 @@ def own_parse(bundle, tmp_path, spark) -> tuple[dict, dict]:
     d = tmp_path / (bundle.name + ".unpacked")
     with tarfile.open(bundle) as t:
         t.extractall(d, filter="data")
-    raw = [f for f in archive.raw_files(d) if f.parent.name in archive.ANALYSED_SOURCES]
+    raw = archive.analysed_files(d)
     out = tmp_path / (bundle.name + ".tables")
     rows = parse_paths(raw, out, base=d).rows
     sums = {}

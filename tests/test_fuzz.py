@@ -21,6 +21,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from fuzz import mutate
+from kdiag.parsers.pcap import pcapng_block
 
 # Lines per target for the short run; the slow ones (4 KB statistics lines,
 # a file per detect sample) get fewer.
@@ -216,7 +217,7 @@ def test_detect_on_samples(lines, chunk_bytes):
 
 
 def _ng_block(e, btype, body):
-    return mutate._ng_block(e, btype, body)
+    return pcapng_block(btype, body, e)
 
 
 @settings(max_examples=150, deadline=None)

@@ -335,6 +335,7 @@ def test_tree_leaves_no_real_address_or_name(raw_tree, tmp_path):
         counts = ps.tree(raw_tree)
     assert _leftovers(raw_tree) == []
     assert counts["binary_left_alone"] == ["extra/blob.bin"]
+    assert counts["left_alone"] == {"extra/blob.bin": "binary, in no format kdiag reads"}
     assert (raw_tree / "extra" / "blob.bin").read_bytes() == b"\0\1\2" + BROKER.encode() + b"\0"
     assert counts["files"]["pcap"] == 1 and counts["files"]["pcapng"] == 1 and counts["files"]["empty"] == 1
     assert counts["distinct"] == {"ipv4": 3, "ipv6": 3, "hostname": 3}
@@ -519,3 +520,60 @@ def test_trace_with_pseudonyms_names_no_host(tmp_path):
     # 10.201/16 by chance. No hop may name one of the lab's real addresses.
     assert hops and all(str(h.get("responder") or "") not in addrs for h in hops)
     assert all(str(h.get("broker") or "").partition(":")[0] not in addrs for h in hops)
+
+
+# Each file is pseudonymised as its format declares (kdiag.parsers.registry).
+
+def _with_binary_format(monkeypatch, **declared):
+    """The registry with one more format: files that open with KDX1."""
+    import dataclasses
+
+    from kdiag.parsers import registry
+
+    known = registry.formats()
+    extra = dataclasses.replace(registry.format_named("pcap"), name="kdx", title="a test capture",
+                                recognise=lambda head: bytes(head[:4]) == b"KDX1", **declared)
+    monkeypatch.setattr(registry, "formats", lambda: (extra, *known))
+
+
+def test_a_file_is_taken_as_its_format_declares(tmp_path, ps):
+    from scapy.all import wrpcap
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "log.txt").write_text(f"%7|1.0|SEND|rdkafka#producer-1| [thrd:{BROKER}:9093/1]: Sent\n")
+    wrpcap(str(raw / "probes.pcap"), [p for p in _probe_packets() if p.version == 4])
+    assert pseudonym_staging.pseudonymiser_of(raw / "log.txt") == ("text", "")
+    assert pseudonym_staging.pseudonymiser_of(raw / "probes.pcap") == ("pcap", "")
+
+
+def test_a_format_left_as_it_is_is_listed_with_its_reason_and_said(tmp_path, ps, monkeypatch, capsys):
+    from kdiag.parsers.format import LeftAsIs
+
+    _with_binary_format(monkeypatch, pseudonymised=LeftAsIs("holds counters, no address"))
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "c.kdx").write_bytes(b"KDX1\0\0" + BROKER.encode())
+    counts = ps.tree(raw)
+    assert counts["left_alone"] == {"c.kdx": "kdx: holds counters, no address"}
+    assert counts["binary_left_alone"] == []
+    assert "c.kdx" in capsys.readouterr().err
+
+
+def test_an_unknown_binary_file_is_said_aloud(tmp_path, ps, capsys):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "blob.bin").write_bytes(b"\0\1" + BROKER.encode())
+    ps.tree(raw)
+    err = capsys.readouterr().err
+    assert "blob.bin" in err and "not pseudonymised" in err
+
+
+def test_a_format_with_a_pseudonymiser_kdiag_lacks_is_refused(tmp_path, ps, monkeypatch):
+    _with_binary_format(monkeypatch, pseudonymised="a rewriter nobody wrote")
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "c.kdx").write_bytes(b"KDX1\0\0" + BROKER.encode())
+    with pytest.raises(PseudonymError, match="kdx"):
+        ps.tree(raw)
+    assert (raw / "c.kdx").read_bytes().endswith(BROKER.encode())

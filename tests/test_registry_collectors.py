@@ -66,8 +66,13 @@ def test_names_and_raw_folders_are_unique():
 def test_raw_folders_are_the_ones_bundles_hold():
     from kdiag.bundle import archive
 
+    from kdiag.parsers.registry import bundle_dirs
+
     dirs = {c.raw_dir for c in REGISTRY}
-    assert set(archive.ANALYSED_SOURCES) <= dirs
+    # Every folder the format registry says a bundle keeps a format in is
+    # one a collector writes.
+    assert set(bundle_dirs()) <= dirs
+    assert set(archive.ANALYSED_SOURCES) == set(bundle_dirs())
     assert {"rdkafka_log", "strace", "stats", "probe", "tcp_probe", "sockets"} == dirs
 
 

@@ -369,10 +369,13 @@ def _dur(us: int) -> str:
 
 def name_inputs(checks: list[dict], files: list[dict]) -> list[dict]:
     """A table's checks named by the input file that fed it when there is
-    one; else by the table, with its files listed."""
-    of_kind = {"syscalls": "strace", "log_writes": "strace", "rdkafka_events": "rdkafka_log", "stats": "stats"}
+    one; else by the table, with its files listed. The formats that fill a
+    table are the registry's (kdiag.parsers.registry)."""
+    from kdiag.parsers.registry import formats
+
     for c in checks:
-        paths = [f["path"] for f in files if f.get("kind") == of_kind.get(c["table"]) and not f.get("error")]
+        kinds = {fmt.name for fmt in formats() if c["table"] in fmt.tables}
+        paths = [f["path"] for f in files if f.get("kind") in kinds and not f.get("error")]
         if len(paths) == 1:
             c["input"] = paths[0]
         elif paths:

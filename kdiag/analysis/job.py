@@ -5,7 +5,8 @@ Runs in PySpark (local mode by default; the same code runs under
 on a cluster). DataFrame operations only, no Python UDFs, so executors need
 nothing but Spark.
 
-Steps:
+Its steps, what each needs and how a run is routed by what its input has
+are declared in ``kdiag.analysis.steps``, which the fleet reads too:
 0. Input checks (``input_checks``): rows that repeat earlier rows are
    dropped, clock steps found per thread; requests that span a step or whose
    response is stamped before them are left out and counted in the
@@ -26,12 +27,20 @@ from kdiag.analysis.frames import Later, any_rows, at_once, cached, fits_in_plan
 from kdiag.analysis.judge import judge
 from kdiag.analysis.per_request import exchanges, flag_syscalls, prepare_syscalls, requests, split_requests
 from kdiag.analysis.pieces import pieces_of
-from kdiag.analysis.signals import signals
 from kdiag.analysis.runs import UNSPLIT, log_of_another_run, split_by_typical, timing_unknowns
+from kdiag.analysis.signals import signals
+from kdiag.analysis.steps import FROM_SYSCALLS, SIGNALS_ONLY, SPLIT, TYPICAL, route, source_of
+from kdiag.parsers.format import CLIENT_QUEUE, REQUESTS, SIGNALS, SYSCALLS
+from kdiag.parsers.registry import format_filling, tables_feeding
 
-_SOURCE_NAMES = {"syscalls": "the strace output", "rdkafka_events": "the librdkafka log"}
-# The tables the analysis reads, in the order their input checks are reported.
-TABLES = ("rdkafka_events", "syscalls", "log_writes", "stats")
+# The tables the analysis reads, in the order their input checks are
+# reported: those the format registry says give the requests, the syscalls,
+# librdkafka's other lines and the client queue. The path and the samples
+# are read apart (connections, samples), table by table.
+TABLES = tables_feeding(REQUESTS, SYSCALLS, SIGNALS, CLIENT_QUEUE)
+# The two clocks requests are timed on, by the name of the capture each
+# table comes from ("the strace output"), as the input checks report them.
+_SOURCE_NAMES = {table: f"the {format_filling(table).title}" for table in ("syscalls", "rdkafka_events")}
 # What a run's findings say of where its requests came from.
 UNTIMED = "the log has no timestamps: a request's time is librdkafka's rtt"
 # runs.split_by_typical finds it by its start, UNSPLIT.
@@ -96,7 +105,8 @@ def _judged(spark, inp: _Inputs, q, later: Later) -> dict:
     # What librdkafka said besides Sent/Received: timeouts, retries, batches.
     # The judge reads it with its findings (see resolved).
     inp.meta["signals"] = later(lambda: signals(inp.log_writes if any_rows(inp.log_writes) else inp.log))
-    if inp.source is None:
+    way = route(inp.source, inp.syscalls is not None)
+    if way is SIGNALS_ONLY:
         for table, name in _SOURCE_NAMES.items():
             quality.exclude_spanning(spark, None, table, q, name)
         result = _judge_signals(spark, inp)
@@ -106,10 +116,10 @@ def _judged(spark, inp: _Inputs, q, later: Later) -> dict:
     timing = later(lambda: timing_unknowns(inp.syscalls))
     other_run = later(lambda: log_of_another_run(inp.log, inp.log_writes, inp.source))
     paths = later(lambda: path_rows(inp.tables_dir))
-    if inp.source == "syscalls":
+    if way is FROM_SYSCALLS:
         result = _judge_exchanges(spark, inp, q, later)
     else:
-        result = _judge_logged(spark, inp, q, later)
+        result = _judge_logged(spark, inp, q, later, way)
     result["unknowns"] += timing() + other_run()
     if timing() and str(result.get("confidence", "")).startswith("high"):
         # Syscalls in order but without their times back the split less.
@@ -220,15 +230,9 @@ def _facts(read: dict, meta: dict) -> tuple[str | None, str | None]:
         if version is None and src is not None:
             row = src.filter(F.col("event") == "init").select("detail").first()
             version = row.detail if row else None
-    source = None
-    if lw is not None and lw.filter(F.col("event") == "send").limit(1).count():
-        source = "strace"
-    elif log is not None and log.filter(F.col("event") == "send").limit(1).count():
-        source = "log"
-    elif sc is not None and sc.limit(1).count() and not any_rows(log) and not any_rows(lw):
-        # Only a producer that logs nothing has its requests inferred: a
-        # librdkafka log without one Sent line means nothing was sent.
-        source = "syscalls"
+    sends = lambda df: df is not None and bool(df.filter(F.col("event") == "send").limit(1).count())  # noqa: E731
+    source = source_of(lambda: sends(lw), lambda: sends(log), lambda: sc is not None and bool(sc.limit(1).count()),
+                       lambda: any_rows(log) or any_rows(lw))
     return version, source
 
 
@@ -256,7 +260,7 @@ def _judge_exchanges(spark, inp: _Inputs, q, later: Later) -> dict:
     return result
 
 
-def _judge_logged(spark, inp: _Inputs, q, later: Later) -> dict:
+def _judge_logged(spark, inp: _Inputs, q, later: Later, way) -> dict:
     """Requests from librdkafka's Sent/Received lines: split by the syscalls
     when the lines were seen in strace, else timed by the log alone."""
     from pyspark.sql import functions as F
@@ -264,7 +268,7 @@ def _judge_logged(spark, inp: _Inputs, q, later: Later) -> dict:
     unknowns: list[str] = []
     events = {"strace": inp.log_writes, "log": inp.log}[inp.source]
     reqs = requests(spark, events)
-    if inp.source == "strace" and inp.syscalls is not None:
+    if way is SPLIT:
         # Cached before the input checks: their counts and every later
         # action read one computation of the split.
         # A large capture's threads are walked in time pieces (see pieces).
@@ -277,7 +281,7 @@ def _judge_logged(spark, inp: _Inputs, q, later: Later) -> dict:
         reqs = _checked(spark, reqs, "syscalls" if inp.source == "strace" else "rdkafka_events", q, later)
         conns = []
         reqs = _unsplit(reqs, unknowns)
-        if inp.syscalls is not None:   # an strace without these requests' lines: see runs
+        if way is TYPICAL:
             reqs = split_by_typical(reqs, inp.syscalls, unknowns)
         reqs = cached(reqs, q, inp.local)
     produce = reqs.filter(F.col("request") == "Produce")

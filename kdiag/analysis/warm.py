@@ -56,6 +56,7 @@ import time
 from pathlib import Path
 
 from kdiag import settings
+from kdiag.deadline import Deadline, wait_until
 from kdiag.visible import visible
 
 SOCKET_NAME = "analysis.sock"
@@ -276,7 +277,7 @@ class Server:
     def _connect(self) -> socket.socket:
         """A connection, waiting for a server that is starting."""
         private_dir(self.dir)   # whoever owns the directory could swap the socket
-        deadline = time.monotonic() + self.start_timeout_s
+        deadline = Deadline(self.start_timeout_s)
         while True:
             error = None
             if self.sock_path.exists() or self.sock_path.is_symlink():
@@ -293,14 +294,12 @@ class Server:
                 raise WarmUnavailable(f"no analysis server is running in {self.dir}"
                                       + (f" ({error})" if error else "")
                                       + (f"; see {self.dir / LOG_NAME}" if self.started else ""))
-            if time.monotonic() > deadline:
+            if deadline.expired():
                 raise WarmUnavailable(f"the analysis server did not start within {self.start_timeout_s:g} s")
             time.sleep(0.05)
 
     def _wait_gone(self) -> None:
-        deadline = time.monotonic() + 30
-        while _lock_held(self.lock_path) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: not _lock_held(self.lock_path), 30, 0.05)
 
     def stop(self) -> None:
         """Asks a running server to stop, and waits until it has."""
@@ -326,15 +325,14 @@ class _TooLong(ValueError):
     pass
 
 
-def _read_line(conn: socket.socket, max_bytes: int, deadline: float | None = None) -> bytes:
+def _read_line(conn: socket.socket, max_bytes: int, deadline: Deadline | None = None) -> bytes:
     """One line, without its newline; what came before the peer's end when
-    it sent no newline (b"" for nothing). socket.timeout past ``deadline``
-    (time.monotonic), however the bytes trickle in; _TooLong past
-    ``max_bytes``."""
+    it sent no newline (b"" for nothing). socket.timeout past ``deadline``,
+    however the bytes trickle in; _TooLong past ``max_bytes``."""
     line = bytearray()
     while True:
         if deadline is not None:
-            left = deadline - time.monotonic()
+            left = deadline.remaining_s()
             if left <= 0:
                 raise socket.timeout
             conn.settimeout(left)
@@ -468,7 +466,7 @@ class _Serving:
                 if _peer_uid(conn) != os.geteuid():
                     return
                 try:
-                    request = _request(_read_line(conn, MAX_REQUEST_BYTES, time.monotonic() + self.read_s))
+                    request = _request(_read_line(conn, MAX_REQUEST_BYTES, Deadline(self.read_s)))
                 except socket.timeout:
                     _answer(conn, {"ok": False, "error": f"no request within {self.read_s:g} s"}, self.read_s)
                     return

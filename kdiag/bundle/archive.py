@@ -21,13 +21,21 @@ from pathlib import Path
 # Reading and verifying a bundle, and its tables' versions, live in their own
 # modules; their names are kdiag.bundle.archive's too.
 from kdiag.bundle.limits import Limits  # noqa: F401
-from kdiag.bundle.reading import (ANALYSED_SOURCES, FORMATS, MANIFEST, PROBE_SUMMARY,  # noqa: F401
+from kdiag.bundle.reading import (FORMATS, MANIFEST, PROBE_SUMMARY, analysed_files,  # noqa: F401
                                   delivery_ms, is_archive, is_bundle, is_sealed_dir, manifest, probe_summary,
                                   raw_files, refuse_links, unpack, unsafe_member)
 from kdiag.bundle.table_versions import known_versions, table_schemas, table_versions  # noqa: F401
 from kdiag.bundle.verify import Problem, Verification, verify  # noqa: F401
 
 FORMAT = 1
+
+
+def __getattr__(name: str):
+    if name == "ANALYSED_SOURCES":   # from the format registry, when first asked for (see reading)
+        from kdiag.bundle import reading
+
+        return reading.ANALYSED_SOURCES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def sha256(path: Path) -> str:

@@ -21,15 +21,31 @@ MANIFEST = "manifest.json"
 # bundle_format values this kdiag reads. Bundles written before the field
 # existed have the same layout: a missing bundle_format means 1.
 FORMATS = (1,)
-# raw/<source>/ directories whose files the analysis reads; raw/probe/ holds
-# the probe's own summary, read as metadata.
-ANALYSED_SOURCES = ("rdkafka_log", "strace", "stats", "tcp_probe", "sockets")
 PROBE_SUMMARY = "raw/probe/summary.json"
 PROBE_MESSAGES = "raw/probe/messages.jsonl"
 # The compare's bootstrap needs a fair sample, not every message.
 DELIVERY_MAX = 2000
 _BLOCK = 1 << 20
 _UNREADABLE = (tarfile.TarError, OSError, EOFError, zlib.error)
+
+
+def __getattr__(name: str):
+    # ANALYSED_SOURCES: the raw/<source>/ directories whose files the
+    # analysis reads, where the format registry says a bundle keeps each
+    # format; found when first asked for, since the parsers take seconds to
+    # import and reading a manifest needs none of them.
+    if name == "ANALYSED_SOURCES":
+        from kdiag.parsers.registry import bundle_dirs
+
+        return bundle_dirs()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def analysed_files(root: Path) -> list[Path]:
+    """The raw files under a bundle (directory) that the analysis reads."""
+    from kdiag.parsers.registry import bundle_dirs
+
+    return [f for f in raw_files(root) if f.parent.name in bundle_dirs()]
 
 
 def is_bundle(path: Path) -> bool:

@@ -49,6 +49,7 @@ from kdiag.bundle import redact
 from kdiag.capture import disk_budget, overhead, tracers
 from kdiag.capture.bundling import TraceResult, cap_bytes, default_bundle_path, finish, staged, start_spark
 from kdiag.collectors.base import COMMAND, PID, Capture, Collector, gaps, wait_state
+from kdiag.deadline import Deadline
 from kdiag.errors import UsageError
 
 # Without a window, an attach traces this long.
@@ -267,9 +268,9 @@ def _watch(opts: TargetOptions, capture: Capture, target: Target, watching: list
             progress.current().stage(what, total=target.window_s) as stage:
         try:
             started = time.monotonic()
-            deadline = None if target.window_s is None else started + target.window_s
+            deadline = None if target.window_s is None else Deadline(target.window_s, start=started)
             while _alive(target.pid) and not budget.exceeded:
-                if deadline is not None and time.monotonic() >= deadline:
+                if deadline is not None and deadline.expired():
                     break
                 for c in watching:
                     c.poll()

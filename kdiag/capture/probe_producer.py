@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kdiag.deadline import Deadline, wait_until
+
 # The config (which may hold passwords) comes through the environment: strace
 # prints a file's contents as the probe reads it, and argv in execve(), but
 # shows the environment only as "/* N vars */".
@@ -216,8 +218,7 @@ def _probe_pid(proc: subprocess.Popen, timeout_s: float = 10.0) -> int | None:
 
     import kdiag
 
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end and proc.poll() is None:
+    def found() -> int | None:
         try:
             top = psutil.Process(proc.pid)
             for p in [top, *top.children(recursive=True)]:
@@ -228,8 +229,9 @@ def _probe_pid(proc: subprocess.Popen, timeout_s: float = 10.0) -> int | None:
                     return p.pid
         except psutil.Error:
             pass
-        time.sleep(0.02)
-    return None
+        return None
+
+    return wait_until(found, timeout_s, 0.02, give_up=lambda: proc.poll() is not None)
 
 
 TICK_S = 0.25
@@ -252,7 +254,7 @@ def run_child(cmd: list[str], log_path: Path, timeout_s: float, log, env: dict, 
         if raw is not None:
             budget = stack.enter_context(disk_budget.DiskBudget(
                 raw, cap_bytes, lambda why: (log(f"stopping the probe: {why}"), _interrupt(proc))))
-        deadline = time.monotonic() + timeout_s
+        deadline = Deadline(timeout_s)
         try:
             # Inside: a Ctrl-C while the tracers start (bpfcalls takes a
             # second to load) still stops the probe.
@@ -261,10 +263,10 @@ def run_child(cmd: list[str], log_path: Path, timeout_s: float, log, env: dict, 
                 on_start(pid)
             while True:
                 try:
-                    proc.wait(timeout=max(0.0, min(TICK_S, deadline - time.monotonic())))
+                    proc.wait(timeout=min(TICK_S, deadline.remaining_s()))
                     break
                 except subprocess.TimeoutExpired:
-                    if time.monotonic() >= deadline:
+                    if deadline.expired():
                         raise
                     tick()
         except subprocess.TimeoutExpired:

@@ -462,7 +462,7 @@ def _parsed(source: str, content: bytes | None, limits, verify: bool, facts: dic
             return
         d = bundle.unpack(arc, limits)
         man = bundle.manifest(d, limits)
-        raw = [f for f in bundle.raw_files(d) if f.parent.name in bundle.ANALYSED_SOURCES]
+        raw = bundle.analysed_files(d)
         out = parse_paths(raw, tmp / "tables", base=d)
         probe = bundle.probe_summary(d, limits)
     except (KdiagError, OSError, ValueError, EOFError) as e:

@@ -10,24 +10,21 @@ job per run. Only the per-run aggregates come back to the driver, where
 ``judge.concluded`` writes each run's findings as it does for one.
 
 The evidence read from a run's socket, thread and host samples is summed
-for every run in Spark (``fleet.samples``). What the single analysis does
-that the fleet does not, said in each run's ``fleet_omits``: clock steps
-are not looked for; the request rows for the report's charts and the
-predictions built on them are not made; a log beside an strace of other
-requests is not split by the strace's typical exchange (such a run is left
-unjudged: replay it alone). None of these changes a verdict or a share
-(tests/test_fleet.py).
+for every run in Spark (``fleet.samples``). The steps and the routing of a
+run by what its input has are the single analysis's (``analysis.steps``);
+the steps the fleet does not take say so there (``fleet_instead``), and
+each run's ``fleet_omits`` lists those its input would have taken: clock
+steps, the request rows for the report's charts and the predictions built
+on them. A run routed to the strace's typical exchange (a log beside an
+strace of other requests) is left unjudged: replay it alone. None of these
+changes a verdict or a share (tests/test_fleet.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from kdiag.analysis.frames import RUN
-
-OMITS = ["clock steps are not looked for in a fleet: replay the bundle alone for its input checks",
-         "no request rows or predictions: replay the bundle alone for its charts"]
-UNJUDGED_LOG_BESIDE_STRACE = ("a librdkafka log beside an strace without its Sent lines: the fleet does not "
-                              "split such a log by the strace's typical exchange; replay the bundle alone")
+from kdiag.parsers.format import CLIENT_QUEUE, SYSCALLS
 
 
 @dataclass
@@ -47,6 +44,13 @@ class Run:
         """The tables its parse wrote: the single analysis reads a table
         that has no rows as there (a DataFrame), an absent one as None."""
         return set(self.rows)
+
+    @property
+    def inputs(self) -> frozenset:
+        """The analysis inputs its tables give (kdiag.parsers.format)."""
+        from kdiag.parsers.registry import inputs_of
+
+        return inputs_of(self.tables)
 
 
 def judged(spark, tables: dict, facts: list[dict], kdiag_version: str | None = None) -> dict[str, dict]:
@@ -75,6 +79,7 @@ def _judged(spark, tables: dict, runs: dict, q, kdiag_version) -> dict[str, dict
 
     from kdiag.analysis.job import judged_by_signals, rank_when_thin
     from kdiag.analysis.signals import no_signals, signals_by_run
+    from kdiag.analysis.steps import fleet_omits, route
     from kdiag.fleet.samples import run_samples
 
     t = _without_copies(tables, runs, q)
@@ -97,10 +102,13 @@ def _judged(spark, tables: dict, runs: dict, q, kdiag_version) -> dict[str, dict
     out: dict[str, dict] = {}
     for r in by_source[None]:
         out[r.bundle_id] = judged_by_signals(r.version, paths[r.bundle_id], _meta(r, signals, kdiag_version))
-    unjudged = [r for r in by_source["log"] if "syscalls" in r.tables]
+    # A run whose route the fleet does not take is left unjudged, saying why.
+    unjudged = [r for s in ("strace", "log", "syscalls") for r in by_source[s]
+                if route(r.source, SYSCALLS in r.inputs).fleet_instead]
     for r in unjudged:
         out[r.bundle_id] = {"verdict": None, "no_data": True, "judged": False, "librdkafka_version": r.version,
-                            "findings": [], "summary": {}, "unknowns": [UNJUDGED_LOG_BESIDE_STRACE]}
+                            "findings": [], "summary": {},
+                            "unknowns": [route(r.source, SYSCALLS in r.inputs).fleet_instead]}
     requesting = [r for s in ("strace", "log", "syscalls") for r in by_source[s] if r not in unjudged]
     if requesting:
         out.update(_judged_requests(spark, t, {r.bundle_id: r for r in requesting}, conns, paths, signals,
@@ -108,7 +116,7 @@ def _judged(spark, tables: dict, runs: dict, q, kdiag_version) -> dict[str, dict
     for b, res in out.items():
         res.setdefault("judged", True)
         res["signals"] = signals[b]
-        res["fleet_omits"] = list(OMITS)
+        res["fleet_omits"] = fleet_omits(runs[b].inputs)
         res["topics"] = list(runs[b].topics)
         if res["judged"]:
             rank_when_thin(res)
@@ -150,6 +158,8 @@ def _sources(t: dict, runs: dict) -> None:
 
     from pyspark.sql import functions as F
 
+    from kdiag.analysis.steps import source_of
+
     ev = F.col("event")
     parts = [t[n].groupBy(RUN).agg(F.lit(n).alias("tbl"), F.count("*").alias("n"),
                                    F.count(F.when(ev == "send", 1)).alias("sends"),
@@ -169,12 +179,8 @@ def _sources(t: dict, runs: dict) -> None:
         for src in (log, lw):
             if r.version is None and src is not None and src.init is not None:
                 r.version = src.init.detail
-        if lw is not None and lw.sends:
-            r.source = "strace"
-        elif log is not None and log.sends:
-            r.source = "log"
-        elif calls and not (log and log.n) and not (lw and lw.n):
-            r.source = "syscalls"
+        r.source = source_of(lambda: bool(lw is not None and lw.sends), lambda: bool(log is not None and log.sends),
+                             lambda: bool(calls), lambda: bool((log and log.n) or (lw and lw.n)))
 
 
 def _connections(t: dict, runs: dict) -> dict:
@@ -185,7 +191,7 @@ def _connections(t: dict, runs: dict) -> dict:
 
     from kdiag.analysis.connections import connections, sampled_connection
 
-    with_sc = [b for b, r in runs.items() if "syscalls" in r.tables]
+    with_sc = [b for b, r in runs.items() if SYSCALLS in r.inputs]
     got: dict = {b: [] for b in runs}
     if with_sc:
         for c in connections(t["syscalls"].filter(F.col(RUN).isin(*with_sc)), many=True):
@@ -245,7 +251,7 @@ def _judged_requests(spark, t: dict, runs: dict, conns: dict, paths: dict, signa
     inferred = of("syscalls")
     produce = reqs.filter((F.col("request") == "Produce") | F.col(RUN).isin(*inferred))
 
-    with_stats = [b for b, r in runs.items() if "stats" in r.tables]
+    with_stats = [b for b, r in runs.items() if CLIENT_QUEUE in r.inputs]
     stats = t["stats"].filter(F.col(RUN).isin(*with_stats)) if with_stats else None
     pre = {r[RUN]: r for r in before_causes(reqs, stats, (RUN,)).join(
         reqs.groupBy(RUN).agg(F.count(F.when(F.col("send_us").isNotNull() & F.col("recv_us").isNotNull(), 1))

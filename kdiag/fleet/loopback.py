@@ -9,9 +9,10 @@ import os
 import re
 import signal
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from kdiag.deadline import Deadline, wait_until
 
 START_S = 90.0
 
@@ -24,14 +25,10 @@ class Cluster:
 
 
 def _wait_for(log: Path, pattern: str, proc: subprocess.Popen, timeout_s: float = START_S) -> re.Match:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        m = re.search(pattern, log.read_text(errors="replace"))
-        if m:
-            return m
-        if proc.poll() is not None:
-            break
-        time.sleep(0.2)
+    m = wait_until(lambda: re.search(pattern, log.read_text(errors="replace")), timeout_s, 0.2,
+                   give_up=lambda: proc.poll() is not None)
+    if m:
+        return m
     raise RuntimeError(f"{pattern!r} not in {log} (exit {proc.poll()}): {log.read_text(errors='replace')[-2000:]}")
 
 
@@ -41,10 +38,10 @@ def _stop(procs: list[subprocess.Popen]) -> None:
     for p in procs:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGTERM)
-    deadline = time.monotonic() + 15
+    deadline = Deadline(15)
     for p in procs:
         try:
-            p.wait(max(0.1, deadline - time.monotonic()))
+            p.wait(max(0.1, deadline.remaining_s()))
         except subprocess.TimeoutExpired:
             pass
         with contextlib.suppress(ProcessLookupError):

@@ -1,16 +1,8 @@
 """Raw capture files -> the Arrow tables the analysis reads.
 
-Which format a file holds, which tables it fills and with what schema is
-what the parser modules declare (kdiag.parsers.registry); today:
-  rdkafka_events  librdkafka log lines            (kdiag.parsers.rdkafka_log)
-  syscalls        strace output                    (kdiag.parsers.strace)
-  log_writes      librdkafka lines the producer wrote to stderr, as strace
-                  saw them (kdiag.parsers.strace.log_writes)
-  stats           librdkafka statistics JSON      (kdiag.parsers.stats)
-  probes          TCP path probes, per TTL and round (kdiag.parsers.tcp_probe)
-  handshakes      timed TCP connect()s to the brokers (kdiag.parsers.tcp_probe)
-  sockets,        live samples of the producer's sockets (TCP_NODELAY,
-  threads, host   TCP_INFO), threads and host (kdiag.parsers.sockets)
+Which format a file holds, which tables it fills and with what schema, and
+in which order its files are parsed, is what the parser modules declare
+(kdiag.parsers.registry; docs/formats.md lists them).
 
 What strace files get beyond what the parser gives (pids from file names,
 line numbers run on, times on the epoch clock): kdiag.ingest.strace_clock.
@@ -23,14 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from kdiag import progress
 from kdiag.ingest.detect import detect
 from kdiag.ingest.feeding import feed_chunks
 from kdiag.ingest.parquet_sink import TableSink
 from kdiag.ingest.strace_clock import LogWritesAhead, StraceFile, emit_strace, pid_of_name, put_on_epoch, write_rows
-from kdiag.parsers.format import BYTES, CHUNKS
+from kdiag.parsers.format import BYTES, CHUNKS, Told
 from kdiag.parsers.strace import log_writes
 
 __all__ = ["MAX_WHOLE_BYTES", "Parsed", "log_writes", "parse_paths"]
@@ -105,18 +96,15 @@ def _parse_all(paths: list[Path], base: Path | None, out: Parsed, sink: TableSin
 
     strace_files: list[StraceFile] = []
     found = _recognised(paths, base, out)
-    # The packets are the record of SYN probes; the live results file then
-    # adds only what has no packets (the connect() fallback). A pcap cannot
-    # name brokers: the handshakes, read first, do.
-    found.sort(key=lambda f: {"handshakes_jsonl": 0, "pcap": 1}.get(f[2], 2))
-    probes = _ProbeFiles()
+    found.sort(key=lambda f: format_named(f[2]).parse_order)
+    told = Told()
     for path, shown, kind, entry in found:
         fmt = format_named(kind)
         with progress.current().stage(f"reading {Path(shown).name}", total=entry["bytes"] or None) as stage:
             if fmt.reads == CHUNKS:
                 counts = _parse_chunked(fmt, path, shown, sink, strace_files, stage)
             else:
-                counts = _parse_whole(fmt, path, sink, probes)
+                counts = _parse_whole(fmt, path, sink, told)
         entry["counts"] = counts
         if counts["skipped_total"]:
             out.notes.append(
@@ -167,7 +155,7 @@ def _parse_chunked(fmt, path: Path, shown: str, sink: TableSink, strace_files: l
                    stage=progress.Stage()) -> dict:
     parser = fmt.parser()
     sf = None
-    if fmt.name == "strace":
+    if fmt.dated_after_parse:
         offset = sum(f.lines for f in strace_files)
         sf = StraceFile(shown, offset, pid_of_name(path.name))
         strace_files.append(sf)
@@ -205,23 +193,8 @@ def _emit(sink: TableSink, fmt, table, sf: StraceFile | None, ahead: LogWritesAh
         write_rows(sink, fmt.table, table, None)
 
 
-@dataclass
-class _ProbeFiles:
-    """What the probe files read so far tell the next ones."""
-    have_packets: bool = False
-    brokers: dict = field(default_factory=dict)   # (host, port) -> librdkafka's broker name
-
-
-def _parse_whole(fmt, path: Path, sink: TableSink, probes: _ProbeFiles) -> dict:
+def _parse_whole(fmt, path: Path, sink: TableSink, told: Told) -> dict:
     data = path.read_bytes() if fmt.reads == BYTES else path.read_text(errors="replace").splitlines()
-    table, pcounts = fmt.parser(data, probes.brokers)
-    if fmt.name == "handshakes_jsonl":
-        for r in table.select(["target_host", "target_port", "broker"]).to_pylist():
-            if r["broker"]:
-                probes.brokers[(r["target_host"], r["target_port"])] = r["broker"]
-    if fmt.name == "pcap":
-        probes.have_packets |= len(table) > 0
-    elif fmt.name == "probes_jsonl" and probes.have_packets:
-        table = table.filter(pc.invert(pc.fill_null(pc.equal(table["method"], "syn"), False)))
+    table, pcounts = fmt.parser(data, told)
     sink.write(fmt.table, table)
     return pcounts.to_dict()

@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from kdiag.deadline import wait_until
 from kdiag.errors import KdiagError
 
 # Kubernetes and the kernel both default the CFS period to 100 ms.
@@ -72,17 +73,16 @@ def _make(cores: float, period_us: int) -> tuple[Path, int]:
 def _remove(d: Path, timeout_s: float = 5.0) -> None:
     # A cgroup can be removed once its last task has exited; a child that is
     # still being reaped keeps it busy for a moment.
-    end = time.monotonic() + timeout_s
-    while True:
+    def removed() -> bool:
         try:
             d.rmdir()
-            return
         except FileNotFoundError:
-            return
+            pass
         except OSError:
-            if time.monotonic() > end:
-                return
-            time.sleep(0.05)
+            return False
+        return True
+
+    wait_until(removed, timeout_s, 0.05)
 
 
 @contextlib.contextmanager

@@ -12,12 +12,12 @@ import shutil
 import signal
 import subprocess
 import threading
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import psutil
 
+from kdiag.deadline import wait_until
 from kdiag.errors import KdiagError
 
 STOP_GRACE = 3.0
@@ -108,16 +108,12 @@ def stop(procs: list[psutil.Process]) -> None:
         with contextlib.suppress(psutil.NoSuchProcess):
             p.terminate()
     # Tansu does not exit on SIGTERM while a client is still connected.
-    deadline = time.monotonic() + STOP_GRACE
-    while time.monotonic() < deadline and not all(_gone(p) for p in procs):
-        time.sleep(0.02)
+    wait_until(lambda: all(_gone(p) for p in procs), STOP_GRACE, 0.02)
     for p in procs:
         if not _gone(p):
             with contextlib.suppress(psutil.NoSuchProcess):
                 p.kill()
-    deadline = time.monotonic() + STOP_GRACE
-    while time.monotonic() < deadline and not all(_gone(p) for p in procs):
-        time.sleep(0.02)
+    wait_until(lambda: all(_gone(p) for p in procs), STOP_GRACE, 0.02)
 
 
 def version_line(cmd: list[str], pattern: str) -> str:

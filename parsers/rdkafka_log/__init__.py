@@ -110,7 +110,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from kdiag.parsers.base import ParseCounts
-from kdiag.parsers.format import BY_LINES, CHUNKS, Format
+from kdiag.parsers.format import BY_LINES, CHUNKS, REQUESTS, SIGNALS, TEXT_SCANNER, Format
 from kdiag.parsers.rdkafka_log.parser import RdkafkaLogParser
 from kdiag.parsers.rdkafka_log.patterns import SCHEMA, SCHEMA_V1
 
@@ -138,5 +138,6 @@ def looks_like(sample: list[str]) -> float:
 FORMATS = (
     Format(name="rdkafka_log", recognised_by=BY_LINES, recognise=looks_like, tables={"rdkafka_events": SCHEMA},
            schema_version=2, reads=CHUNKS, parser=RdkafkaLogParser, stateless=True,
+           title="librdkafka log", pseudonymised=TEXT_SCANNER, feeds={"rdkafka_events": (REQUESTS, SIGNALS)}, bundle_dir="rdkafka_log",
            older={1: {"rdkafka_events": SCHEMA_V1}}),
 )

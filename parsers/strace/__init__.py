@@ -105,7 +105,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from kdiag.parsers.base import ParseCounts
-from kdiag.parsers.format import BY_LINES, CHUNKS, Format
+from kdiag.parsers.format import BY_LINES, CHUNKS, REQUESTS, SIGNALS, SYSCALLS, TEXT_SCANNER, Format
 from kdiag.parsers.strace.log_writes import LOG_WRITES_SCHEMA, LOG_WRITES_SCHEMA_V1, log_writes
 from kdiag.parsers.strace.parser import StraceParser, as_string_array
 from kdiag.parsers.strace.rows import concat_rows
@@ -152,6 +152,8 @@ FORMATS = (
     Format(name="strace", recognised_by=BY_LINES, recognise=looks_like,
            tables={"syscalls": SCHEMA, "log_writes": LOG_WRITES_SCHEMA},
            schema_version=2, reads=CHUNKS, parser=StraceParser,
+           title="strace output", pseudonymised=TEXT_SCANNER, feeds={"syscalls": (SYSCALLS,), "log_writes": (REQUESTS, SIGNALS)},
+           bundle_dir="strace", dated_after_parse=True,
            # log_writes carries rdkafka_events' columns, which grew in version 2.
            older={1: {"log_writes": LOG_WRITES_SCHEMA_V1}}),
 )

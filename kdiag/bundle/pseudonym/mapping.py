@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Self
 
+from kdiag.deadline import wait_until
+
 MAP_FORMAT = 1
 # What the replacements and distinct values are counted by.
 KINDS = ("ipv4", "ipv6", "hostname")
@@ -282,12 +284,12 @@ def is_under(path: Path, d: Path) -> bool:
 
 
 def _lock(fd: int, timeout_s: float, path: Path) -> None:
-    end = time.monotonic() + timeout_s
-    while True:
+    def locked() -> bool:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
+            return True
         except BlockingIOError:
-            if time.monotonic() > end:
-                raise PseudonymError(f"{path} is in use by another run (lock {path}.lock)") from None
-            time.sleep(0.1)
+            return False
+
+    if not wait_until(locked, timeout_s, 0.1):
+        raise PseudonymError(f"{path} is in use by another run (lock {path}.lock)")

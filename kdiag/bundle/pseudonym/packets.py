@@ -11,7 +11,14 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING
 
-from kdiag.parsers.pcap import PCAPNG_SHB, pcap_byte_order, pcapng_byte_order
+from kdiag.parsers.pcap import (
+    PCAPNG_SHB,
+    PcapngReader,
+    PcapReader,
+    PcapWriter,
+    pcapng_block,
+    pcapng_options,
+)
 
 if TYPE_CHECKING:
     from kdiag.bundle.pseudonym.mapping import PseudonymMap
@@ -26,8 +33,6 @@ _ICMP6_ERRORS = (1, 2, 3, 4)
 _RAW = (101, 12, 14, 228, 229)
 _ETHERNET, _NULL, _LOOP, _SLL, _SLL2 = 1, 0, 108, 113, 276
 _ET_IPV4, _ET_IPV6, _ET_ARP = 0x0800, 0x86DD, 0x0806
-# Larger records are no capture kdiag writes: the rest of the file is corrupt.
-_MAX_RECORD = 1 << 20
 
 
 def _osum(b) -> int:
@@ -242,65 +247,28 @@ class PacketRewriter:
     # -- files
 
     def pcap(self, src, dst) -> None:
-        head = src.read(24)
-        if len(head) < 24:
+        reader = PcapReader(src)
+        if reader.header is None:
             return   # nothing but a cut header: nothing kept
-        endian = pcap_byte_order(head)
-        dst.write(head)
-        linktype = struct.unpack_from(endian + "I", head, 20)[0] & 0xFFFF
-        rec = struct.Struct(endian + "IIII")
-        while True:
-            rh = src.read(16)
-            if not rh:
-                return
-            if len(rh) < 16:
-                self._n("dropped_corrupt_tail")
-                return
-            sec, frac, incl, orig = rec.unpack(rh)
-            if incl > _MAX_RECORD:
-                self._n("dropped_corrupt_tail")
-                return
-            frame = bytearray(src.read(incl))
-            if len(frame) < incl:
-                self._n("dropped_corrupt_tail")
-                return
-            out = self.frame(linktype, frame)
-            dst.write(rec.pack(sec, frac, len(out), orig))
-            dst.write(out)
+        writer = PcapWriter(dst, reader.header)
+        for rec in reader:
+            writer.write_record(rec._replace(frame=self.frame(reader.header.linktype, bytearray(rec.frame))))
+        if reader.stopped:
+            self._n("dropped_corrupt_tail")
 
     def pcapng(self, src, dst) -> None:
-        endian = "<"
+        reader = PcapngReader(src)
         ifaces: list[int] = []
-        while True:
-            head = src.read(8)
-            if not head:
-                return
-            if len(head) < 8:
-                self._n("dropped_corrupt_tail")
-                return
-            if head[:4] == PCAPNG_SHB:
-                bom = src.read(4)
-                endian = pcapng_byte_order(bom)
-                if not endian:
-                    self._n("dropped_corrupt_tail")
-                    return
-                head += bom
+        for block in reader:
+            if block.btype == _SHB_TYPE:
                 ifaces = []
-            btype, blen = struct.unpack(endian + "II", head[:8])
-            if blen < 12 or blen % 4 or blen > _MAX_RECORD + 64:
-                self._n("dropped_corrupt_tail")
-                return
-            rest = src.read(blen - len(head))
-            if len(rest) < blen - len(head):
-                self._n("dropped_corrupt_tail")
-                return
-            body = bytearray((head + rest)[8:-4])
-            out = self._block(btype, body, endian, ifaces)
+            out = self._block(block.btype, bytearray(block.body), block.byte_order, ifaces)
             if out is None:
                 self._n("pcapng_blocks_dropped")
                 continue
-            n = 12 + len(out)
-            dst.write(struct.pack(endian + "II", btype, n) + out + struct.pack(endian + "I", n))
+            dst.write(pcapng_block(block.btype, out, block.byte_order))
+        if reader.stopped:
+            self._n("dropped_corrupt_tail")
 
     def _block(self, btype: int, body: bytearray, e: str, ifaces: list[int]) -> bytes | None:
         if btype == _SHB_TYPE:    # section header: the section's length is no longer known
@@ -347,13 +315,8 @@ class PacketRewriter:
     def _options(self, opts, e: str, special: dict) -> bytes:
         """Options with strings (comments, names, descriptions, OS) through
         ``rewrite``, those in ``special`` through their function (None: dropped)."""
-        out, i = [], 0
-        while i + 4 <= len(opts):
-            code, ln = struct.unpack_from(e + "HH", opts, i)
-            val = bytes(opts[i + 4:i + 4 + ln])
-            i += 4 + ln + (-ln % 4)
-            if code == 0:
-                break
+        out = []
+        for code, val in pcapng_options(opts, e):
             if code in special:
                 if special[code] is None:
                     continue

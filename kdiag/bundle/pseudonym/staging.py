@@ -6,16 +6,21 @@ captures (tables, findings) already holds pseudonyms; a second pass would
 map them again, since a pseudonym is also a valid address.
 
 Captures are rewritten in place and streamed: text in blocks of whole
-lines, pcap and pcapng record by record. Other binary files are left
-alone and reported.
+lines, pcap and pcapng record by record. Each file is taken as the format it
+holds declares (``Format.pseudonymised`` in kdiag.parsers.format); a file in
+no format kdiag reads is scanned as text unless it holds a NUL byte. Binary
+files in no known format, and files of a format that says why it is left as
+it is, are left alone, listed in the counts and said aloud.
 """
 from __future__ import annotations
 
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
+from kdiag import progress
 from kdiag.bundle.pseudonym.mapping import PseudonymError, PseudonymMap, is_under
 from kdiag.bundle.pseudonym.packets import PacketRewriter
 from kdiag.bundle.pseudonym.scanner import TextScanner
@@ -72,17 +77,17 @@ class Pseudonyms(PseudonymMap):
             s.clear()
         links = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_symlink())
         files = sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
-        kinds = {p: file_kind(p) for p in files}
+        kinds = {p: pseudonymiser_of(p) for p in files}
         for p in files:
-            if kinds[p] == "text":
+            if kinds[p][0] == "text":
                 self._learn_file(p)
         out = {"files": {"text": 0, "pcap": 0, "pcapng": 0, "empty": 0, "changed": 0},
                "replacements": {}, "distinct": {}, "packets": {}, "binary_left_alone": [],
                "symlinks_left_alone": links}
         for p in files:
-            kind = kinds[p]
-            if kind == "binary":
-                out["binary_left_alone"].append(str(p.relative_to(root)))
+            kind, why = kinds[p]
+            if kind in (BINARY, LEFT):
+                _left_alone(out, str(p.relative_to(root)), why, kind == BINARY)
                 continue
             out["files"][kind] += 1
             out["files"]["changed"] += self._rewrite_file(p, kind, out["packets"], cut_payloads)
@@ -146,17 +151,54 @@ def pseudonymise_manifest(manifest: dict, ps: Pseudonyms,
     return manifest
 
 
+BINARY = "binary"   # in no format kdiag reads, and not text
+LEFT = "left"       # in a format that says why it is left as it is
+
+
 def file_kind(path: Path) -> str:
-    """``text``, ``pcap``, ``pcapng``, ``empty`` or ``binary``, by content."""
+    """``text``, ``pcap``, ``pcapng``, ``empty``, ``binary`` or ``left``, by
+    content (see ``pseudonymiser_of``)."""
+    return pseudonymiser_of(path)[0]
+
+
+def pseudonymiser_of(path: Path) -> tuple[str, str]:
+    """(kind, why): ``text`` for the text scanner, ``pcap`` or ``pcapng`` for
+    the packet rewriter, ``empty``; or a kind left alone with why: ``left``
+    (the format's own reason) or ``binary``. A format that declares a
+    pseudonymiser there is none for is refused: its files would otherwise
+    leave the site as they are."""
+    from kdiag.ingest.detect import detect
+    from kdiag.parsers.format import PACKET_REWRITER, TEXT_SCANNER, LeftAsIs
+    from kdiag.parsers.registry import format_named
+
     with open(path, "rb") as f:
         head = f.read(SNIFF)
     if not head:
-        return "empty"
-    capture = capture_kind(head)
-    if capture is not None:
-        return capture
-    # strace and JSON escape NUL; a raw one means a binary format.
-    return "binary" if b"\0" in head else "text"
+        return "empty", ""
+    name = detect(path)
+    if name is None:
+        # strace and JSON escape NUL; a raw one means a binary format.
+        return (BINARY, "binary, in no format kdiag reads") if b"\0" in head else ("text", "")
+    how = format_named(name).pseudonymised
+    if how == TEXT_SCANNER:
+        return "text", ""
+    if how == PACKET_REWRITER:
+        capture = capture_kind(head)
+        return (capture, "") if capture else (BINARY, f"{name}, but no packet capture the rewriter reads")
+    if isinstance(how, LeftAsIs):
+        return LEFT, f"{name}: {how.why}"
+    raise PseudonymError(f"{path}: format {name} declares pseudonymiser {how!r}, which kdiag does not have")
+
+
+def _left_alone(out: dict, shown: str, why: str, binary: bool) -> None:
+    """A file that keeps its real addresses: in the counts, and said where
+    the person who ships the bundle sees it."""
+    if binary:
+        out["binary_left_alone"].append(shown)
+    out.setdefault("left_alone", {})[shown] = why
+    line = f"not pseudonymised, left as it is: {shown} ({why}); check it before the bundle leaves the site"
+    if not progress.current().say(line):
+        print(f"kdiag: {line}", file=sys.stderr)
 
 
 def _commit(tmp: Path, path: Path, changed: bool) -> bool:
