@@ -64,7 +64,7 @@ class Converted:
     last_ns: int | None = None
 
 
-_LOST = re.compile(r"^Lost (\d+) events")
+LOST = re.compile(r"^Lost (\d+) events")
 _HEX = re.compile(rb"\\x([0-9a-fA-F]{2})")
 AF = {1: "AF_UNIX", 2: "AF_INET", 10: "AF_INET6", 16: "AF_NETLINK", 17: "AF_PACKET"}
 SOCK_TYPES = {1: "SOCK_STREAM", 2: "SOCK_DGRAM", 3: "SOCK_RAW", 5: "SOCK_SEQPACKET"}
@@ -323,7 +323,7 @@ class Converter:
             self._name_of[int(parts[1])] = "\t".join(parts[2:])
             return
         if tag not in ("F", "C", "D", "P", "X", "E", "G"):
-            m = _LOST.match(line)
+            m = LOST.match(line)
             if m:
                 res.lost_events += int(m.group(1))
             elif line == READY:

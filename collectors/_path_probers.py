@@ -1,5 +1,5 @@
 """The two ways ``kdiag.collectors.tcp_probe`` sends its path probes: SYNs
-on a raw socket (``_SynProber``) or connect() with IP_TTL (``_ConnectProber``),
+on a raw socket (``SynProber``) or connect() with IP_TTL (``ConnectProber``),
 and the sweep over TTLs both share."""
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ _LD_W_ABS, _LD_H_IND, _LD_B_IND, _LD_W_IND, _LDX_B_MSH = 0x20, 0x48, 0x50, 0x40,
 _JEQ_K, _RET_K = 0x15, 0x06
 
 
-class _SynProber:
+class SynProber:
     """SYN probes on raw sockets; answers matched by the tagged sequence number."""
 
     method = "syn"
@@ -212,7 +212,7 @@ class _SynProber:
             s.close()
 
 
-class _ConnectProber:
+class ConnectProber:
     """Unprivileged probes: one non-blocking connect() per probe."""
 
     method = "connect"
@@ -291,7 +291,7 @@ class _ConnectProber:
         self.pending.clear()
 
 
-def _sweep(prober, rounds: int, max_ttl: int, pace_s: float, timeout_s: float) -> list[_Probe]:
+def sweep_ttls(prober, rounds: int, max_ttl: int, pace_s: float, timeout_s: float) -> list[_Probe]:
     """TTL by TTL, ``rounds`` probes each, one every ``pace_s``; answers are
     read while waiting for the next send, so the pace bounds the time."""
     probes: list[_Probe] = []

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import psutil
 
 from kdiag.collectors._tcp_info import (
-    TCP_INFO_BUF, TCP_STATES, _errtext, decode_tcp_info, pidfd_getfd, pidfd_open,
+    TCP_INFO_BUF, TCP_STATES, decode_tcp_info, errno_text, pidfd_getfd, pidfd_open,
 )
 
 LISTING_EVERY_S = 1.0
@@ -54,7 +54,7 @@ class Sampler:
         try:
             self.pidfd = pidfd_open(pid)
         except OSError as e:
-            self.pidfd_error = f"pidfd_open: {_errtext(e)}"
+            self.pidfd_error = f"pidfd_open: {errno_text(e)}"
         else:
             self.exit_poll = select.poll()
             self.exit_poll.register(self.pidfd, select.POLLIN)
@@ -129,7 +129,7 @@ class Sampler:
             names = os.listdir(base)
         except OSError as e:
             if e.errno not in (errno.ENOENT, errno.ESRCH) and not self.target_exited():
-                self.problems["listing"] = f"cannot list the target's descriptors: {_errtext(e)}"
+                self.problems["listing"] = f"cannot list the target's descriptors: {errno_text(e)}"
             return found
         for name in names:
             try:
@@ -142,7 +142,7 @@ class Sampler:
             except OSError as e:
                 if e.errno not in (errno.EBADF, errno.ESRCH):
                     self.problems["listing"] = (f"target in another network namespace, its sockets not "
-                                                f"listed: pidfd_getfd: {_errtext(e)}")
+                                                f"listed: pidfd_getfd: {errno_text(e)}")
                 continue
             if rec is not None and rec.get("state") != "LISTEN":
                 found.append(_Known(int(name), rec["local"], rec["remote"], rec.pop("_remote_port"), rec["state"]))
@@ -203,7 +203,7 @@ class Sampler:
                         continue
                     if e.errno == errno.ESRCH:
                         continue    # the target is exiting; the loop sees it next
-                    err = f"pidfd_getfd: {_errtext(e)}"
+                    err = f"pidfd_getfd: {errno_text(e)}"
                 if rec is None and err is None:
                     # The fd now holds something else: list again next time.
                     self.relist = True
@@ -387,5 +387,5 @@ def _read(path: str) -> str:
         os.close(fd)
 
 
-def _dumps(obj: dict) -> str:
+def compact_json(obj: dict) -> str:
     return json.dumps(obj, separators=(",", ":"))

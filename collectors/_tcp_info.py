@@ -125,7 +125,7 @@ def pidfd_getfd(pidfd: int, fd: int) -> int:
 
 
 
-def _errtext(e: OSError) -> str:
+def errno_text(e: OSError) -> str:
     name = errno.errorcode.get(e.errno or 0, str(e.errno))
     text = f"{name} {e.strerror or e}"
     if e.errno in (errno.EPERM, errno.EACCES):

@@ -37,7 +37,7 @@ from pathlib import Path
 
 # The record format and its converter; tests and the overhead bench use them from here.
 from kdiag.collectors._bpftrace_records import (  # noqa: F401
-    _LOST, CALLS, CHUNK, CODE_OF, EXIT_GROUP, READY, RUN_RECORDS, STRSIZE, Converted, Converter, convert, fd_name,
+    CALLS, CHUNK, CODE_OF, EXIT_GROUP, LOST, READY, RUN_RECORDS, STRSIZE, Converted, Converter, convert, fd_name,
 )
 from kdiag.collectors.base import (
     AUTO_BUSY, MODES, PROBE, Collector, CollectorStatus, Requirement, Tracing, cpu_s, dies_with_parent,
@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         lost_err = 0
         with contextlib.suppress(OSError):
             for ln in err_path.read_text(errors="replace").splitlines():
-                m = _LOST.match(ln.strip())
+                m = LOST.match(ln.strip())
                 lost_err += int(m.group(1)) if m else 0
         extra.update(lost_events=res.lost_events + lost_err, bad_records=res.bad_records, lines=res.lines)
         if extra["ready_us"] is None:

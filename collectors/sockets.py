@@ -80,7 +80,7 @@ from kdiag.collectors.base import (
 from kdiag.deadline import Deadline
 import kdiag
 # The sampler's parts; tests and the lab's cgroup limit import them from here.
-from kdiag.collectors._socket_sampler import Sampler, _dumps, cgroup_cpu, cgroup_mounts, cpu_cgroup_dir  # noqa: F401
+from kdiag.collectors._socket_sampler import Sampler, cgroup_cpu, cgroup_mounts, compact_json, cpu_cgroup_dir  # noqa: F401
 from kdiag.collectors._tcp_info import TCP_INFO_LAYOUT, decode_tcp_info  # noqa: F401
 
 NAME = "sockets"
@@ -161,7 +161,7 @@ def sample_loop(pid: int, out_path, interval_ms: float = 100, duration_s: float 
             # cost shows in the next line's collector_cpu_ms (and in the status).
             host["sample_cpu_ms"] = round(cost, 3)
             host["collector_cpu_ms"] = round((time.thread_time() - cpu0) * 1000.0, 3)
-            f.write("\n".join(_dumps(o) for o in lines) + "\n")
+            f.write("\n".join(compact_json(o) for o in lines) + "\n")
             f.flush()
             costs.append((time.thread_time() - c0) * 1000.0)
             # Fixed rate: a slow sample delays the next slot, it does not

@@ -60,7 +60,7 @@ from pathlib import Path
 from kdiag.collectors.base import PROBE, Collector, CollectorStatus, Requirement, status_from_output
 import kdiag
 # The probers and the target they probe.
-from kdiag.collectors._path_probers import Target, _ConnectProber, _SynProber, _sweep  # noqa: F401
+from kdiag.collectors._path_probers import ConnectProber, SynProber, Target, sweep_ttls  # noqa: F401
 from kdiag.parsers.pcap import PcapHeader, PcapWriter
 from kdiag.parsers.tcp_probe import LINKTYPE_RAW
 
@@ -146,12 +146,12 @@ def _probe_target(t: Target, use: str, pcap: PcapWriter | None, pj, hj, notes: l
         notes.append(f"{t.host}:{t.port}: no IPv4 address ({e.strerror or e})")
         return False
     try:
-        prober = _SynProber(addr, t.port, pcap) if use == "syn" else _ConnectProber(addr, t.port)
+        prober = SynProber(addr, t.port, pcap) if use == "syn" else ConnectProber(addr, t.port)
     except OSError as e:
         notes.append(f"{t.host}:{t.port}: cannot probe ({e.strerror or e})")
         return False
     try:
-        probes = _sweep(prober, rounds, max_ttl, pace_ms / 1000.0, timeout_s)
+        probes = sweep_ttls(prober, rounds, max_ttl, pace_ms / 1000.0, timeout_s)
     finally:
         prober.close()
     for p in probes:

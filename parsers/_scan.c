@@ -493,7 +493,7 @@ enum { S_OK, S_REQ, S_REQ_END, S_API, S_API_OK, S_SIZE, S_CORR, S_RTT_OK, S_RTT_
  *         before v0.8.5, no " @ %zu" before v0.9.2)
  *   recv: "Received %sResponse (v%hd, %zu bytes, CorrId %d, rtt %.2fms)"
  *         (no "v%hd, " and no rtt before v0.8.5)
- * read as rdkafka_log/patterns._EVENTS' "send" and "recv" patterns read them
+ * read as rdkafka_log/patterns.EVENTS' "send" and "recv" patterns read them
  * (their digit counts included). OK is 1 only where the text is surely one
  * and every value is exact here: the rtt as RTT_N / 10^RTT_F while RTT_N
  * is below 2^53. Any other text is left to the pattern (OK 0). */

@@ -4,8 +4,8 @@
  *   ") = 137 <0.000011>"   ") = -1 EAGAIN (Resource temporarily unavailable)"
  *   ") = 1 ([{fd=7, revents=POLLIN}]) <0.042753>"   " <unfinished ...>"
  *   " <detached ...>"
- * read as the reversed tail patterns read them (_TAIL_REV_DUR and
- * _TAIL_REV_NODUR, on the line's last TAIL_WINDOW bytes). Every other line
+ * read as the reversed tail patterns read them (TAIL_REV_DUR and
+ * TAIL_REV_NODUR, on the line's last TAIL_WINDOW bytes). Every other line
  * (signals, exits, strace's own messages, heads in another layout, ends the
  * tail patterns miss, lines cut too short) is left to line_fields (OK 0):
  * the result is the reference's, line for line (tests/test_scan_strace.py).
@@ -49,7 +49,7 @@ static inline int64_t run_digits(const uint8_t *d, int64_t k, int64_t e, uint64_
 static const uint64_t POW10[] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000, 1000000000};
 
 /* Microseconds of "SECONDS.FRACTION" (SECONDS of ni digits, FRACTION of nf,
- * 1-9) as values.py's _seconds_us gives them: up to 6 fraction digits it
+ * 1-9) as values.py's seconds_us gives them: up to 6 fraction digits it
  * reads the text as a double and rounds its microseconds; that is exact
  * below 2^31 seconds, and otherwise done the same way here. More digits are
  * cut to the microsecond. */
@@ -82,7 +82,7 @@ static inline int64_t decimal(const uint8_t *d, int64_t k, int64_t e, int64_t ma
 }
 
 /* The return value "137", "-1", "0x7f1a34009ba3", "3</etc/ld.so.cache>" at
- * d[a..b), as values.py's _parse_ret reads it: 1 when it is a number. */
+ * d[a..b), as values.py's parse_ret reads it: 1 when it is a number. */
 static int parse_ret(const uint8_t *d, int64_t a, int64_t b, int64_t *ret)
 {
     int64_t lt = find(d, a, b, '<');
@@ -118,8 +118,8 @@ static int parse_ret(const uint8_t *d, int64_t a, int64_t b, int64_t *ret)
     return 0;
 }
 
-/* The end of a completed call, read backwards from e as _TAIL_REV_DUR (dur)
- * or _TAIL_REV_NODUR reads the reversed window [lo, e):
+/* The end of a completed call, read backwards from e as TAIL_REV_DUR (dur)
+ * or TAIL_REV_NODUR reads the reversed window [lo, e):
  *   ^(>\d{1,9}\.\d{1,9}< )?  (\)[^()]*\( )?  ([A-Z_][A-Z0-9_]* )?  [0-9?>][^ ]* = +\)
  * Each part is deterministic (a greedy run stops where the next literal
  * must start), and a failed optional part leaves a byte no later part can
@@ -170,7 +170,7 @@ static int64_t call_end(const uint8_t *d, int64_t lo, int64_t e, int dur, int64_
     while (q >= lo && d[q] == ' ') q--;
     if (q < lo || d[q] != ')') return -1;
     r[L_RET_OK] = parse_ret(d, v_lo, v_hi, &r[L_RET]);
-    /* _ERRNO, "^ (E[A-Z0-9_]+)", on the errno-and-detail part */
+    /* ERRNO, "^ (E[A-Z0-9_]+)", on the errno-and-detail part */
     if (err_lo >= 0 && d[err_lo] == 'E' && err_hi - err_lo >= 2) {
         r[L_ERR] = err_lo;
         r[L_ERR_LEN] = err_hi - err_lo;
@@ -368,7 +368,7 @@ PyObject *first_fds(PyObject *self, PyObject *args)
 
 /* quoted_data(offsets, first, n, data, out int64[Q_FIELDS, n], mask uint8[n],
  * data_out): the first C string of each masked row's arguments, as rows.py's
- * _data finds it (_QUOTED: the text between the first '"' and the next '"'
+ * _data finds it (QUOTED: the text between the first '"' and the next '"'
  * not escaped by a backslash) and decodes it where its only escapes are
  * \n \t \r \" (the log lines a program writes): Q_STATUS 1, the text at
  * data_out[Q_AT .. Q_AT + Q_LEN). Q_STATUS 2: other escapes, which the

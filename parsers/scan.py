@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kdiag.parsers.strings import data_buffer, gather, offsets_data
+from kdiag.parsers.string_buffers import data_buffer, gather, offsets_data
 
 try:
     from kdiag.parsers import _scan
@@ -24,6 +24,11 @@ except ImportError:   # no compiler where kdiag was installed: the reference run
     _scan = None
 
 COMPILED = _scan is not None
+
+# ``` or ~~~ fences, with an info string ("```text") or not: markdown's code
+# fences around pasted strace (strace.markup), and the reference the compiled
+# fence scan is held to.
+FENCE = r"^\s*(?:```|~~~)[^`]*$"
 
 # The columns of sent_received's rows (see _scan.c).
 S_OK, S_REQ, S_REQ_END, S_API, S_API_OK, S_SIZE, S_CORR, S_RTT_OK, S_RTT_N, S_RTT_F = range(10)
@@ -252,16 +257,14 @@ def needle_flags(lines: pa.Array, needles: list[tuple[str, bool]], compiled: boo
 
 def fence_candidates(lines: pa.Array, compiled: bool | None = None) -> np.ndarray:
     """Which lines may be markdown code fences: the compiled scan flags a
-    superset of what strace.markup's fence pattern matches (see _scan.c),
-    the reference exactly those."""
+    superset of what ``FENCE`` matches (see _scan.c), the reference exactly
+    those."""
     if _use(compiled):
         out = np.empty(len(lines), dtype=np.uint8)
         if len(lines):
             _scan.fence_candidates(*_buffers(lines), out)
         return out.view(bool)
-    from kdiag.parsers.strace.markup import _FENCE
-
-    return np.asarray(pc.match_substring_regex(lines, _FENCE).fill_null(False))
+    return np.asarray(pc.match_substring_regex(lines, FENCE).fill_null(False))
 
 
 def _read(fn: str, texts: pa.Array, fields: int, flag: bool, sel: np.ndarray | None = None) -> np.ndarray | None:
@@ -336,7 +339,7 @@ def _next_at(pos: np.ndarray, at: np.ndarray, k: int = 0) -> np.ndarray:
     return padded[np.searchsorted(pos, at) + k]
 
 
-def _byte(data: np.ndarray, at: np.ndarray) -> np.ndarray:
+def byte_at(data: np.ndarray, at: np.ndarray) -> np.ndarray:
     """data[at], 0 where at is out of range."""
     ok = (at >= 0) & (at < len(data))
     out = np.zeros(len(at), dtype=np.uint8)
@@ -349,8 +352,8 @@ def _plain_cut_numpy(lines: pa.Array) -> np.ndarray:
     out[:, CLOSE] = out[:, SPACE] = -1
     off, data = offsets_data(lines)
     start, end = off[:-1], off[1:]
-    plain = (end - start >= 10) & (_byte(data, start) == ord("%")) & (_byte(data, start + 2) == ord("|"))
-    lvl = _byte(data, start + 1)
+    plain = (end - start >= 10) & (byte_at(data, start) == ord("%")) & (byte_at(data, start + 2) == ord("|"))
+    lvl = byte_at(data, start + 1)
     plain &= (lvl >= ord("0")) & (lvl <= ord("7"))
     idx = np.flatnonzero(plain)
     if not len(idx):
@@ -358,7 +361,7 @@ def _plain_cut_numpy(lines: pa.Array) -> np.ndarray:
     start, end = start[idx], end[idx]
     pipes = np.flatnonzero(data == ord("|"))
     p2, p3, p4 = (_next_at(pipes, start + 2, k) for k in (1, 2, 3))
-    ok = (p4 + 1 < end) & (_byte(data, p4 + 1) == ord(" "))
+    ok = (p4 + 1 < end) & (byte_at(data, p4 + 1) == ord(" "))
     # The timestamp "%u.%03u" between the first and second "|".
     ts_len = p2 - start - 3
     ok &= (ts_len >= 5) & (ts_len <= _TS_WIDTH)
@@ -378,11 +381,11 @@ def _plain_cut_numpy(lines: pa.Array) -> np.ndarray:
     thrd = gather(data, p4 + 1, end - p4 - 1, len(_THRD))
     is_thrd = np.all(thrd == _THRD, axis=1)
     close = _next_at(np.flatnonzero(data == ord("]")), p4 + 8)
-    has_thrd = is_thrd & (close + 2 < end) & (_byte(data, close + 1) == ord(":")) & (_byte(data, close + 2) == ord(" "))
+    has_thrd = is_thrd & (close + 2 < end) & (byte_at(data, close + 1) == ord(":")) & (byte_at(data, close + 2) == ord(" "))
     rest = np.where(has_thrd, close + 3, p4 + 2)
     # "BROKER: ": the first word, if it ends in ":".
     space = _next_at(np.flatnonzero(data == ord(" ")), rest)
-    cand = (space < end) & (space - 1 > rest) & (_byte(data, space - 1) == ord(":"))
+    cand = (space < end) & (space - 1 > rest) & (byte_at(data, space - 1) == ord(":"))
     rows = out[idx]
     rows[:, OK] = 1
     rows[:, MS], rows[:, P2], rows[:, P3], rows[:, P4] = ms, p2, p3, p4

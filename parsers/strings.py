@@ -8,49 +8,15 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from kdiag.parsers import scan
+
+# The buffers' own helpers are below scan, which reads buffers too; the
+# parsers take them from here, with the cutting.
+from kdiag.parsers.string_buffers import EMPTY_BUF, data_buffer, gather, lengths, offsets_data  # noqa: F401
+
 # Strings are cut and reordered as string_view arrays built with numpy
 # (16-byte views into existing buffers), then cast to plain strings in one
 # copy: a take() on a million long strings costs ten times as much.
-
-EMPTY_BUF = pa.py_buffer(b"\0")
-
-
-def offsets_data(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 offsets into data, data bytes) of a string/binary array."""
-    n = len(arr)
-    bufs = arr.buffers()
-    off = np.frombuffer(bufs[1], dtype=np.int32, count=n + 1, offset=arr.offset * 4).astype(np.int64)
-    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None and bufs[2].size else np.zeros(0, np.uint8)
-    return off, data
-
-
-def data_buffer(arr: pa.Array) -> pa.Buffer:
-    b = arr.buffers()[2]
-    return b if b is not None and b.size else EMPTY_BUF
-
-
-def lengths(arr: pa.Array) -> np.ndarray:
-    off, _ = offsets_data(arr)
-    return np.diff(off)
-
-
-def gather(data: np.ndarray, start: np.ndarray, length: np.ndarray, width: int) -> np.ndarray:
-    """n x width bytes of data from each start, zero past each length."""
-    n = len(start)
-    if n == 0 or width == 0 or len(data) == 0:
-        return np.zeros((n, width), dtype=np.uint8)
-    safe = start + width <= len(data)
-    if safe.all():
-        out = np.lib.stride_tricks.sliding_window_view(data, width)[start]
-    else:
-        lo = int(start[~safe].min())
-        out = np.zeros((n, width), dtype=np.uint8)
-        if len(data) >= width:
-            out[safe] = np.lib.stride_tricks.sliding_window_view(data, width)[start[safe]]
-        padded = np.concatenate([data[lo:], np.zeros(width, dtype=np.uint8)])
-        out[~safe] = np.lib.stride_tricks.sliding_window_view(padded, width)[start[~safe] - lo]
-    out *= np.arange(width) < length[:, None]
-    return out
 
 
 def views(start: np.ndarray, length: np.ndarray, buf: np.ndarray, buffers: list[pa.Buffer],
@@ -67,8 +33,6 @@ def views(start: np.ndarray, length: np.ndarray, buf: np.ndarray, buffers: list[
     if n == 0:
         return pa.array([], type_)
     if type_ in (pa.string(), pa.binary()):
-        from kdiag.parsers import scan
-
         got = scan.copy_out_many(buffers, buf, start, length, type_)   # the same pieces, copied in one pass
         if got is not None:
             return got

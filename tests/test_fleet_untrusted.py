@@ -104,7 +104,7 @@ def test_ingest_parses_one_copy_of_each_content_and_refuses_the_bomb_unread(tick
     from kdiag.fleet import ingest as fleet_ingest
 
     if read == "binaryFile":
-        monkeypatch.setattr(fleet_ingest, "_local_dir", lambda uri: None)
+        monkeypatch.setattr(fleet_ingest, "local_path", lambda uri: None)
     got = fleet_ingest.ingest(spark, [str(tickets)], (tmp_path / "work").as_uri())
     facts = {r.source.rsplit("/", 1)[-1]: r for r in got.bundles.collect()}
     on, copy, bomb = facts["a-on.tar.gz"], facts["b-copy-of-on.tar.gz"], facts["d-bomb.tar.gz"]

@@ -1,7 +1,7 @@
 """The byte-level path for plain librdkafka lines gives what the regexes give.
 
 RdkafkaLogParser cuts lines in librdkafka's own stderr format by byte
-position (``_plain_lines``); ``fast=False`` reads every line with the
+position (``plain_lines``); ``fast=False`` reads every line with the
 regexes. Both must give the same table for any input: real logs, every
 client format, and lines bent at each place where the byte arithmetic
 could go wrong.

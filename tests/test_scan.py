@@ -188,9 +188,9 @@ def test_a_field_cut_at_the_line_end_does_not_borrow_the_next_line(monkeypatch):
 
 def test_needle_flags():
     from kdiag.parsers.rdkafka_log.parser import _NEEDLES
-    from kdiag.parsers.rdkafka_log.patterns import _ANYWHERE
+    from kdiag.parsers.rdkafka_log.patterns import ANYWHERE
 
-    needles = [(prefix, name in _ANYWHERE) for name, prefix in _NEEDLES] + [("é", True), ("x", False)]
+    needles = [(prefix, name in ANYWHERE) for name, prefix in _NEEDLES] + [("é", True), ("x", False)]
     texts = [prefix + " tail" for _, prefix in _NEEDLES] + [
         "topic [0]: Produce MessageSet with 1 message(s)", "a [1] 3 message(s) in xmit queue (1 added",
         "Sent", "", "xé", "Timed out 1 in-flight", None, "ProduceRequest failed: x: actions y"]

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from kdiag.ingest.lines import iter_line_chunks
 from kdiag.parsers import scan
 from kdiag.parsers.strace.line_fields import layout_of, learn_layout, line_fields
-from kdiag.parsers.strace.parser import StraceParser, _as_string_array
+from kdiag.parsers.strace.parser import StraceParser, as_string_array
 from kdiag.parsers.strace.rows import _data, _first_fd
 
 pytestmark = pytest.mark.skipif(not scan.COMPILED and not os.environ.get("CI"),
@@ -100,7 +100,7 @@ def test_ci_builds_the_compiled_scans():
 def test_real_captures(path, monkeypatch):
     read = 0
     for chunk in iter_line_chunks(path):
-        lines = _as_string_array(chunk.lines)   # a pasted excerpt's quote markers off, as the parser does
+        lines = as_string_array(chunk.lines)   # a pasted excerpt's quote markers off, as the parser does
         layout = learn_layout(lines)
         if layout is not None:
             _same(lines, layout)

@@ -6,6 +6,10 @@ import threading
 from pathlib import Path
 
 from kdiag import settings
+# RUN, the column naming a row's run (a bundle's id in a fleet, else ""),
+# is defined below the analysis, beside the checks the writer of a table
+# shares with it; the analysis's modules read it here.
+from kdiag.ingest.input_rules import RUN  # noqa: F401
 
 
 class Abandoned(Exception):
@@ -67,10 +71,6 @@ def _uncompressed_bytes(meta) -> int:
     return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
 
 
-# Every table the analysis reads carries the run its rows are from, and every
-# window, join and grouping of rows is within one run: "" when there is one
-# (replay, trace), a bundle's id when kdiag fleet analyses many at once.
-RUN = "bundle_id"
 
 
 def one_run(df):

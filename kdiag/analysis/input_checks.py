@@ -20,29 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kdiag.analysis.frames import RUN, one_run
+from kdiag.ingest.input_rules import (CORR_EVENTS, FORWARD_GAP_US, LOG_BACK_TOLERANCE_US, STRACE_BACK_TOLERANCE_US,
+                                      in_copy_scope)
 
-# A thread's own clock readings never go back unless the clock was set; 1 ms
-# is nothing strace (microseconds) can misprint.
-STRACE_BACK_TOLERANCE_US = 1_000
-# librdkafka stamps a line before writing it, and several application
-# threads log under one name (thrd:app): one descheduled in between (a CFS
-# throttled container loses up to 100 ms) writes an older time after a newer
-# one. NTP only steps beyond 128 ms; smaller offsets it slews.
-LOG_BACK_TOLERANCE_US = 250_000
-# No request stays in flight this long (librdkafka times it out at
-# socket.timeout.ms, 60 s by default; Produce at request.timeout.ms, 30 s), and
-# under strace librdkafka's threads wake at least once a second
-# (rd_kafka_max_block_ms): a minute in which no traced thread made one call
-# is a stopped process or a clock set forward, not a wait.
-FORWARD_GAP_US = 60_000_000
 # Beyond this many steps the timestamps are not a clock (strace -r prints
 # the time since the previous line): the observations are counted, not kept.
 MAX_OBSERVATIONS = 10_000
 
-# librdkafka lines that carry a correlation id are logged once per request;
-# other lines (state changes, "Not selecting any broker") can repeat within
-# the log's millisecond resolution and are left alone.
-_CORR_EVENTS = ("send", "send_partial", "recv", "retry", "unknown_corrid")
 # Free text that the other columns of its row already tell apart: left out
 # of the duplicate check's first, hashed pass (the exact pass compares them).
 WIDE_COLUMNS = ("args", "text", "detail", "data")
@@ -107,7 +91,7 @@ def _copy_scope(table: str):
 
     scope = F.col("ts_us").isNotNull()
     if table == "rdkafka_events":
-        scope = scope & F.col("event").isin(*_CORR_EVENTS) & F.col("corr_id").isNotNull()
+        scope = scope & F.col("event").isin(*CORR_EVENTS) & F.col("corr_id").isNotNull()
     if table in ("syscalls", "log_writes"):
         # strace -t prints whole seconds: one thread's identical calls in one
         # second are real, not copies.
@@ -118,20 +102,6 @@ def _copy_scope(table: str):
 # The tables whose copies are looked for (the others' rows repeat for real:
 # a socket sampled twice the same, a probe's two equal answers).
 COPY_TABLES = ("rdkafka_events", "syscalls", "log_writes", "stats")
-
-
-def in_copy_scope(t, table: str):
-    """The rows of ``t`` (an Arrow table of ``table``) that ``_copy_scope``
-    keeps: where a parse looks for copies as Spark would."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    scope = pc.is_valid(t["ts_us"])
-    if table == "rdkafka_events":
-        scope = pc.and_(scope, pc.and_(pc.is_in(t["event"], pa.array(_CORR_EVENTS)), pc.is_valid(t["corr_id"])))
-    if table in ("syscalls", "log_writes"):
-        scope = pc.and_(scope, pc.not_equal(pc.remainder(t["ts_us"], 1_000_000), 0))
-    return t.filter(pc.fill_null(scope, False))
 
 
 def has_copies(t, table: str) -> bool:

@@ -22,6 +22,7 @@ import operator
 from functools import reduce
 
 from kdiag.analysis.frames import RUN, one_run
+from kdiag.parsers.strace.schema import SOCKET_PREFIXES
 
 WRITE_CALLS = ["write", "writev", "sendmsg", "sendto", "send", "pwrite64"]
 READ_CALLS = ["read", "readv", "recvmsg", "recvfrom", "recv"]
@@ -34,9 +35,6 @@ WAITED_FD = r"(?:fd=|EPOLL_CTL_(?:ADD|MOD), )(\d+)"
 # a RecordBatch header (61) and one record. A burst of writes smaller than
 # this is only the tail of a request (a TLS record's last bytes).
 MIN_PRODUCE_BYTES = 100
-# -yy names the endpoints ("TCP:[10.0.0.1:40212->10.0.0.2:9093]"); -y only
-# says "socket:[1033403]".
-SOCKET_PREFIXES = ("TCP", "TCPv6", "UDP", "UDPv6", "UNIX", "UNIX-STREAM", "NETLINK", "socket:")
 SOCKET_INFO = "^(" + "|".join(SOCKET_PREFIXES) + ")"
 
 

@@ -18,12 +18,13 @@ import platform
 import tarfile
 from pathlib import Path
 
-# Reading and verifying a bundle live in their own modules; their names
-# are kdiag.bundle.archive's too.
+# Reading and verifying a bundle, and its tables' versions, live in their own
+# modules; their names are kdiag.bundle.archive's too.
 from kdiag.bundle.limits import Limits  # noqa: F401
 from kdiag.bundle.reading import (FORMATS, MANIFEST, PROBE_SUMMARY, analysed_files,  # noqa: F401
                                   delivery_ms, is_archive, is_bundle, is_sealed_dir, manifest, probe_summary,
                                   raw_files, refuse_links, unpack, unsafe_member)
+from kdiag.bundle.table_versions import known_versions, table_schemas, table_versions  # noqa: F401
 from kdiag.bundle.verify import Problem, Verification, verify  # noqa: F401
 
 FORMAT = 1
@@ -111,36 +112,3 @@ def write(staging: Path, out_path: Path, manifest: dict) -> Path:
         tmp.unlink(missing_ok=True)
         raise
     return out_path
-
-
-def table_versions() -> dict:
-    """Each table -> the schema_version this kdiag writes: its format's."""
-    from kdiag.parsers.registry import formats
-
-    return {name: fmt.schema_version for fmt in formats() for name in fmt.tables}
-
-
-def table_schemas(versions: dict | None = None) -> dict:
-    """Each table's Arrow schema, as the formats that fill it declare it
-    (kdiag.parsers.registry): at the version this kdiag writes, or at the
-    one ``versions`` gives a table (absent: a version it never had)."""
-    from kdiag.parsers.registry import formats
-
-    out = {}
-    for fmt in formats():
-        for name in fmt.tables:
-            v = fmt.schema_version if versions is None else versions.get(name, fmt.schema_version)
-            schema = fmt.schema_at(name, v)
-            if schema is not None:
-                out[name] = schema
-    return out
-
-
-def known_versions(table: str) -> tuple[int, ...]:
-    """The schema_versions of a table this kdiag reads."""
-    from kdiag.parsers.registry import formats
-
-    for fmt in formats():
-        if table in fmt.tables:
-            return tuple(sorted({fmt.schema_version, *fmt.older}))
-    return ()

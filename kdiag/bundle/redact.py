@@ -20,8 +20,8 @@ import os
 import re
 from pathlib import Path
 
-from kdiag.analysis.per_request import SOCKET_PREFIXES
 from kdiag.bundle import sasl
+from kdiag.parsers.strace.schema import SOCKET_PREFIXES
 
 REDACTED = "[REDACTED]"
 _REDACTED_BYTES = REDACTED.encode()

@@ -21,6 +21,7 @@ from kdiag.bundle import schema
 from kdiag.bundle.limits import Limits
 from kdiag.bundle.reading import (FORMATS, MANIFEST, PROBE_SUMMARY, check_probe_summary, is_archive,
                                   members, open_regular, parse_manifest, unsafe_member)
+from kdiag.bundle.table_versions import known_versions, table_schemas
 from kdiag.errors import InputError
 from kdiag.visible import visible
 
@@ -390,7 +391,6 @@ def _check_tables(res: Verification, man: dict, listed: dict, facts: dict) -> No
         res.add(MANIFEST, '"tables" is not an object')
         tables = {}
     res.tables = len(tables)
-    from kdiag.bundle.archive import known_versions, table_schemas
 
     expected = table_schemas() if tables else {}
     named = set()

@@ -133,8 +133,8 @@ def _with_content(spark, listed: list[tuple[str, int]]):
     from pyspark.sql import functions as F
 
     schema = "path string, length long, content binary"
-    local = [(p, n, None) for p, n in listed if _local_dir(p)]
-    remote = [p for p, n in listed if not _local_dir(p)]
+    local = [(p, n, None) for p, n in listed if local_path(p)]
+    remote = [p for p, n in listed if not local_path(p)]
     df = spark.createDataFrame(local, schema)
     if remote:
         df = df.unionByName(spark.read.format("binaryFile").load(remote)
@@ -166,7 +166,7 @@ def ingest(spark, given: list[str], work: str, limits=None, verify: bool = True)
     within = [(p, n) for p, n in listed if n <= cap]
     work = work.rstrip("/")
     stage = f"{work}/stage"
-    direct = _local_dir(f"{work}/tables")
+    direct = local_path(f"{work}/tables")
     if direct:
         shutil.rmtree(direct, ignore_errors=True)
     conf = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
@@ -204,7 +204,7 @@ def reopened(spark, work: str) -> dict:
     from kdiag.bundle import archive
 
     work = work.rstrip("/")
-    direct = _local_dir(f"{work}/tables")
+    direct = local_path(f"{work}/tables")
     if direct:
         return _written(spark, spark.read.parquet(f"{work}/stage"), direct)
     return {name: spark.read.parquet(f"{work}/tables/{name}") for name in archive.table_schemas()}
@@ -231,13 +231,13 @@ def _digest(path: str, content: bytes | None) -> str:
     if content is not None:
         return hashlib.sha256(content).hexdigest()[:16]
     h = hashlib.sha256()
-    with open(_local_dir(path), "rb") as f:
+    with open(local_path(path), "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()[:16]
 
 
-def _local_dir(uri: str) -> str | None:
+def local_path(uri: str) -> str | None:
     """The local path of a ``file:`` URI (the tasks write there
     themselves), None for any other filesystem."""
     from urllib.parse import unquote, urlparse
@@ -445,7 +445,7 @@ def _parsed(source: str, content: bytes | None, limits, verify: bool, facts: dic
     from kdiag.ingest.tables import parse_paths
 
     if content is None:
-        arc = Path(_local_dir(source))
+        arc = Path(local_path(source))
         size = arc.stat().st_size
     else:
         arc, size = tmp / "bundle", len(content)

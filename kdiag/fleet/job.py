@@ -132,9 +132,9 @@ def _private_dir(out: str) -> Path | None:
     """OUT as a local directory made 0700 before anything is written in it,
     so no one else can reach its files while Spark writes them; None for
     another filesystem."""
-    from kdiag.fleet.ingest import _local_dir
+    from kdiag.fleet.ingest import local_path
 
-    local = _local_dir(out)
+    local = local_path(out)
     if local is None:
         return None
     d = Path(local)

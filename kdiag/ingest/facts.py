@@ -28,6 +28,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from kdiag.ingest.input_rules import (FORWARD_GAP_US, LOG_BACK_TOLERANCE_US, RUN, STRACE_BACK_TOLERANCE_US,
+                                      in_copy_scope)
+
 KEY = "kdiag.facts"
 VERSION = 1
 # Past this many threads (or client, broker and event groups) the state is
@@ -45,8 +48,6 @@ class _Plan:
 
 
 def _plans() -> dict[str, _Plan]:
-    from kdiag.analysis.input_checks import LOG_BACK_TOLERANCE_US, STRACE_BACK_TOLERANCE_US
-
     # No plan for stats: several snapshots a second share a whole-second
     # time, and nothing else in them rises; they are few rows for Spark.
     return {
@@ -75,9 +76,6 @@ class Watch:
         if self.plan is None or self.lost or not t.num_rows:
             return
         import pyarrow as pa
-
-        from kdiag.analysis.frames import RUN
-        from kdiag.analysis.input_checks import in_copy_scope
 
         extra = (RUN,) if RUN in t.column_names else ()
         p = self.plan
@@ -185,8 +183,6 @@ def _steps(t, cols: tuple[str, ...], plan: _Plan, last: dict) -> bool:
     more than the tolerance, or after its end by more than the gap."""
     import numpy as np
     import pyarrow.compute as pc
-
-    from kdiag.analysis.input_checks import FORWARD_GAP_US
 
     t = t.filter(pc.is_valid(t["ts_us"]))
     if not t.num_rows:

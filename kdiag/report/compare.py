@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from kdiag.analysis.causes import OTHERWISE, part_of
-from kdiag.report.html import _dict, request_rows
+from kdiag.report.html import dict_or_empty, request_rows
 from kdiag.report.svg import fmt, num
 from kdiag.visible import visible, visible_text
 
@@ -73,9 +73,9 @@ def side(findings: dict, name: str, rows: list[dict]) -> dict:
     """One run's figures; ``rows``: its requests (the fair sample, without
     the slowest kept beside it)."""
     totals = [r.get("total_ms") for r in rows]
-    rr = _dict(findings.get("request_rows"))
-    summary = _dict(findings.get("summary"))
-    probe = _dict(findings.get("probe"))
+    rr = dict_or_empty(findings.get("request_rows"))
+    summary = dict_or_empty(findings.get("summary"))
+    probe = dict_or_empty(findings.get("probe"))
     sampled_of = num(rr.get("of")) if rr.get("sampled") else None
     scale = (sampled_of / len(rows)) if sampled_of and rows else 1.0
     per_request = None

@@ -48,7 +48,7 @@ def _list(v) -> list:
     return v if isinstance(v, list) else []
 
 
-def _dict(v) -> dict:
+def dict_or_empty(v) -> dict:
     return v if isinstance(v, dict) else {}
 
 
@@ -56,7 +56,7 @@ def request_rows(findings: dict, slowest: bool = True) -> list[dict]:
     """The per-request rows findings.json carries (judge.request_rows), as
     dicts; rows of the wrong shape are left out. ``slowest``: with the
     slowest requests kept beside a sample (the rest alone are a fair one)."""
-    rr = _dict(findings.get("request_rows"))
+    rr = dict_or_empty(findings.get("request_rows"))
     cols = [c for c in _list(rr.get("columns")) if isinstance(c, str)]
     rows = _list(rr.get("rows")) + (_list(rr.get("slowest")) if slowest else [])
     return [dict(zip(cols, r)) for r in rows if isinstance(r, list) and len(r) == len(cols)]
@@ -82,7 +82,7 @@ def sockets_of(tables_dir: Path | None):
 
 
 def render_html(findings: dict, sockets: list[dict] | None = None, *, source: str | None = None) -> str:
-    findings = _dict(findings)
+    findings = dict_or_empty(findings)
     others: dict = {}
     rows = request_rows(findings)
     return render("report.html", title=f"kdiag: {_text(findings.get('verdict')) or 'no verdict'}",
@@ -97,7 +97,7 @@ def _parts():
 
 
 def _head(f: dict, source: str | None) -> dict:
-    s = _dict(f.get("summary"))
+    s = dict_or_empty(f.get("summary"))
     when = ""
     first, last = num(s.get("first_send_us")), num(s.get("last_recv_us"))
     if first and last:
@@ -114,11 +114,11 @@ def _head(f: dict, source: str | None) -> dict:
 def _verdict(f: dict, others: dict) -> dict:
     verdict = _text(f.get("verdict"))
     found, more_found = capped(_list(f.get("findings")), "findings")
-    likely, more_likely = capped([_dict(x) for x in _list(f.get("likely"))], "likely")
+    likely, more_likely = capped([dict_or_empty(x) for x in _list(f.get("likely"))], "likely")
     return {"color": color_of(verdict or "unexplained_slow", others),
             "name": verdict or "none: no completed Produce request to judge",
             "confidence": _text(f.get("confidence")),
-            "findings": [_finding(_dict(fd), others) for fd in found], "findings_left_out": more_found,
+            "findings": [_finding(dict_or_empty(fd), others) for fd in found], "findings_left_out": more_found,
             "likely": [[_text(x.get("cause")), _text(x.get("support")), _text(x.get("decide"))] for x in likely],
             "likely_left_out": more_likely}
 
@@ -126,7 +126,7 @@ def _verdict(f: dict, others: dict) -> dict:
 def _finding(fd: dict, others: dict) -> dict:
     share, ts = num(fd.get("share")) or 0.0, num(fd.get("time_share"))
     evidence, more = capped([e for e in _list(fd.get("evidence")) if isinstance(e, str)], "evidence")
-    fix = _dict(fd.get("fix"))
+    fix = dict_or_empty(fd.get("fix"))
     return {"color": color_of(_text(fd.get("cause")), others), "cause": _text(fd.get("cause")),
             "requests": fmt(num(fd.get("requests")) or 0), "share": f"{share * 100:.0f}",
             "of_time": f", {ts * 100:.0f}% of the time" if ts is not None and abs(ts - share) >= 0.05 else "",
@@ -137,9 +137,9 @@ def _finding(fd: dict, others: dict) -> dict:
 
 
 def _figures(f: dict) -> list[tuple[str, str]]:
-    s = _dict(f.get("summary"))
-    sp = _dict(s.get("split_ms"))
-    probe = _dict(f.get("probe"))
+    s = dict_or_empty(f.get("summary"))
+    sp = dict_or_empty(s.get("split_ms"))
+    probe = dict_or_empty(f.get("probe"))
 
     def ms(v) -> str:
         v = num(v)
@@ -163,7 +163,7 @@ def _waterfall(f: dict, rows: list[dict]) -> Markup:
     by_total = sorted(timed, key=lambda r: num(r["total_ms"]))
     picked = [("typical (median)", by_total[(len(by_total) - 1) // 2])]
     picked += [(f"slowest #{i + 1}", r) for i, r in enumerate(reversed(by_total[-WATERFALL_WORST:]))]
-    queue = num(_dict(_dict(f.get("summary")).get("split_ms")).get("client_queue"))
+    queue = num(dict_or_empty(dict_or_empty(f.get("summary")).get("split_ms")).get("client_queue"))
     bars = []
     for label, r in picked:
         known = [queue, *(num(r.get(k)) for k in ("send_ms", "wait_ms", "read_ms"))]
@@ -221,7 +221,7 @@ def _drawn(pts: list[tuple]) -> list[tuple]:
 
 
 def _sample_note(f: dict, drawn: int, timed: int) -> Markup:
-    rr = _dict(f.get("request_rows"))
+    rr = dict_or_empty(f.get("request_rows"))
     of = num(rr.get("of"))
     total = int(of) if rr.get("sampled") is True and of else timed
     if drawn < total:
@@ -357,7 +357,7 @@ def _thinned(pts: list[tuple[float, float]], n: int) -> list[tuple[float, float]
 
 def _paths(f: dict) -> dict:
     paths, more = paths_shown(f.get("paths"))
-    s = _dict(f.get("summary"))
+    s = dict_or_empty(f.get("summary"))
     rtt = num(s.get("path_rtt_ms"))
     cols = ["broker", "method", "ttl", "responder", "answer", "rtt_min_ms", "rtt_median_ms", "rtt_max_ms",
             "answered", "sent"]
@@ -374,7 +374,7 @@ def _cell(v) -> str:
 
 
 def _inputs(f: dict) -> dict:
-    checks, more_checks = capped([_dict(c) for c in _list(f.get("input_checks"))], "input_checks")
+    checks, more_checks = capped([dict_or_empty(c) for c in _list(f.get("input_checks"))], "input_checks")
     keys = [k for k in ("input", "check", "count", "detail") if any(k in c for c in checks)]
     lists = []
     for title, key in (("What the inputs could not tell", "unknowns"), ("Notes on the inputs", "input_notes"),
@@ -382,10 +382,10 @@ def _inputs(f: dict) -> dict:
         items, more = capped([x for x in _list(f.get(key)) if isinstance(x, str)], "notes")
         if items:
             lists.append((title, items, more))
-    files, more_files = capped([_dict(x) for x in _list(f.get("inputs"))], "inputs")
+    files, more_files = capped([dict_or_empty(x) for x in _list(f.get("inputs"))], "inputs")
     return {"check_keys": keys, "checks": [[_cell(c.get(k)) for k in keys] for c in checks],
             "checks_left_out": more_checks, "lists": lists,
             "files": [[_text(x.get("path")), _text(x.get("kind")) or "not recognised",
-                       *(_cell(_dict(x.get("counts")).get(k)) for k in ("lines", "parsed", "skipped_total"))]
+                       *(_cell(dict_or_empty(x.get("counts")).get(k)) for k in ("lines", "parsed", "skipped_total"))]
                       for x in files],
             "files_left_out": more_files}

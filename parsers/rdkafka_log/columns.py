@@ -6,26 +6,26 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kdiag.parsers.rdkafka_log.patterns import _ONE_PASS
+from kdiag.parsers.rdkafka_log.patterns import ONE_PASS
 
 
-def _extract_event(text: pa.Array, name: str, pattern: str, fast: bool) -> tuple[pa.StructArray, np.ndarray]:
+def extract_event(text: pa.Array, name: str, pattern: str, fast: bool) -> tuple[pa.StructArray, np.ndarray]:
     """The pattern's groups for each line (null where it does not match),
     and where it matched."""
-    if not fast or name not in _ONE_PASS:
+    if not fast or name not in ONE_PASS:
         got = pc.extract_regex(text, pattern)
         return got, pc.is_valid(got).to_numpy(zero_copy_only=False)
-    one_pass, suffix = _ONE_PASS[name]
+    one_pass, suffix = ONE_PASS[name]
     got = pc.extract_regex(text, one_pass)
     api = pc.struct_field(got, "request")
     ok = pc.and_(pc.ends_with(api, suffix), pc.greater(pc.utf8_length(api), len(suffix)))
-    hit = _mask(ok)
+    hit = null_as_false(ok)
     fields = [pc.utf8_slice_codeunits(api, 0, -len(suffix)) if f == "request" else pc.struct_field(got, f)
               for f in got.type.names]
     return pa.StructArray.from_arrays(fields, names=got.type.names, mask=pa.array(~hit)), hit
 
 
-def _typed(vals: pa.Array, typ: pa.DataType) -> pa.Array:
+def typed_or_null(vals: pa.Array, typ: pa.DataType) -> pa.Array:
     """Cast matched digits; a value out of the type's range becomes null
     instead of raising (a corrupt line must not stop the run)."""
     if pa.types.is_string(typ):
@@ -40,26 +40,26 @@ def _typed(vals: pa.Array, typ: pa.DataType) -> pa.Array:
     return pc.cast(wide, typ)
 
 
-def _mask(arr) -> np.ndarray:
+def null_as_false(arr) -> np.ndarray:
     return pc.fill_null(arr, False).to_numpy(zero_copy_only=False)
 
 
-def _field(got: pa.StructArray, name: str) -> pa.Array:
+def match_group(got: pa.StructArray, name: str) -> pa.Array:
     return pc.struct_field(got, name)
 
 
-def _opt(got: pa.StructArray, name: str) -> pa.Array:
+def optional_group(got: pa.StructArray, name: str) -> pa.Array:
     """An optional group: RE2 gives "" when it did not take part."""
     v = pc.struct_field(got, name)
     return pc.if_else(pc.equal(v, ""), pa.scalar(None, v.type), v)
 
 
-def _unquote(got: pa.StructArray, group: str) -> pa.Array:
+def unquote(got: pa.StructArray, group: str) -> pa.Array:
     """A quoted JavaScript string without its quotes."""
-    return pc.utf8_slice_codeunits(_field(got, group), 1, -1)
+    return pc.utf8_slice_codeunits(match_group(got, group), 1, -1)
 
 
-def _unescape(vals: pa.Array, chars: str) -> pa.Array:
+def unescape(vals: pa.Array, chars: str) -> pa.Array:
     """Only the escapes of the quote and the backslash themselves; any other
     escape (\\n, \\uXXXX: not in librdkafka's own messages) is kept as
     printed."""
@@ -68,7 +68,7 @@ def _unescape(vals: pa.Array, chars: str) -> pa.Array:
     return pc.replace_substring_regex(vals, r"\\([" + chars + r"])", r"\1")
 
 
-def _local_ts(date, time, frac, tz) -> pa.Array:
+def local_ts(date, time, frac, tz) -> pa.Array:
     """Epoch microseconds of a printed date and time, as if UTC unless a
     zone is printed; null without a fraction of a second (whole seconds
     cannot time a request). No date: the time of day from 1970-01-01."""
@@ -88,18 +88,18 @@ def _local_ts(date, time, frac, tz) -> pa.Array:
     return us
 
 
-def _as(arr, typ: pa.DataType) -> pa.Array:
+def cast_to(arr, typ: pa.DataType) -> pa.Array:
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     return arr if arr.type == typ else pc.cast(arr, typ)
 
 
-def _resolution(ts: pa.Array, us: int) -> pa.Array:
+def resolution_where_stamped(ts: pa.Array, us: int) -> pa.Array:
     """``us`` where the line has a timestamp, else null."""
     return pc.if_else(pc.is_valid(ts), pa.scalar(us, pa.int32()), pa.scalar(None, pa.int32()))
 
 
-def _frac_resolution(ts: pa.Array, frac: pa.Array) -> pa.Array:
+def frac_resolution(ts: pa.Array, frac: pa.Array) -> pa.Array:
     """A printed fraction of a second's resolution: 3 digits, 1000 us."""
     digits = pc.min_element_wise(pc.utf8_length(pc.fill_null(frac, "")), 6)
     us = pc.power(pa.scalar(10, pa.int32()), pc.subtract(pa.scalar(6, pa.int32()), pc.cast(digits, pa.int32())))

@@ -8,51 +8,51 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kdiag.parsers import scan
-from kdiag.parsers.scan import _byte
+from kdiag.parsers.scan import byte_at
 from kdiag.parsers.base import ParseCounts
 from kdiag.parsers.strings import data_buffer, offsets_data, validity, views, with_valid
 from kdiag.parsers.rdkafka_log.columns import (
-    _as,
-    _extract_event,
-    _field,
-    _frac_resolution,
-    _local_ts,
-    _mask,
-    _opt,
-    _resolution,
-    _typed,
-    _unescape,
-    _unquote,
+    cast_to,
+    extract_event,
+    match_group,
+    frac_resolution,
+    local_ts,
+    null_as_false,
+    optional_group,
+    resolution_where_stamped,
+    typed_or_null,
+    unescape,
+    unquote,
 )
 from kdiag.parsers.rdkafka_log.patterns import (
-    _BROKER,
-    _BROKER_STRIP,
-    _COLS,
-    _DOTNET,
-    _DOTNET_LEVELS,
-    _EVENT_FIELDS,
-    _EVENTS,
-    _GO,
-    _HEADER,
-    _INSPECT_FIELDS,
-    _INSPECT_MSG,
-    _INSPECT_PART,
-    _JSON_FIELDS,
-    _JSON_LINE,
-    _JSON_MSG,
-    _ANYWHERE,
-    _BY_FACILITY,
-    _OPTIONAL,
-    _PY_LEVEL,
-    _PY_LEVELS,
-    _PY_TIME,
-    _PYTHON,
-    _PYTHON_SPLIT,
+    BROKER,
+    BROKER_STRIP,
+    COLS,
+    DOTNET,
+    DOTNET_LEVELS,
+    EVENT_FIELDS,
+    EVENTS,
+    GO,
+    HEADER,
+    INSPECT_FIELDS,
+    INSPECT_MSG,
+    INSPECT_PART,
+    JSON_FIELDS,
+    JSON_LINE,
+    JSON_MSG,
+    ANYWHERE,
+    BY_FACILITY,
+    OPTIONAL,
+    PY_LEVEL,
+    PY_LEVELS,
+    PY_TIME,
+    PYTHON,
+    PYTHON_SPLIT,
     SCHEMA,
-    _THREAD,
-    _THREAD_STRIP,
+    THREAD,
+    THREAD_STRIP,
 )
-from kdiag.parsers.rdkafka_log.plain import _plain_lines
+from kdiag.parsers.rdkafka_log.plain import plain_lines
 from kdiag.parsers.rdkafka_log.wrapped import unmangle, unquoted, wrapped
 
 
@@ -66,8 +66,8 @@ _COMPILED_FIELDS = {
     "msgset": ["topic", "partition", "msgs", "error", "detail"],
 }
 _READ_COMPILED = tuple(_COMPILED_FIELDS)
-# The events found by a prefix (or a substring: _ANYWHERE) of the text.
-_NEEDLES = [(name, prefix) for name, prefix, _ in _EVENTS if name not in _BY_FACILITY]
+# The events found by a prefix (or a substring: ANYWHERE) of the text.
+_NEEDLES = [(name, prefix) for name, prefix, _ in EVENTS if name not in BY_FACILITY]
 
 
 class _Num(NamedTuple):
@@ -115,10 +115,10 @@ def _compiled_read(texts: pa.Array, idx: np.ndarray, name: str, pattern: str) ->
     hit = done.copy()
     rest = np.flatnonzero(status == 0)
     if len(rest):
-        got, ok = _extract_event(texts.take(pa.array(idx[rest])), name, pattern, True)
+        got, ok = extract_event(texts.take(pa.array(idx[rest])), name, pattern, True)
         got = got.filter(pa.array(ok))
-        opt = _OPTIONAL.get(name, ())
-        parts.append((idx[rest[ok]], {f: _opt(got, f) if f in opt else _field(got, f) for f in names}))
+        opt = OPTIONAL.get(name, ())
+        parts.append((idx[rest[ok]], {f: optional_group(got, f) if f in opt else match_group(got, f) for f in names}))
         hit[rest[ok]] = True
     return hit, parts
 
@@ -126,7 +126,7 @@ def _compiled_read(texts: pa.Array, idx: np.ndarray, name: str, pattern: str) ->
 def _number_column(m: int, typ: pa.DataType, have: list) -> pa.Array:
     """The rows' values of one numeric field from the parts that have it,
     later parts over earlier ones; an integer outside the type is null, as
-    _typed makes it."""
+    typed_or_null makes it."""
     values = np.zeros(m, dtype=typ.to_pandas_dtype())
     ok = np.zeros(m, dtype=bool)
     for rows, v in have:
@@ -140,9 +140,9 @@ def _number_column(m: int, typ: pa.DataType, have: list) -> pa.Array:
             values[rows] = np.where(good, v.values, 0)
             ok[rows] = good
         else:
-            a = _typed(v, typ)
+            a = typed_or_null(v, typ)
             values[rows] = a.fill_null(0).to_numpy(zero_copy_only=False)
-            ok[rows] = _mask(a.is_valid())
+            ok[rows] = null_as_false(a.is_valid())
     return pa.Array.from_buffers(typ, m, [validity(ok), pa.py_buffer(values)], null_count=m - int(ok.sum()))
 
 
@@ -161,7 +161,7 @@ def _string_column(m: int, texts: pa.Array, have: list) -> pa.Array:
             buf[rows], start[rows], length[rows], ok[rows] = 0, v.start, v.stop - v.start, True
         else:
             off, _ = offsets_data(v)
-            good = _mask(v.is_valid())
+            good = null_as_false(v.is_valid())
             buffers.append(data_buffer(v))
             buf[rows], start[rows], length[rows], ok[rows] = len(buffers) - 1, off[:-1], np.diff(off), good
     if not ok.any():
@@ -180,7 +180,7 @@ class RdkafkaLogParser:
     def __init__(self, fast: bool = True) -> None:
         self.counts = ParseCounts(self.source)
         # False reads every line with the regexes; the tests hold the byte
-        # level path for plain lines (_plain_lines) to its results.
+        # level path for plain lines (plain_lines) to its results.
         self.fast = fast
 
     def feed(self, lines: pa.Array, first_line_no: int = 1) -> pa.Table:
@@ -193,7 +193,7 @@ class RdkafkaLogParser:
         lines = unmangle(lines)
         if not self.fast:
             return self._feed_regex(lines, np.arange(first_line_no, first_line_no + n, dtype=np.int64))
-        simple, fast = _plain_lines(lines)
+        simple, fast = plain_lines(lines)
         fast_table = None
         if simple.any():
             line_no = np.flatnonzero(simple) + first_line_no
@@ -213,7 +213,7 @@ class RdkafkaLogParser:
         n = len(lines)
         line_no = pa.array(line_no_np)
 
-        native = pc.fill_null(pc.match_substring_regex(lines, _HEADER), False)
+        native = pc.fill_null(pc.match_substring_regex(lines, HEADER), False)
         if pc.all(native).as_py():
             cols = self._native(lines)
         else:
@@ -235,8 +235,8 @@ class RdkafkaLogParser:
             if not pieces:
                 return SCHEMA.empty_table()
             order = np.argsort(found, kind="stable")
-            cols = {name: pa.concat_arrays([_as(c[name], typ) for _, c in pieces]).take(pa.array(order))
-                    for name, typ in _COLS} if len(pieces) > 1 else pieces[0][1]
+            cols = {name: pa.concat_arrays([cast_to(c[name], typ) for _, c in pieces]).take(pa.array(order))
+                    for name, typ in COLS} if len(pieces) > 1 else pieces[0][1]
             line_no = line_no.take(pa.array(found[order]))
         m = len(line_no)
         self.counts.parsed += m
@@ -250,7 +250,7 @@ class RdkafkaLogParser:
         lvl_f, ts_f, fac_f, client_f, msg = (pc.list_element(parts, i) for i in range(5))
         ts_ms = pc.cast(pc.replace_substring(ts_f, ".", ""), pa.int64())
         return {"ts_us": pc.multiply(ts_ms, 1000), "level": pc.cast(pc.utf8_slice_codeunits(lvl_f, -1), pa.int8()),
-                "facility": fac_f, "client": client_f, "msg": msg, "ts_resolution_us": _resolution(ts_ms, 1000)}
+                "facility": fac_f, "client": client_f, "msg": msg, "ts_resolution_us": resolution_where_stamped(ts_ms, 1000)}
 
     def _other_formats(self, lines: pa.Array, rest: np.ndarray, pieces: list) -> np.ndarray:
         """Rows of the client libraries' formats, appended to pieces as
@@ -282,39 +282,39 @@ class RdkafkaLogParser:
         return got.filter(mask), msg, idx[hit], idx[~hit]
 
     def _dotnet(self, lines, idx, pieces) -> np.ndarray:
-        got, msg, hit, left = self._match(lines, idx, _DOTNET)
+        got, msg, hit, left = self._match(lines, idx, DOTNET)
         if len(hit):
-            lv = pc.index_in(_field(got, "lname"), pa.array(_DOTNET_LEVELS))
-            ts = _local_ts(_field(got, "date"), _field(got, "time"), _field(got, "frac"), None)
+            lv = pc.index_in(match_group(got, "lname"), pa.array(DOTNET_LEVELS))
+            ts = local_ts(match_group(got, "date"), match_group(got, "time"), match_group(got, "frac"), None)
             pieces.append((hit, {"ts_us": ts, "level": pc.cast(lv, pa.int8()),
-                                 "facility": _field(got, "facility"), "client": _field(got, "client"),
-                                 "msg": msg, "ts_resolution_us": _resolution(ts, 1000)}))
+                                 "facility": match_group(got, "facility"), "client": match_group(got, "client"),
+                                 "msg": msg, "ts_resolution_us": resolution_where_stamped(ts, 1000)}))
         return left
 
     def _go(self, lines, idx, pieces) -> np.ndarray:
-        cand = _mask(pc.match_substring(lines.take(pa.array(idx)), "]["))
+        cand = null_as_false(pc.match_substring(lines.take(pa.array(idx)), "]["))
         if not cand.any():
             return idx
-        got, msg, hit, miss = self._match(lines, idx[cand], _GO)
+        got, msg, hit, miss = self._match(lines, idx[cand], GO)
         left = np.sort(np.concatenate([idx[~cand], miss]))
         if len(hit):
             pieces.append((hit, {"ts_us": pa.nulls(len(hit), pa.int64()),
-                                 "level": pc.cast(_field(got, "level"), pa.int8()),
-                                 "facility": _field(got, "facility"), "client": _field(got, "client"),
+                                 "level": pc.cast(match_group(got, "level"), pa.int8()),
+                                 "facility": match_group(got, "facility"), "client": match_group(got, "client"),
                                  "msg": msg, "ts_resolution_us": pa.nulls(len(hit), pa.int32())}))
         return left
 
     def _json(self, lines, idx, pieces) -> np.ndarray:
-        cand = _mask(pc.match_substring_regex(lines.take(pa.array(idx)), _JSON_LINE))
+        cand = null_as_false(pc.match_substring_regex(lines.take(pa.array(idx)), JSON_LINE))
         if not cand.any():
             return idx
         # The message is cut out first: its text must not pass for a key.
-        got, others, hit, miss = self._match(lines, idx[cand], _JSON_MSG)
+        got, others, hit, miss = self._match(lines, idx[cand], JSON_MSG)
         left = np.sort(np.concatenate([idx[~cand], miss]))
         if not len(hit):
             return left
-        vals = {name: _field(pc.extract_regex(others, pat), "v") for name, pat in _JSON_FIELDS}
-        pieces.append((hit, self._object_cols(vals, _unescape(_field(got, "msg"), '"\\\\/'))))
+        vals = {name: match_group(pc.extract_regex(others, pat), "v") for name, pat in JSON_FIELDS}
+        pieces.append((hit, self._object_cols(vals, unescape(match_group(got, "msg"), '"\\\\/'))))
         return left
 
     @staticmethod
@@ -322,11 +322,11 @@ class RdkafkaLogParser:
         ts = pc.multiply(pc.cast(vals["ts_ms"], pa.int64()), 1000)
         return {"ts_us": ts, "level": pc.cast(vals["level"], pa.int8()),
                 "facility": vals["facility"], "client": vals["client"], "msg": msg,
-                "ts_resolution_us": _resolution(ts, 1000)}
+                "ts_resolution_us": resolution_where_stamped(ts, 1000)}
 
     def _inspect(self, lines, idx, pieces) -> tuple[np.ndarray, np.ndarray]:
         sub = lines.take(pa.array(idx))
-        msg_got = pc.extract_regex(sub, _INSPECT_MSG)
+        msg_got = pc.extract_regex(sub, INSPECT_MSG)
         is_msg = pc.is_valid(msg_got).to_numpy(zero_copy_only=False)
         if not is_msg.any():
             return idx, np.zeros(0, np.int64)
@@ -334,8 +334,8 @@ class RdkafkaLogParser:
         # lines from a "{" line to the next "}" line.
         n = len(lines)
         pos = np.arange(n)
-        is_open = _mask(pc.equal(lines, "{"))
-        is_close = _mask(pc.equal(lines, "}"))
+        is_open = null_as_false(pc.equal(lines, "{"))
+        is_close = null_as_false(pc.equal(lines, "}"))
         last_open = np.maximum.accumulate(np.where(is_open, pos, -1))
         last_close = np.maximum.accumulate(np.where(is_close, pos, -1))
         prev_close = np.concatenate([[-1], last_close[:-1]])
@@ -343,18 +343,18 @@ class RdkafkaLogParser:
 
         m_idx = idx[is_msg]
         m_rec = rec[m_idx]
-        msg = _unescape(_unquote(msg_got.filter(pa.array(is_msg)), "m"), "'\"`\\\\")
-        own = pc.replace_substring_regex(sub.filter(pa.array(is_msg)), _INSPECT_MSG, "", max_replacements=1)
+        msg = unescape(unquote(msg_got.filter(pa.array(is_msg)), "m"), "'\"`\\\\")
+        own = pc.replace_substring_regex(sub.filter(pa.array(is_msg)), INSPECT_MSG, "", max_replacements=1)
         in_rec = np.isin(rec[idx], m_rec[m_rec >= 0]) & (rec[idx] >= 0) & ~is_msg
         r_idx = idx[in_rec]
         r_lines = sub.filter(pa.array(in_rec))
         vals = {}
-        for name, pat in _INSPECT_FIELDS:
+        for name, pat in INSPECT_FIELDS:
             v = pc.extract_regex(own, pat)
-            v = _unquote(v, "v") if name in ("facility", "client") else _field(v, "v")
+            v = unquote(v, "v") if name in ("facility", "client") else match_group(v, "v")
             if len(r_idx):
                 rv = pc.extract_regex(r_lines, pat)
-                rv = _unquote(rv, "v") if name in ("facility", "client") else _field(rv, "v")
+                rv = unquote(rv, "v") if name in ("facility", "client") else match_group(rv, "v")
                 ok = pc.is_valid(rv).to_numpy(zero_copy_only=False)
                 # Each record's value, looked up by the record's first line
                 # (keys ascend with the line index).
@@ -363,16 +363,16 @@ class RdkafkaLogParser:
                     at = np.minimum(np.searchsorted(keys, m_rec), len(keys) - 1)
                     found = (m_rec >= 0) & (keys[at] == m_rec)
                     v = pc.coalesce(v, kv.take(pa.array(at, mask=~found)))
-            vals[name] = _unescape(v, "'\"`\\\\") if name in ("facility", "client") else v
+            vals[name] = unescape(v, "'\"`\\\\") if name in ("facility", "client") else v
         # An object without fac is some other console.log() output.
-        keep = _mask(pc.is_valid(vals["facility"]))
+        keep = null_as_false(pc.is_valid(vals["facility"]))
         cols = self._object_cols({k: v.filter(pa.array(keep)) for k, v in vals.items()},
                                  msg.filter(pa.array(keep)))
         if keep.any():
             pieces.append((m_idx[keep], cols))
         kept_recs = m_rec[keep]
         part = in_rec & np.isin(rec[idx], kept_recs[kept_recs >= 0])
-        part_lines = _mask(pc.match_substring_regex(sub, _INSPECT_PART))
+        part_lines = null_as_false(pc.match_substring_regex(sub, INSPECT_PART))
         part &= part_lines
         left = idx[~(part | np.isin(idx, m_idx[keep]))]
         return left, idx[part]
@@ -381,31 +381,31 @@ class RdkafkaLogParser:
         # A split around the leftmost "FAC [name] " gives the logging
         # prefix and the message at a third of the cost of capturing them.
         sub = lines.take(pa.array(idx))
-        parts = pc.split_pattern_regex(sub, _PYTHON_SPLIT, max_splits=1)
-        hit_m = _mask(pc.equal(pc.list_value_length(parts), 2))
+        parts = pc.split_pattern_regex(sub, PYTHON_SPLIT, max_splits=1)
+        hit_m = null_as_false(pc.equal(pc.list_value_length(parts), 2))
         if not hit_m.any():
             return idx
         mask = pa.array(hit_m)
         hit, left = idx[hit_m], idx[~hit_m]
         parts = parts.filter(mask)
         prefix, msg = pc.list_element(parts, 0), pc.list_element(parts, 1)
-        got = pc.extract_regex(sub.filter(mask), _PYTHON)
-        t = pc.extract_regex(prefix, _PY_TIME)
-        ts = _local_ts(_opt(t, "date"), _field(t, "time"), _opt(t, "frac"), _opt(t, "tz"))
-        lname = pc.utf8_upper(_field(pc.extract_regex(prefix, _PY_LEVEL), "v"))
-        level = pc.index_in(lname, pa.array(list(_PY_LEVELS)))
-        level = pc.take(pa.array(list(_PY_LEVELS.values()), pa.int8()), level)
-        pieces.append((hit, {"ts_us": ts, "level": level, "facility": _field(got, "facility"),
-                             "client": _field(got, "client"), "msg": unquoted(prefix, msg),
-                             "ts_resolution_us": _frac_resolution(ts, _opt(t, "frac"))}))
+        got = pc.extract_regex(sub.filter(mask), PYTHON)
+        t = pc.extract_regex(prefix, PY_TIME)
+        ts = local_ts(optional_group(t, "date"), match_group(t, "time"), optional_group(t, "frac"), optional_group(t, "tz"))
+        lname = pc.utf8_upper(match_group(pc.extract_regex(prefix, PY_LEVEL), "v"))
+        level = pc.index_in(lname, pa.array(list(PY_LEVELS)))
+        level = pc.take(pa.array(list(PY_LEVELS.values()), pa.int8()), level)
+        pieces.append((hit, {"ts_us": ts, "level": level, "facility": match_group(got, "facility"),
+                             "client": match_group(got, "client"), "msg": unquoted(prefix, msg),
+                             "ts_resolution_us": frac_resolution(ts, optional_group(t, "frac"))}))
         return left
 
     def _events(self, line_no: pa.Array, cols: dict, m: int) -> pa.Table:
         msg = cols["msg"]
-        thread = pc.struct_field(pc.extract_regex(msg, _THREAD), "thread")
-        rest = pc.replace_substring_regex(msg, _THREAD_STRIP, "", max_replacements=1)
-        broker = pc.struct_field(pc.extract_regex(rest, _BROKER), "broker")
-        text = pc.replace_substring_regex(rest, _BROKER_STRIP, "", max_replacements=1)
+        thread = pc.struct_field(pc.extract_regex(msg, THREAD), "thread")
+        rest = pc.replace_substring_regex(msg, THREAD_STRIP, "", max_replacements=1)
+        broker = pc.struct_field(pc.extract_regex(rest, BROKER), "broker")
+        text = pc.replace_substring_regex(rest, BROKER_STRIP, "", max_replacements=1)
         return self._classified(line_no, {**cols, "thread": thread, "broker": broker, "text": text})
 
     def _classified(self, line_no: pa.Array, cols: dict) -> pa.Table:
@@ -417,19 +417,19 @@ class RdkafkaLogParser:
         names = ["other"]
         parts: list[Part] = []
         # Every prefix test in one pass over the texts: bit k for _NEEDLES[k].
-        flags = scan.needle_flags(text, [(prefix, name in _ANYWHERE) for name, prefix in _NEEDLES])
+        flags = scan.needle_flags(text, [(prefix, name in ANYWHERE) for name, prefix in _NEEDLES])
         seen = int(np.bitwise_or.reduce(flags)) if m else 0   # the needles some line holds
-        for name, prefix, pattern in _EVENTS:
-            if name in _BY_FACILITY:
+        for name, prefix, pattern in EVENTS:
+            if name in BY_FACILITY:
                 # A wrapper may drop the facility: the timeout's own words then.
-                found_at = _mask(pc.equal(cols["facility"], _BY_FACILITY[name])) & (codes == 0)
+                found_at = null_as_false(pc.equal(cols["facility"], BY_FACILITY[name])) & (codes == 0)
                 # The words begin with a digit: the pattern runs on those texts only.
                 rest = np.flatnonzero((codes == 0) & ~found_at)
                 off, data = offsets_data(text)
-                first = _byte(data, np.where(off[rest + 1] > off[rest], off[rest], -1))
+                first = byte_at(data, np.where(off[rest + 1] > off[rest], off[rest], -1))
                 words = rest[(first >= ord("0")) & (first <= ord("9"))]
                 if len(words):
-                    found_at[words[_mask(pc.match_substring_regex(text.take(pa.array(words)), _FAIL_TEXT))]] = True
+                    found_at[words[null_as_false(pc.match_substring_regex(text.take(pa.array(words)), _FAIL_TEXT))]] = True
             else:
                 bit = 1 << _NEEDLES.index((name, prefix))
                 if not seen & bit:
@@ -442,10 +442,10 @@ class RdkafkaLogParser:
                 hit, got_parts = _compiled_read(text, idx, name, pattern)
                 parts.extend(got_parts)
             else:
-                got, hit = _extract_event(text.take(idx), name, pattern, self.fast)
+                got, hit = extract_event(text.take(idx), name, pattern, self.fast)
                 got = got.filter(pa.array(hit))
-                opt = _OPTIONAL.get(name, ())
-                parts.append((idx[hit], {f: _opt(got, f) if f in opt else _field(got, f) for f in got.type.names}))
+                opt = OPTIONAL.get(name, ())
+                parts.append((idx[hit], {f: optional_group(got, f) if f in opt else match_group(got, f) for f in got.type.names}))
             codes[idx[hit]] = len(names)
             names.append(name)
         ev_cols = self._event_columns(m, parts, text)
@@ -460,10 +460,10 @@ class RdkafkaLogParser:
                 "thread": cols["thread"],
                 "broker": cols["broker"],
                 "event": event,
-                **{f: ev_cols[f] for f in _EVENT_FIELDS[:6]},
+                **{f: ev_cols[f] for f in EVENT_FIELDS[:6]},
                 "text": text,
                 "ts_resolution_us": cols["ts_resolution_us"],
-                **{f: ev_cols[f] for f in _EVENT_FIELDS[6:]},
+                **{f: ev_cols[f] for f in EVENT_FIELDS[6:]},
             },
             schema=SCHEMA,
         )
@@ -473,7 +473,7 @@ class RdkafkaLogParser:
         """Each event kind's fields scattered back to row order, a column
         at a time (takes and if_else over long string columns are slow)."""
         cols = {}
-        for f in _EVENT_FIELDS:
+        for f in EVENT_FIELDS:
             typ = SCHEMA.field(f).type
             have = [(rows, got[f]) for rows, got in parts if f in got]
             if not have:

@@ -42,21 +42,21 @@ SCHEMA_V1 = pa.schema(list(SCHEMA)[:15])
 # "%" (a wrapper's own prefix without "|") is tolerated, unless it opens a
 # JSON object or a quote: the message then ends before the line does, and
 # wrapped.py reads it.
-_HEADER = r"^[^|{\"']*%[0-7]\|[0-9]{1,12}\.[0-9]{3}\|[A-Za-z0-9_\-]*\|[^|]*\| "
+HEADER = r"^[^|{\"']*%[0-7]\|[0-9]{1,12}\.[0-9]{3}\|[A-Za-z0-9_\-]*\|[^|]*\| "
 # rd_kafka_dbg() prefixes "[thrd:%s]: "; rd_rkb_dbg() adds the broker name
 # "%s: ": "ssl://h:p/111", "sasl_ssl://h:p/bootstrap", ":0/internal", and
 # for plaintext no scheme at all (rd_kafka_mk_brokername() omits it):
 # "127.0.0.1:9092/1". The stderr format puts a space before the thread; the
 # log callbacks' messages are given one to match.
-_THREAD = r"^ \[thrd:(?P<thread>[^\]]*)\]: "
-_THREAD_STRIP = r"^ (?:\[thrd:[^\]]*\]: )?"
-_BROKER_NAME = (r"(?:[A-Za-z_]*://\S+/(?:-?[0-9]+|bootstrap|internal|[A-Za-z0-9_\-]+)|:[0-9]+/internal"
+THREAD = r"^ \[thrd:(?P<thread>[^\]]*)\]: "
+THREAD_STRIP = r"^ (?:\[thrd:[^\]]*\]: )?"
+BROKER_NAME = (r"(?:[A-Za-z_]*://\S+/(?:-?[0-9]+|bootstrap|internal|[A-Za-z0-9_\-]+)|:[0-9]+/internal"
                 r"|\S+:[0-9]+/(?:-?[0-9]+|bootstrap|internal))")
-_BROKER = r"^(?P<broker>" + _BROKER_NAME + "): "
-_BROKER_STRIP = r"^" + _BROKER_NAME + ": "
+BROKER = r"^(?P<broker>" + BROKER_NAME + "): "
+BROKER_STRIP = r"^" + BROKER_NAME + ": "
 
 # Each pattern quotes the format string in rdkafka_broker.c it matches.
-_EVENTS: list[tuple[str, str, str]] = [
+EVENTS: list[tuple[str, str, str]] = [
     # "Sent %sRequest (v%hd, %zu bytes @ %zu, CorrId %d)"; before v0.9.2
     # "Sent %sRequest (v%hd, %zd bytes, CorrId %d)"; before v0.8.5 (2014)
     # "Sent %sRequest (%zd bytes, CorrId %"PRId32")".
@@ -142,21 +142,21 @@ _EVENTS: list[tuple[str, str, str]] = [
 # The same patterns with the API name captured up to the space, then its
 # "Request"/"Response" suffix checked and cut: "(?P<request>[A-Za-z]+)Request"
 # makes RE2 try every split of the word, which costs it twice the time.
-_ONE_PASS = {
+ONE_PASS = {
     name: (re.sub(r"\(\?P<request>\[A-Za-z\]\+\)(Request|Response) ", r"(?P<request>[A-Za-z]+) ", pat),
            "Response" if name == "recv" else "Request")
-    for name, _, pat in _EVENTS if "(?P<request>" in pat
+    for name, _, pat in EVENTS if "(?P<request>" in pat
 }
 # Events found by their facility, whatever the text begins with.
-_BY_FACILITY = {"fail": "FAIL"}
+BY_FACILITY = {"fail": "FAIL"}
 # Events whose text begins with a topic or an API name: found by a substring.
-_ANYWHERE = frozenset({"msgset", "produce", "xmit_queue", "reqerr"})
+ANYWHERE = frozenset({"msgset", "produce", "xmit_queue", "reqerr"})
 
 
-_EVENT_FIELDS = ("request", "api_version", "size_bytes", "corr_id", "rtt_ms", "detail", "msgs", "count", "topic",
+EVENT_FIELDS = ("request", "api_version", "size_bytes", "corr_id", "rtt_ms", "detail", "msgs", "count", "topic",
                  "partition", "error", "elapsed_ms")
 # Groups that may not take part in a match (RE2 then gives ""): null them.
-_OPTIONAL = {"retry": ("corr_id",), "send": ("api_version",), "recv": ("api_version", "rtt_ms"),
+OPTIONAL = {"retry": ("corr_id",), "send": ("api_version",), "recv": ("api_version", "rtt_ms"),
              "fail": ("count", "rtt_ms", "elapsed_ms"), "msgset": ("error", "detail")}
 
 # ---- the client libraries' own log output around librdkafka's message ----
@@ -165,22 +165,22 @@ _OPTIONAL = {"retry": ("corr_id",), "send": ("api_version",), "recv": ("api_vers
 #   var now = DateTime.Now.ToString("yyyy-MM-dd HH:mm:ss.fff");
 #   Console.Error.WriteLine($"{logInfo.Level}|{now}|{logInfo.Name}|{logInfo.Facility}| {logInfo.Message}");
 # Level is the SyslogLevel enum's name: Emergency = 0 ... Debug = 7.
-_DOTNET_LEVELS = ["Emergency", "Alert", "Critical", "Error", "Warning", "Notice", "Info", "Debug"]
-_DOTNET = (r"^(?P<lname>" + "|".join(_DOTNET_LEVELS) + r")\|"
+DOTNET_LEVELS = ["Emergency", "Alert", "Critical", "Error", "Warning", "Notice", "Info", "Debug"]
+DOTNET = (r"^(?P<lname>" + "|".join(DOTNET_LEVELS) + r")\|"
            r"(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2}) (?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})\.(?P<frac>[0-9]{3})\|"
            r"(?P<client>[^|]*)\|(?P<facility>[A-Za-z0-9_\-]*)\| ")
 # confluent-kafka-go LogEvent.String():
 #   fmt.Sprintf("[%v][%s][%s][%d]%s", logEvent.Timestamp.Format(time.RFC3339),
 #               logEvent.Name, logEvent.Tag, logEvent.Level, logEvent.Message)
 # RFC 3339 prints whole seconds: too coarse to time a request, so not kept.
-_GO = (r"^.*?\[[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?:Z|[+\-][0-9]{2}:[0-9]{2})\]"
+GO = (r"^.*?\[[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?:Z|[+\-][0-9]{2}:[0-9]{2})\]"
        r"\[(?P<client>[^\]]*)\]\[(?P<facility>[A-Za-z0-9_\-]*)\]\[(?P<level>[0-7])\]")
 # JSON.stringify() of an event.log object: node-rdkafka's
 # { severity, fac, message }, confluent-kafka-javascript's adds name; the
 # KafkaJS-style logger's { message, fac, timestamp: Date.now(), name }.
-_JSON_LINE = r'^\s*\{.*"fac"\s*:\s*"'
-_JSON_MSG = r'"message"\s*:\s*"(?P<msg>(?:[^"\\]|\\.)*)"'
-_JSON_FIELDS = [
+JSON_LINE = r'^\s*\{.*"fac"\s*:\s*"'
+JSON_MSG = r'"message"\s*:\s*"(?P<msg>(?:[^"\\]|\\.)*)"'
+JSON_FIELDS = [
     ("facility", r'"fac"\s*:\s*"(?P<v>[^"\\]*)"'),
     ("level", r'"severity"\s*:\s*(?P<v>[0-7])\b'),
     ("client", r'"name"\s*:\s*"(?P<v>[^"\\]*)"'),
@@ -197,31 +197,31 @@ def _js_string(group: str) -> str:
     return rf"(?P<{group}>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`(?:[^`\\]|\\.)*`)"
 
 
-_INSPECT_MSG = _KEY + "message: " + _js_string("m")
-_INSPECT_FIELDS = [
+INSPECT_MSG = _KEY + "message: " + _js_string("m")
+INSPECT_FIELDS = [
     ("facility", _KEY + "fac: " + _js_string("v")),
     ("level", _KEY + r"severity: (?P<v>[0-7])(?:,| \}|$)"),
     ("client", _KEY + "name: " + _js_string("v")),
     ("ts_ms", _KEY + r"timestamp: (?P<v>[0-9]{12,14})(?:,| \}|$)"),
 ]
-_INSPECT_PART = r"^(?:\{|\}|  (?:severity|fac|name|timestamp): .*)$"
+INSPECT_PART = r"^(?:\{|\}|  (?:severity|fac|name|timestamp): .*)$"
 # confluent-kafka (Python) log_cb:
 #   PyObject_CallMethod(h->logger, "log", "issss", level_map[level],
 #                       "%s [%s] %s", fac, rd_kafka_name(rk), buf);
 # so the record's message is "SEND [rdkafka#producer-1] [thrd:...]: ...",
 # under any logging format. rd_kafka_name() is "%s#%s-%i" (client.id,
 # producer or consumer, instance number): the "#type-N" anchors it.
-_PYTHON = r"(?P<facility>[A-Za-z0-9_]+) \[(?P<client>[^\]\s]*#[a-z_]+-[0-9]+)\] "
-_PYTHON_SPLIT = r"[A-Za-z0-9_]+ \[[^\]\s]*#[a-z_]+-[0-9]+\] "
+PYTHON = r"(?P<facility>[A-Za-z0-9_]+) \[(?P<client>[^\]\s]*#[a-z_]+-[0-9]+)\] "
+PYTHON_SPLIT = r"[A-Za-z0-9_]+ \[[^\]\s]*#[a-z_]+-[0-9]+\] "
 # %(asctime)s: "2026-11-22 04:42:32,123" (local time, no zone unless the
 # datefmt adds one); with a datefmt such as "%H:%M:%S" plus ",%(msecs)03d"
 # only the time of day.
-_PY_TIME = (r"(?:(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2})[ T])?(?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})"
+PY_TIME = (r"(?:(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2})[ T])?(?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})"
             r"(?:[.,](?P<frac>[0-9]{1,6}))?(?P<tz>Z|[+\-][0-9]{2}:?[0-9]{2}| [+\-][0-9]{4})?")
 # confluent-kafka maps syslog levels 0-2 to CRITICAL and 5-6 to INFO: only
 # DEBUG, WARNING and ERROR name one syslog level.
-_PY_LEVEL = r"(?i)(?:^|[^A-Za-z])(?P<v>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?:[^A-Za-z]|$)"
-_PY_LEVELS = {"DEBUG": 7, "WARNING": 4, "WARN": 4, "ERROR": 3}
+PY_LEVEL = r"(?i)(?:^|[^A-Za-z])(?P<v>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?:[^A-Za-z]|$)"
+PY_LEVELS = {"DEBUG": 7, "WARNING": 4, "WARN": 4, "ERROR": 3}
 
-_COLS = (("ts_us", pa.int64()), ("level", pa.int8()), ("facility", pa.string()),
+COLS = (("ts_us", pa.int64()), ("level", pa.int8()), ("facility", pa.string()),
          ("client", pa.string()), ("msg", pa.string()), ("ts_resolution_us", pa.int32()))

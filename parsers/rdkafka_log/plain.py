@@ -17,14 +17,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kdiag.parsers import scan
-from kdiag.parsers.rdkafka_log.columns import _mask
-from kdiag.parsers.rdkafka_log.patterns import _BROKER_NAME
-from kdiag.parsers.scan import _byte
+from kdiag.parsers.rdkafka_log.columns import null_as_false
+from kdiag.parsers.rdkafka_log.patterns import BROKER_NAME
+from kdiag.parsers.scan import byte_at
 from kdiag.parsers.strings import data_buffer, offsets_data, views, with_valid
 
 
 _FACILITY = r"^[A-Za-z0-9_\-]*$"
-_BROKER_FULL = "^(?:" + _BROKER_NAME + ")$"
+_BROKER_FULL = "^(?:" + BROKER_NAME + ")$"
 
 
 def _strings(lines: pa.Array, start: np.ndarray, stop: np.ndarray, valid: np.ndarray | None = None,
@@ -41,7 +41,7 @@ def _strings(lines: pa.Array, start: np.ndarray, stop: np.ndarray, valid: np.nda
 def _matches_unique(values: pa.Array, pattern: str) -> np.ndarray:
     """match_substring_regex, run once per distinct value."""
     enc = pc.dictionary_encode(values)
-    hit = _mask(pc.match_substring_regex(enc.dictionary, pattern))
+    hit = null_as_false(pc.match_substring_regex(enc.dictionary, pattern))
     return hit[enc.indices.to_numpy(zero_copy_only=False)]
 
 
@@ -74,7 +74,7 @@ def _compiled_columns(lines: pa.Array, cut: np.ndarray, idx: np.ndarray | None) 
     }
 
 
-def _plain_lines(lines: pa.Array, compiled: bool | None = None) -> tuple[np.ndarray, dict]:
+def plain_lines(lines: pa.Array, compiled: bool | None = None) -> tuple[np.ndarray, dict]:
     """(which lines are plain librdkafka stderr lines, their columns).
     ``compiled``: the cut by scan.rdkafka_plain_cut's compiled code (None:
     where built), or its reference."""
@@ -109,7 +109,7 @@ def _plain_lines(lines: pa.Array, compiled: bool | None = None) -> tuple[np.ndar
     text_at = np.where(cand, space + 1, rest)
     return plain, {
         "ts_us": pa.array(c[:, scan.MS] * 1000),
-        "level": pa.array((_byte(data, start + 1) - ord("0")).astype(np.int8)),
+        "level": pa.array((byte_at(data, start + 1) - ord("0")).astype(np.int8)),
         "facility": facility,
         "client": _strings(lines, p3 + 1, p4),
         "thread": _strings(lines, p4 + 8, close, has_thrd, start),

@@ -26,12 +26,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kdiag.parsers import scan
-from kdiag.parsers.rdkafka_log.columns import _frac_resolution, _local_ts, _mask, _opt, _resolution, _unescape
-from kdiag.parsers.rdkafka_log.patterns import _BROKER_NAME
+from kdiag.parsers.rdkafka_log.columns import (frac_resolution, local_ts, null_as_false, optional_group,
+                                               resolution_where_stamped, unescape)
+from kdiag.parsers.rdkafka_log.patterns import BROKER_NAME
 
 # The messages a line without "[thrd:" must begin with, after the broker's
 # name, to be taken for librdkafka's (the prefixes of patterns._EVENTS).
-_BROKER_MESSAGE = (r"^(?P<prefix>.*?)(?P<msg>(?:" + _BROKER_NAME + r"): (?:Sent |Received |Timed out |Retrying |"
+_BROKER_MESSAGE = (r"^(?P<prefix>.*?)(?P<msg>(?:" + BROKER_NAME + r"): (?:Sent |Received |Timed out |Retrying |"
                    r"Response for unknown CorrId|Broker changed state |Connecting to |Connected to |"
                    r"[0-9]+ request\(s\) timed out).*)$")
 # A JSON object's string value ends at its first unescaped quote.
@@ -87,7 +88,7 @@ def unmangle(lines: pa.Array) -> pa.Array:
         return lines
     idx = np.flatnonzero(cheap)
     sub = lines.take(pa.array(idx))
-    hit = _mask(pc.match_substring_regex(sub, _MANGLED))
+    hit = null_as_false(pc.match_substring_regex(sub, _MANGLED))
     if not hit.any():
         return lines
     idx, fixed = idx[hit], sub.filter(pa.array(hit))
@@ -105,7 +106,7 @@ def wrapped(lines: pa.Array, idx: np.ndarray, pieces: list) -> np.ndarray:
     lines not read."""
     sub = lines.take(pa.array(idx))
     # "[thrd:NAME]: ", as rd_kafka_log0() prints it: a "[thrd:" alone is not it.
-    has_thrd = _mask(pc.match_substring_regex(sub, r"\[thrd:[^\]]*\]: "))
+    has_thrd = null_as_false(pc.match_substring_regex(sub, r"\[thrd:[^\]]*\]: "))
     prefix = pa.nulls(len(sub), pa.string())
     msg = pa.nulls(len(sub), pa.string())
     if has_thrd.any():
@@ -117,17 +118,17 @@ def wrapped(lines: pa.Array, idx: np.ndarray, pieces: list) -> np.ndarray:
         got = pc.extract_regex(sub.filter(pa.array(rest)), _BROKER_MESSAGE)
         prefix = _scatter(prefix, rest, pc.struct_field(got, "prefix"))
         msg = _scatter(msg, rest, pc.struct_field(got, "msg"))
-    hit = _mask(pc.is_valid(msg))
+    hit = null_as_false(pc.is_valid(msg))
     if not hit.any():
         return idx
     keep = pa.array(hit)
     line, prefix, msg = sub.filter(keep), prefix.filter(keep), msg.filter(keep)
-    is_json = _mask(pc.starts_with(pc.utf8_ltrim_whitespace(line), "{"))
+    is_json = null_as_false(pc.starts_with(pc.utf8_ltrim_whitespace(line), "{"))
     search = prefix
     if is_json.any():
         j = pa.array(is_json)
         cut = pc.replace_substring_regex(msg.filter(j), _JSON_VALUE_END, r"\1", max_replacements=1)
-        msg = _scatter(msg, is_json, _unescape(cut, '"\\\\/'))
+        msg = _scatter(msg, is_json, unescape(cut, '"\\\\/'))
         search = _scatter(prefix, is_json, line.filter(j))
     if not is_json.all():
         plain = ~is_json
@@ -144,10 +145,10 @@ def unquoted(prefix: pa.Array, msg: pa.Array) -> pa.Array:
     logfmt's ``msg="..." k=v``: an odd count of that quote in the prefix)
     ends at that quote's last occurrence in the line."""
     for q in ("'", '"', "`"):
-        opened = _mask(pc.equal(pc.bit_wise_and(pc.count_substring(prefix, q), 1), 1))
+        opened = null_as_false(pc.equal(pc.bit_wise_and(pc.count_substring(prefix, q), 1), 1))
         if opened.any():
             cut = pc.replace_substring_regex(msg.filter(pa.array(opened)), "^(.*)" + q + r"[^" + q + "]*$", r"\1")
-            msg = _scatter(msg, opened, _unescape(cut, q + "\\\\"))
+            msg = _scatter(msg, opened, unescape(cut, q + "\\\\"))
     return msg
 
 
@@ -160,8 +161,8 @@ def timestamps(text: pa.Array) -> tuple[pa.Array, pa.Array]:
 
     def take(found_us: pa.Array, digits: pa.Array | int) -> None:
         nonlocal ts, res
-        r = (_resolution(found_us, 10 ** (6 - digits)) if isinstance(digits, int) else
-             _frac_resolution(found_us, digits))
+        r = (resolution_where_stamped(found_us, 10 ** (6 - digits)) if isinstance(digits, int) else
+             frac_resolution(found_us, digits))
         fresh = pc.and_(pc.is_null(ts), pc.is_valid(found_us))
         ts = pc.if_else(fresh, found_us, ts)
         res = pc.if_else(fresh, r, res)
@@ -169,9 +170,9 @@ def timestamps(text: pa.Array) -> tuple[pa.Array, pa.Array]:
     g = pc.extract_regex(text, _JOURNALD)
     take(pc.cast(pc.struct_field(g, "us"), pa.int64()), 6)
     g = pc.extract_regex(text, _DATE_TIME)
-    frac = _opt(g, "frac")
+    frac = optional_group(g, "frac")
     date = pc.replace_substring(pc.struct_field(g, "date"), "/", "-")
-    take(_local_ts(date, pc.struct_field(g, "time"), pc.utf8_slice_codeunits(frac, 0, 6), _opt(g, "tz")), frac)
+    take(local_ts(date, pc.struct_field(g, "time"), pc.utf8_slice_codeunits(frac, 0, 6), optional_group(g, "tz")), frac)
     g = pc.extract_regex(text, _EPOCH_S)
     frac = pc.struct_field(g, "frac")
     whole = pc.multiply(pc.cast(pc.struct_field(g, "s"), pa.int64()), 1_000_000)
@@ -181,7 +182,7 @@ def timestamps(text: pa.Array) -> tuple[pa.Array, pa.Array]:
     g = pc.extract_regex(text, _TIME_OF_DAY)
     frac = pc.struct_field(g, "frac")
     no_date = pa.nulls(n, pa.string())
-    take(_local_ts(no_date, pc.struct_field(g, "time"), pc.utf8_slice_codeunits(frac, 0, 6), None), frac)
+    take(local_ts(no_date, pc.struct_field(g, "time"), pc.utf8_slice_codeunits(frac, 0, 6), None), frac)
     return ts, res
 
 

@@ -107,8 +107,8 @@ import pyarrow as pa
 from kdiag.parsers.base import ParseCounts
 from kdiag.parsers.format import BY_LINES, CHUNKS, REQUESTS, SIGNALS, SYSCALLS, TEXT_SCANNER, Format
 from kdiag.parsers.strace.log_writes import LOG_WRITES_SCHEMA, LOG_WRITES_SCHEMA_V1, log_writes
-from kdiag.parsers.strace.parser import StraceParser, _as_string_array
-from kdiag.parsers.strace.rows import _concat
+from kdiag.parsers.strace.parser import StraceParser, as_string_array
+from kdiag.parsers.strace.rows import concat_rows
 from kdiag.parsers.strace.schema import SCHEMA
 from kdiag.parsers.strace.values import unescape
 
@@ -119,8 +119,8 @@ __all__ = ["FORMATS", "LOG_WRITES_SCHEMA", "SCHEMA", "StraceParser", "log_writes
 def parse_lines(lines: list[str] | pa.Array, first_line_no: int = 1) -> tuple[pa.Table, ParseCounts]:
     """Parse a whole input at once: one feed() and finish(), in line order."""
     p = StraceParser()
-    a = p.feed(_as_string_array(lines), first_line_no)
-    return _concat([a, p.finish()]), p.counts
+    a = p.feed(as_string_array(lines), first_line_no)
+    return concat_rows([a, p.finish()]), p.counts
 
 
 def looks_like(sample: list[str]) -> float:

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kdiag.parsers.strace.schema import _DETACHED, _RESUMED, _SIGNAL, _UNFINISHED
+from kdiag.parsers.strace.schema import DETACHED, RESUMED, SIGNAL, UNFINISHED
 from kdiag.parsers.strings import data_buffer as _data_buffer
 from kdiag.parsers.strings import offsets_data as _offsets_data
 from kdiag.parsers.strings import views as _views
@@ -21,7 +21,7 @@ ADOPT_LOOKBACK = 64
 
 
 @dataclass
-class _Events:
+class Events:
     """Rows before resumed calls are joined to their start. args are
     references (start, length, buffer index) into `buffers`."""
 
@@ -49,63 +49,63 @@ class _Events:
         return len(self.line_no)
 
     @classmethod
-    def empty(cls) -> "_Events":
+    def empty(cls) -> "Events":
         z = np.zeros(0, dtype=np.int64)
         b = np.zeros(0, dtype=bool)
         return cls(z, z, b, z, b, z, z, b, z, b, pa.nulls(0, pa.string()), pa.nulls(0, pa.string()),
                    z, z, z, [])
 
-    def select(self, idx: np.ndarray) -> "_Events":
+    def select(self, idx: np.ndarray) -> "Events":
         ia = pa.array(idx, pa.int64())
         kw = {k: getattr(self, k)[idx] for k in self._NUMERIC}
-        return _Events(name=self.name.take(ia), errno=self.errno.take(ia), buffers=self.buffers, **kw)
+        return Events(name=self.name.take(ia), errno=self.errno.take(ia), buffers=self.buffers, **kw)
 
     def args(self, idx: np.ndarray) -> pa.Array:
         return _views(self.a_start[idx], self.a_len[idx], self.a_buf[idx], self.buffers)
 
-    def detached(self) -> "_Events":
+    def detached(self) -> "Events":
         """A copy whose args no longer point into the block's line buffer, so
         that a few rows can be kept across feeds without pinning it."""
         a = self.args(np.arange(len(self)))
         off, _ = _offsets_data(a)
         kw = {k: getattr(self, k) for k in self._NUMERIC}
         kw.update(a_start=off[:-1], a_len=np.diff(off), a_buf=np.zeros(len(self), np.int64))
-        return _Events(name=self.name, errno=self.errno, buffers=[_data_buffer(a)], **kw)
+        return Events(name=self.name, errno=self.errno, buffers=[_data_buffer(a)], **kw)
 
     @staticmethod
-    def concat(a: "_Events", b: "_Events") -> "_Events":
+    def concat(a: "Events", b: "Events") -> "Events":
         if not len(a):
             return b
-        kw = {k: np.concatenate([getattr(a, k), getattr(b, k)]) for k in _Events._NUMERIC}
+        kw = {k: np.concatenate([getattr(a, k), getattr(b, k)]) for k in Events._NUMERIC}
         kw["a_buf"] = np.concatenate([a.a_buf, b.a_buf + len(a.buffers)])
-        return _Events(name=pa.concat_arrays([a.name, b.name]), errno=pa.concat_arrays([a.errno, b.errno]),
+        return Events(name=pa.concat_arrays([a.name, b.name]), errno=pa.concat_arrays([a.errno, b.errno]),
                        buffers=a.buffers + b.buffers, **kw)
 
 
 
 class Paired(NamedTuple):
-    events: _Events              # the pending rows, then the block's
+    events: Events              # the pending rows, then the block's
     rows: np.ndarray             # indices into events that are table rows now
     partner: np.ndarray          # per row: the resumed row it joins; -1 for none
     unfinished: np.ndarray       # per row: the call never resumed
-    pending: _Events             # calls that may resume in a later block
+    pending: Events             # calls that may resume in a later block
     orphan_line_no: np.ndarray   # resumed lines that found no call to join
 
 
-def pair(pending: _Events, cur: _Events) -> Paired:
+def pair(pending: Events, cur: Events) -> Paired:
     """Join each <... resumed> row to its thread's <unfinished ...> row.
 
     Rows are those still pending from earlier feeds followed by this
     block's, so index order is line order.
     """
-    ev = _Events.concat(pending, cur)
+    ev = Events.concat(pending, cur)
     m = len(ev)
     if m == 0:
         none = np.zeros(0, dtype=np.int64)
-        return Paired(ev, none, none, np.zeros(0, dtype=bool), _Events.empty(), none)
+        return Paired(ev, none, none, np.zeros(0, dtype=bool), Events.empty(), none)
     kind = ev.kind
     pid = np.where(ev.pid_ok, ev.pid, -1)
-    flow = np.flatnonzero(kind != _SIGNAL)
+    flow = np.flatnonzero(kind != SIGNAL)
     # A stable sort by pid keeps each thread's rows in line order, so a
     # resumed row's predecessor is its thread's previous call.
     order = flow[np.argsort(pid[flow], kind="stable")]
@@ -113,7 +113,7 @@ def pair(pending: _Events, cur: _Events) -> Paired:
     same = np.zeros(len(order), dtype=bool)
     same[1:] = pid[order][1:] == pid[order][:-1]
     cand = np.zeros(len(order), dtype=bool)
-    cand[1:] = same[1:] & (k[1:] == _RESUMED) & (k[:-1] == _UNFINISHED)
+    cand[1:] = same[1:] & (k[1:] == RESUMED) & (k[:-1] == UNFINISHED)
     ci = np.flatnonzero(cand)
     if len(ci):
         rn = ev.name.take(pa.array(order[ci])).fill_null("")
@@ -131,27 +131,27 @@ def pair(pending: _Events, cur: _Events) -> Paired:
     last_of_pid = np.ones(len(order), dtype=bool)
     last_of_pid[:-1] = ~same[1:]
     pending = np.zeros(m, dtype=bool)
-    pending[order[(k == _UNFINISHED) & last_of_pid]] = True
+    pending[order[(k == UNFINISHED) & last_of_pid]] = True
 
-    orphan = (kind == _RESUMED) & ~paired_res
+    orphan = (kind == RESUMED) & ~paired_res
     if orphan.any():
         _adopt_orphans(ev, partner, orphan, pending, paired_res)
     orphan &= ~paired_res
 
     rows = np.flatnonzero(~paired_res & ~pending)
-    unfinished = ((kind == _UNFINISHED) & (partner < 0)) | (kind == _DETACHED)
+    unfinished = ((kind == UNFINISHED) & (partner < 0)) | (kind == DETACHED)
     return Paired(ev, rows, partner[rows], unfinished[rows], ev.select(np.flatnonzero(pending)).detached(),
                   ev.line_no[orphan])
 
 
-def _adopt_orphans(ev: _Events, partner, orphan, pending, paired_res) -> None:
+def _adopt_orphans(ev: Events, partner, orphan, pending, paired_res) -> None:
     """On stderr strace prints the [pid N] prefix only while more than one
     process is traced, so a call can start unprefixed and resume prefixed,
     or the other way round ("[pid 11463] rt_sigsuspend([], 8 <unfinished
     ...>" ... "<... rt_sigsuspend resumed>) = ?"). Pair such a resumed line
     with the latest earlier unpaired call of the same name whose prefix
     presence differs. Rare, so a plain loop, bounded for hostile input."""
-    free = np.flatnonzero((ev.kind == _UNFINISHED) & (partner < 0))
+    free = np.flatnonzero((ev.kind == UNFINISHED) & (partner < 0))
     by_prefix = {True: free[ev.pid_ok[free]], False: free[~ev.pid_ok[free]]}
     taken: set[int] = set()
     for r in np.flatnonzero(orphan)[:ADOPT_MAX]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 # "[ Process PID=" (strace talking about itself). The groups are contiguous,
 # so the head's length (where the arguments start) is the sum of theirs.
 _TOKEN = r"(?P<tok>[A-Za-z_?][A-Za-z0-9_?]*\(|<\.\.\. [^>]*>|--- |\+\+\+ {0})"
-_HEAD_ANY = (
+HEAD_ANY = (
     r"^(?P<p>(?:\[pid +\d{1,9}\] |\d{1,9} +)?)"
     r"(?P<ts>(?: *\d{1,10}\.\d{1,9}|\d\d:\d\d:\d\d(?:\.\d{1,9})?) )?"
     r"(?P<rel>(?:\(\+ *\d{1,10}\.\d{1,9}\) )?)"
@@ -22,16 +22,16 @@ _HEAD_ANY = (
 )
 # The same for the one layout a file was found to use, written so that no two
 # branches can start on the same character: RE2 then matches it one-pass,
-# about twice as fast. Lines it misses go through _HEAD_ANY.
-_FAST_PID = {"o": r"(?P<p>\d{1,9} +)", "b": r"(?P<p>(?:\[pid +\d{1,9}\] )?)"}
-_FAST_TS = {
+# about twice as fast. Lines it misses go through HEAD_ANY.
+FAST_PID = {"o": r"(?P<p>\d{1,9} +)", "b": r"(?P<p>(?:\[pid +\d{1,9}\] )?)"}
+FAST_TS = {
     # After "2482  " the padding is the pid's; -r pads its own otherwise.
     "num_o": r"(?P<ts>\d{1,10}\.\d{1,9} )",
     "num": r"(?P<ts> *\d{1,10}\.\d{1,9} )",
     "tod": r"(?P<ts>\d\d:\d\d:\d\d(?:\.\d{1,9})? )",
     "none": r"(?P<ts>)",
 }
-_FAST_TOKEN = _TOKEN.format("")
+FAST_TOKEN = _TOKEN.format("")
 
 # The end of a completed call. Forwards it reads
 #   ") = 137 <0.000011>"                 ")       = ?"
@@ -44,31 +44,31 @@ _FAST_TOKEN = _TOKEN.format("")
 # one-pass; groups d, x, v are contiguous and hold (reversed) the duration,
 # errno-and-detail, and value-to-')'. The value is the run of non-blanks
 # before " = )", annotation included; annotations with blanks
-# ("3</dev/null<char 1:3>>") fall through to _TAIL_ANY.
+# ("3</dev/null<char 1:3>>") fall through to TAIL_ANY.
 _TAIL_REV = (
     r"^(?P<d>{0})(?P<x>(?:\)[^()]*\( )?(?:[A-Z_][A-Z0-9_]* )?)"
     r"(?P<v>[0-9?>][^ ]* = +\))"
 )
-_TAIL_REV_DUR = _TAIL_REV.format(r">\d{1,9}\.\d{1,9}< ")
-_TAIL_REV_NODUR = _TAIL_REV.format("")
+TAIL_REV_DUR = _TAIL_REV.format(r">\d{1,9}\.\d{1,9}< ")
+TAIL_REV_NODUR = _TAIL_REV.format("")
 # Forwards and on the whole line, for what the reversed patterns miss:
 #   ") = 3</dev/null<char 1:3>> <0.000014>", ") = -1 512 (Unknown error 512)",
 # tails longer than the window. Leftmost match, like the reversed one.
-_TAIL_ANY = (
+TAIL_ANY = (
     r"(?P<t>\) += (?P<v>(?:-?\d+|0x[0-9a-fA-F]+|\?)(?:<(?:[^<>]|->|<[^<>]*>)*>)?)"
     r"(?: (?P<err>E[A-Z0-9_]+|\d+))?(?: \([^\"]*\))?"
     r"(?: <(?P<d>\d{1,9}\.\d{1,9})>)?)$"
 )
 # " ENOENT (No such file or directory)": the errno part of a tail.
-_ERRNO = r"^ (?P<e>E[A-Z0-9_]+)"
+ERRNO = r"^ (?P<e>E[A-Z0-9_]+)"
 # "wait4(-1, strace: Process 5940 attached" then " <unfinished ...>": on
 # stderr strace's own messages can cut a line in two.
-_SPLIT_MSG = r"^(?P<pre>.+?)strace: Process \d+ (?:attached|detached)$"
+SPLIT_MSG = r"^(?P<pre>.+?)strace: Process \d+ (?:attached|detached)$"
 # Between "--- " and " ---": "SIGCHLD {si_signo=SIGCHLD, ...}", "stopped by SIGSTOP".
-_SIGNAL_BODY = r"^(?:stopped by )?(?P<sig>SIG[A-Z0-9_+-]+|\d+)"
+SIGNAL_BODY = r"^(?:stopped by )?(?P<sig>SIG[A-Z0-9_+-]+|\d+)"
 # Between "+++ " and " +++": "exited with 0", "killed by SIGKILL (core dumped)".
-_EXIT_BODY = r"^(?:exited with (?P<st>\d{1,9})|killed by (?P<sig>SIG[A-Z0-9_+-]+|\d+))"
+EXIT_BODY = r"^(?:exited with (?P<st>\d{1,9})|killed by (?P<sig>SIG[A-Z0-9_+-]+|\d+))"
 # The first C string of the arguments: '2</tmp/x.log>, "%7|...CorrId 20)\n", 157'
 # or 'writev(2, [{iov_base="...", iov_len=5}], 1'.
-_QUOTED = r'^[^"]*"(?P<q>(?:[^"\\]|\\.)*)"'
-_UNUSUAL_ESCAPE = r'\\[^ntr"]'
+QUOTED = r'^[^"]*"(?P<q>(?:[^"\\]|\\.)*)"'
+UNUSUAL_ESCAPE = r'\\[^ntr"]'

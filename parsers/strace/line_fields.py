@@ -12,32 +12,32 @@ import pyarrow.compute as pc
 
 from kdiag.parsers import scan
 from kdiag.parsers.strace.grammar import (
-    _ERRNO,
-    _EXIT_BODY,
-    _FAST_PID,
-    _FAST_TOKEN,
-    _FAST_TS,
-    _HEAD_ANY,
-    _SIGNAL_BODY,
-    _TAIL_ANY,
-    _TAIL_REV_DUR,
-    _TAIL_REV_NODUR,
+    ERRNO,
+    EXIT_BODY,
+    FAST_PID,
+    FAST_TOKEN,
+    FAST_TS,
+    HEAD_ANY,
+    SIGNAL_BODY,
+    TAIL_ANY,
+    TAIL_REV_DUR,
+    TAIL_REV_NODUR,
 )
 from kdiag.parsers.strace.schema import (
-    _BLANK,
-    _DETACHED,
-    _EXIT,
-    _KILLED,
-    _MESSAGE,
-    _RESUMED,
-    _SIGNAL,
-    _STACK,
-    _SYSCALL,
-    _TRUNCATED,
-    _UNFINISHED,
-    _UNRECOGNISED,
+    BLANK,
+    DETACHED,
+    EXIT,
+    KILLED,
+    MESSAGE,
+    RESUMED,
+    SIGNAL,
+    STACK,
+    SYSCALL,
+    TRUNCATED,
+    UNFINISHED,
+    UNRECOGNISED,
 )
-from kdiag.parsers.strace.values import _ints, _parse_ret, _scatter_str, _seconds_us
+from kdiag.parsers.strace.values import ints, parse_ret, scatter_str, seconds_us
 from kdiag.parsers.strings import cut as _cut
 from kdiag.parsers.strings import data_buffer as _data_buffer
 from kdiag.parsers.strings import first_last as _first_last
@@ -58,15 +58,15 @@ class Layout(NamedTuple):
     fast_head: str          # the one-pass head pattern for it
     fast_tod: bool          # its timestamps are times of day
     has_dur: bool           # -T durations: which tail pattern to try first
-    pid_kind: str = "b"     # _FAST_PID's key
-    ts_kind: str = "none"   # _FAST_TS's key
+    pid_kind: str = "b"     # FAST_PID's key
+    ts_kind: str = "none"   # FAST_TS's key
 
 
 def learn_layout(lines: pa.Array) -> Layout | None:
     """Pick the one-pass head pattern, and which tail pattern to try
     first, from the first lines that parse; None when none does."""
     sample = lines.slice(0, SAMPLE_LINES)
-    head = pc.extract_regex(sample, pattern=_HEAD_ANY)
+    head = pc.extract_regex(sample, pattern=HEAD_ANY)
     valid = np.asarray(head.is_valid())
     # strace's own messages ("strace: Process 1 attached") have no prefix.
     tok = head.field("tok").fill_null("")
@@ -77,7 +77,7 @@ def learn_layout(lines: pa.Array) -> Layout | None:
     ts = row["ts"] or ""
     pid_kind = "o" if row["p"] and not row["p"].startswith("[") else "b"
     ts_kind = "tod" if ":" in ts else ("num" if ts else "none")
-    tail = pc.extract_regex(sample, pattern=_TAIL_ANY)
+    tail = pc.extract_regex(sample, pattern=TAIL_ANY)
     durs = tail.filter(tail.is_valid()).field("d")
     has_dur = bool(len(durs)) and bool(pc.any(pc.not_equal(durs, "")).as_py())
     return layout_of(pid_kind, "num_o" if ts_kind == "num" and pid_kind == "o" else ts_kind, has_dur)
@@ -85,8 +85,8 @@ def learn_layout(lines: pa.Array) -> Layout | None:
 
 def layout_of(pid_kind: str, ts_kind: str, has_dur: bool) -> Layout:
     """The Layout of pid prefixes ``pid_kind`` and timestamps ``ts_kind``
-    (_FAST_PID's and _FAST_TS's keys)."""
-    return Layout("^" + _FAST_PID[pid_kind] + _FAST_TS[ts_kind] + _FAST_TOKEN, ts_kind == "tod", has_dur,
+    (FAST_PID's and FAST_TS's keys)."""
+    return Layout("^" + FAST_PID[pid_kind] + FAST_TS[ts_kind] + FAST_TOKEN, ts_kind == "tod", has_dur,
                   pid_kind, ts_kind)
 
 
@@ -118,7 +118,7 @@ class _Fields:
     def as_dict(self, names: list) -> dict:
         return {
             "kind": self.kind, "pid": self.pid, "pid_ok": self.pid_ok, "ts": self.ts, "ts_ok": self.ts_ok,
-            "tod": self.tod, "name": _scatter_str(len(self.lines), names), "a_start": self.hlen,
+            "tod": self.tod, "name": scatter_str(len(self.lines), names), "a_start": self.hlen,
             "a_stop": self.a_stop, "ret": self.ret, "ret_ok": self.ret_ok, "errno": self.errno,
             "dur": self.dur, "dur_ok": self.dur_ok,
         }
@@ -153,8 +153,8 @@ def line_fields(lines: pa.Array, layout: Layout | None, compiled: bool | None = 
             v[rest] = ref[k]
         names.append((rest, ref["name"]))
         errs.append((rest, ref["errno"]))
-    p["name"] = _scatter_str(n, names)
-    p["errno"] = _scatter_str(n, errs)
+    p["name"] = scatter_str(n, names)
+    p["errno"] = scatter_str(n, errs)
     return p
 
 
@@ -182,7 +182,7 @@ def _heads(lines: pa.Array, layout: Layout | None) -> _Fields:
     passes = []
     if layout is not None:
         passes.append((layout.fast_head, False))
-    passes.append((_HEAD_ANY, True))
+    passes.append((HEAD_ANY, True))
     for pattern, general in passes:
         if not len(rest):
             break
@@ -207,15 +207,15 @@ def _heads(lines: pa.Array, layout: Layout | None) -> _Fields:
         has = _lengths(p_s) > 0
         if has.any():
             # "2482  " or "[pid  5940] "
-            pid[idx[has]] = _ints(pc.utf8_trim(p_s.filter(pa.array(has)), " []pid"))
+            pid[idx[has]] = ints(pc.utf8_trim(p_s.filter(pa.array(has)), " []pid"))
             pid_ok[idx[has]] = True
         has = _lengths(ts_s) > 0
         if has.any():
             hm = pa.array(has)
-            ts[idx[has]] = _seconds_us(pc.utf8_trim(ts_s.filter(hm), " "), is_tod[has])
+            ts[idx[has]] = seconds_us(pc.utf8_trim(ts_s.filter(hm), " "), is_tod[has])
             ts_ok[idx[has]] = True
         tod[idx] = is_tod
-    tok = _scatter_str(n, toks).fill_null("")
+    tok = scatter_str(n, toks).fill_null("")
     return _Fields(lines, np.diff(off), hlen, ok, pid, pid_ok, ts, ts_ok, tod, tok)
 
 
@@ -225,25 +225,25 @@ def _classify(f: _Fields) -> tuple[np.ndarray, np.ndarray]:
     lines ending in <unfinished ...> and <detached ...>."""
     lines, L, hlen, ok = f.lines, f.L, f.hlen, f.ok
     first, last = _first_last(f.tok)
-    kind = np.full(len(lines), _UNRECOGNISED, dtype=np.int64)
-    kind[L == 0] = _BLANK
+    kind = np.full(len(lines), UNRECOGNISED, dtype=np.int64)
+    kind[L == 0] = BLANK
     is_call = ok & (last == ord("("))
-    kind[ok & ~is_call & ((first == ord("s")) | (first == ord("[")))] = _MESSAGE
+    kind[ok & ~is_call & ((first == ord("s")) | (first == ord("[")))] = MESSAGE
     # -k prints the stack of each call on its own lines: " > /lib/...(fn+0x26) [0x1ab70]".
     other = np.flatnonzero(~ok & (L > 3))
     if len(other):
         stack = np.asarray(pc.starts_with(_take_str(lines, other), " > "))
-        kind[other[stack]] = _STACK
+        kind[other[stack]] = STACK
 
     a_stop = hlen.copy()
     unf = np.asarray(pc.ends_with(lines, "<unfinished ...>"))
     unf_sp = np.asarray(pc.ends_with(lines, " <unfinished ...>"))
     det = np.asarray(pc.ends_with(lines, " <detached ...>"))
     u = is_call & unf & (L - 16 >= hlen)
-    kind[u] = _UNFINISHED
+    kind[u] = UNFINISHED
     a_stop[u] = np.maximum(L[u] - np.where(unf_sp[u], 17, 16), hlen[u])
     d = is_call & ~unf & det
-    kind[d] = _DETACHED
+    kind[d] = DETACHED
     a_stop[d] = np.maximum(L[d] - 15, hlen[d])
     f.kind, f.a_stop, f.is_call, f.is_res = kind, a_stop, is_call, ok & (first == ord("<"))
     return unf, det
@@ -266,13 +266,13 @@ def _completed(f: _Fields, unf: np.ndarray, det: np.ndarray, has_dur: bool | Non
         tl, r, rok, du, dok, err = _call_ends(f.lines, ti, has_dur)
         good = (tl >= 0) & (L[ti] - tl >= hlen[ti])
         gi = ti[good]
-        kind[ti[~good]] = _TRUNCATED
-        kind[gi] = np.where(is_res[gi], _RESUMED, _SYSCALL)
+        kind[ti[~good]] = TRUNCATED
+        kind[gi] = np.where(is_res[gi], RESUMED, SYSCALL)
         f.a_stop[gi] = L[gi] - tl[good]
         ret[gi], ret_ok[gi] = r[good], rok[good]
         dur[gi], dur_ok[gi] = du[good], dok[good]
-        errno = _scatter_str(n, [(gi, err.filter(pa.array(good)))])
-    kind[is_call & (kind == _UNRECOGNISED)] = _TRUNCATED
+        errno = scatter_str(n, [(gi, err.filter(pa.array(good)))])
+    kind[is_call & (kind == UNRECOGNISED)] = TRUNCATED
     f.ret, f.ret_ok, f.dur, f.dur_ok, f.errno = ret, ret_ok, dur, dur_ok, errno
 
 
@@ -288,36 +288,36 @@ def _names(f: _Fields) -> list:
     marked = []
     for mask, suffix in ((is_sig, " ---"), (is_exit, " +++")):
         good = mask & np.asarray(pc.ends_with(lines, suffix)) & (L - 4 >= hlen)
-        kind[mask & ~good] = _TRUNCATED
+        kind[mask & ~good] = TRUNCATED
         a_stop[good] = L[good] - 4
         marked.append(np.flatnonzero(good))
     sig_i, exit_i = marked
 
     names = []
-    ci = np.flatnonzero(f.is_call & (kind <= _DETACHED))
+    ci = np.flatnonzero(f.is_call & (kind <= DETACHED))
     if len(ci):
         names.append((ci, pc.utf8_slice_codeunits(tok.take(pa.array(ci)), 0, -1)))
-    ri = np.flatnonzero(kind == _RESUMED)
+    ri = np.flatnonzero(kind == RESUMED)
     if len(ri):
         names.append((ri, pc.utf8_slice_codeunits(tok.take(pa.array(ri)), 5, -9)))
     if len(sig_i):
-        m = pc.extract_regex(_cut(lines, sig_i, hlen[sig_i], a_stop[sig_i]), pattern=_SIGNAL_BODY)
+        m = pc.extract_regex(_cut(lines, sig_i, hlen[sig_i], a_stop[sig_i]), pattern=SIGNAL_BODY)
         v = np.asarray(m.is_valid())
-        kind[sig_i[v]] = _SIGNAL
-        kind[sig_i[~v]] = _TRUNCATED
+        kind[sig_i[v]] = SIGNAL
+        kind[sig_i[~v]] = TRUNCATED
         names.append((sig_i[v], m.field("sig").filter(pa.array(v))))
     if len(exit_i):
-        m = pc.extract_regex(_cut(lines, exit_i, hlen[exit_i], a_stop[exit_i]), pattern=_EXIT_BODY)
+        m = pc.extract_regex(_cut(lines, exit_i, hlen[exit_i], a_stop[exit_i]), pattern=EXIT_BODY)
         v = np.asarray(m.is_valid())
         # "+++ superseded by execve in pid 123 +++" is an exit too.
-        kind[exit_i] = _EXIT
+        kind[exit_i] = EXIT
         if v.any():
             mv = m.filter(pa.array(v))
             vi = exit_i[v]
             killed = np.asarray(pc.not_equal(mv.field("sig"), ""))
-            kind[vi[killed]] = _KILLED
+            kind[vi[killed]] = KILLED
             names.append((vi[killed], mv.field("sig").filter(pa.array(killed))))
-            f.ret[vi[~killed]] = _ints(mv.field("st").filter(pa.array(~killed)))
+            f.ret[vi[~killed]] = ints(mv.field("st").filter(pa.array(~killed)))
             f.ret_ok[vi[~killed]] = True
     return names
 
@@ -343,11 +343,11 @@ def _call_ends(lines: pa.Array, ti: np.ndarray, has_dur: bool | None):
         has = _lengths(d) > 0
         if has.any():
             secs = pc.utf8_trim(d.filter(pa.array(has)).cast(pa.string()), " <>")
-            dur[idx[has]] = _seconds_us(secs, np.zeros(int(has.sum()), dtype=bool))
+            dur[idx[has]] = seconds_us(secs, np.zeros(int(has.sum()), dtype=bool))
             dur_ok[idx[has]] = True
 
     rest = np.arange(m)
-    order = (_TAIL_REV_DUR, _TAIL_REV_NODUR) if has_dur is not False else (_TAIL_REV_NODUR, _TAIL_REV_DUR)
+    order = (TAIL_REV_DUR, TAIL_REV_NODUR) if has_dur is not False else (TAIL_REV_NODUR, TAIL_REV_DUR)
     for pattern in order:
         if not len(rest):
             break
@@ -366,23 +366,23 @@ def _call_ends(lines: pa.Array, ti: np.ndarray, has_dur: bool | None):
         val = pc.binary_reverse(val).cast(pa.string())
         eq = pc.find_substring(val, "= ")
         vs = _cut(val, np.arange(len(val)), eq.to_numpy() + 2, _lengths(val))
-        ret[idx], ret_ok[idx] = _parse_ret(vs)
+        ret[idx], ret_ok[idx] = parse_ret(vs)
         hx = np.flatnonzero(_lengths(x) > 0)
         if len(hx):
             xs = pc.binary_reverse(x.take(pa.array(hx))).cast(pa.string())
-            e = pc.extract_regex(xs, pattern=_ERRNO)
+            e = pc.extract_regex(xs, pattern=ERRNO)
             ev = np.asarray(e.is_valid())
             errs.append((idx[hx[ev]], e.field("e").filter(pa.array(ev))))
     if len(rest):
-        r = pc.extract_regex(_take_str(lines, ti[rest]), pattern=_TAIL_ANY)
+        r = pc.extract_regex(_take_str(lines, ti[rest]), pattern=TAIL_ANY)
         v = np.asarray(r.is_valid())
         idx = rest[v]
         if len(idx):
             rv = r.filter(pa.array(v))
             tl[idx] = _lengths(rv.field("t"))
             take_dur(idx, rv.field("d"))
-            ret[idx], ret_ok[idx] = _parse_ret(rv.field("v"))
+            ret[idx], ret_ok[idx] = parse_ret(rv.field("v"))
             err = rv.field("err")
             has = np.asarray(pc.not_equal(err, ""))
             errs.append((idx[has], err.filter(pa.array(has))))
-    return tl, ret, ret_ok, dur, dur_ok, _scatter_str(m, errs)
+    return tl, ret, ret_ok, dur, dur_ok, scatter_str(m, errs)

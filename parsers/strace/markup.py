@@ -19,13 +19,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kdiag.parsers.strace.grammar import _HEAD_ANY
+from kdiag.parsers import scan
+from kdiag.parsers.strace.grammar import HEAD_ANY
 
 # "> ", ">", "> > ": markdown's quote markers at the very start of a line.
 # strace's own lines never start with '>' (-k stack lines start " > ").
 _QUOTE = r"^(?:> ?)+"
-# ``` or ~~~ fences, with an info string ("```text") or not.
-_FENCE = r"^\s*(?:```|~~~)[^`]*$"
 # How many leading lines are looked at for a cut first line.
 HEAD_SAMPLE = 16
 
@@ -41,13 +40,11 @@ def fences(lines: pa.Array) -> np.ndarray:
     """Which lines are code fences."""
     if not len(lines):
         return np.zeros(0, dtype=bool)
-    from kdiag.parsers import scan
-
     cand = scan.fence_candidates(lines)
     out = np.zeros(len(lines), dtype=bool)
     if cand.any():   # the pattern decides, on the few candidates
         idx = np.flatnonzero(cand)
-        out[idx] = np.asarray(pc.match_substring_regex(lines.take(pa.array(idx)), _FENCE).fill_null(False))
+        out[idx] = np.asarray(pc.match_substring_regex(lines.take(pa.array(idx)), scan.FENCE).fill_null(False))
     return out
 
 
@@ -69,7 +66,7 @@ def cut_first_line(lines: pa.Array) -> int:
     docstring), or -1. Only the first line that looks like a call can be
     one, and only when the next one shows what a whole line looks like."""
     sample = lines.slice(0, HEAD_SAMPLE)
-    head = pc.extract_regex(sample, pattern=_HEAD_ANY)
+    head = pc.extract_regex(sample, pattern=HEAD_ANY)
     tok = head.field("tok").fill_null("") if len(head) else head
     found = []
     for i, (row, t) in enumerate(zip(head.to_pylist(), tok.to_pylist() if len(head) else [])):

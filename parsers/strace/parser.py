@@ -11,25 +11,25 @@ import pyarrow.compute as pc
 
 from kdiag.parsers import scan
 from kdiag.parsers.base import EXAMPLES_KEPT, ParseCounts
-from kdiag.parsers.strace.events import _Events, pair
+from kdiag.parsers.strace.events import Events, pair
 from kdiag.parsers.strace.line_fields import Layout, learn_layout, line_fields
 from kdiag.parsers.strace.markup import HEAD_SAMPLE, cut_first_line, fences, unquote
 from kdiag.parsers.strace.program_output import (
     OUTPUT_LOOKBACK,
-    _held_tail,
-    _join_cut_lines,
-    _join_program_output,
+    held_tail,
+    join_cut_lines,
+    join_program_output,
 )
-from kdiag.parsers.strace.rows import _concat, emit_rows
+from kdiag.parsers.strace.rows import concat_rows, emit_rows
 from kdiag.parsers.strace.schema import (
-    _BLANK,
-    _CONT,
-    _CUT_START,
-    _KILLED,
-    _MARKUP,
-    _PROGRAM,
-    _SKIP_REASON,
-    _empty_table,
+    BLANK,
+    CONT,
+    CUT_START,
+    KILLED,
+    MARKUP,
+    PROGRAM,
+    SKIP_REASON,
+    empty_table_of_schema,
 )
 from kdiag.parsers.strings import data_buffer as _data_buffer
 from kdiag.parsers.strings import offsets_data as _offsets_data
@@ -46,7 +46,7 @@ class _Prepared(NamedTuple):
     joined_to: np.ndarray
     fields: dict               # line_fields of joined
     source: pa.Array           # the lines prepare() was given,
-    lines: pa.Array            # and as feed() reads them (_as_string_array)
+    lines: pa.Array            # and as feed() reads them (as_string_array)
 
 
 class StraceParser:
@@ -62,12 +62,12 @@ class StraceParser:
         # thread, starts once it is.
         self._layout: Layout | None = None
         # Calls still <unfinished ...>, at most one per pid.
-        self._pending = _Events.empty()
-        # Lines held back from the end of the last feed (see _held_tail),
+        self._pending = Events.empty()
+        # Lines held back from the end of the last feed (see held_tail),
         # and the line number of the first.
         self._carry: tuple[pa.Array, int] | None = None
         # The last lines of the previous block once program output was seen
-        # (see _join_program_output).
+        # (see join_program_output).
         self._context: list[str] = []
         # -r: the running sum of the deltas so far, in half microseconds
         # (see _run_relative; the first line's delta is not corrected).
@@ -81,7 +81,7 @@ class StraceParser:
 
     def feed(self, lines: pa.Array, first_line_no: int) -> pa.Table:
         ahead = self._ahead
-        lines = ahead.lines if ahead is not None and ahead.source is lines else _as_string_array(lines)
+        lines = ahead.lines if ahead is not None and ahead.source is lines else as_string_array(lines)
         first = int(first_line_no)
         out = []
         if self._carry is not None and len(lines):
@@ -97,7 +97,7 @@ class StraceParser:
             # Whether the first line was cut shows against the lines after
             # it: the input's first lines are judged together, however fed.
             self._carry = (pa.array(lines.to_pylist(), pa.string()), first)
-            return _concat(out)
+            return concat_rows(out)
         s = 0
         while s < n:
             block = lines.slice(s, BLOCK_LINES)
@@ -105,7 +105,7 @@ class StraceParser:
             # A line whose end may be in the next block (cut by an strace
             # message or by the program's own output) is held back, with
             # what follows it, so that both halves meet in one block.
-            hold = _held_tail(block)
+            hold = held_tail(block)
             if s + k < n:
                 hold = min(hold, k - 1)
             elif hold:
@@ -113,7 +113,7 @@ class StraceParser:
             if k - hold:
                 out.append(self._feed_block(block.slice(0, k - hold), first + s))
             s += k if s + k >= n else k - hold
-        return _concat(out)
+        return concat_rows(out)
 
     def prepare(self, lines: pa.Array, first_line_no: int):
         """The per-line work of the first block that feed(lines,
@@ -124,15 +124,15 @@ class StraceParser:
         redone. None until the line format is known."""
         if self._layout is None:
             return None
-        source, lines = lines, _as_string_array(lines)
+        source, lines = lines, as_string_array(lines)
         block = lines.slice(0, BLOCK_LINES)
-        hold = _held_tail(block)
+        hold = held_tail(block)
         if len(lines) > len(block):
             hold = min(hold, len(block) - 1)
         block = block.slice(0, len(block) - hold)
         if not len(block):
             return None
-        joined, joined_to = _join_cut_lines(block)
+        joined, joined_to = join_cut_lines(block)
         return _Prepared((int(first_line_no), len(block)), joined, joined_to, line_fields(joined, self._layout),
                          source, lines)
 
@@ -145,18 +145,18 @@ class StraceParser:
             held, no = self._carry
             self._carry = None
             out.append(self._feed_block(held, no))
-        pend, self._pending = self._pending, _Events.empty()
+        pend, self._pending = self._pending, Events.empty()
         if len(pend):
             m = len(pend)
             out.append(emit_rows(pend, np.arange(m), np.full(m, -1), np.ones(m, dtype=bool)))
-        return _concat(out)
+        return concat_rows(out)
 
     # -- one block --------------------------------------------------------------
 
     def _feed_block(self, lines: pa.Array, first: int) -> pa.Table:
         n = len(lines)
         if n == 0:
-            return _empty_table()
+            return empty_table_of_schema()
         cut = -1
         if self._first_block:
             self._first_block = False
@@ -168,17 +168,17 @@ class StraceParser:
         if ahead is not None and ahead.block == (first, n):
             lines, joined_to, p = ahead.joined, ahead.joined_to, ahead.fields
         else:
-            lines, joined_to = _join_cut_lines(lines)
+            lines, joined_to = join_cut_lines(lines)
             p = line_fields(lines, self._layout)
         fence = fences(lines)
-        p["kind"][fence] = _MARKUP
-        joined, program = _join_program_output(lines, p["kind"], joined_to, self._context)
+        p["kind"][fence] = MARKUP
+        joined, program = join_program_output(lines, p["kind"], joined_to, self._context)
         if joined is not None:
             lines = joined
             p = line_fields(lines, self._layout)
-            p["kind"][fence] = _MARKUP
+            p["kind"][fence] = MARKUP
         if cut >= 0:
-            p["kind"][cut] = _CUT_START
+            p["kind"][cut] = CUT_START
             p["ts_ok"][cut] = False
         keep = 2 * OUTPUT_LOOKBACK
         self._context = (self._context + [x or "" for x in lines.slice(max(0, n - keep)).to_pylist()])[-keep:]
@@ -187,9 +187,9 @@ class StraceParser:
         ci = np.flatnonzero(joined_to >= 0)
         if len(ci):
             to = kind[joined_to[ci]]
-            kind[ci] = np.where(to <= _KILLED, _CONT, to)
+            kind[ci] = np.where(to <= KILLED, CONT, to)
         if program.any():
-            kind[program] = _PROGRAM
+            kind[program] = PROGRAM
             p["ts_ok"][program] = False
 
         if not self._clock_set:
@@ -197,9 +197,9 @@ class StraceParser:
         if self.clock == "relative":
             self._run_relative(p)
 
-        ev = np.flatnonzero(kind <= _KILLED)
+        ev = np.flatnonzero(kind <= KILLED)
         off, _ = _offsets_data(lines)
-        evs = _Events(
+        evs = Events(
             line_no=line_no, pid=p["pid"], pid_ok=p["pid_ok"], ts=p["ts"], ts_ok=p["ts_ok"], kind=kind,
             ret=p["ret"], ret_ok=p["ret_ok"], dur=p["dur"], dur_ok=p["dur_ok"], name=p["name"],
             errno=p["errno"], a_start=off[:-1] + p["a_start"], a_len=np.maximum(p["a_stop"] - p["a_start"], 0),
@@ -217,14 +217,14 @@ class StraceParser:
         n = len(kind)
         c.lines += n
         skipped = 0
-        for code, reason in _SKIP_REASON.items():
+        for code, reason in SKIP_REASON.items():
             k = int(np.count_nonzero(kind == code))
             c.skip(reason, k)
             skipped += k
         c.skip("orphan_resumed", len(orphans))
         c.parsed += n - skipped - len(orphans)
         if len(c.examples) < EXAMPLES_KEPT:
-            bad = [(int(i), _SKIP_REASON[int(kind[i])]) for i in np.flatnonzero(kind >= _BLANK)[:EXAMPLES_KEPT]]
+            bad = [(int(i), SKIP_REASON[int(kind[i])]) for i in np.flatnonzero(kind >= BLANK)[:EXAMPLES_KEPT]]
             bad += [(int(np.searchsorted(line_no, no)), "orphan_resumed") for no in orphans[:EXAMPLES_KEPT]]
             for i, reason in sorted(bad)[: EXAMPLES_KEPT - len(c.examples)]:
                 c.example(int(line_no[i]), reason, lines[i].as_py() or "")
@@ -245,7 +245,7 @@ class StraceParser:
         p["ts"] = np.where(ok, half // 2, p["ts"])
 
     def _set_clock(self, p: dict, kind: np.ndarray) -> None:
-        parsed = np.flatnonzero(kind <= _KILLED)
+        parsed = np.flatnonzero(kind <= KILLED)
         if not len(parsed):
             return
         i = parsed[0]
@@ -261,7 +261,7 @@ class StraceParser:
 
 
 
-def _as_string_array(lines) -> pa.Array:
+def as_string_array(lines) -> pa.Array:
     if isinstance(lines, pa.ChunkedArray):
         lines = lines.combine_chunks() if lines.num_chunks else pa.array([], pa.string())
     elif not isinstance(lines, pa.Array):

@@ -10,21 +10,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kdiag.parsers import scan
-from kdiag.parsers.strace.grammar import _HEAD_ANY, _SPLIT_MSG
-from kdiag.parsers.strace.schema import _TRUNCATED, _UNRECOGNISED
+from kdiag.parsers.strace.grammar import HEAD_ANY, SPLIT_MSG
+from kdiag.parsers.strace.schema import TRUNCATED, UNRECOGNISED
 from kdiag.parsers.strace.values import unescape
 
 
 def _cut_by_message(line: str | None) -> bool:
     """Whether strace's own message cut this line, leaving the rest of it on
-    the next line (see _join_cut_lines)."""
+    the next line (see join_cut_lines)."""
     if not line or not line.endswith(("attached", "detached")):
         return False
     m = re.match(r"^(.+?)strace: Process \d+ (?:attached|detached)$", line)
     return bool(m) and not re.fullmatch(r"(?:\[pid +\d+\] )?", m.group(1))
 
 
-def _join_cut_lines(lines: pa.Array) -> tuple[pa.Array, np.ndarray]:
+def join_cut_lines(lines: pa.Array) -> tuple[pa.Array, np.ndarray]:
     """Rejoin "wait4(-1, strace: Process 5940 attached" + " <unfinished ...>".
 
     Returns the lines with each first half replaced by the whole line, and
@@ -37,13 +37,13 @@ def _join_cut_lines(lines: pa.Array) -> tuple[pa.Array, np.ndarray]:
     ci = ci[ci + 1 < n]
     if not len(ci):
         return lines, joined_to
-    m = pc.extract_regex(lines.take(pa.array(ci)), pattern=_SPLIT_MSG)
+    m = pc.extract_regex(lines.take(pa.array(ci)), pattern=SPLIT_MSG)
     pre = m.field("pre").fill_null("")
     nxt = lines.take(pa.array(ci + 1))
     # Not when the first half is only a prefix (a plain message line) or the
     # next line starts a line of its own.
     only_prefix = np.asarray(pc.match_substring_regex(pre, r"^(?:\[pid +\d+\] )?$"))
-    own = np.asarray(pc.extract_regex(nxt, pattern=_HEAD_ANY).is_valid())
+    own = np.asarray(pc.extract_regex(nxt, pattern=HEAD_ANY).is_valid())
     use = np.asarray(m.is_valid()) & ~only_prefix & ~own
     if not use.any():
         return lines, joined_to
@@ -71,7 +71,7 @@ def _join_cut_lines(lines: pa.Array) -> tuple[pa.Array, np.ndarray]:
 # the rest of them in between. OUTPUT_LOOKBACK bounds how far back the
 # write and the open line may be.
 OUTPUT_LOOKBACK = 64
-_PY_HEAD = re.compile(_HEAD_ANY)
+_PY_HEAD = re.compile(HEAD_ANY)
 # The calls that write a buffer to fd 1 or 2: 'write(2</dev/pts/0>, "' ...
 _PY_STD_WRITE = re.compile(r'(?:write|pwrite64|sendto|send)\([12](?:<(?:[^<>]|<[^<>]*>)*>)?, "')
 _PY_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"(\.\.\.)?')
@@ -165,7 +165,7 @@ def _join_open_line(block: _Block, c: int, kind: np.ndarray, joined_to: np.ndarr
         if h is None:
             between.insert(0, block.get(pre + j))
             continue
-        if kind[j] == _TRUNCATED:
+        if kind[j] == TRUNCATED:
             line = block.get(pre + j)
             at = _text_start(line, h.end(), between, block.writes_before(pre + j))
             if at >= 0:
@@ -185,7 +185,7 @@ def _is_own_text_line(block: _Block, c: int) -> bool:
     return False
 
 
-def _join_program_output(lines: pa.Array, kind: np.ndarray, joined_to: np.ndarray,
+def join_program_output(lines: pa.Array, kind: np.ndarray, joined_to: np.ndarray,
                           context: list[str]) -> tuple[pa.Array | None, np.ndarray]:
     """Take the program's text out of strace's lines: cut it from the open
     line it landed in and join that line's rest to it, and mark the lines
@@ -197,7 +197,7 @@ def _join_program_output(lines: pa.Array, kind: np.ndarray, joined_to: np.ndarra
     each line's rest at the line it ends) and the mask of program text."""
     n = len(lines)
     program = np.zeros(n, dtype=bool)
-    odd = np.flatnonzero(kind == _UNRECOGNISED)
+    odd = np.flatnonzero(kind == UNRECOGNISED)
     if not len(odd):
         return None, program
     block = _Block(lines, context)
@@ -216,7 +216,7 @@ def _join_program_output(lines: pa.Array, kind: np.ndarray, joined_to: np.ndarra
     return pc.replace_with_mask(lines, pa.array(mask), pa.array([replace[i] for i in idx], pa.string())), program
 
 
-def _held_tail(block: pa.Array) -> int:
+def held_tail(block: pa.Array) -> int:
     """How many of the block's last lines may still be waiting for the rest
     of a line in what comes next: a line cut by an strace message, or an open
     line (within OUTPUT_LOOKBACK of the end) and what follows it."""

@@ -7,10 +7,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kdiag.parsers import scan
-from kdiag.parsers.strace.events import _Events
-from kdiag.parsers.strace.grammar import _QUOTED, _UNUSUAL_ESCAPE
-from kdiag.parsers.strace.schema import _DETACHED, _EXIT, _KIND_NAMES, _RESUMED, SCHEMA, _empty_table
-from kdiag.parsers.strace.values import _ints, _scatter_str, unescape
+from kdiag.parsers.strace.events import Events
+from kdiag.parsers.strace.grammar import QUOTED, UNUSUAL_ESCAPE
+from kdiag.parsers.strace.schema import DETACHED, EXIT, KIND_NAMES, RESUMED, SCHEMA, empty_table_of_schema
+from kdiag.parsers.strace.values import ints, scatter_str, unescape
 from kdiag.parsers.strings import cut as _cut
 from kdiag.parsers.strings import data_buffer as _data_buffer
 from kdiag.parsers.strings import first_last as _first_last
@@ -46,12 +46,12 @@ _FD_FIRST = pa.array(sorted({
 _WRITE_FAMILY = pa.array(["pwrite64", "sendmsg", "sendto", "write", "writev"])
 
 
-def emit_rows(ev: _Events, rows: np.ndarray, partner: np.ndarray, unfinished: np.ndarray) -> pa.Table:
+def emit_rows(ev: Events, rows: np.ndarray, partner: np.ndarray, unfinished: np.ndarray) -> pa.Table:
     """The table rows of events ``rows``; ``partner``: the resumed row each
     one joins (-1 for none), ``unfinished``: whether it never resumed."""
     n = len(rows)
     if n == 0:
-        return _empty_table()
+        return empty_table_of_schema()
     has_p = partner >= 0
     src = np.where(has_p, partner, rows)
     kind = ev.kind[rows]
@@ -68,9 +68,9 @@ def emit_rows(ev: _Events, rows: np.ndarray, partner: np.ndarray, unfinished: np
     args = _views(a_start, a_len, a_buf, buffers)
 
     # An exit has no call: its name is null, here and in the table.
-    name = ev.name.take(pa.array(rows, pa.int64(), mask=kind == _EXIT))
+    name = ev.name.take(pa.array(rows, pa.int64(), mask=kind == EXIT))
     # A resumed line's arguments do not begin with the call's first one.
-    fd, fd_ok, fd_info = _first_fd(args, name, (kind <= _DETACHED) & (kind != _RESUMED))
+    fd, fd_ok, fd_info = _first_fd(args, name, (kind <= DETACHED) & (kind != RESUMED))
     data = _data(args, name, fd, fd_ok)
     if (a_len > ARGS_CAP).any():
         args = pc.utf8_slice_codeunits(args, 0, ARGS_CAP)
@@ -85,7 +85,7 @@ def emit_rows(ev: _Events, rows: np.ndarray, partner: np.ndarray, unfinished: np
             "pid": pa.array(pid.astype(np.int32), mask=~pid_ok),
             "ts_us": pa.array(ev.ts[rows], mask=~ev.ts_ok[rows]),
             "dur_us": pa.array(dur, mask=~dur_ok),
-            "kind": _KIND_NAMES.take(pa.array(kind)),
+            "kind": KIND_NAMES.take(pa.array(kind)),
             "syscall": name,
             "fd": pa.array(fd.astype(np.int32), mask=~fd_ok),
             "fd_info": fd_info,
@@ -100,7 +100,7 @@ def emit_rows(ev: _Events, rows: np.ndarray, partner: np.ndarray, unfinished: np
 
 
 
-def _durations(ev: _Events, rows: np.ndarray, src: np.ndarray, has_p: np.ndarray):
+def _durations(ev: Events, rows: np.ndarray, src: np.ndarray, has_p: np.ndarray):
     """-T's duration; without it, a call split into ``<unfinished ...>`` and
     ``<... resumed>`` lasted from its first line's time to its second's
     (strace stamps the one at the call's entry, the other at its return).
@@ -158,7 +158,7 @@ def _first_fd_ref(args: pa.Array, name: pa.Array, rows: np.ndarray):
     vi = np.flatnonzero(valid)
     if not len(vi):
         return fd, ok, info
-    fd[vi] = _ints(_cut(args, vi, np.zeros(len(vi), np.int64), run[vi]))
+    fd[vi] = ints(_cut(args, vi, np.zeros(len(vi), np.int64), run[vi]))
     ok[vi] = True
     ai = np.flatnonzero(annotated)
     if len(ai):
@@ -171,7 +171,7 @@ def _first_fd_ref(args: pa.Array, name: pa.Array, rows: np.ndarray):
         good = end > run[ai]
         gi = np.flatnonzero(good)
         if len(gi):
-            info = _scatter_str(n, [(ai[gi], _cut(sub, gi, run[ai][gi] + 1, end[gi]))])
+            info = scatter_str(n, [(ai[gi], _cut(sub, gi, run[ai][gi] + 1, end[gi]))])
     return fd, ok, info
 
 
@@ -202,14 +202,14 @@ def _data(args: pa.Array, name: pa.Array, fd: np.ndarray, fd_ok: np.ndarray, com
     if len(hard):
         raw = _views(q[scan.Q_AT, hard], q[scan.Q_LEN, hard], np.zeros(len(hard), np.int64), [_data_buffer(args)])
         decoded = pa.array([unescape(s) for s in raw.to_pylist()], pa.string())
-        out = _scatter_str(n, [(np.flatnonzero(easy), out.filter(pa.array(easy))), (hard, decoded)])
+        out = scatter_str(n, [(np.flatnonzero(easy), out.filter(pa.array(easy))), (hard, decoded)])
     return out
 
 
 def _data_ref(args: pa.Array, si: np.ndarray) -> pa.Array:
     """_data's strings by the patterns: rows ``si`` of args."""
     n = len(args)
-    m = pc.extract_regex(_take_str(args, si), pattern=_QUOTED)
+    m = pc.extract_regex(_take_str(args, si), pattern=QUOTED)
     v = np.asarray(m.is_valid())
     si = si[v]
     q = m.field("q").filter(pa.array(v))
@@ -218,20 +218,20 @@ def _data_ref(args: pa.Array, si: np.ndarray) -> pa.Array:
     easy = q
     for esc, ch in (('\\"', '"'), ("\\n", "\n"), ("\\t", "\t"), ("\\r", "\r")):
         easy = pc.replace_substring(easy, esc, ch)
-    unusual = np.asarray(pc.match_substring_regex(q, _UNUSUAL_ESCAPE))
+    unusual = np.asarray(pc.match_substring_regex(q, UNUSUAL_ESCAPE))
     if unusual.any():
         ui = np.flatnonzero(unusual)
         hard = pa.array([unescape(s) for s in q.take(pa.array(ui)).to_pylist()], pa.string())
         easy = pc.replace_with_mask(easy, pa.array(unusual), hard)
-    return _scatter_str(n, [(si, easy)])
+    return scatter_str(n, [(si, easy)])
 
 
 
-def _concat(tables: list[pa.Table]) -> pa.Table:
+def concat_rows(tables: list[pa.Table]) -> pa.Table:
     """The tables' rows in line order."""
     tables = [t for t in tables if t.num_rows]
     if not tables:
-        return _empty_table()
+        return empty_table_of_schema()
     t = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
     line_no = np.concatenate([c.to_numpy() for c in t["line_no"].chunks])
     if len(line_no) < 2 or (line_no[1:] >= line_no[:-1]).all():

@@ -31,24 +31,28 @@ SCHEMA = pa.schema(
     metadata={"table": "syscalls", "source": "strace"},
 )
 
-# Per-line classification. Codes up to _KILLED are rows.
-_SYSCALL, _UNFINISHED, _RESUMED, _DETACHED, _SIGNAL, _EXIT, _KILLED = range(7)
-_CONT = 7  # the end of a line that an strace message or program output cut off
-_BLANK, _MESSAGE, _STACK, _UNRECOGNISED, _TRUNCATED, _PROGRAM = 8, 9, 10, 11, 12, 13
+# What fd_info starts with for a socket: -yy names the endpoints
+# ("TCP:[10.0.0.1:40212->10.0.0.2:9093]"); -y only says "socket:[1033403]".
+SOCKET_PREFIXES = ("TCP", "TCPv6", "UDP", "UDPv6", "UNIX", "UNIX-STREAM", "NETLINK", "socket:")
+
+# Per-line classification. Codes up to KILLED are rows.
+SYSCALL, UNFINISHED, RESUMED, DETACHED, SIGNAL, EXIT, KILLED = range(7)
+CONT = 7  # the end of a line that an strace message or program output cut off
+BLANK, MESSAGE, STACK, UNRECOGNISED, TRUNCATED, PROGRAM = 8, 9, 10, 11, 12, 13
 # A pasted excerpt's code fences, and its first line when cut inside its head.
-_MARKUP, _CUT_START = 14, 15
-_SKIP_REASON = {
-    _BLANK: "blank",
-    _MESSAGE: "strace_message",
-    _STACK: "stack_trace",
-    _UNRECOGNISED: "unrecognised",
-    _TRUNCATED: "truncated",
-    _PROGRAM: "program_output",
-    _MARKUP: "markup",
-    _CUT_START: "cut_at_start",
+MARKUP, CUT_START = 14, 15
+SKIP_REASON = {
+    BLANK: "blank",
+    MESSAGE: "strace_message",
+    STACK: "stack_trace",
+    UNRECOGNISED: "unrecognised",
+    TRUNCATED: "truncated",
+    PROGRAM: "program_output",
+    MARKUP: "markup",
+    CUT_START: "cut_at_start",
 }
-_KIND_NAMES = pa.array(["syscall", "syscall", "syscall", "syscall", "signal", "exit", "killed"])
+KIND_NAMES = pa.array(["syscall", "syscall", "syscall", "syscall", "signal", "exit", "killed"])
 
 
-def _empty_table() -> pa.Table:
+def empty_table_of_schema() -> pa.Table:
     return SCHEMA.empty_table()

@@ -16,7 +16,7 @@ from kdiag.parsers.strings import offsets_data as _offsets_data
 
 # --- Arrow/numpy plumbing ----------------------------------------------------
 #
-def _scatter_str(n: int, parts: list[tuple[np.ndarray, pa.Array]]) -> pa.Array:
+def scatter_str(n: int, parts: list[tuple[np.ndarray, pa.Array]]) -> pa.Array:
     """Length-n string array with parts[k][1][j] at parts[k][0][j], null elsewhere."""
     parts = [(i, a) for i, a in parts if len(i)]
     if not parts:
@@ -32,14 +32,14 @@ def _scatter_str(n: int, parts: list[tuple[np.ndarray, pa.Array]]) -> pa.Array:
     return allv.take(pa.array(pos, mask=pos < 0))
 
 
-def _ints(digits: pa.Array) -> np.ndarray:
+def ints(digits: pa.Array) -> np.ndarray:
     """int64 of strings already known to be 1-18 ASCII digits."""
     if len(digits) == 0:
         return np.zeros(0, dtype=np.int64)
     return pc.cast(digits, pa.int64()).to_numpy(zero_copy_only=False)
 
 
-def _seconds_us(s: pa.Array, tod: np.ndarray) -> np.ndarray:
+def seconds_us(s: pa.Array, tod: np.ndarray) -> np.ndarray:
     """Microseconds of "1795314016.121249" / "0.000011" (seconds, any number
     of fraction digits, cut to 6) or, where tod, of "02:24:05[.260276]"
     (time of day). Strings are known to match those shapes."""
@@ -97,7 +97,7 @@ for _i, _c in enumerate(b"ABCDEF"):
     _HEX[_c] = 10 + _i
 
 
-def _parse_ret(v: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+def parse_ret(v: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """Return values "137", "-1", "0x7f1a34009ba3", "?", "3</etc/ld.so.cache>"
     -> (int64, valid). Hex is read as 64-bit two's complement."""
     n = len(v)
@@ -117,7 +117,7 @@ def _parse_ret(v: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     if len(neg):
         tail = pc.utf8_slice_codeunits(v.take(pa.array(neg)), 1)
         digits = np.asarray(pc.ascii_is_decimal(tail))
-        out[neg[digits]] = -_ints(tail.filter(pa.array(digits)))
+        out[neg[digits]] = -ints(tail.filter(pa.array(digits)))
         ok[neg[digits]] = True
     hx = np.flatnonzero((first == ord("0")) & (L > 2) & (L <= 18) & ~dec)
     if len(hx):
@@ -127,7 +127,7 @@ def _parse_ret(v: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         ok[hx[good]] = True
     ok |= dec
     if dec.any():
-        out[dec] = _ints(v.filter(pa.array(dec)))
+        out[dec] = ints(v.filter(pa.array(dec)))
     return out, ok
 
 

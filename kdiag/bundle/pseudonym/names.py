@@ -91,11 +91,26 @@ def _after_escape(data: bytes, a: int) -> int:
     return a + digits if digits in (1, 2, 3) else a
 
 
+def hostnames_in(servers: str) -> list[str]:
+    """Hosts of a ``bootstrap.servers`` / ``-b`` list: ``h:p,SSL://h2:p``."""
+    out = []
+    for hp in str(servers).split(","):
+        hp = hp.strip()
+        if "://" in hp:
+            hp = hp.split("://", 1)[1]
+        if hp.startswith("["):
+            continue   # an IPv6 literal: an address, not a name
+        host = hp.rsplit(":", 1)[0] if ":" in hp else hp
+        host = host.split("/", 1)[0]
+        if host:
+            out.append(host)
+    return out
+
+
 def hosts_named(data: bytes) -> set[str]:
     """Names the text itself says are hosts: cloud short names, the brokers
     of a bootstrap list, /etc/hosts lines, DNS wire names."""
     from kdiag.bundle.pseudonym.mapping import is_ip
-    from kdiag.bundle.pseudonym.scanner import hostnames_in
 
     found = set()
     for m in _CLOUD_SHORT.finditer(data):

@@ -31,6 +31,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from kdiag.bundle.pseudonym import names as free_names
+from kdiag.bundle.pseudonym.names import hostnames_in
 
 if TYPE_CHECKING:
     from kdiag.bundle.pseudonym.mapping import PseudonymMap
@@ -85,22 +86,6 @@ def _escape_before(buf, j: int) -> bool:
 
 def _left_ok(buf, j: int, bad) -> bool:
     return j == 0 or buf[j - 1] not in bad or _escape_before(buf, j)
-
-
-def hostnames_in(servers: str) -> list[str]:
-    """Hosts of a ``bootstrap.servers`` / ``-b`` list: ``h:p,SSL://h2:p``."""
-    out = []
-    for hp in str(servers).split(","):
-        hp = hp.strip()
-        if "://" in hp:
-            hp = hp.split("://", 1)[1]
-        if hp.startswith("["):
-            continue   # an IPv6 literal: an address, not a name
-        host = hp.rsplit(":", 1)[0] if ":" in hp else hp
-        host = host.split("/", 1)[0]
-        if host:
-            out.append(host)
-    return out
 
 
 class TextScanner:
