@@ -54,9 +54,6 @@ HEAVY_BOUNDARIES = {
 KNOWN_LAZY_EDGES: dict[tuple[str, str], str] = {}
 # Private names used outside their module: (user, "module._name"), with why.
 KNOWN_PRIVATE_USES: dict[tuple[str, str], str] = {
-    # kdiag/analysis/causes is the cause registry's: slow_wait, resolved over
-    # the whole run, is to be a public hook of it, and this entry removed
-    ("kdiag.analysis.judge", "kdiag.analysis.causes._slow_wait"): "the cause registry's to make public",
     # removed when the fleet runs the one orchestration (analysis/judge.py
     # keeps these spellings as aliases of cause_sums and read_cause_sums until then)
     ("kdiag.fleet.judge", "kdiag.analysis.judge._per_cause"): "fleet/judge.py: the orchestration change's",

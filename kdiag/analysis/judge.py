@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kdiag.analysis import causes, predict
-from kdiag.analysis.causes import BY_NAME, OTHERWISE, CauseAgg, Facts, _slow_wait, classify, verdict_of, version_tuple
+from kdiag.analysis.causes import BY_NAME, OTHERWISE, CauseAgg, Facts, SLOW_WAIT, classify, slow_wait_as, slow_wait_resolved_in, verdict_of, version_tuple
 from kdiag.analysis.causes.nagle_delayed_ack import NAGLE_DEFAULT_FLIPPED
 from kdiag.analysis.connections import attach_connections, path_rtt_of
 from kdiag.analysis.frames import at_once, cached, quantile, resolved, rounded
@@ -166,13 +166,13 @@ def concluded(s, per: dict, examples: dict | None, each: dict | None, pre: Befor
         return from_signals_only(facts, vt, unknowns)
 
     examples = dict(examples or {})
-    slow_as = _slow_wait.resolved_in(per)
-    if _slow_wait.LABEL in examples:
-        examples[slow_as] = examples.pop(_slow_wait.LABEL)
+    slow_as = slow_wait_resolved_in(per)
+    if SLOW_WAIT in examples:
+        examples[slow_as] = examples.pop(SLOW_WAIT)
     if each is not None:
         ci = each["columns"].index("cause")
         for r in each["rows"] + each["slowest"]:
-            r[ci] = slow_as if r[ci] == _slow_wait.LABEL else r[ci]
+            r[ci] = slow_as if r[ci] == SLOW_WAIT else r[ci]
     facts = Facts(None, {}, n, path_rtt, rtt_bound, version, default_nodelay, summary, meta, client_ms)
     findings = _findings(per, examples, facts, vt)
     predict.attach(findings, each, pre.one_write["wait_p50_ms"], path_rtt, client_ms)
@@ -302,9 +302,9 @@ def read_cause_sums(rows, retrans: int | None):
            for r in rows if r._g is not None}
     bands = {r._g: (r.k, r.timed, r.wait) for r in rows if r._g is not None}
     n = s.k if s is not None else 0
-    if _slow_wait.LABEL in per:
-        slow = per.pop(_slow_wait.LABEL)
-        per[_slow_wait.resolve(n, slow.k, retrans)] = slow
+    if SLOW_WAIT in per:
+        slow = per.pop(SLOW_WAIT)
+        per[slow_wait_as(n, slow.k, retrans)] = slow
     return s, per, bands
 
 

@@ -58,6 +58,7 @@ import re
 from dataclasses import dataclass, field
 from types import ModuleType
 
+from kdiag.analysis.causes import _slow_wait
 from kdiag.analysis.thresholds import DOMINANT_SHARE, NAGLE_EXCESS_MAX_MS, NAGLE_EXCESS_MIN_MS, SLOW_MS, TAIL_TIME_SHARE
 
 ORDER = (
@@ -248,11 +249,25 @@ def classify(produce, path_rtt, nagle_possible=True):
     return produce.withColumn("cause", chain.otherwise(OTHERWISE))
 
 
+# One rule labels a slow wait that neither Nagle nor the path explains;
+# over the whole run it is told apart as packet_loss or broker_slow
+# (``_slow_wait``). The judge reads it through these names.
+SLOW_WAIT = _slow_wait.LABEL
+
+
+def slow_wait_as(n: int, k: int, retrans: int | None) -> str:
+    """The cause the ``k`` slow waits among ``n`` requests are told apart as."""
+    return _slow_wait.resolve(n, k, retrans)
+
+
+def slow_wait_resolved_in(per: dict) -> str:
+    """The cause ``slow_wait`` was told apart as, in a run's causes."""
+    return _slow_wait.resolved_in(per)
+
+
 def resolve_slow(rq, retrans: int | None):
     """``slow_wait`` told apart over the whole run (see ``_slow_wait``)."""
     from pyspark.sql import functions as F
-
-    from kdiag.analysis.causes import _slow_wait
 
     row = rq.agg(F.count("*").alias("n"),
                  F.count(F.when(F.col("cause") == _slow_wait.LABEL, 1)).alias("k")).first()
