@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from kdiag.deadline import Deadline
 from kdiag.parsers.pcap import PcapWriter
 from kdiag.parsers.tcp_probe import (
-    FINAL_ANSWERS, ICMP_TIME_EXCEEDED, TCP_ACK, TCP_RST, TCP_SYN, Packet, dissect_ipv4,
+    FINAL_ANSWERS,
+    ICMP_TIME_EXCEEDED,
+    TCP_ACK,
+    TCP_RST,
+    TCP_SYN,
+    Packet,
+    dissect_ipv4,
     probe_seq,
 )
 

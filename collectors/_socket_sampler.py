@@ -12,9 +12,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from kdiag.collectors._tcp_info import (
-    TCP_INFO_BUF, TCP_STATES, decode_tcp_info, errno_text, pidfd_getfd, pidfd_open,
-)
+from kdiag.collectors._tcp_info import TCP_INFO_BUF, TCP_STATES, decode_tcp_info, errno_text, pidfd_getfd, pidfd_open
 
 LISTING_EVERY_S = 1.0
 

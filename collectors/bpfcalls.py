@@ -26,12 +26,11 @@ import struct
 import time
 from pathlib import Path
 
+import kdiag
 from kdiag.collectors import bpftrace as _bt
 from kdiag.collectors._bpftrace_records import STRSIZE, Converted, Converter
 from kdiag.collectors._c_layout import Header
 from kdiag.collectors.base import AUTO_ANY_RATE, MODES, Requirement, Tracing, cpu_s, unmet
-
-import kdiag
 
 NAME = "bpfcalls"
 REQUIRES = (

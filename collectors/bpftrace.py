@@ -35,17 +35,37 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import kdiag
+
 # The record format and its converter; tests and the overhead bench use them from here.
 from kdiag.collectors._bpftrace_records import (  # noqa: F401
-    CALLS, CHUNK, CODE_OF, EXIT_GROUP, LOST, READY, RUN_RECORDS, STRSIZE, Converted, Converter, convert, fd_name,
+    CALLS,
+    CHUNK,
+    CODE_OF,
+    EXIT_GROUP,
+    LOST,
+    READY,
+    RUN_RECORDS,
+    STRSIZE,
+    Converted,
+    Converter,
+    convert,
+    fd_name,
 )
 from kdiag.collectors.base import (
-    AUTO_BUSY, MODES, PROBE, Collector, CollectorStatus, Requirement, Tracing, cpu_s, dies_with_parent,
-    tool_version, unmet,
+    AUTO_BUSY,
+    MODES,
+    PROBE,
+    Collector,
+    CollectorStatus,
+    Requirement,
+    Tracing,
+    cpu_s,
+    dies_with_parent,
+    tool_version,
+    unmet,
 )
 from kdiag.deadline import Deadline
-
-import kdiag
 
 NAME = "bpftrace"
 REQUIRES = (

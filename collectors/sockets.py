@@ -74,14 +74,23 @@ from pathlib import Path
 
 import psutil
 
-from kdiag.collectors.base import (
-    COMMAND, MODES, PID, Collector, CollectorStatus, Requirement, dies_with_parent, status_from_output, unmet,
-)
-from kdiag.deadline import Deadline
 import kdiag
+
 # The sampler's parts; tests and the lab's cgroup limit import them from here.
 from kdiag.collectors._socket_sampler import Sampler, cgroup_cpu, cgroup_mounts, compact_json, cpu_cgroup_dir  # noqa: F401
 from kdiag.collectors._tcp_info import TCP_INFO_LAYOUT, decode_tcp_info  # noqa: F401
+from kdiag.collectors.base import (
+    COMMAND,
+    MODES,
+    PID,
+    Collector,
+    CollectorStatus,
+    Requirement,
+    dies_with_parent,
+    status_from_output,
+    unmet,
+)
+from kdiag.deadline import Deadline
 
 NAME = "sockets"
 # Not a hard need: without it the sockets are still listed, without

@@ -18,13 +18,25 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from kdiag.bundle import redact
 from kdiag.collectors.base import (
-    AUTO_FALLBACK, COMMAND, MODES, PROBE, PTRACE_STOP_US, Collector, CollectorStatus, Requirement, Tracing, cpu_s,
-    dies_with_parent, proc_status_field, settle, tool_version, unmet,
+    AUTO_FALLBACK,
+    COMMAND,
+    MODES,
+    PROBE,
+    PTRACE_STOP_US,
+    Collector,
+    CollectorStatus,
+    Requirement,
+    Tracing,
+    cpu_s,
+    dies_with_parent,
+    proc_status_field,
+    settle,
+    tool_version,
+    unmet,
 )
 from kdiag.deadline import wait_until
-
-from kdiag.bundle import redact
 
 NAME = "strace"
 REQUIRES = (

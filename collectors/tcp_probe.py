@@ -57,10 +57,11 @@ import sys
 import time
 from pathlib import Path
 
-from kdiag.collectors.base import PROBE, Collector, CollectorStatus, Requirement, status_from_output
 import kdiag
+
 # The probers and the target they probe.
 from kdiag.collectors._path_probers import ConnectProber, SynProber, Target, sweep_ttls  # noqa: F401
+from kdiag.collectors.base import PROBE, Collector, CollectorStatus, Requirement, status_from_output
 from kdiag.parsers.pcap import PcapHeader, PcapWriter
 from kdiag.parsers.tcp_probe import LINKTYPE_RAW
 

@@ -53,8 +53,8 @@ class _RichStage(Stage):
 class _RichProgress(Progress):
     def __init__(self, stream: TextIO) -> None:
         from rich.console import Console
-        from rich.progress import (BarColumn, Progress as Bar, SpinnerColumn, TextColumn, TimeElapsedColumn,
-                                   TimeRemainingColumn)
+        from rich.progress import BarColumn, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import Progress as Bar
 
         self.console = Console(file=stream, stderr=True)
         self._bar = Bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=24),

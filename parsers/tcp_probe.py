@@ -95,6 +95,7 @@ import pyarrow as pa
 from kdiag.parsers.base import ParseCounts, json_lines, scrub
 from kdiag.parsers.format import BY_JSON_KEYS, BY_MAGIC, BYTES, PACKET_REWRITER, PATH, TEXT, TEXT_SCANNER, Format, Told
 from kdiag.parsers.pcap import capture_records, looks_like_pcap
+
 # Re-exported: the collector and the report read them here.
 from kdiag.parsers.tcp_path import FINAL_ANSWERS, PATH_SCHEMA, format_path_table, path_table  # noqa: F401
 

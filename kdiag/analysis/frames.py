@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 
 from kdiag import settings
+
 # RUN, the column naming a row's run (a bundle's id in a fleet, else ""),
 # is defined below the analysis, beside the checks the writer of a table
 # shares with it; the analysis's modules read it here.

@@ -20,8 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kdiag.analysis.frames import RUN, one_run
-from kdiag.ingest.input_rules import (CORR_EVENTS, FORWARD_GAP_US, LOG_BACK_TOLERANCE_US, STRACE_BACK_TOLERANCE_US,
-                                      in_copy_scope)
+from kdiag.ingest.input_rules import (
+    CORR_EVENTS,
+    FORWARD_GAP_US,
+    LOG_BACK_TOLERANCE_US,
+    STRACE_BACK_TOLERANCE_US,
+    in_copy_scope,
+)
 
 # Beyond this many steps the timestamps are not a clock (strace -r prints
 # the time since the previous line): the observations are counted, not kept.

@@ -21,9 +21,22 @@ from pathlib import Path
 # Reading and verifying a bundle, and its tables' versions, live in their own
 # modules; their names are kdiag.bundle.archive's too.
 from kdiag.bundle.limits import Limits  # noqa: F401
-from kdiag.bundle.reading import (FORMATS, MANIFEST, PROBE_SUMMARY, analysed_files,  # noqa: F401
-                                  delivery_ms, is_archive, is_bundle, is_sealed_dir, manifest, probe_summary,
-                                  raw_files, refuse_links, unpack, unsafe_member)
+from kdiag.bundle.reading import (  # noqa: F401
+    FORMATS,
+    MANIFEST,
+    PROBE_SUMMARY,
+    analysed_files,
+    delivery_ms,
+    is_archive,
+    is_bundle,
+    is_sealed_dir,
+    manifest,
+    probe_summary,
+    raw_files,
+    refuse_links,
+    unpack,
+    unsafe_member,
+)
 from kdiag.bundle.table_versions import known_versions, table_schemas, table_versions  # noqa: F401
 from kdiag.bundle.verify import Problem, Verification, verify  # noqa: F401
 
@@ -55,13 +68,13 @@ def host_facts() -> dict:
     }
 
 
-def start(staging: Path, manifest: dict) -> None:
+def start(staging: Path, fields: dict) -> None:
     """An unsealed bundle: a manifest saying so, before anything is captured.
     What a killed kdiag leaves behind is then recognisably a bundle, and says
     it is partial."""
-    manifest = {**manifest, "bundle_format": FORMAT, "sealed": False, "partial": True,
-                "partial_reasons": ["kdiag stopped before it sealed this bundle (killed, or the machine went down)"]}
-    _write_private(staging / MANIFEST, json.dumps(manifest, indent=2, default=str) + "\n")
+    fields = {**fields, "bundle_format": FORMAT, "sealed": False, "partial": True,
+              "partial_reasons": ["kdiag stopped before it sealed this bundle (killed, or the machine went down)"]}
+    _write_private(staging / MANIFEST, json.dumps(fields, indent=2, default=str) + "\n")
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -79,25 +92,25 @@ def _private_member(ti: tarfile.TarInfo) -> tarfile.TarInfo:
     return ti
 
 
-def seal_dir(staging: Path, manifest: dict) -> list[Path]:
+def seal_dir(staging: Path, fields: dict) -> list[Path]:
     """Write the final manifest (sizes and SHA-256 of every file) into the
     directory; it is then a bundle as an archive's unpacked copy is."""
     # is_file() follows links: a link must not bring outside content in.
     files = sorted(p for p in staging.rglob("*") if p.is_file() and not p.is_symlink() and p.name != MANIFEST)
-    manifest = dict(manifest)
-    manifest["bundle_format"] = FORMAT
-    manifest["sealed"] = True
-    manifest["files"] = {
+    fields = dict(fields)
+    fields["bundle_format"] = FORMAT
+    fields["sealed"] = True
+    fields["files"] = {
         str(p.relative_to(staging)): {"bytes": p.stat().st_size, "sha256": sha256(p)} for p in files
     }
     tmp = staging / (MANIFEST + ".tmp")
-    _write_private(tmp, json.dumps(manifest, indent=2, default=str) + "\n")
+    _write_private(tmp, json.dumps(fields, indent=2, default=str) + "\n")
     os.replace(tmp, staging / MANIFEST)
     return files
 
 
-def write(staging: Path, out_path: Path, manifest: dict) -> Path:
-    files = seal_dir(staging, manifest)
+def write(staging: Path, out_path: Path, fields: dict) -> Path:
+    files = seal_dir(staging, fields)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_name(out_path.name + ".part")
     try:

@@ -19,8 +19,17 @@ from pathlib import Path, PurePosixPath
 
 from kdiag.bundle import schema
 from kdiag.bundle.limits import Limits
-from kdiag.bundle.reading import (FORMATS, MANIFEST, PROBE_SUMMARY, check_probe_summary, is_archive,
-                                  members, open_regular, parse_manifest, unsafe_member)
+from kdiag.bundle.reading import (
+    FORMATS,
+    MANIFEST,
+    PROBE_SUMMARY,
+    check_probe_summary,
+    is_archive,
+    members,
+    open_regular,
+    parse_manifest,
+    unsafe_member,
+)
 from kdiag.bundle.table_versions import known_versions, table_schemas
 from kdiag.errors import InputError
 from kdiag.visible import visible

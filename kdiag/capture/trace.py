@@ -21,10 +21,9 @@ from kdiag import __version__, collectors, progress
 from kdiag.bundle import archive as bundle
 from kdiag.bundle import redact
 from kdiag.capture import disk_budget, overhead, probe_producer, tracers
+
 # seal and staged re-exported: the command line and tests know them as trace's.
-from kdiag.capture.bundling import (  # noqa: F401
-    TraceResult, cap_bytes, default_bundle_path, finish, seal, staged, start_spark,
-)
+from kdiag.capture.bundling import TraceResult, cap_bytes, default_bundle_path, finish, seal, staged, start_spark  # noqa: F401
 from kdiag.collectors import probe_output
 from kdiag.collectors.base import PROBE, Capture, Collector, gaps, wait_state
 from kdiag.errors import UsageError

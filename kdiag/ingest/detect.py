@@ -45,7 +45,7 @@ def detect(path: Path) -> str | None:
     for fmt in known:
         if fmt.recognised_by == BY_MAGIC and fmt.recognise(head):
             return fmt.name
-    from kdiag.ingest.lines import sniff   # numpy and pyarrow: not for readable_inputs' callers
+    from kdiag.ingest.lines import sniff  # numpy and pyarrow: not for readable_inputs' callers
 
     sample = sniff(path)
     keys = _json_keys(sample)

@@ -28,8 +28,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from kdiag.ingest.input_rules import (FORWARD_GAP_US, LOG_BACK_TOLERANCE_US, RUN, STRACE_BACK_TOLERANCE_US,
-                                      in_copy_scope)
+from kdiag.ingest.input_rules import FORWARD_GAP_US, LOG_BACK_TOLERANCE_US, RUN, STRACE_BACK_TOLERANCE_US, in_copy_scope
 
 KEY = "kdiag.facts"
 VERSION = 1

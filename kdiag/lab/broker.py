@@ -53,10 +53,23 @@ from typing import Iterator, Sequence
 
 from kdiag.lab import state_file
 from kdiag.lab.broker_start import up_locked
+
 # Re-exported: callers and tests know them as kdiag.lab.broker's.
 from kdiag.lab.loopback import (  # noqa: F401
-    DEFAULT_TOPICS, READY_TIMEOUT, SLOWPROXY_LOG, SOCAT_LOG, STATE_FORMAT, STUNNEL_LOG, TANSU_ENV, TANSU_LOG, TERMINATOR,
-    Lab, default_state_dir, down, status, tansu_path,
+    DEFAULT_TOPICS,
+    READY_TIMEOUT,
+    SLOWPROXY_LOG,
+    SOCAT_LOG,
+    STATE_FORMAT,
+    STUNNEL_LOG,
+    TANSU_ENV,
+    TANSU_LOG,
+    TERMINATOR,
+    Lab,
+    default_state_dir,
+    down,
+    status,
+    tansu_path,
 )
 from kdiag.lab.processes import STOP_GRACE, LabError, sigterm_exits  # noqa: F401
 from kdiag.lab.variants import SLOWPROXY, Loopback  # noqa: F401

@@ -44,14 +44,25 @@ from typing import Any, Iterator, Sequence
 import psutil
 
 import kdiag
-from kdiag.lab import loopback as kl
 from kdiag.lab import delayline, processes, state_file, tls
+from kdiag.lab import loopback as kl
 from kdiag.lab.broker_start import ensure_topics
-from kdiag.lab.variants import NetworkPath
 from kdiag.lab.netns import (  # noqa: F401 (CLIENT_ADDR...: this module's API too)
-    BROKER_ADDR, CLIENT_ADDR, ROLES, ROUTER_ADDRS, NetLabError, build_network, call_in_netns, delete_netns,
-    ifnames, list_netns, netns_pids, run, tls_handshake,
+    BROKER_ADDR,
+    CLIENT_ADDR,
+    ROLES,
+    ROUTER_ADDRS,
+    NetLabError,
+    build_network,
+    call_in_netns,
+    delete_netns,
+    ifnames,
+    list_netns,
+    netns_pids,
+    run,
+    tls_handshake,
 )
+from kdiag.lab.variants import NetworkPath
 
 STATE_ROOT = Path("/tmp/kdiag-netlab")
 PREFIX_RE = re.compile(r"kd[0-9a-f]{6}")

@@ -38,11 +38,10 @@ import sys
 from typing import AsyncIterator, Callable
 
 from kdiag import __version__
-from kdiag.lab.variants import SLOWPROXY
+
 # The framing and the quota, re-exported: tests and callers know them as this module's.
-from kdiag.lab.produce_quota import (  # noqa: F401
-    MAX_FRAME, PRODUCE, FrameError, Quota, produce_acks, throttle_offset, with_throttle,
-)
+from kdiag.lab.produce_quota import MAX_FRAME, PRODUCE, FrameError, Quota, produce_acks, throttle_offset, with_throttle  # noqa: F401
+from kdiag.lab.variants import SLOWPROXY
 
 # The name the lab knows it by (kdiag.lab.variants: a Loopback with a
 # response delay or a quota runs this proxy).

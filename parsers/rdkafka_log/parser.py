@@ -8,15 +8,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kdiag.parsers import scan
-from kdiag.parsers.scan import byte_at
 from kdiag.parsers.base import ParseCounts
-from kdiag.parsers.strings import data_buffer, offsets_data, validity, views, with_valid
 from kdiag.parsers.rdkafka_log.columns import (
     cast_to,
     extract_event,
-    match_group,
     frac_resolution,
     local_ts,
+    match_group,
     null_as_false,
     optional_group,
     resolution_where_stamped,
@@ -25,8 +23,10 @@ from kdiag.parsers.rdkafka_log.columns import (
     unquote,
 )
 from kdiag.parsers.rdkafka_log.patterns import (
+    ANYWHERE,
     BROKER,
     BROKER_STRIP,
+    BY_FACILITY,
     COLS,
     DOTNET,
     DOTNET_LEVELS,
@@ -40,8 +40,6 @@ from kdiag.parsers.rdkafka_log.patterns import (
     JSON_FIELDS,
     JSON_LINE,
     JSON_MSG,
-    ANYWHERE,
-    BY_FACILITY,
     OPTIONAL,
     PY_LEVEL,
     PY_LEVELS,
@@ -54,7 +52,8 @@ from kdiag.parsers.rdkafka_log.patterns import (
 )
 from kdiag.parsers.rdkafka_log.plain import plain_lines
 from kdiag.parsers.rdkafka_log.wrapped import unmangle, unquoted, wrapped
-
+from kdiag.parsers.scan import byte_at
+from kdiag.parsers.strings import data_buffer, offsets_data, validity, views, with_valid
 
 _FAIL_TEXT = r"^[0-9]+ request\(s\) timed out"
 # Events read by the compiled scans where built (scan.sent_received,

@@ -7,7 +7,6 @@ import re
 
 import pyarrow as pa
 
-
 SCHEMA = pa.schema(
     [
         ("line_no", pa.int64()),

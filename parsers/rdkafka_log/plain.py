@@ -22,7 +22,6 @@ from kdiag.parsers.rdkafka_log.patterns import BROKER_NAME
 from kdiag.parsers.scan import byte_at
 from kdiag.parsers.strings import data_buffer, offsets_data, views, with_valid
 
-
 _FACILITY = r"^[A-Za-z0-9_\-]*$"
 _BROKER_FULL = "^(?:" + BROKER_NAME + ")$"
 

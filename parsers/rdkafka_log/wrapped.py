@@ -26,8 +26,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kdiag.parsers import scan
-from kdiag.parsers.rdkafka_log.columns import (frac_resolution, local_ts, null_as_false, optional_group,
-                                               resolution_where_stamped, unescape)
+from kdiag.parsers.rdkafka_log.columns import (
+    frac_resolution,
+    local_ts,
+    null_as_false,
+    optional_group,
+    resolution_where_stamped,
+    unescape,
+)
 from kdiag.parsers.rdkafka_log.patterns import BROKER_NAME
 
 # The messages a line without "[thrd:" must begin with, after the broker's

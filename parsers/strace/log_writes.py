@@ -16,7 +16,6 @@ from kdiag.parsers.rdkafka_log import SCHEMA_V1 as EVENTS_SCHEMA_V1
 from kdiag.parsers.rdkafka_log import parse_lines
 from kdiag.parsers.strace.schema import SCHEMA
 
-
 _GROWN = set(EVENTS_SCHEMA.names) - set(EVENTS_SCHEMA_V1.names)
 # What log_writes reads of the syscalls rows.
 WRITE_COLUMNS = ("line_no", "pid", "ts_us", "data")

@@ -14,12 +14,7 @@ from kdiag.parsers.base import EXAMPLES_KEPT, ParseCounts
 from kdiag.parsers.strace.events import Events, pair
 from kdiag.parsers.strace.line_fields import Layout, learn_layout, line_fields
 from kdiag.parsers.strace.markup import HEAD_SAMPLE, cut_first_line, fences, unquote
-from kdiag.parsers.strace.program_output import (
-    OUTPUT_LOOKBACK,
-    held_tail,
-    join_cut_lines,
-    join_program_output,
-)
+from kdiag.parsers.strace.program_output import OUTPUT_LOOKBACK, held_tail, join_cut_lines, join_program_output
 from kdiag.parsers.strace.rows import concat_rows, emit_rows
 from kdiag.parsers.strace.schema import (
     BLANK,

@@ -11,14 +11,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING
 
-from kdiag.parsers.pcap import (
-    PCAPNG_SHB,
-    PcapngReader,
-    PcapReader,
-    PcapWriter,
-    pcapng_block,
-    pcapng_options,
-)
+from kdiag.parsers.pcap import PCAPNG_SHB, PcapngReader, PcapReader, PcapWriter, pcapng_block, pcapng_options
 
 if TYPE_CHECKING:
     from kdiag.bundle.pseudonym.mapping import PseudonymMap
