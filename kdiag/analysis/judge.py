@@ -188,29 +188,71 @@ def concluded(s, per: dict, examples: dict | None, each: dict | None, pre: Befor
     return result
 
 
-def request_rows(rq, n: int | None) -> dict:
+def request_rows(rq, n: int | None, keys: tuple = ()) -> dict:
     """Each request's time and parts for the report's charts and the
     predictions, in send order: all of them up to REQUEST_ROWS_MAX, else an
     even sample of that many in ``rows`` and the REQUEST_ROWS_WORST slowest
     in ``slowest`` (so ``rows`` stays a fair sample). ``n`` None: a small
     input, collected whole and thinned here; else the sample is Spark's.
-    Columnar, floats rounded to 3 places: findings.json carries it."""
+    Columnar, floats rounded to 3 places: findings.json carries it.
+    ``keys``: columns (a fleet's run) each value of which has rows of its
+    own, thinned by the same rule in Spark; the result is then keyed by
+    the keys' values (one key: its value)."""
     from pyspark.sql import functions as F
 
     cols = [c for c in REQUEST_COLUMNS if c in rq.columns]
+    if keys:
+        return _request_rows_by(rq, cols, keys)
     picked = rq.select(*cols)
-    in_order = lambda rows: sorted(rows, key=lambda r: (r.send_us is None, r.send_us or 0))  # noqa: E731
     if n is None or n <= REQUEST_ROWS_MAX:
-        got = in_order(picked.collect())
+        got = _in_send_order(picked.collect())
         n = len(got)
         slowest = sorted(got, key=lambda r: -(r.total_ms or 0))[:REQUEST_ROWS_WORST]
-        got, slowest = (got[::-(-n // REQUEST_ROWS_MAX)], slowest) if n > REQUEST_ROWS_MAX else (got, [])
+        got, slowest = (got[::_thinning(n)], slowest) if n > REQUEST_ROWS_MAX else (got, [])
     else:
-        got = in_order(picked.sample(fraction=min(1.0, 1.1 * REQUEST_ROWS_MAX / n), seed=7)
-                       .limit(REQUEST_ROWS_MAX).collect())
+        got = _in_send_order(picked.sample(fraction=min(1.0, 1.1 * REQUEST_ROWS_MAX / n), seed=7)
+                             .limit(REQUEST_ROWS_MAX).collect())
         slowest = picked.orderBy(F.col("total_ms").desc_nulls_last()).limit(REQUEST_ROWS_WORST).collect()
-    plain = lambda r: [round(v, 3) if isinstance(v, float) else v for v in r]  # noqa: E731
-    return {"columns": cols, "rows": [plain(r) for r in got], "slowest": [plain(r) for r in in_order(slowest)],
+    return _columnar(cols, got, slowest, n)
+
+
+def _request_rows_by(rq, cols: list[str], keys: tuple) -> dict:
+    """``request_rows`` of each value of ``keys``, as a small input's are
+    thinned (every ``_thinning(n)``-th in send order, and the slowest), but
+    in Spark: only the rows kept reach the driver, however many runs."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    run = Window.partitionBy(*keys)
+    marked = (rq.select(*keys, *cols).withColumn("_n", F.count("*").over(run))
+              .withColumn("_i", F.row_number().over(run.orderBy(F.col("send_us").asc_nulls_last())))
+              .withColumn("_w", F.row_number().over(run.orderBy(F.col("total_ms").desc_nulls_last()))))
+    every = (F.col("_i") - 1) % F.ceil(F.col("_n") / REQUEST_ROWS_MAX) == 0
+    worst = (F.col("_n") > REQUEST_ROWS_MAX) & (F.col("_w") <= REQUEST_ROWS_WORST)
+    by: dict = {}
+    for r in marked.filter(every | worst).collect():
+        by.setdefault(r[keys[0]] if len(keys) == 1 else tuple(r[k] for k in keys), []).append(r)
+    out = {}
+    for key, rows in by.items():
+        n = rows[0]["_n"]
+        got = [r for r in rows if (r["_i"] - 1) % _thinning(n) == 0]
+        slowest = [r for r in rows if n > REQUEST_ROWS_MAX and r["_w"] <= REQUEST_ROWS_WORST]
+        out[key] = _columnar(cols, _in_send_order(got), slowest, n)
+    return out
+
+
+def _thinning(n: int) -> int:
+    """Every how many requests in send order one is kept, of ``n``."""
+    return -(-n // REQUEST_ROWS_MAX)
+
+
+def _in_send_order(rows: list) -> list:
+    return sorted(rows, key=lambda r: (r["send_us"] is None, r["send_us"] or 0))
+
+
+def _columnar(cols: list[str], got: list, slowest: list, n: int) -> dict:
+    plain = lambda r: [round(r[c], 3) if isinstance(r[c], float) else r[c] for c in cols]  # noqa: E731
+    return {"columns": cols, "rows": [plain(r) for r in got], "slowest": [plain(r) for r in _in_send_order(slowest)],
             "of": n, "sampled": n > REQUEST_ROWS_MAX}
 
 

@@ -42,7 +42,7 @@ STEPS = (
     _step("samples", "the socket, thread and host samples' evidence", (SOCKET_SAMPLES, THREAD_SAMPLES)),
     _step("causes", "each Produce request's cause, their shares, each cause's median request", (REQUESTS, SYSCALLS)),
     _step("request_rows", "the request rows for the report's charts and the predictions built on them",
-          (REQUESTS, SYSCALLS), "no request rows or predictions: replay the bundle alone for its charts"),
+          (REQUESTS, SYSCALLS)),
     _step("likely", "without syscalls, the likely causes ranked with the capture that decides each", LINES),
 )
 

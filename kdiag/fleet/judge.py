@@ -3,7 +3,8 @@
 The steps are the single analysis's (``kdiag.analysis.job``), keyed by
 ``bundle_id`` in every join, window and group: the copies dropped, the
 requests paired and split, the connections, the path, what comes before the
-causes, the causes, their sums and each cause's median request. What a run
+causes, the causes, their sums, each cause's median request and the
+request rows the predictions are built on. What a run
 is judged from (its version, the source of its requests, its path RTT,
 whether Nagle is possible) is a column joined on by ``bundle_id``, not a
 job per run. Only the per-run aggregates come back to the driver, where
@@ -14,8 +15,7 @@ for every run in Spark (``fleet.samples``). The steps and the routing of a
 run by what its input has are the single analysis's (``analysis.steps``);
 the steps the fleet does not take say so there (``fleet_instead``), and
 each run's ``fleet_omits`` lists those its input would have taken: clock
-steps, the request rows for the report's charts and the predictions built
-on them. A run routed to the strace's typical exchange (a log beside an
+steps. A run routed to the strace's typical exchange (a log beside an
 strace of other requests) is left unjudged: replay it alone. None of these
 changes a verdict or a share (tests/test_fleet.py).
 """
@@ -239,11 +239,11 @@ def _judged_requests(spark, t: dict, runs: dict, conns: dict, paths: dict, signa
     from kdiag.analysis import causes
     from kdiag.analysis.causes import classify
     from kdiag.analysis.connections import attach_connections
+    from kdiag.analysis.frames import rounded
     from kdiag.analysis.job import CONFIDENCE, INFERRED, UNSPLIT_LOG, UNTIMED
     from kdiag.analysis.judge import (Before, _per_cause, _sums, before_causes, concluded, median_requests,
-                                      one_write_rules_out_nagle)
+                                      one_write_rules_out_nagle, request_rows)
     from kdiag.analysis.per_request import fill_write_sizes
-    from kdiag.analysis.frames import rounded
     from kdiag.analysis.samples import runq_of, throttle_of
 
     of = lambda src: [b for b, r in runs.items() if r.source == src]  # noqa: E731
@@ -284,6 +284,7 @@ def _judged_requests(spark, t: dict, runs: dict, conns: dict, paths: dict, signa
             rows.setdefault(row[RUN], []).append(row)
         ex_cols = causes.example_columns() + [c for c in ("_run_lo", "_run_hi") if c in rq.columns]
         examples = median_requests(rq, {}, ex_cols, keys=(RUN,))
+        each = request_rows(rq, None, keys=(RUN,))
         fill_write_sizes(mine(t["syscalls"], of("strace") + inferred), examples)
     finally:
         rq.unpersist()
@@ -301,7 +302,7 @@ def _judged_requests(spark, t: dict, runs: dict, conns: dict, paths: dict, signa
             unknowns.append(UNSPLIT_LOG)
         s, per, _ = _per_cause(rows.get(b, []), meta.get("tcp_retrans"))
         mine_ex = {k[1]: e for k, e in examples.items() if k[0] == b}
-        res = concluded(s, per, mine_ex, None, before[b], r.version, r.source, unknowns, meta)
+        res = concluded(s, per, mine_ex, each.get(b), before[b], r.version, r.source, unknowns, meta)
         res["confidence"] = CONFIDENCE[r.source]
         out[b] = res
     return out
