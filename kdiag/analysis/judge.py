@@ -107,15 +107,13 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
     kind). ``parallel``: a small input, whose independent jobs run at once;
     ``local``: one whose requests are held as rows in the plan (see
     frames.cached)."""
-    pre, (path_rtt, rtt_source, rtt_bound) = _before_causes(spark, reqs, stats, conns, meta, parallel)
-    single = {"n": pre.n1, "wait_p50_ms": rounded(pre.m1, 3)}
-    client_ms = pre.client_ms if stats is not None else None
-    nagle_possible = not one_write_rules_out_nagle(single["n"], single["wait_p50_ms"], pre.multi_wait)
-    meta = {**meta, "one_write": single, "nagle_possible": nagle_possible, "has_stats": stats is not None,
+    pre, path = _before_causes(spark, reqs, stats, conns, meta, parallel)
+    before, nagle_possible = before_of(pre, path, stats is not None)
+    meta = {**meta, "one_write": before.one_write, "nagle_possible": nagle_possible, "has_stats": stats is not None,
             "signals": resolved(meta.get("signals"))}
     # Statistics without one throttle time add nothing but a join.
     throttles = stats if stats is not None and pre.throttled else None
-    rq, held = _classified(spark, produce, conns, throttles, path_rtt, nagle_possible, meta, local)
+    rq, held = _classified(spark, produce, conns, throttles, before.path_rtt_ms, nagle_possible, meta, local)
     ex_cols = causes.example_columns() + [c for c in ("_run_lo", "_run_hi") if c in rq.columns]
     examples = each = None
     if parallel:   # few requests: sorted whole, beside the sums
@@ -133,8 +131,7 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
         fill_write_sizes(syscalls, examples)
     if held:
         rq.unpersist()
-    return concluded(s, per, examples, each, Before(pre.all_kinds, single, client_ms, path_rtt, rtt_source,
-                                                    rtt_bound), version, source, unknowns, meta)
+    return concluded(s, per, examples, each, before, version, source, unknowns, meta)
 
 
 @dataclass(frozen=True)
@@ -146,6 +143,16 @@ class Before:
     path_rtt_ms: float | None
     path_rtt_source: str | None
     path_rtt_upper_bound: bool
+
+
+def before_of(pre, path: tuple, has_stats: bool) -> tuple[Before, bool]:
+    """What a run's ``before_causes`` row (None: the run has no request) and
+    its path (RTT, source, upper bound) say before the causes, and whether
+    Nagle is possible: one run's and each of a fleet's alike."""
+    single = {"n": pre.n1 if pre else 0, "wait_p50_ms": rounded(pre.m1, 3) if pre else None}
+    client_ms = pre.client_ms if pre is not None and has_stats else None
+    nagle_possible = not one_write_rules_out_nagle(single["n"], single["wait_p50_ms"], pre.multi_wait if pre else None)
+    return Before(pre.all_kinds if pre else 0, single, client_ms, *path), nagle_possible
 
 
 def concluded(s, per: dict, examples: dict | None, each: dict | None, pre: Before, version: str | None,
@@ -289,12 +296,8 @@ def _classified(spark, produce, conns: list[dict], throttles, path_rtt, nagle_po
     """The requests with what the samplers saw joined on, and their cause;
     held (see frames.cached) when the joins shuffle; cached (True) unless
     ``local``."""
-    from pyspark.sql import functions as F
-
     produce = runq_of(spark, meta.get("tables_dir"), produce)
-    produce = throttle_of(throttles, produce) if throttles is not None else \
-        produce.withColumn("throttle_ms", F.lit(None).cast("double"))
-    rq = classify(attach_connections(spark, produce, conns), path_rtt, nagle_possible)
+    rq = with_causes(spark, produce, conns, throttles, path_rtt, nagle_possible)
     held = "runq_ms" in produce.columns and meta.get("tables_dir") and \
         (Path(meta["tables_dir"]) / "threads.parquet").exists() or throttles is not None
     if held and local:   # joins that shuffle: made once for the jobs below
@@ -302,6 +305,18 @@ def _classified(spark, produce, conns: list[dict], throttles, path_rtt, nagle_po
     if held:
         rq = rq.cache()
     return rq, held
+
+
+def with_causes(spark, produce, conns: list[dict], throttles, path_rtt, nagle_possible):
+    """The requests (with their run queue wait, ``runq_ms``) with the
+    statistics' throttles (``throttles``: None without one) and their
+    connections joined on, and their cause. ``path_rtt`` and
+    ``nagle_possible``: one run's values, or a fleet's columns by run."""
+    from pyspark.sql import functions as F
+
+    produce = throttle_of(throttles, produce) if throttles is not None else \
+        produce.withColumn("throttle_ms", F.lit(None).cast("double"))
+    return classify(attach_connections(spark, produce, conns), path_rtt, nagle_possible)
 
 
 def _sums(rq, keys: tuple = ()):

@@ -237,14 +237,11 @@ def _judged_requests(spark, t: dict, runs: dict, conns: dict, paths: dict, signa
     from pyspark.sql import functions as F
 
     from kdiag.analysis import causes
-    from kdiag.analysis.causes import classify
-    from kdiag.analysis.connections import attach_connections
-    from kdiag.analysis.frames import rounded
     from kdiag.analysis.job import CONFIDENCE, INFERRED, UNSPLIT_LOG, UNTIMED
-    from kdiag.analysis.judge import (Before, _per_cause, _sums, before_causes, concluded, median_requests,
-                                      one_write_rules_out_nagle, request_rows)
+    from kdiag.analysis.judge import (_per_cause, _sums, before_causes, before_of, concluded, median_requests,
+                                      request_rows, with_causes)
     from kdiag.analysis.per_request import fill_write_sizes
-    from kdiag.analysis.samples import runq_of, throttle_of
+    from kdiag.analysis.samples import runq_of
 
     of = lambda src: [b for b, r in runs.items() if r.source == src]  # noqa: E731
     reqs = _requests(spark, t, of).persist()
@@ -257,12 +254,8 @@ def _judged_requests(spark, t: dict, runs: dict, conns: dict, paths: dict, signa
         reqs.groupBy(RUN).agg(F.count(F.when(F.col("send_us").isNotNull() & F.col("recv_us").isNotNull(), 1))
                               .alias("timed")), RUN).collect()}
     before, nagle = {}, {}
-    for b, r in runs.items():
-        p = pre.get(b)
-        single = {"n": p.n1 if p else 0, "wait_p50_ms": rounded(p.m1, 3) if p else None}
-        client_ms = p.client_ms if p is not None and b in with_stats else None
-        before[b] = Before(p.all_kinds if p else 0, single, client_ms, *paths[b])
-        nagle[b] = not one_write_rules_out_nagle(single["n"], single["wait_p50_ms"], p.multi_wait if p else None)
+    for b in runs:
+        before[b], nagle[b] = before_of(pre.get(b), paths[b], b in with_stats)
     # What each run is judged from, joined on: a column, not a job per run.
     run_facts = spark.createDataFrame([(b, paths[b][0], nagle[b], "threads" in r.tables) for b, r in runs.items()],
                                       f"{RUN} string, _path_rtt double, _nagle boolean, _threads boolean")
@@ -274,10 +267,9 @@ def _judged_requests(spark, t: dict, runs: dict, conns: dict, paths: dict, signa
         produce = produce.withColumn("runq_ms", F.lit(None).cast("double"))
     mine = lambda df, ids: df.filter(F.col(RUN).isin(*ids))  # noqa: E731
     throttled = [b for b in with_stats if pre.get(b) is not None and pre[b].throttled]
-    produce = throttle_of(mine(stats, throttled), produce) if throttled else \
-        produce.withColumn("throttle_ms", F.lit(None).cast("double"))
     attached = [c for b, r in runs.items() if r.source != "log" for c in conns[b]]
-    rq = classify(attach_connections(spark, produce, attached), F.col("_path_rtt"), F.col("_nagle")).persist()
+    rq = with_causes(spark, produce, attached, mine(stats, throttled) if throttled else None, F.col("_path_rtt"),
+                     F.col("_nagle")).persist()
     try:
         rows: dict = {}
         for row in _sums(rq, (RUN,)).collect():
