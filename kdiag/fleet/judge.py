@@ -307,20 +307,18 @@ def _requests(spark, t: dict, of):
     from pyspark.sql import functions as F
 
     from kdiag.analysis.job import unsplit
-    from kdiag.analysis.per_request import exchanges, flag_syscalls, prepare_syscalls, requests, split_requests
+    from kdiag.analysis.per_request import requests_from
 
-    mine = lambda df, src: df.filter(F.col(RUN).isin(*of(src)))  # noqa: E731
+    mine = lambda df, src: df.filter(F.col(RUN).isin(*of(src))) if df is not None else None  # noqa: E731
     # A response stamped before its request has no latency (see
     # input_checks.exclude_negative).
     positive = ~F.coalesce(F.col("recv_us") < F.col("send_us"), F.lit(False))
     parts = []
-    if of("strace"):
-        reqs = requests(spark, mine(t["log_writes"], "strace"))
-        parts.append(split_requests(spark, reqs, flag_syscalls(mine(t["syscalls"], "strace"))).filter(positive))
-    if of("log"):
-        parts.append(unsplit(requests(spark, mine(t["rdkafka_events"], "log")).filter(positive)))
-    if of("syscalls"):
-        parts.append(exchanges(prepare_syscalls(mine(t["syscalls"], "syscalls"))).filter(positive))
+    for source, lines, syscalls in (("strace", t["log_writes"], t["syscalls"]), ("log", t["rdkafka_events"], None),
+                                    ("syscalls", None, t["syscalls"])):
+        if of(source):
+            reqs = requests_from(spark, source, mine(lines, source), mine(syscalls, source)).filter(positive)
+            parts.append(unsplit(reqs) if source == "log" else reqs)
     reqs = parts[0]
     for p in parts[1:]:
         reqs = reqs.unionByName(p, allowMissingColumns=True)
