@@ -15,7 +15,7 @@ for every run in Spark (``fleet.samples``). The steps and the routing of a
 run by what its input has are the single analysis's (``analysis.steps``);
 the steps the fleet does not take say so there (``fleet_instead``), and
 each run's ``fleet_omits`` lists those its input would have taken: clock
-steps. A run routed to the strace's typical exchange (a log beside an
+steps, the per-broker path table, the strace's timestamps' check. A run routed to the strace's typical exchange (a log beside an
 strace of other requests) is left unjudged: replay it alone. None of these
 changes a verdict or a share (tests/test_fleet.py).
 """
