@@ -67,5 +67,5 @@ def test_what_the_fleet_leaves_out_follows_from_the_run_input():
     assert steps.fleet_omits({SIGNALS}) == _omitted("clock_steps")
     assert steps.fleet_omits({PATH, SOCKET_SAMPLES}) == _omitted("path_table")
     assert steps.fleet_omits({SOCKET_SAMPLES}) == []
-    assert steps.fleet_omits({SYSCALLS}) == _omitted("clock_steps", "timing")
-    assert all(_omitted(n) for n in ("clock_steps", "path_table", "timing"))
+    assert steps.fleet_omits({SYSCALLS}) == _omitted("clock_steps")
+    assert all(_omitted(n) for n in ("clock_steps", "path_table"))

@@ -183,3 +183,19 @@ def test_a_cluster_without_a_work_dir_every_executor_reads_is_refused(tmp_path):
     rc = main(["fleet", str(ON), "--remote", "http://x", "--work-dir", "file:///tmp/w", "-o", str(tmp_path / "o")],
               Environment(stdout=out, stderr=err))
     assert rc == ExitStatus.USAGE and "sc://HOST:PORT" in err.getvalue()
+
+
+def test_the_strace_timing_a_fleet_reads_is_each_runs_alone(spark):
+    from kdiag.analysis.runs import timing_by_run, timing_unknowns
+
+    rows = [(run, "syscall", ts, dur) for run, calls in (
+        ("T", [(1, 5), (2, None)]),              # -ttt -T: one call with both is enough
+        ("noT", [(1, None), (None, 7)]),
+        ("untimed", [(None, None), (None, None)]),
+        ("noT-none", [(1, None), (2, None)])) for ts, dur in calls]
+    df = spark.createDataFrame(rows, "bundle_id string, kind string, ts_us long, dur_us long")
+    keyed = timing_by_run(df)
+    alone = {run: timing_unknowns(df.filter(df.bundle_id == run)) for run in ("T", "noT", "untimed", "noT-none")}
+    assert keyed == alone
+    assert alone["T"] == [] and "no timestamps" in alone["untimed"][0]
+    assert "only for the 1 of 2 calls" in alone["noT"][0] and "for none of them" in alone["noT-none"][0]

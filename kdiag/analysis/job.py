@@ -120,16 +120,23 @@ def _judged(spark, inp: _Inputs, q, later: Later) -> dict:
         result = _judge_exchanges(spark, inp, q, later)
     else:
         result = _judge_logged(spark, inp, q, later, way)
-    result["unknowns"] += timing() + other_run()
-    if timing() and str(result.get("confidence", "")).startswith("high"):
-        # Syscalls in order but without their times back the split less.
-        untimed = "no timestamps" in timing()[0]
-        result["confidence"] = ("low: the strace shows the calls' order, not their times" if untimed else
-                                "medium: strace without -T, the calls' durations are upper bounds")
+    timing_costs(result, timing())
+    result["unknowns"] += other_run()
     result["paths"] = paths()
     result["signals"] = resolved(inp.meta["signals"])
     rank_when_thin(result)
     return result
+
+
+def timing_costs(result: dict, timing: list[str]) -> None:
+    """What the strace's timestamps leave unknown (``runs.timing_unknowns``),
+    added to a run's findings, and what it costs their confidence."""
+    result["unknowns"] += timing
+    if timing and str(result.get("confidence", "")).startswith("high"):
+        # Syscalls in order but without their times back the split less.
+        untimed = "no timestamps" in timing[0]
+        result["confidence"] = ("low: the strace shows the calls' order, not their times" if untimed else
+                                "medium: strace without -T, the calls' durations are upper bounds")
 
 
 def rank_when_thin(result: dict) -> None:

@@ -41,8 +41,7 @@ STEPS = (
     _step("path_table", "the path to each broker, hop by hop, from the probes", (PATH,),
           "no per-broker path table (the path RTT is there): replay the bundle alone for it"),
     _step("timing", "what the strace's timestamps leave unknown (no -t, no -T), and the confidence it costs",
-          (SYSCALLS,), "the strace's timestamps are not checked for -t and -T, so the confidence does not say "
-          "what their lack costs: replay the bundle alone"),
+          (SYSCALLS,)),
     _step("requests", "requests paired, and split by the syscalls where the run has them", (REQUESTS, SYSCALLS)),
     _step("samples", "the socket, thread and host samples' evidence", (SOCKET_SAMPLES, THREAD_SAMPLES)),
     _step("causes", "each Produce request's cause, their shares, each cause's median request", (REQUESTS, SYSCALLS)),

@@ -15,7 +15,7 @@ for every run in Spark (``fleet.samples``). The steps and the routing of a
 run by what its input has are the single analysis's (``analysis.steps``);
 the steps the fleet does not take say so there (``fleet_instead``), and
 each run's ``fleet_omits`` lists those its input would have taken: clock
-steps, the per-broker path table, the strace's timestamps' check. A run routed to the strace's typical exchange (a log beside an
+steps, the per-broker path table. A run routed to the strace's typical exchange (a log beside an
 strace of other requests) is left unjudged: replay it alone. None of these
 changes a verdict or a share (tests/test_fleet.py).
 """
@@ -237,10 +237,11 @@ def _judged_requests(spark, t: dict, runs: dict, conns: dict, paths: dict, signa
     from pyspark.sql import functions as F
 
     from kdiag.analysis import causes
-    from kdiag.analysis.job import CONFIDENCE, INFERRED, UNSPLIT_LOG, UNTIMED
+    from kdiag.analysis.job import CONFIDENCE, INFERRED, UNSPLIT_LOG, UNTIMED, timing_costs
     from kdiag.analysis.judge import (_per_cause, _sums, before_causes, before_of, concluded, median_requests,
                                       request_rows, with_causes)
     from kdiag.analysis.per_request import fill_write_sizes
+    from kdiag.analysis.runs import timing_by_run
     from kdiag.analysis.samples import runq_of
 
     of = lambda src: [b for b, r in runs.items() if r.source == src]  # noqa: E731
@@ -281,6 +282,8 @@ def _judged_requests(spark, t: dict, runs: dict, conns: dict, paths: dict, signa
     finally:
         rq.unpersist()
         reqs.unpersist()
+    with_sc = [b for b, r in runs.items() if SYSCALLS in r.inputs]
+    timing = timing_by_run(mine(t["syscalls"], with_sc)) if with_sc else {}
     out = {}
     for b, r in runs.items():
         meta = {**_meta(r, signals, kdiag_version), "one_write": before[b].one_write,
@@ -296,6 +299,7 @@ def _judged_requests(spark, t: dict, runs: dict, conns: dict, paths: dict, signa
         mine_ex = {k[1]: e for k, e in examples.items() if k[0] == b}
         res = concluded(s, per, mine_ex, each.get(b), before[b], r.version, r.source, unknowns, meta)
         res["confidence"] = CONFIDENCE[r.source]
+        timing_costs(res, timing.get(b, []))
         out[b] = res
     return out
 
