@@ -55,6 +55,16 @@ def agreed(f: dict) -> tuple:
             {k: (f.get("summary") or {}).get(k) for k in SUMMARY_KEYS})
 
 
+def charted(f: dict) -> tuple:
+    """What the report's charts and each finding's prediction are drawn
+    from: the request rows (in send order, whose ties either may break
+    apart) and the predictions built on them."""
+    rr = f.get("request_rows") or {}
+    rows = lambda k: sorted(rr.get(k) or [], key=json.dumps)  # noqa: E731
+    return ((rr.get("columns"), rows("rows"), rows("slowest"), rr.get("of"), rr.get("sampled")),
+            [(x["cause"], x.get("predicted"), x.get("predicted_text")) for x in f["findings"]])
+
+
 @pytest.fixture(scope="module")
 def fleet_run(cluster, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fleet")
@@ -84,6 +94,7 @@ def test_each_bundle_is_judged_as_its_replay_alone(fleet_run, spark):
         alone = replay(folder / name)
         fleet = json.loads(r.findings_json)
         assert agreed(fleet) == agreed(alone), name
+        assert charted(fleet) == charted(alone), name
         assert r.verdict == alone["verdict"] and r.judged
         verdicts[name] = r.verdict
     # The sources of requests differ, and so do the causes: not one verdict for all.
@@ -92,6 +103,8 @@ def test_each_bundle_is_judged_as_its_replay_alone(fleet_run, spark):
     assert verdicts["timeouts.tar.gz"] == "request_timeout"
     assert {json.loads(by_name[n].findings_json)["confidence"].split(":")[0] for n in judged} >= {"high", "low"}
     assert verdicts["copies.tar.gz"] == "nagle_delayed_ack"
+    on = json.loads(by_name["on.tar.gz"].findings_json)
+    assert on["request_rows"]["rows"] and on["findings"][0]["predicted"]["saves_p50_ms"] > 30
     assert summary["judged"] == len(judged) and summary["bundles"] == 9
 
 
@@ -170,3 +183,19 @@ def test_a_cluster_without_a_work_dir_every_executor_reads_is_refused(tmp_path):
     rc = main(["fleet", str(ON), "--remote", "http://x", "--work-dir", "file:///tmp/w", "-o", str(tmp_path / "o")],
               Environment(stdout=out, stderr=err))
     assert rc == ExitStatus.USAGE and "sc://HOST:PORT" in err.getvalue()
+
+
+def test_the_strace_timing_a_fleet_reads_is_each_runs_alone(spark):
+    from kdiag.analysis.runs import timing_by_run, timing_unknowns
+
+    rows = [(run, "syscall", ts, dur) for run, calls in (
+        ("T", [(1, 5), (2, None)]),              # -ttt -T: one call with both is enough
+        ("noT", [(1, None), (None, 7)]),
+        ("untimed", [(None, None), (None, None)]),
+        ("noT-none", [(1, None), (2, None)])) for ts, dur in calls]
+    df = spark.createDataFrame(rows, "bundle_id string, kind string, ts_us long, dur_us long")
+    keyed = timing_by_run(df)
+    alone = {run: timing_unknowns(df.filter(df.bundle_id == run)) for run in ("T", "noT", "untimed", "noT-none")}
+    assert keyed == alone
+    assert alone["T"] == [] and "no timestamps" in alone["untimed"][0]
+    assert "only for the 1 of 2 calls" in alone["noT"][0] and "for none of them" in alone["noT-none"][0]

@@ -53,12 +53,7 @@ HEAVY_BOUNDARIES = {
 # each with why it is there.
 KNOWN_LAZY_EDGES: dict[tuple[str, str], str] = {}
 # Private names used outside their module: (user, "module._name"), with why.
-KNOWN_PRIVATE_USES: dict[tuple[str, str], str] = {
-    # removed when the fleet runs the one orchestration (analysis/judge.py
-    # keeps these spellings as aliases of cause_sums and read_cause_sums until then)
-    ("kdiag.fleet.judge", "kdiag.analysis.judge._per_cause"): "fleet/judge.py: the orchestration change's",
-    ("kdiag.fleet.judge", "kdiag.analysis.judge._sums"): "fleet/judge.py: the orchestration change's",
-}
+KNOWN_PRIVATE_USES: dict[tuple[str, str], str] = {}
 
 
 # The lower packages, and all they may import of kdiag (at any level): the

@@ -25,7 +25,7 @@ from pathlib import Path
 from kdiag.analysis.connections import connections, path_rows, sampled_connections
 from kdiag.analysis.frames import Later, any_rows, at_once, cached, fits_in_plan, read_table, release, resolved
 from kdiag.analysis.judge import judge
-from kdiag.analysis.per_request import exchanges, flag_syscalls, prepare_syscalls, requests, split_requests
+from kdiag.analysis.per_request import requests_from
 from kdiag.analysis.pieces import pieces_of
 from kdiag.analysis.runs import UNSPLIT, log_of_another_run, split_by_typical, timing_unknowns
 from kdiag.analysis.signals import signals
@@ -120,16 +120,23 @@ def _judged(spark, inp: _Inputs, q, later: Later) -> dict:
         result = _judge_exchanges(spark, inp, q, later)
     else:
         result = _judge_logged(spark, inp, q, later, way)
-    result["unknowns"] += timing() + other_run()
-    if timing() and str(result.get("confidence", "")).startswith("high"):
-        # Syscalls in order but without their times back the split less.
-        untimed = "no timestamps" in timing()[0]
-        result["confidence"] = ("low: the strace shows the calls' order, not their times" if untimed else
-                                "medium: strace without -T, the calls' durations are upper bounds")
+    timing_costs(result, timing())
+    result["unknowns"] += other_run()
     result["paths"] = paths()
     result["signals"] = resolved(inp.meta["signals"])
     rank_when_thin(result)
     return result
+
+
+def timing_costs(result: dict, timing: list[str]) -> None:
+    """What the strace's timestamps leave unknown (``runs.timing_unknowns``),
+    added to a run's findings, and what it costs their confidence."""
+    result["unknowns"] += timing
+    if timing and str(result.get("confidence", "")).startswith("high"):
+        # Syscalls in order but without their times back the split less.
+        untimed = "no timestamps" in timing[0]
+        result["confidence"] = ("low: the strace shows the calls' order, not their times" if untimed else
+                                "medium: strace without -T, the calls' durations are upper bounds")
 
 
 def rank_when_thin(result: dict) -> None:
@@ -251,7 +258,7 @@ def _checked(spark, reqs, table: str, q, later: Later):
 
 def _judge_exchanges(spark, inp: _Inputs, q, later: Later) -> dict:
     """A producer that logs nothing: its requests inferred from syscalls."""
-    reqs = _checked(spark, exchanges(prepare_syscalls(inp.syscalls)), "syscalls", q, later)
+    reqs = _checked(spark, requests_from(spark, "syscalls", None, inp.syscalls), "syscalls", q, later)
     conns = inp.conns + sampled_connections(inp.tables_dir, inp.conns)
     unknowns = [INFERRED]
     result = judge(spark, reqs, reqs, conns, inp.stats, inp.version, inp.source, unknowns, inp.meta,
@@ -266,18 +273,18 @@ def _judge_logged(spark, inp: _Inputs, q, later: Later, way) -> dict:
     from pyspark.sql import functions as F
 
     unknowns: list[str] = []
-    events = {"strace": inp.log_writes, "log": inp.log}[inp.source]
-    reqs = requests(spark, events)
+    lines = {"strace": inp.log_writes, "log": inp.log}[inp.source]
     if way is SPLIT:
         # Cached before the input checks: their counts and every later
         # action read one computation of the split.
         # A large capture's threads are walked in time pieces (see pieces).
         pieces = None if inp.small else pieces_of(inp.tables_dir)
-        split = split_requests(spark, reqs, flag_syscalls(inp.syscalls), pieces,
-                               hold=lambda df: cached(df, q, inp.local))
+        split = requests_from(spark, inp.source, lines, inp.syscalls, pieces, hold=lambda df: cached(df, q, inp.local))
         reqs = _checked(spark, split, "syscalls", q, later)
         conns = inp.conns + sampled_connections(inp.tables_dir, inp.conns)
     else:
+        # Not split: the lines' own times (TYPICAL splits them below).
+        reqs = requests_from(spark, inp.source, lines, None)
         reqs = _checked(spark, reqs, "syscalls" if inp.source == "strace" else "rdkafka_events", q, later)
         conns = []
         reqs = _unsplit(reqs, unknowns)

@@ -7,7 +7,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kdiag.analysis import causes, predict
-from kdiag.analysis.causes import BY_NAME, OTHERWISE, CauseAgg, Facts, SLOW_WAIT, classify, slow_wait_as, slow_wait_resolved_in, verdict_of, version_tuple
+from kdiag.analysis.causes import (
+    BY_NAME,
+    OTHERWISE,
+    SLOW_WAIT,
+    CauseAgg,
+    Facts,
+    classify,
+    slow_wait_as,
+    slow_wait_resolved_in,
+    verdict_of,
+    version_tuple,
+)
 from kdiag.analysis.causes.nagle_delayed_ack import NAGLE_DEFAULT_FLIPPED
 from kdiag.analysis.connections import attach_connections, path_rtt_of
 from kdiag.analysis.frames import at_once, cached, quantile, resolved, rounded
@@ -107,15 +118,13 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
     kind). ``parallel``: a small input, whose independent jobs run at once;
     ``local``: one whose requests are held as rows in the plan (see
     frames.cached)."""
-    pre, (path_rtt, rtt_source, rtt_bound) = _before_causes(spark, reqs, stats, conns, meta, parallel)
-    single = {"n": pre.n1, "wait_p50_ms": rounded(pre.m1, 3)}
-    client_ms = pre.client_ms if stats is not None else None
-    nagle_possible = not one_write_rules_out_nagle(single["n"], single["wait_p50_ms"], pre.multi_wait)
-    meta = {**meta, "one_write": single, "nagle_possible": nagle_possible, "has_stats": stats is not None,
+    pre, path = _before_causes(spark, reqs, stats, conns, meta, parallel)
+    before, nagle_possible = before_of(pre, path, stats is not None)
+    meta = {**meta, "one_write": before.one_write, "nagle_possible": nagle_possible, "has_stats": stats is not None,
             "signals": resolved(meta.get("signals"))}
     # Statistics without one throttle time add nothing but a join.
     throttles = stats if stats is not None and pre.throttled else None
-    rq, held = _classified(spark, produce, conns, throttles, path_rtt, nagle_possible, meta, local)
+    rq, held = _classified(spark, produce, conns, throttles, before.path_rtt_ms, nagle_possible, meta, local)
     ex_cols = causes.example_columns() + [c for c in ("_run_lo", "_run_hi") if c in rq.columns]
     examples = each = None
     if parallel:   # few requests: sorted whole, beside the sums
@@ -133,8 +142,7 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
         fill_write_sizes(syscalls, examples)
     if held:
         rq.unpersist()
-    return concluded(s, per, examples, each, Before(pre.all_kinds, single, client_ms, path_rtt, rtt_source,
-                                                    rtt_bound), version, source, unknowns, meta)
+    return concluded(s, per, examples, each, before, version, source, unknowns, meta)
 
 
 @dataclass(frozen=True)
@@ -146,6 +154,16 @@ class Before:
     path_rtt_ms: float | None
     path_rtt_source: str | None
     path_rtt_upper_bound: bool
+
+
+def before_of(pre, path: tuple, has_stats: bool) -> tuple[Before, bool]:
+    """What a run's ``before_causes`` row (None: the run has no request) and
+    its path (RTT, source, upper bound) say before the causes, and whether
+    Nagle is possible: one run's and each of a fleet's alike."""
+    single = {"n": pre.n1 if pre else 0, "wait_p50_ms": rounded(pre.m1, 3) if pre else None}
+    client_ms = pre.client_ms if pre is not None and has_stats else None
+    nagle_possible = not one_write_rules_out_nagle(single["n"], single["wait_p50_ms"], pre.multi_wait if pre else None)
+    return Before(pre.all_kinds if pre else 0, single, client_ms, *path), nagle_possible
 
 
 def concluded(s, per: dict, examples: dict | None, each: dict | None, pre: Before, version: str | None,
@@ -188,29 +206,71 @@ def concluded(s, per: dict, examples: dict | None, each: dict | None, pre: Befor
     return result
 
 
-def request_rows(rq, n: int | None) -> dict:
+def request_rows(rq, n: int | None, keys: tuple = ()) -> dict:
     """Each request's time and parts for the report's charts and the
     predictions, in send order: all of them up to REQUEST_ROWS_MAX, else an
     even sample of that many in ``rows`` and the REQUEST_ROWS_WORST slowest
     in ``slowest`` (so ``rows`` stays a fair sample). ``n`` None: a small
     input, collected whole and thinned here; else the sample is Spark's.
-    Columnar, floats rounded to 3 places: findings.json carries it."""
+    Columnar, floats rounded to 3 places: findings.json carries it.
+    ``keys``: columns (a fleet's run) each value of which has rows of its
+    own, thinned by the same rule in Spark; the result is then keyed by
+    the keys' values (one key: its value)."""
     from pyspark.sql import functions as F
 
     cols = [c for c in REQUEST_COLUMNS if c in rq.columns]
+    if keys:
+        return _request_rows_by(rq, cols, keys)
     picked = rq.select(*cols)
-    in_order = lambda rows: sorted(rows, key=lambda r: (r.send_us is None, r.send_us or 0))  # noqa: E731
     if n is None or n <= REQUEST_ROWS_MAX:
-        got = in_order(picked.collect())
+        got = _in_send_order(picked.collect())
         n = len(got)
         slowest = sorted(got, key=lambda r: -(r.total_ms or 0))[:REQUEST_ROWS_WORST]
-        got, slowest = (got[::-(-n // REQUEST_ROWS_MAX)], slowest) if n > REQUEST_ROWS_MAX else (got, [])
+        got, slowest = (got[::_thinning(n)], slowest) if n > REQUEST_ROWS_MAX else (got, [])
     else:
-        got = in_order(picked.sample(fraction=min(1.0, 1.1 * REQUEST_ROWS_MAX / n), seed=7)
-                       .limit(REQUEST_ROWS_MAX).collect())
+        got = _in_send_order(picked.sample(fraction=min(1.0, 1.1 * REQUEST_ROWS_MAX / n), seed=7)
+                             .limit(REQUEST_ROWS_MAX).collect())
         slowest = picked.orderBy(F.col("total_ms").desc_nulls_last()).limit(REQUEST_ROWS_WORST).collect()
-    plain = lambda r: [round(v, 3) if isinstance(v, float) else v for v in r]  # noqa: E731
-    return {"columns": cols, "rows": [plain(r) for r in got], "slowest": [plain(r) for r in in_order(slowest)],
+    return _columnar(cols, got, slowest, n)
+
+
+def _request_rows_by(rq, cols: list[str], keys: tuple) -> dict:
+    """``request_rows`` of each value of ``keys``, as a small input's are
+    thinned (every ``_thinning(n)``-th in send order, and the slowest), but
+    in Spark: only the rows kept reach the driver, however many runs."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    run = Window.partitionBy(*keys)
+    marked = (rq.select(*keys, *cols).withColumn("_n", F.count("*").over(run))
+              .withColumn("_i", F.row_number().over(run.orderBy(F.col("send_us").asc_nulls_last())))
+              .withColumn("_w", F.row_number().over(run.orderBy(F.col("total_ms").desc_nulls_last()))))
+    every = (F.col("_i") - 1) % F.ceil(F.col("_n") / REQUEST_ROWS_MAX) == 0
+    worst = (F.col("_n") > REQUEST_ROWS_MAX) & (F.col("_w") <= REQUEST_ROWS_WORST)
+    by: dict = {}
+    for r in marked.filter(every | worst).collect():
+        by.setdefault(r[keys[0]] if len(keys) == 1 else tuple(r[k] for k in keys), []).append(r)
+    out = {}
+    for key, rows in by.items():
+        n = rows[0]["_n"]
+        got = [r for r in rows if (r["_i"] - 1) % _thinning(n) == 0]
+        slowest = [r for r in rows if n > REQUEST_ROWS_MAX and r["_w"] <= REQUEST_ROWS_WORST]
+        out[key] = _columnar(cols, _in_send_order(got), slowest, n)
+    return out
+
+
+def _thinning(n: int) -> int:
+    """Every how many requests in send order one is kept, of ``n``."""
+    return -(-n // REQUEST_ROWS_MAX)
+
+
+def _in_send_order(rows: list) -> list:
+    return sorted(rows, key=lambda r: (r["send_us"] is None, r["send_us"] or 0))
+
+
+def _columnar(cols: list[str], got: list, slowest: list, n: int) -> dict:
+    plain = lambda r: [round(r[c], 3) if isinstance(r[c], float) else r[c] for c in cols]  # noqa: E731
+    return {"columns": cols, "rows": [plain(r) for r in got], "slowest": [plain(r) for r in _in_send_order(slowest)],
             "of": n, "sampled": n > REQUEST_ROWS_MAX}
 
 
@@ -247,12 +307,8 @@ def _classified(spark, produce, conns: list[dict], throttles, path_rtt, nagle_po
     """The requests with what the samplers saw joined on, and their cause;
     held (see frames.cached) when the joins shuffle; cached (True) unless
     ``local``."""
-    from pyspark.sql import functions as F
-
     produce = runq_of(spark, meta.get("tables_dir"), produce)
-    produce = throttle_of(throttles, produce) if throttles is not None else \
-        produce.withColumn("throttle_ms", F.lit(None).cast("double"))
-    rq = classify(attach_connections(spark, produce, conns), path_rtt, nagle_possible)
+    rq = with_causes(spark, produce, conns, throttles, path_rtt, nagle_possible)
     held = "runq_ms" in produce.columns and meta.get("tables_dir") and \
         (Path(meta["tables_dir"]) / "threads.parquet").exists() or throttles is not None
     if held and local:   # joins that shuffle: made once for the jobs below
@@ -260,6 +316,18 @@ def _classified(spark, produce, conns: list[dict], throttles, path_rtt, nagle_po
     if held:
         rq = rq.cache()
     return rq, held
+
+
+def with_causes(spark, produce, conns: list[dict], throttles, path_rtt, nagle_possible):
+    """The requests (with their run queue wait, ``runq_ms``) with the
+    statistics' throttles (``throttles``: None without one) and their
+    connections joined on, and their cause. ``path_rtt`` and
+    ``nagle_possible``: one run's values, or a fleet's columns by run."""
+    from pyspark.sql import functions as F
+
+    produce = throttle_of(throttles, produce) if throttles is not None else \
+        produce.withColumn("throttle_ms", F.lit(None).cast("double"))
+    return classify(attach_connections(spark, produce, conns), path_rtt, nagle_possible)
 
 
 def cause_sums(rq, keys: tuple = ()):
@@ -306,12 +374,6 @@ def read_cause_sums(rows, retrans: int | None):
         slow = per.pop(SLOW_WAIT)
         per[slow_wait_as(n, slow.k, retrans)] = slow
     return s, per, bands
-
-
-# fleet/judge.py's spelling, until the fleet runs the one orchestration of the
-# analysis and takes the public names (tests/test_imports.py lists the use).
-_sums = cause_sums
-_per_cause = read_cause_sums
 
 
 def _summary(s, n: int, all_kinds: int, source: str, client_ms, path: tuple, meta: dict) -> dict:

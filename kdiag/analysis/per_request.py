@@ -149,6 +149,21 @@ def _bursts(sc):
     ).withColumn("write_sizes", F.col("_w.ret")).drop("_w")
 
 
+def requests_from(spark, source: str, lines, syscalls, pieces=None, hold=None):
+    """A run's requests (or a fleet's runs' of one source) as ``source``
+    (``steps.source_of``) gives them: librdkafka's ``lines`` paired, and
+    split by the ``syscalls`` when the lines were written under strace
+    (``pieces``, ``hold``: see split_requests); for ``syscalls``, exchanges
+    inferred from the syscalls alone. Unchecked: the requests a clock step
+    or a response stamped first leaves without a latency are the caller's."""
+    if source == "syscalls":
+        return exchanges(prepare_syscalls(syscalls))
+    reqs = requests(spark, lines)
+    if source == "strace" and syscalls is not None:
+        return split_requests(spark, reqs, flag_syscalls(syscalls), pieces, hold=hold)
+    return reqs
+
+
 def split_requests(spark, reqs, sc, pieces=None, hold=None):
     """Attach each request's send burst and the first socket read of its
     window (between its Sent and Received lines, both included).

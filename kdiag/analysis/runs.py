@@ -26,9 +26,8 @@ COLUMNS = {"n_writes": "long", "send_ms": "double", "read_ms": "double", "wait_m
 
 
 def timing_unknowns(syscalls) -> list[str]:
-    """What the strace's timestamps leave unknown: all of the time when it
-    has none; the calls' durations without -T. One small job when every
-    call has both."""
+    """What the strace's timestamps leave unknown (``timing_said``). One
+    small job when every call has both."""
     from pyspark.sql import functions as F
 
     if syscalls is None:
@@ -36,16 +35,40 @@ def timing_unknowns(syscalls) -> list[str]:
     calls = syscalls.filter(F.col("kind") == "syscall")
     if calls.filter(F.col("ts_us").isNotNull() & F.col("dur_us").isNotNull()).limit(1).count():
         return []
-    row = calls.agg(F.count("*").alias("n"), F.count("ts_us").alias("timed"),
-                    F.count("dur_us").alias("durations")).first()
-    if not row.n:
+    row = calls.agg(*_timing_columns()).first()
+    return timing_said(row.n, row.timed, row.durations, row.both)
+
+
+def timing_by_run(syscalls) -> dict:
+    """run -> ``timing_unknowns`` of its syscalls, in one job for every run
+    of a fleet; a run without a call is not among them."""
+    from pyspark.sql import functions as F
+
+    calls = one_run(syscalls).filter(F.col("kind") == "syscall")
+    return {r[RUN]: timing_said(r.n, r.timed, r.durations, r.both)
+            for r in calls.groupBy(RUN).agg(*_timing_columns()).collect()}
+
+
+def _timing_columns() -> list:
+    from pyspark.sql import functions as F
+
+    return [F.count("*").alias("n"), F.count("ts_us").alias("timed"), F.count("dur_us").alias("durations"),
+            F.count(F.when(F.col("ts_us").isNotNull() & F.col("dur_us").isNotNull(), 1)).alias("both")]
+
+
+def timing_said(n: int, timed: int, durations: int, both: int) -> list[str]:
+    """Of ``n`` calls, ``timed`` with a timestamp, ``durations`` with one
+    (-T) and ``both`` with both: all of the time unknown when none has a
+    timestamp; the calls' durations without -T. Nothing when one call has
+    both: the capture was made with them."""
+    if both or not n:
         return []
-    if not row.timed:
+    if not timed:
         return ["the strace lines have no timestamps (strace without -t, -tt, -ttt or -r): they show the calls' "
                 "order, not their times, so no wait or send time comes from them; capture with "
                 "strace -f -ttt -T -yy -s 256"]
-    split = (f"only for the {row.durations} of {row.n} calls split into <unfinished ...> and <... resumed> lines"
-             if row.durations else "for none of them")
+    split = (f"only for the {durations} of {n} calls split into <unfinished ...> and <... resumed> lines"
+             if durations else "for none of them")
     return [f"strace without -T: a call's duration is known {split}; a call lasted at most until its thread's "
             "next line, an upper bound"]
 

@@ -9,6 +9,8 @@ judged from these alone (the run-level causes' ``from_signals``).
 """
 from __future__ import annotations
 
+import copy
+
 from kdiag.analysis.frames import RUN, one_run, quantile, rounded
 
 # Errors named in the findings, most frequent first.
@@ -18,14 +20,12 @@ _NO_STALLS = {"stalled_sends": 0, "send_stall_p50_ms": None, "send_stall_max_ms"
 
 def signals(events) -> dict:
     """The run's signals from an rdkafka_events-shaped DataFrame (the log, or
-    the lines written under strace); empty for None."""
+    the lines written under strace); empty for None: ``signals_by_run`` of
+    its one run."""
     if events is None:
         return {}
-    row = events.agg(*_columns()).first().asDict()
-    if row["partial_sends"]:
-        # One run: whatever its key.
-        row.update(next(iter(_send_stalls(events).values()), _NO_STALLS))
-    return _finished(row)
+    got = signals_by_run(events)
+    return next(iter(got.values())) if got else no_signals(events.sparkSession)
 
 
 def signals_by_run(events) -> dict:
@@ -44,11 +44,19 @@ def signals_by_run(events) -> dict:
     return rows
 
 
+# What no_signals gives: the same for every run, so found once per process
+# (a replay of an empty log, or a warm server's, runs no job for it).
+_NOTHING: dict = {}
+
+
 def no_signals(spark) -> dict:
-    """The signals of a run without one line: what ``signals`` gives then."""
-    return signals(spark.createDataFrame([], "event string, request string, error string, count long, "
-                                             "elapsed_ms double, rtt_ms double, detail string, msgs long, "
-                                             "ts_us long, ts_resolution_us long"))
+    """The signals of a run without one line."""
+    if not _NOTHING:
+        empty = spark.createDataFrame([], "event string, request string, error string, count long, "
+                                          "elapsed_ms double, rtt_ms double, detail string, msgs long, "
+                                          "ts_us long, ts_resolution_us long")
+        _NOTHING.update(_finished(empty.agg(*_columns()).first().asDict()))
+    return copy.deepcopy(_NOTHING)
 
 
 def _finished(row: dict) -> dict:

@@ -38,11 +38,15 @@ STEPS = (
     _step("signals", "librdkafka's lines besides Sent/Received: timeouts, retries, batches", (SIGNALS,)),
     _step("connections", "connect(), TCP_NODELAY and the handshake wait per socket", (SYSCALLS, SOCKET_SAMPLES)),
     _step("path", "the path RTT from the best source the run has", (PATH, SYSCALLS, SOCKET_SAMPLES)),
+    _step("path_table", "the path to each broker, hop by hop, from the probes", (PATH,),
+          "no per-broker path table (the path RTT is there): replay the bundle alone for it"),
+    _step("timing", "what the strace's timestamps leave unknown (no -t, no -T), and the confidence it costs",
+          (SYSCALLS,)),
     _step("requests", "requests paired, and split by the syscalls where the run has them", (REQUESTS, SYSCALLS)),
     _step("samples", "the socket, thread and host samples' evidence", (SOCKET_SAMPLES, THREAD_SAMPLES)),
     _step("causes", "each Produce request's cause, their shares, each cause's median request", (REQUESTS, SYSCALLS)),
     _step("request_rows", "the request rows for the report's charts and the predictions built on them",
-          (REQUESTS, SYSCALLS), "no request rows or predictions: replay the bundle alone for its charts"),
+          (REQUESTS, SYSCALLS)),
     _step("likely", "without syscalls, the likely causes ranked with the capture that decides each", LINES),
 )
 

@@ -3,7 +3,8 @@
 The steps are the single analysis's (``kdiag.analysis.job``), keyed by
 ``bundle_id`` in every join, window and group: the copies dropped, the
 requests paired and split, the connections, the path, what comes before the
-causes, the causes, their sums and each cause's median request. What a run
+causes, the causes, their sums, each cause's median request and the
+request rows the predictions are built on. What a run
 is judged from (its version, the source of its requests, its path RTT,
 whether Nagle is possible) is a column joined on by ``bundle_id``, not a
 job per run. Only the per-run aggregates come back to the driver, where
@@ -14,8 +15,7 @@ for every run in Spark (``fleet.samples``). The steps and the routing of a
 run by what its input has are the single analysis's (``analysis.steps``);
 the steps the fleet does not take say so there (``fleet_instead``), and
 each run's ``fleet_omits`` lists those its input would have taken: clock
-steps, the request rows for the report's charts and the predictions built
-on them. A run routed to the strace's typical exchange (a log beside an
+steps, the per-broker path table. A run routed to the strace's typical exchange (a log beside an
 strace of other requests) is left unjudged: replay it alone. None of these
 changes a verdict or a share (tests/test_fleet.py).
 """
@@ -237,14 +237,20 @@ def _judged_requests(spark, t: dict, runs: dict, conns: dict, paths: dict, signa
     from pyspark.sql import functions as F
 
     from kdiag.analysis import causes
-    from kdiag.analysis.causes import classify
-    from kdiag.analysis.connections import attach_connections
-    from kdiag.analysis.job import CONFIDENCE, INFERRED, UNSPLIT_LOG, UNTIMED
-    from kdiag.analysis.judge import (Before, _per_cause, _sums, before_causes, concluded, median_requests,
-                                      one_write_rules_out_nagle)
+    from kdiag.analysis.job import CONFIDENCE, INFERRED, UNSPLIT_LOG, UNTIMED, timing_costs
+    from kdiag.analysis.judge import (
+        before_causes,
+        before_of,
+        cause_sums,
+        concluded,
+        median_requests,
+        read_cause_sums,
+        request_rows,
+        with_causes,
+    )
     from kdiag.analysis.per_request import fill_write_sizes
-    from kdiag.analysis.frames import rounded
-    from kdiag.analysis.samples import runq_of, throttle_of
+    from kdiag.analysis.runs import timing_by_run
+    from kdiag.analysis.samples import runq_of
 
     of = lambda src: [b for b, r in runs.items() if r.source == src]  # noqa: E731
     reqs = _requests(spark, t, of).persist()
@@ -257,12 +263,8 @@ def _judged_requests(spark, t: dict, runs: dict, conns: dict, paths: dict, signa
         reqs.groupBy(RUN).agg(F.count(F.when(F.col("send_us").isNotNull() & F.col("recv_us").isNotNull(), 1))
                               .alias("timed")), RUN).collect()}
     before, nagle = {}, {}
-    for b, r in runs.items():
-        p = pre.get(b)
-        single = {"n": p.n1 if p else 0, "wait_p50_ms": rounded(p.m1, 3) if p else None}
-        client_ms = p.client_ms if p is not None and b in with_stats else None
-        before[b] = Before(p.all_kinds if p else 0, single, client_ms, *paths[b])
-        nagle[b] = not one_write_rules_out_nagle(single["n"], single["wait_p50_ms"], p.multi_wait if p else None)
+    for b in runs:
+        before[b], nagle[b] = before_of(pre.get(b), paths[b], b in with_stats)
     # What each run is judged from, joined on: a column, not a job per run.
     run_facts = spark.createDataFrame([(b, paths[b][0], nagle[b], "threads" in r.tables) for b, r in runs.items()],
                                       f"{RUN} string, _path_rtt double, _nagle boolean, _threads boolean")
@@ -274,20 +276,22 @@ def _judged_requests(spark, t: dict, runs: dict, conns: dict, paths: dict, signa
         produce = produce.withColumn("runq_ms", F.lit(None).cast("double"))
     mine = lambda df, ids: df.filter(F.col(RUN).isin(*ids))  # noqa: E731
     throttled = [b for b in with_stats if pre.get(b) is not None and pre[b].throttled]
-    produce = throttle_of(mine(stats, throttled), produce) if throttled else \
-        produce.withColumn("throttle_ms", F.lit(None).cast("double"))
     attached = [c for b, r in runs.items() if r.source != "log" for c in conns[b]]
-    rq = classify(attach_connections(spark, produce, attached), F.col("_path_rtt"), F.col("_nagle")).persist()
+    rq = with_causes(spark, produce, attached, mine(stats, throttled) if throttled else None, F.col("_path_rtt"),
+                     F.col("_nagle")).persist()
     try:
         rows: dict = {}
-        for row in _sums(rq, (RUN,)).collect():
+        for row in cause_sums(rq, (RUN,)).collect():
             rows.setdefault(row[RUN], []).append(row)
         ex_cols = causes.example_columns() + [c for c in ("_run_lo", "_run_hi") if c in rq.columns]
         examples = median_requests(rq, {}, ex_cols, keys=(RUN,))
+        each = request_rows(rq, None, keys=(RUN,))
         fill_write_sizes(mine(t["syscalls"], of("strace") + inferred), examples)
     finally:
         rq.unpersist()
         reqs.unpersist()
+    with_sc = [b for b, r in runs.items() if SYSCALLS in r.inputs]
+    timing = timing_by_run(mine(t["syscalls"], with_sc)) if with_sc else {}
     out = {}
     for b, r in runs.items():
         meta = {**_meta(r, signals, kdiag_version), "one_write": before[b].one_write,
@@ -299,10 +303,11 @@ def _judged_requests(spark, t: dict, runs: dict, conns: dict, paths: dict, signa
             if not (pre.get(b) and pre[b].timed):
                 unknowns.append(UNTIMED)
             unknowns.append(UNSPLIT_LOG)
-        s, per, _ = _per_cause(rows.get(b, []), meta.get("tcp_retrans"))
+        s, per, _ = read_cause_sums(rows.get(b, []), meta.get("tcp_retrans"))
         mine_ex = {k[1]: e for k, e in examples.items() if k[0] == b}
-        res = concluded(s, per, mine_ex, None, before[b], r.version, r.source, unknowns, meta)
+        res = concluded(s, per, mine_ex, each.get(b), before[b], r.version, r.source, unknowns, meta)
         res["confidence"] = CONFIDENCE[r.source]
+        timing_costs(res, timing.get(b, []))
         out[b] = res
     return out
 
@@ -314,20 +319,18 @@ def _requests(spark, t: dict, of):
     from pyspark.sql import functions as F
 
     from kdiag.analysis.job import unsplit
-    from kdiag.analysis.per_request import exchanges, flag_syscalls, prepare_syscalls, requests, split_requests
+    from kdiag.analysis.per_request import requests_from
 
-    mine = lambda df, src: df.filter(F.col(RUN).isin(*of(src)))  # noqa: E731
+    mine = lambda df, src: df.filter(F.col(RUN).isin(*of(src))) if df is not None else None  # noqa: E731
     # A response stamped before its request has no latency (see
     # input_checks.exclude_negative).
     positive = ~F.coalesce(F.col("recv_us") < F.col("send_us"), F.lit(False))
     parts = []
-    if of("strace"):
-        reqs = requests(spark, mine(t["log_writes"], "strace"))
-        parts.append(split_requests(spark, reqs, flag_syscalls(mine(t["syscalls"], "strace"))).filter(positive))
-    if of("log"):
-        parts.append(unsplit(requests(spark, mine(t["rdkafka_events"], "log")).filter(positive)))
-    if of("syscalls"):
-        parts.append(exchanges(prepare_syscalls(mine(t["syscalls"], "syscalls"))).filter(positive))
+    for source, lines, syscalls in (("strace", t["log_writes"], t["syscalls"]), ("log", t["rdkafka_events"], None),
+                                    ("syscalls", None, t["syscalls"])):
+        if of(source):
+            reqs = requests_from(spark, source, mine(lines, source), mine(syscalls, source)).filter(positive)
+            parts.append(unsplit(reqs) if source == "log" else reqs)
     reqs = parts[0]
     for p in parts[1:]:
         reqs = reqs.unionByName(p, allowMissingColumns=True)
