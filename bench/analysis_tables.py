@@ -34,7 +34,7 @@ def make_tables(out: Path, n: int, seed: int = 7) -> dict[str, int]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from kdiag.ingest import facts
+    from kdiag.ingest import table_facts
     from kdiag.parsers.rdkafka_log import SCHEMA as EVENTS
     from kdiag.parsers.stats import SCHEMA as STATS
     from kdiag.parsers.strace import SCHEMA as SYSCALLS
@@ -47,7 +47,7 @@ def make_tables(out: Path, n: int, seed: int = 7) -> dict[str, int]:
                (("syscalls", SYSCALLS), ("log_writes", lw_schema), ("rdkafka_events", EVENTS), ("stats", STATS))}
     rows = dict.fromkeys(writers, 0)
     # What kdiag's parse tells of the tables it writes, told the same way.
-    watches = {name: facts.Watch(name) for name in writers}
+    watches = {name: table_facts.Watch(name) for name in writers}
 
     def put(name: str, cols: dict) -> None:
         schema = writers[name].schema

@@ -68,7 +68,7 @@ def measure(inputs: dict[str, Path], n: int, work: Path) -> list[dict]:
     for name, path in inputs.items():
         cold = [replay_s(path, cold_env, work) for _ in range(n)]
         rows.append({"input": name, "mode": "cold", "runs": cold})
-    # A server's practice (kdiag.analysis.practice) runs after first use:
+    # A server's practice (kdiag.analysis.warm_practice) runs after first use:
     # replays that follow at once interrupt it, later ones find it done.
     rows += _warm(inputs, n, work / "warm", env, practised=False)
     rows += _warm(inputs, n, work / "warm-practised", env, practised=True)

@@ -14,7 +14,7 @@ CAPTURES = FIXTURES / "captures"
 # analysis server that outlives the suite or that a later test comes to rely
 # on (tests/test_warm.py starts its own, in a directory of its own).
 os.environ.setdefault("KDIAG_WARM", "0")
-# A server that practises in the background (kdiag.analysis.practice) would
+# A server that practises in the background (kdiag.analysis.warm_practice) would
 # take cores from the tests after it; the practice's own test asks for it.
 os.environ.setdefault("KDIAG_WARM_PRACTICE", "0")
 

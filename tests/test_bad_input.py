@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import CAPTURES
 
+from conftest import CAPTURES
 from kdiag.cli import Environment, main
 from kdiag.report.text import render
 
@@ -302,7 +302,7 @@ def test_where_inputs_are_parsed_the_copies_are_seen_as_spark_sees_them(spark, t
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from kdiag.analysis import input_checks as quality
-    from kdiag.analysis.frames import RUN, release
+    from kdiag.analysis.spark_plumbing import RUN, release
     from kdiag.ingest.tables import parse_paths
 
     def spark_drops(t: pa.Table, name: str) -> int:

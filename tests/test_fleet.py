@@ -14,9 +14,9 @@ import sys
 import pytest
 
 from conftest import CAPTURES, FIXTURES
-from made_bundles import ON, bundle_of, healthy_bundle
 from kdiag.cli import Environment, main
 from kdiag.status import ExitStatus
+from made_bundles import ON, bundle_of, healthy_bundle
 
 EXCERPTS = FIXTURES / "excerpts"
 # What replay and fleet must agree on, of each bundle's findings.
@@ -186,7 +186,7 @@ def test_a_cluster_without_a_work_dir_every_executor_reads_is_refused(tmp_path):
 
 
 def test_the_strace_timing_a_fleet_reads_is_each_runs_alone(spark):
-    from kdiag.analysis.runs import timing_by_run, timing_unknowns
+    from kdiag.analysis.typical_exchange import timing_by_run, timing_unknowns
 
     rows = [(run, "syscall", ts, dur) for run, calls in (
         ("T", [(1, 5), (2, None)]),              # -ttt -T: one call with both is enough

@@ -47,7 +47,7 @@ def checksum(df):
 
 def own_parse(bundle, tmp_path, spark) -> tuple[dict, dict]:
     """(rows, checksum) per table of the bundle's own parse, in this process."""
-    from kdiag.analysis.frames import read_table
+    from kdiag.analysis.spark_plumbing import read_table
     from kdiag.bundle import archive
     from kdiag.ingest.tables import parse_paths
 

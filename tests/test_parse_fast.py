@@ -179,7 +179,7 @@ def test_the_footers_keep_the_bounds_the_analysis_reads(tmp_path):
     # bounds in each row group's footer (analysis.pieces.pieces_of).
     import pyarrow.parquet as pq
 
-    from kdiag.analysis.pieces import _line_bits
+    from kdiag.analysis.time_pieces import _line_bits
     from kdiag.ingest import tables
 
     out = tables.parse_paths([ROOT / "fixtures" / "captures" / "nagle_on" / "strace.txt"], tmp_path)

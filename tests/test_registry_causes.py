@@ -11,7 +11,7 @@ import re
 import pytest
 
 from conftest import ROOT
-from kdiag.analysis import causes, likely, predict
+from kdiag.analysis import causes, likely_causes, predict
 from kdiag.analysis.causes import Facts, ThinEvidence, classify, label_of, resolve_slow
 from kdiag.analysis.causes.__main__ import page
 from kdiag.analysis.judge import signal_findings
@@ -159,10 +159,10 @@ def test_rank_walks_the_hooks_by_score():
                               "brokers": ["ssl://b:9093/1" if thin.tls else "b:9092/1"],
                               "split_ms": {"client_queue": thin.client_queue_ms}},
                   "findings": [{"cause": c} for c in thin.found], "signals": thin.signals}
-        assert likely.thin_evidence(result) == thin
+        assert likely_causes.thin_evidence(result) == thin
         scored = [(c.likely(thin), c.NAME) for c in causes.CAUSES if hasattr(c, "likely")]
         want = [name for s, name in sorted((x for x in scored if x[0] is not None), key=lambda x: -x[0][0])]
-        assert [r["cause"] for r in likely.rank(result)] == want
+        assert [r["cause"] for r in likely_causes.rank(result)] == want
 
 
 def test_derived_lists():

@@ -12,7 +12,7 @@ from kdiag.cli import Environment, main
 from kdiag.report.compare import compare
 from kdiag.report.compare_page import render_compare_html
 from kdiag.report.html import SOCKET_ROWS_MAX, render_html
-from kdiag.report.shown import SHOWN
+from kdiag.report.page_limits import SHOWN
 
 LOG = FIXTURES / "excerpts" / "path_traceroute_t_log" / "rdkafka.log"
 PAGE_MAX = 2_000_000

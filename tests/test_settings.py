@@ -61,7 +61,7 @@ def test_no_variable_is_read_past_the_settings_module():
 
 
 def test_the_modules_defaults_are_the_declared_ones():
-    from kdiag.analysis import frames, practice, warm
+    from kdiag.analysis import spark_plumbing, warm, warm_practice
     from kdiag.bundle.limits import CAPS, Limits
 
     declared = {s.name: s.default for s in settings.SETTINGS}
@@ -69,8 +69,8 @@ def test_the_modules_defaults_are_the_declared_ones():
     assert declared["KDIAG_WARM_TIMEOUT_S"] == warm.REQUEST_TIMEOUT_S
     assert declared["KDIAG_WARM_START_S"] == warm.START_TIMEOUT_S
     assert declared["KDIAG_WARM_READ_S"] == warm.READ_S
-    assert declared["KDIAG_WARM_PRACTICE"] == practice.PRACTICE_RUNS
-    assert declared["KDIAG_LOCAL_TABLE_BYTES"] == frames.LOCAL_TABLE_BYTES
+    assert declared["KDIAG_WARM_PRACTICE"] == warm_practice.PRACTICE_RUNS
+    assert declared["KDIAG_LOCAL_TABLE_BYTES"] == spark_plumbing.LOCAL_TABLE_BYTES
     for field, cap in CAPS.items():
         assert declared[cap.env] * cap.scale == getattr(Limits(), field), cap.env
 

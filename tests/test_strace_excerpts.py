@@ -11,11 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
-from test_parsers_strace import feed_in_pieces
 
+from conftest import FIXTURES
 from kdiag.ingest.detect import detect
 from kdiag.parsers.strace import looks_like, parse_lines
+from test_parsers_strace import feed_in_pieces
 
 EXCERPTS = FIXTURES / "excerpts"
 
@@ -102,8 +102,8 @@ def tables_of(tmp_path: Path, *paths: Path) -> Path:
 
 
 def split_of(spark, tables: Path) -> list[dict]:
-    from kdiag.analysis.frames import read_table
     from kdiag.analysis.per_request import flag_syscalls, requests, split_requests
+    from kdiag.analysis.spark_plumbing import read_table
 
     reqs = requests(spark, read_table(spark, tables, "log_writes"))
     return [r.asDict() for r in split_requests(spark, reqs, flag_syscalls(read_table(spark, tables, "syscalls")))
@@ -111,8 +111,8 @@ def split_of(spark, tables: Path) -> list[dict]:
 
 
 def exchanges_of(spark, tables: Path) -> list[dict]:
-    from kdiag.analysis.frames import read_table
     from kdiag.analysis.per_request import exchanges, prepare_syscalls
+    from kdiag.analysis.spark_plumbing import read_table
 
     return [r.asDict() for r in exchanges(prepare_syscalls(read_table(spark, tables, "syscalls")))
             .orderBy("send_line").collect()]
@@ -198,9 +198,9 @@ def test_a_log_is_of_another_run_only_when_none_of_its_sent_lines_was_seen(spark
     """The log's first Sent lines are looked for first; when none of them
     was seen, all of them are: one seen past the first few still makes the
     log this run's."""
-    from kdiag.analysis import runs
+    from kdiag.analysis import typical_exchange
 
-    monkeypatch.setattr(runs, "FEW_SENT", 5)
+    monkeypatch.setattr(typical_exchange, "FEW_SENT", 5)
     log_t = "event string, broker string, corr_id int, ts_us long"
     lw_t = "event string, broker string, corr_id int, log_ts_us long"
     sent = [("send", "b1", i, 1_000 + i) for i in range(20)]
@@ -208,12 +208,12 @@ def test_a_log_is_of_another_run_only_when_none_of_its_sent_lines_was_seen(spark
 
     def named(seen_ids):
         lw = spark.createDataFrame([("send", "b1", i, 1_000 + i) for i in seen_ids] + [("recv", "b1", 0, 1_000)], lw_t)
-        return runs.log_of_another_run(log, lw, "strace")
+        return typical_exchange.log_of_another_run(log, lw, "strace")
 
     assert named([17]) == []               # past the first five: found by the whole join
     assert named([2]) == []                # among the first five
     assert named([]) and "different runs" in named([])[0]
     assert named([30]) and "different runs" in named([30])[0]   # an id the log lacks
     # Fewer Sent lines than the first few: the broadcast look is the whole.
-    monkeypatch.setattr(runs, "FEW_SENT", 50)
+    monkeypatch.setattr(typical_exchange, "FEW_SENT", 50)
     assert named([17]) == [] and "different runs" in named([30])[0]

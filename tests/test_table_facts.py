@@ -1,4 +1,4 @@
-"""What the parse tells of a table in its footer (kdiag.ingest.facts), held
+"""What the parse tells of a table in its footer (kdiag.ingest.table_facts), held
 to what the analysis's own checks find: it may say "no copies" or "no
 clock steps" only where Spark's check finds none. Real captures parsed by
 the real parse (clean, with a block given twice, with a clock step), then
@@ -10,10 +10,10 @@ import random
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_bad_input import LOG, STRACE, shifted_log, shifted_strace, write
 
-from kdiag.ingest import facts
+from kdiag.ingest import table_facts
 from kdiag.ingest.tables import parse_paths
+from test_bad_input import LOG, STRACE, shifted_log, shifted_strace, write
 
 
 def spark_finds(spark, t: pa.Table, name: str) -> tuple[int, int]:
@@ -21,7 +21,7 @@ def spark_finds(spark, t: pa.Table, name: str) -> tuple[int, int]:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from kdiag.analysis import input_checks as quality
-    from kdiag.analysis.frames import release
+    from kdiag.analysis.spark_plumbing import release
 
     df = quality.with_order(spark.createDataFrame(t.to_pandas(), schema=from_arrow_schema(t.schema)).coalesce(1))
     q = quality.Quality()
@@ -36,7 +36,7 @@ def spark_finds(spark, t: pa.Table, name: str) -> tuple[int, int]:
 def told(tmp_path, case: str, files: dict) -> dict:
     (tmp_path / case).mkdir()
     out = parse_paths([write(tmp_path / case, n, lines) for n, lines in files.items()], tmp_path / case / "t")
-    return {name: (facts.read(p), p) for name, p in out.paths.items()}
+    return {name: (table_facts.read(p), p) for name, p in out.paths.items()}
 
 
 def test_a_clean_capture_is_told_clean_and_spark_agrees(spark, tmp_path):
@@ -98,14 +98,14 @@ def test_random_tables_fed_in_chunks_are_never_told_clean_where_spark_finds(spar
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from kdiag.analysis import input_checks as quality
-    from kdiag.analysis.frames import RUN, release
+    from kdiag.analysis.spark_plumbing import RUN, release
 
     rng = random.Random(20261126)
     tables, told_facts = [], {}
     for i in range(80):
         t = _random_table(rng, name)
         t = t.append_column(RUN, pa.array([f"r{i}"] * t.num_rows, pa.string()))
-        w = facts.Watch(name)
+        w = table_facts.Watch(name)
         cut = sorted(rng.sample(range(1, t.num_rows), min(3, t.num_rows - 1)))
         for a, b in zip([0, *cut], [*cut, t.num_rows]):
             w.feed(t.slice(a, b - a))
@@ -136,23 +136,23 @@ def test_random_tables_fed_in_chunks_are_never_told_clean_where_spark_finds(spar
 def test_facts_describe_their_rows_only(tmp_path):
     t = pa.table({"line_no": [1, 2, 3], "pid": pa.array([1, 1, 1], pa.int32()), "ts_us": [10, 20, 30],
                   "dur_us": [1, 1, 1]})
-    w = facts.Watch("syscalls")
+    w = table_facts.Watch("syscalls")
     w.feed(t)
     with pq.ParquetWriter(tmp_path / "syscalls.parquet", t.schema) as pw:
         pw.write_table(t)
         w.stamp(pw)
-    assert facts.read(tmp_path / "syscalls.parquet") == {"no_copies": True, "no_clock_steps": True}
+    assert table_facts.read(tmp_path / "syscalls.parquet") == {"no_copies": True, "no_clock_steps": True}
     # Rewritten with a row less by a tool that copies the footer's metadata: not the rows described.
     footer = pq.read_metadata(tmp_path / "syscalls.parquet").metadata
     kept = pq.read_table(tmp_path / "syscalls.parquet").replace_schema_metadata(
-        {facts.KEY: footer[facts.KEY.encode()]})
+        {table_facts.KEY: footer[table_facts.KEY.encode()]})
     pq.write_table(kept.slice(1), tmp_path / "cut.parquet")
-    assert facts.read(tmp_path / "cut.parquet") == {}
+    assert table_facts.read(tmp_path / "cut.parquet") == {}
     pq.write_table(t, tmp_path / "plain.parquet")
-    assert facts.read(tmp_path / "plain.parquet") == {}
-    meta = {facts.KEY: json.dumps({"v": facts.VERSION + 1, "rows": 3, "no_copies": True})}
+    assert table_facts.read(tmp_path / "plain.parquet") == {}
+    meta = {table_facts.KEY: json.dumps({"v": table_facts.VERSION + 1, "rows": 3, "no_copies": True})}
     pq.write_table(t.replace_schema_metadata(meta), tmp_path / "newer.parquet")
-    assert facts.read(tmp_path / "newer.parquet") == {}
+    assert table_facts.read(tmp_path / "newer.parquet") == {}
 
 
 def test_the_analysis_checks_only_what_was_not_told(spark, tmp_path, monkeypatch):

@@ -177,7 +177,7 @@ def test_the_report_shows_every_field_as_data_in_its_own_row():
 
 
 def test_the_text_report_lists_a_capped_number_of_hops_brokers_first_and_says_how_many_it_left_out():
-    from kdiag.report.shown import SHOWN
+    from kdiag.report.page_limits import SHOWN
     from kdiag.report.text import render
 
     def hop(host, ttl, broker=None):

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import CAPTURES, need, wait_gone
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from conftest import CAPTURES, need, wait_gone
 from kdiag.analysis import pipeline
 from kdiag.analysis.warm import LOCK_NAME, MAX_CONNECTIONS, MAX_REQUEST_BYTES, SOCKET_NAME, Server, WarmUnavailable
 
@@ -517,8 +517,8 @@ def test_a_small_table_is_read_into_the_plan_and_judged_the_same(spark, tables, 
     scan."""
     from pyspark.sql import functions as F
 
-    from kdiag.analysis.frames import read_table
     from kdiag.analysis.job import analyze
+    from kdiag.analysis.spark_plumbing import read_table
 
     events = read_table(spark, tables, "rdkafka_events")
     assert _jobs(spark, lambda: events.filter(F.col("event") == "init").first()) == 0

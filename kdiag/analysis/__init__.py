@@ -2,7 +2,7 @@
 
 - ``job``: ``analyze``, the entry point, and its steps;
   ``__main__``: the same under spark-submit;
-- ``frames``: Spark plumbing (reading tables, caching, jobs at once);
+- ``spark_plumbing``: Spark plumbing (reading tables, caching, jobs at once);
 - ``per_request``: requests paired, split into send, wait and read;
 - ``connections``: connect(), TCP_NODELAY, handshakes, the path's RTT;
 - ``samples``: socket, thread, cgroup and throttle samples beside requests;

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kdiag.analysis.frames import RUN, one_run, pctl, quantile, read_table
 from kdiag.analysis.per_request import WAIT_CALLS
+from kdiag.analysis.spark_plumbing import RUN, one_run, pctl, quantile, read_table
 
 # A wait after connect() times its handshake only this soon after it.
 HANDSHAKE_WINDOW_US = 10_000_000

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kdiag.analysis.frames import RUN, one_run
+from kdiag.analysis.spark_plumbing import RUN, one_run
 from kdiag.ingest.input_rules import (
     CORR_EVENTS,
     FORWARD_GAP_US,
@@ -42,7 +42,7 @@ class Quality:
     checks: list[dict] = field(default_factory=list)
     # table -> step observations (driver-side dicts), for excluding requests
     steps: dict[str, list[dict]] = field(default_factory=dict)
-    # Checks whose counts come from jobs still running (see frames.Later):
+    # Checks whose counts come from jobs still running (see spark_plumbing.Later):
     # each adds its check when called, in the order they were begun.
     pending: list = field(default_factory=list)
 
@@ -158,7 +158,7 @@ def drop_duplicates(df, table: str, q: Quality, candidates):
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
-    from kdiag.analysis.frames import cached
+    from kdiag.analysis.spark_plumbing import cached
 
     w = Window.partitionBy(*_content(df)).orderBy("_id")
     # Cached for the count and the anti-join, until the analysis ends: a
@@ -337,7 +337,7 @@ def exclude_negative(reqs, table: str, q: Quality, source_name: str, later):
     """A response stamped before its request (a step smaller than the
     tolerance, or the two lines' clocks disagree): no latency to take. The
     requests are filtered at once; how many went is counted by a job of
-    ``later`` (frames.Later), added to q when it settles."""
+    ``later`` (spark_plumbing.Later), added to q when it settles."""
     from pyspark.sql import functions as F
 
     # Null when either time is missing: such a request is not negative.

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kdiag.analysis.connections import connections, path_rows, sampled_connections
-from kdiag.analysis.frames import Later, any_rows, at_once, cached, fits_in_plan, read_table, release, resolved
 from kdiag.analysis.judge import judge
 from kdiag.analysis.per_request import requests_from
-from kdiag.analysis.pieces import pieces_of
-from kdiag.analysis.runs import UNSPLIT, log_of_another_run, split_by_typical, timing_unknowns
 from kdiag.analysis.signals import signals
+from kdiag.analysis.spark_plumbing import Later, any_rows, at_once, cached, fits_in_plan, read_table, release, resolved
 from kdiag.analysis.steps import FROM_SYSCALLS, SIGNALS_ONLY, SPLIT, TYPICAL, route, source_of
+from kdiag.analysis.time_pieces import pieces_of
+from kdiag.analysis.typical_exchange import UNSPLIT, log_of_another_run, split_by_typical, timing_unknowns
 from kdiag.parsers.format import CLIENT_QUEUE, REQUESTS, SIGNALS, SYSCALLS
 from kdiag.parsers.registry import format_filling, tables_feeding
 
@@ -43,7 +43,7 @@ TABLES = tables_feeding(REQUESTS, SYSCALLS, SIGNALS, CLIENT_QUEUE)
 _SOURCE_NAMES = {table: f"the {format_filling(table).title}" for table in ("syscalls", "rdkafka_events")}
 # What a run's findings say of where its requests came from.
 UNTIMED = "the log has no timestamps: a request's time is librdkafka's rtt"
-# runs.split_by_typical finds it by its start, UNSPLIT.
+# typical_exchange.split_by_typical finds it by its start, UNSPLIT.
 UNSPLIT_LOG = (f"{UNSPLIT}: a request's time cannot be split into socket and wait, and Nagle cannot be told "
                "from a slow broker")
 CONFIDENCE = {"strace": "high: requests from librdkafka's own lines", "log": "low: librdkafka's log without syscalls",
@@ -77,7 +77,7 @@ class _Inputs:
     tables_dir: Path
     meta: dict
     small: bool
-    local: bool           # small enough to hold as rows in the plan (frames.cached)
+    local: bool           # small enough to hold as rows in the plan (spark_plumbing.cached)
     read: dict            # table -> DataFrame, copies dropped
     log: object
     syscalls: object
@@ -129,7 +129,7 @@ def _judged(spark, inp: _Inputs, q, later: Later) -> dict:
 
 
 def timing_costs(result: dict, timing: list[str]) -> None:
-    """What the strace's timestamps leave unknown (``runs.timing_unknowns``),
+    """What the strace's timestamps leave unknown (``typical_exchange.timing_unknowns``),
     added to a run's findings, and what it costs their confidence."""
     result["unknowns"] += timing
     if timing and str(result.get("confidence", "")).startswith("high"):
@@ -142,7 +142,7 @@ def timing_costs(result: dict, timing: list[str]) -> None:
 def rank_when_thin(result: dict) -> None:
     """Without syscalls, the path evidence decides how sure a verdict is;
     the likely causes are ranked, each with the capture that decides it."""
-    from kdiag.analysis.likely import rank
+    from kdiag.analysis.likely_causes import rank
 
     if str(result.get("confidence", "")).startswith("high"):
         return
@@ -186,12 +186,12 @@ def _inputs(spark, tables_dir: Path, meta: dict, q) -> _Inputs:
     that run at once on a small input."""
     from kdiag.analysis import input_checks as quality
     from kdiag.analysis.spark import SMALL_INPUT_BYTES, tables_bytes
-    from kdiag.ingest import facts as table_facts
+    from kdiag.ingest import table_facts
 
     # Rows that repeat earlier ones go before anything counts them; the
     # clock steps are found per thread in file order. A small input's tables
     # are held (as rows in the plan when they fit, else cached: see
-    # frames.cached): read by many actions, each then starts from them. A large
+    # spark_plumbing.cached): read by many actions, each then starts from them. A large
     # one's are not: holding them costs more than reading the few columns
     # each action needs again, and what is read again is what the job made
     # of them (the split requests), cached below.
@@ -202,7 +202,7 @@ def _inputs(spark, tables_dir: Path, meta: dict, q) -> _Inputs:
     read = {name: read_table(spark, tables_dir, name, ("data",) if name == "syscalls" else ()) for name in TABLES}
     raw_syscalls = read["syscalls"]
     ordered = {name: quality.with_order(df) for name, df in read.items()}
-    # What the parse told of each table in its footer (kdiag.ingest.facts):
+    # What the parse told of each table in its footer (kdiag.ingest.table_facts):
     # a table it saw hold no copies is not hashed again.
     told = {name: table_facts.read(Path(tables_dir) / f"{name}.parquet") for name in TABLES}
     candidates = {name: None if told[name].get("no_copies") else quality.copy_candidates(df, name)

@@ -21,9 +21,9 @@ from kdiag.analysis.causes import (
 )
 from kdiag.analysis.causes.nagle_delayed_ack import NAGLE_DEFAULT_FLIPPED
 from kdiag.analysis.connections import attach_connections, path_rtt_of
-from kdiag.analysis.frames import at_once, cached, quantile, resolved, rounded
 from kdiag.analysis.per_request import fill_write_sizes
 from kdiag.analysis.samples import runq_of, throttle_of
+from kdiag.analysis.spark_plumbing import at_once, cached, quantile, resolved, rounded
 from kdiag.analysis.thresholds import CONTRIBUTING_SHARE, ONE_WRITE_MIN, ONE_WRITE_WAIT_SHARE, SLOW_MS
 
 EXAMPLE_SORT_MAX = 100_000
@@ -117,7 +117,7 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
     """The findings of the Produce requests ``produce`` (``reqs``: of every
     kind). ``parallel``: a small input, whose independent jobs run at once;
     ``local``: one whose requests are held as rows in the plan (see
-    frames.cached)."""
+    spark_plumbing.cached)."""
     pre, path = _before_causes(spark, reqs, stats, conns, meta, parallel)
     before, nagle_possible = before_of(pre, path, stats is not None)
     meta = {**meta, "one_write": before.one_write, "nagle_possible": nagle_possible, "has_stats": stats is not None,
@@ -305,7 +305,7 @@ def before_causes(reqs, stats, keys: tuple = ()):
 def _classified(spark, produce, conns: list[dict], throttles, path_rtt, nagle_possible: bool, meta: dict,
                 local: bool):
     """The requests with what the samplers saw joined on, and their cause;
-    held (see frames.cached) when the joins shuffle; cached (True) unless
+    held (see spark_plumbing.cached) when the joins shuffle; cached (True) unless
     ``local``."""
     produce = runq_of(spark, meta.get("tables_dir"), produce)
     rq = with_causes(spark, produce, conns, throttles, path_rtt, nagle_possible)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import operator
 from functools import reduce
 
-from kdiag.analysis.frames import RUN, one_run
+from kdiag.analysis.spark_plumbing import RUN, one_run
 from kdiag.parsers.strace.schema import SOCKET_PREFIXES
 
 WRITE_CALLS = ["write", "writev", "sendmsg", "sendto", "send", "pwrite64"]
@@ -180,13 +180,13 @@ def split_requests(spark, reqs, sc, pieces=None, hold=None):
     what is not a read). No range join, no second sort by line, and no
     syscall compared with a request: windows that overlap (pipelined
     requests) cost nothing more. ``pieces``: a large capture's threads are
-    walked in time pieces (see ``pieces``).
+    walked in time pieces (see ``time_pieces``).
 
     ``write_sizes`` is left empty: it is only shown for the example
     requests, filled in by ``fill_write_sizes`` from the run's bounds
     (``_run_lo``, ``_run_hi``: (ts_us, line_no) of the calls around it).
 
-    ``hold``: what the caller keeps of the split (``frames.cached``) is
+    ``hold``: what the caller keeps of the split (``spark_plumbing.cached``) is
     taken before the columns derived from the others (the parts in ms,
     ``start_us``, the short runs'): each is cheap to compute again on every
     read, and cost the cache's build per value (at 1e7 requests the
@@ -239,7 +239,7 @@ def _calls_and_marks(reqs, sc, pieces=None):
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructField, StructType
 
-    from kdiag.analysis.pieces import edges, piece_of, with_edges
+    from kdiag.analysis.time_pieces import edges, piece_of, with_edges
 
     req_t = StructType([StructField(f.name, f.dataType, True) for f in reqs.schema.fields])
     flag = lambda c: F.coalesce(F.col(c), F.lit(False))  # noqa: E731

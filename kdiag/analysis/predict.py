@@ -19,7 +19,7 @@ lab checks the saving."""
 from __future__ import annotations
 
 from kdiag.analysis.causes import OTHERWISE, part_of
-from kdiag.analysis.frames import pctl, rounded
+from kdiag.analysis.spark_plumbing import pctl, rounded
 
 # Fewer healthy requests than this and their median is noise: the one-write
 # requests' wait is the baseline instead.

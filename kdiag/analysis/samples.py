@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kdiag.analysis.frames import RUN, one_run, pctl, read_table
+from kdiag.analysis.spark_plumbing import RUN, one_run, pctl, read_table
 
 # Thread samples are ~100 ms apart: interval-to-request joins use 1 s buckets.
 SAMPLE_BUCKET_US = 1_000_000

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 
-from kdiag.analysis.frames import RUN, one_run, quantile, rounded
+from kdiag.analysis.spark_plumbing import RUN, one_run, quantile, rounded
 
 # Errors named in the findings, most frequent first.
 ERRORS_SHOWN = 5

@@ -84,7 +84,7 @@ def session(app: str = "kdiag", small: bool = False, master: str | None = None):
         # PySpark would otherwise send each Column function's Python call
         # site to the JVM (for error messages), four more round trips per
         # function wherever the session is active: with the side jobs in
-        # threads (frames.Later), 11,900 py4j calls an analysis of the
+        # threads (spark_plumbing.Later), 11,900 py4j calls an analysis of the
         # 30-request bundle, 4,800 without.
         "spark.python.sql.dataFrameDebugging.enabled": "false",
         "spark.driver.extraJavaOptions": " ".join(java),
@@ -103,7 +103,7 @@ def session(app: str = "kdiag", small: bool = False, master: str | None = None):
     spark.sparkContext.setLogLevel("ERROR")
     from pyspark import SparkContext
 
-    from kdiag.analysis.lookups import remember
+    from kdiag.analysis.py4j_lookups import remember
 
     remember(SparkContext._gateway)
     if launching:

@@ -35,7 +35,7 @@ each way over a Unix socket, with the standard library only.
   upgraded or edited; ``code_key``): the client then starts a fresh one.
 - After it answers, while nobody waits, it practises on a copy of the
   tables it was given, so that its JVM's JIT has compiled Spark's planner
-  before the next replay (``practice``; ``KDIAG_WARM_PRACTICE=0``: never).
+  before the next replay (``warm_practice``; ``KDIAG_WARM_PRACTICE=0``: never).
 - ``kdiag replay --no-warm`` or ``KDIAG_WARM=0``: no server at all.
 """
 from __future__ import annotations
@@ -372,8 +372,8 @@ def serve(directory: Path, idle_s: float, timeout_s: float, key: str, read_s: fl
 
 
 def _run(directory: Path, idle_s: float, timeout_s: float, read_s: float, key: str) -> None:
-    from kdiag.analysis.practice import Practice
     from kdiag.analysis.spark import session
+    from kdiag.analysis.warm_practice import Practice
 
     # C1 only, as in-process: measured on 2 cores (bench/RESULTS.md), a
     # server with C2 as well took 20.3 s against 11.4 s on first use, and

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kdiag.analysis.frames import RUN
+from kdiag.analysis.spark_plumbing import RUN
 from kdiag.parsers.format import CLIENT_QUEUE, SYSCALLS
 
 
@@ -65,7 +65,7 @@ def judged(spark, tables: dict, facts: list[dict], kdiag_version: str | None = N
             for f in facts if f.get("state") == "parsed"}
     if not runs:
         return {}
-    from kdiag.analysis.frames import release
+    from kdiag.analysis.spark_plumbing import release
 
     q = quality.Quality()
     try:
@@ -249,8 +249,8 @@ def _judged_requests(spark, t: dict, runs: dict, conns: dict, paths: dict, signa
         with_causes,
     )
     from kdiag.analysis.per_request import fill_write_sizes
-    from kdiag.analysis.runs import timing_by_run
     from kdiag.analysis.samples import runq_of
+    from kdiag.analysis.typical_exchange import timing_by_run
 
     of = lambda src: [b for b, r in runs.items() if r.source == src]  # noqa: E731
     reqs = _requests(spark, t, of).persist()

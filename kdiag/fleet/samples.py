@@ -4,11 +4,11 @@ run's tables on the driver: a RunSamples per run, from three jobs whatever
 the number of runs."""
 from __future__ import annotations
 
-from kdiag.analysis.frames import RUN
+from kdiag.analysis.spark_plumbing import RUN
 
 
 def _median(values):
-    """``frames.pctl(values, 0.5)`` in Spark: the sorted values' element at
+    """``spark_plumbing.pctl(values, 0.5)`` in Spark: the sorted values' element at
     round(0.5 * (n - 1)), rounded half to even as Python's round."""
     from pyspark.sql import functions as F
 

@@ -1,5 +1,5 @@
 """What the analysis's input checks (``kdiag.analysis.input_checks``) look
-for, told here so that a table's writer (``kdiag.ingest.facts``) can look for
+for, told here so that a table's writer (``kdiag.ingest.table_facts``) can look for
 the same on the way and tell the analysis what it need not check again: the
 column naming a row's run, the clock tolerances, and the rows a copy check
 looks at.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from kdiag.ingest import facts, feeding
+from kdiag.ingest import feeding, table_facts
 
 
 class TableSink:
@@ -27,7 +27,7 @@ class TableSink:
         self.out_dir = out_dir
         self.work_dir: Path | None = None   # 0700, in out_dir: the rename into place stays on one disk
         self.writers: dict = {}
-        self.watches: dict[str, facts.Watch] = {}   # what each table's footer will tell of it
+        self.watches: dict[str, table_facts.Watch] = {}   # what each table's footer will tell of it
         self.rows: dict[str, int] = {}
         self._queue = None
         self._thread = None
@@ -44,7 +44,7 @@ class TableSink:
                 self.work_dir = Path(tempfile.mkdtemp(prefix=".kdiag-parse-", dir=self.out_dir))
             self.writers[name] = pq.ParquetWriter(self.work_dir / f"{name}.parquet", table.schema,
                                                   **writer_options(table.schema))
-            self.watches[name] = facts.Watch(name)
+            self.watches[name] = table_facts.Watch(name)
             self.rows[name] = 0
         if len(table):
             self.rows[name] += len(table)

@@ -294,7 +294,7 @@ def _shift_rows(path: Path, ranges: list[tuple[int, int, int, bool]]) -> None:
     set, take librdkafka's log_ts_us instead."""
     import pyarrow.parquet as pq
 
-    from kdiag.ingest import facts
+    from kdiag.ingest import table_facts
 
     starts = np.array([r[0] for r in ranges], dtype=np.int64)
     ends = np.array([r[1] for r in ranges], dtype=np.int64)
@@ -303,7 +303,7 @@ def _shift_rows(path: Path, ranges: list[tuple[int, int, int, bool]]) -> None:
     tmp = path.with_suffix(".dated")
     src = pq.ParquetFile(path)
     row = 0
-    watch = facts.Watch(path.stem)   # the times moved: what the footer tells is told again
+    watch = table_facts.Watch(path.stem)   # the times moved: what the footer tells is told again
     with pq.ParquetWriter(tmp, src.schema_arrow) as w:
         for i in range(src.num_row_groups):
             t = src.read_row_group(i).combine_chunks()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from kdiag.report import svg
 from kdiag.report.compare import LEVEL, RESAMPLES, ci_text, count_in, log_bins, pct
 from kdiag.report.html import OTHER_CAUSES, color_of
-from kdiag.report.shown import SHOWN
+from kdiag.report.page_limits import SHOWN
 from kdiag.report.svg import fmt, num
 from kdiag.report.templating import render
 

@@ -16,7 +16,7 @@ from markupsafe import Markup
 
 from kdiag.analysis.causes import BY_NAME, colour_of
 from kdiag.report import svg
-from kdiag.report.shown import IN_PROBES, SHOWN, capped, paths_shown
+from kdiag.report.page_limits import IN_PROBES, SHOWN, capped, paths_shown
 from kdiag.report.svg import fmt, num
 from kdiag.report.templating import macros, render
 

@@ -14,7 +14,7 @@ import re
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from kdiag.report.shown import clipped
+from kdiag.report.page_limits import clipped
 from kdiag.visible import visible
 
 # A template's line breaks and indentation are for its reader: the pages

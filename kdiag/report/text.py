@@ -82,7 +82,7 @@ def _path_lines(paths: list | None) -> list[str]:
     import pyarrow as pa
 
     from kdiag.parsers.tcp_probe import PATH_SCHEMA, format_path_table
-    from kdiag.report.shown import IN_PROBES, paths_shown
+    from kdiag.report.page_limits import IN_PROBES, paths_shown
 
     out = [_path_title(paths)]
     shown, more = paths_shown(paths)

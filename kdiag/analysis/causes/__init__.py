@@ -45,7 +45,7 @@ Optional hooks (``HOOKS``), each looked up where it is used:
 - ``likely(thin: ThinEvidence) -> tuple[int, str, str] | None``: when the
   evidence is thin (no syscalls), how likely the cause is (a score, higher
   first, against the other causes' scores), what supports it and the
-  capture that would decide it (likely.rank).
+  capture that would decide it (likely_causes.rank).
 
 ``ORDER`` names them in rule priority: a request takes the first cause
 whose rule it meets. Adding a cause is one module plus one line there

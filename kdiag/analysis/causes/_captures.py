@@ -1,5 +1,5 @@
 """The captures that decide between likely causes when the evidence is thin
-(each cause's ``likely`` hook, likely.rank)."""
+(each cause's ``likely`` hook, likely_causes.rank)."""
 from __future__ import annotations
 
 STRACE = ("strace -f -tt -T -yy -s 256 -p PID of the producer (or kdiag trace --pid PID): several writes, then a "

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from kdiag.analysis.causes import _send_stall, _slow_wait
 from kdiag.analysis.causes._captures import STRACE
-from kdiag.analysis.frames import rounded
+from kdiag.analysis.spark_plumbing import rounded
 from kdiag.analysis.thresholds import ONE_WRITE_MIN
 
 NAME = "broker_slow"

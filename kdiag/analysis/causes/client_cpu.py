@@ -3,8 +3,8 @@ there, the producer could not run to read it."""
 from __future__ import annotations
 
 from kdiag.analysis import samples
-from kdiag.analysis.frames import rounded
 from kdiag.analysis.samples import cpu_starvation
+from kdiag.analysis.spark_plumbing import rounded
 from kdiag.analysis.thresholds import CPU_STARVED_SHARE, SLOW_MS
 
 NAME = "client_cpu"

@@ -3,7 +3,7 @@ otherwise fast body."""
 from __future__ import annotations
 
 from kdiag.analysis.causes import _slow_wait
-from kdiag.analysis.frames import rounded
+from kdiag.analysis.spark_plumbing import rounded
 
 NAME = "packet_loss"
 # Loss stalls a few requests for long (TCP's timers).

@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import CAPTURES
-
-from kdiag.analysis.frames import RUN, read_table
+from kdiag.analysis.spark_plumbing import RUN, read_table
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ What it costs: up to PRACTICE_RUNS analyses of the user's own small input,
 on the cores Spark has, from PRACTICE_AFTER_S after an answer, once per
 server (the server stops after KDIAG_WARM_IDLE_S of idleness). A request
 that arrives meanwhile does not wait for it: the practice stops at its next
-checkpoint (frames.give_up_on), and it runs in a Spark session of its own,
+checkpoint (spark_plumbing.give_up_on), and it runs in a Spark session of its own,
 whose running operations are interrupted (``interruptAll``) while the
 request's, in the server's session, run on. KDIAG_WARM_PRACTICE sets the
 number of runs; 0: no practice.
@@ -60,7 +60,7 @@ class Practice:
     def keep(self, tables: Path) -> Path | None:
         """Counts a request's analysis; while runs are left, a copy of its
         tables (a small input's only) for the practice."""
-        from kdiag.analysis.frames import fits_in_plan
+        from kdiag.analysis.spark_plumbing import fits_in_plan
 
         self.left -= 1
         if self.left <= 0 or not Path(tables).is_dir() or not fits_in_plan(tables):
@@ -86,8 +86,8 @@ class Practice:
         self._thread.start()
 
     def _practise(self, copy: Path, meta: dict, stop: threading.Event) -> None:
-        from kdiag.analysis.frames import give_up_on
         from kdiag.analysis.job import analyze
+        from kdiag.analysis.spark_plumbing import give_up_on
 
         give_up_on(stop)   # it stops at its next checkpoint; its running jobs are interrupted
         try:

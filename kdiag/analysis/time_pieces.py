@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from typing import NamedTuple
 
-from kdiag.analysis.frames import RUN
+from kdiag.analysis.spark_plumbing import RUN
 
 # The piece of calls without a time: they sort before all others.
 UNTIMED = -(2 ** 63)

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from kdiag.analysis import per_request as pr
-from kdiag.analysis.pieces import UNTIMED, Pieces, pieces_of
+from kdiag.analysis.time_pieces import UNTIMED, Pieces, pieces_of
 
 SYSCALLS = ("line_no long, pid int, ts_us long, dur_us long, kind string, syscall string, fd int, "
             "fd_info string, ret long")
@@ -123,7 +123,7 @@ def test_a_small_capture_is_walked_whole_and_a_large_one_in_pieces(tmp_path):
     assert pieces_of(tmp_path) is None
     p = pieces_of(tmp_path, us=1000)
     assert p == Pieces(1000, 1_000_000, -1, (10 * 999) // 1000 + 1)
-    from kdiag.analysis import pieces as time_pieces
+    from kdiag.analysis import time_pieces
 
     old = time_pieces.PIECE_MIN_ROWS
     time_pieces.PIECE_MIN_ROWS = 1000

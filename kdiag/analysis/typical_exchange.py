@@ -13,8 +13,8 @@ strace's ``-s`` cut short (the default -s 32 keeps no ``Sent ...`` line).
 """
 from __future__ import annotations
 
-from kdiag.analysis.frames import RUN, one_run, quantile, rounded
 from kdiag.analysis.per_request import exchanges, prepare_syscalls
+from kdiag.analysis.spark_plumbing import RUN, one_run, quantile, rounded
 
 # An epoch timestamp (-ttt, or a time of day dated from librdkafka's lines)
 # is past this; -r sums and undated times of day are far below it.

@@ -1,5 +1,5 @@
 """The session remembers py4j's class and static-method lookups
-(kdiag/analysis/lookups.py), and only those."""
+(kdiag/analysis/py4j_lookups.py), and only those."""
 from __future__ import annotations
 
 import collections
