@@ -16,7 +16,6 @@ from importlib import resources
 # Which schema to check against: a schema's $id, or a pointer into one.
 MANIFEST = "urn:kdiag:manifest"
 FILE_ENTRY = "urn:kdiag:manifest#/$defs/file_entry"
-TABLE_ENTRY = "urn:kdiag:manifest#/$defs/table_entry"
 PROBE_SUMMARY = "urn:kdiag:probe-summary"
 
 _FILES = ("manifest.schema.json", "probe_summary.schema.json")
