@@ -80,7 +80,7 @@ def test_it_traces_only_the_process_it_is_given(tmp_path):
     port = srv.getsockname()[1]
     child = subprocess.Popen([sys.executable, "-c", f"""
 import socket, sys, time
-time.sleep(1.0)
+sys.stdin.readline()
 s = socket.socket()
 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 s.connect(("127.0.0.1", {port}))
@@ -90,12 +90,16 @@ for i in range(3):
     s.send(b"x" * 100)
     s.recv(100)
 time.sleep(0.3)
-"""], stderr=subprocess.DEVNULL)
+"""], stdin=subprocess.PIPE, stderr=subprocess.DEVNULL)
     out = tmp_path / "strace.txt"
     tracer = subprocess.Popen([sys.executable, "-m", "kdiag.collectors.bpfcalls", "--pid", str(child.pid),
                                "--out", str(out)], stdout=subprocess.PIPE, text=True)
     try:
         assert tracer.stdout.readline().strip() == "ready"
+        # The child starts its calls only now: a tracer slow to load its
+        # programs on a busy host must not miss the first of them.
+        child.stdin.write(b"go\n")
+        child.stdin.close()
         conn, _ = srv.accept()
         for _ in range(3):      # this process's own socket calls are not the traced one's
             conn.recv(100)
