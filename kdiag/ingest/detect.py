@@ -10,6 +10,7 @@ tie goes to the format listed first.
 from __future__ import annotations
 
 import json
+import re
 import stat
 from pathlib import Path
 
@@ -20,6 +21,14 @@ from kdiag.visible import visible
 # parser counts a bad one as corrupt).
 MAGIC_BYTES = 4
 LINE_SCORE_MIN = 0.2
+# A file in no format kdiag reads may still be about a Kafka client (a form
+# of its log or statistics not catalogued yet): then the findings must say
+# it was not read, not that the inputs hold nothing. The words are
+# librdkafka's own names, its structs' member prefix (`rkb_`: a debugger's
+# dump of a broker handle) and its statistics' keys; the head read is bounded.
+KAFKA_WORDS = re.compile(rb"(?i)\b(?:lib)?rdkafka\b|kafka|\b(?:Produce|Metadata|ApiVersion)(?:Request|Response)\b"
+                         rb"|\brd_kafka_|\brkb_(?=[a-z])|\bint_latency\b|\boutbuf_latency\b|\btxretries\b|\bmsg_cnt\b|\[thrd:")
+KAFKA_HEAD_BYTES = 1 << 20
 
 
 def _json_keys(sample: list[str]) -> set[str]:
@@ -63,6 +72,19 @@ def detect(path: Path) -> str | None:
             # librdkafka log scored by seven more recognisers: 9 ms).
             break
     return name if best >= LINE_SCORE_MIN else None
+
+
+def kafka_words(path: Path) -> list[str]:
+    """The Kafka client words in the file's head, each once, lower case:
+    empty for a file about something else."""
+    with open(path, "rb") as f:
+        head = f.read(KAFKA_HEAD_BYTES)
+    seen: dict[str, None] = {}
+    for m in KAFKA_WORDS.finditer(head):
+        seen.setdefault(m.group().decode("ascii", "replace").lower())
+        if len(seen) >= 5:
+            break
+    return list(seen)
 
 
 def readable_inputs(paths: list[Path]) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from kdiag import progress
-from kdiag.ingest.detect import detect
+from kdiag.ingest.detect import detect, kafka_words
 from kdiag.ingest.feeding import feed_chunks
 from kdiag.ingest.parquet_sink import TableSink
 from kdiag.ingest.strace_clock import LogWritesAhead, StraceFile, emit_strace, pid_of_name, put_on_epoch, write_rows
@@ -141,6 +141,10 @@ def _recognised(paths: list[Path], base: Path | None, out: Parsed) -> list[tuple
         if kind is None:
             what = "empty" if entry["bytes"] == 0 else "not a format kdiag reads"
             entry["error"] = what
+            words = kafka_words(path) if entry["bytes"] else []
+            if words:
+                entry["about_kafka"] = words
+                what += f", though it is about a Kafka client ({', '.join(words)})"
             out.notes.append(f"{shown}: {what}; skipped whole")
             continue
         if format_named(kind).reads != CHUNKS and entry["bytes"] > MAX_WHOLE_BYTES:
