@@ -81,6 +81,7 @@ _TOKEN = re.compile(r"""[ \t\f\v]*(?:
   |(?P<open>(?:[uUbB]?["'].*|-|[A-Za-z]+)$)
   |(?P<end>$)
 )""", re.X)
+_ELISION = re.compile(r"\s*(?:\.{2,}|\u2026)[\s.\u2026]*")
 _GOES_ON = re.compile(r"[0-9A-Za-z.+\-]")
 _WORDS = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None,
           "NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
@@ -145,6 +146,7 @@ class Scanner:
         self.carry_string = False   # it is a string still open: always joined
         self.joins = 0
         self.wraps = 0
+        self.elided = False     # fields were left out just before
         self.alone = False      # a carried token read on its own: not carried again
         self.escaped = False
         self.out: list[Found] = []
@@ -158,6 +160,12 @@ class Scanner:
         self.out = []
         if self.escaped and (self.frames or self.carry):
             text = _UNESCAPE.sub(r"\1", text)
+        if self.frames and not self.carry:
+            # "..." or "...." where the user left fields out, alone or
+            # before a brace: what stands around it is still read.
+            m = _ELISION.match(text)
+            if m:
+                text, self.elided = text[m.end():], True
         if self.carry:
             text = self._joined(no, text)
         pos = 0
@@ -313,6 +321,7 @@ class Scanner:
                 self._close_cut()
                 return m.start(kind)
             self.joins = 0
+            self.elided = False
             pos = m.end()
             if not self.frames:
                 return pos
@@ -327,6 +336,9 @@ class Scanner:
             if kind == "q":
                 self.forms.add(PYTHON_REPR)
             v = _string(m.group(kind), self.forms)
+            if self.elided and top.want == _AFTER and isinstance(top.box, dict):
+                self._commit(top)   # the comma went with the fields left out
+                top.want = _KEY_AFTER_COMMA
             if top.want in (_KEY, _KEY_AFTER_COMMA) and isinstance(top.box, dict):
                 top.key, top.want = v, _COLON
                 return

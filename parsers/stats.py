@@ -107,6 +107,27 @@ SCHEMA = pa.schema(
     ]
 )
 
+_BATCH = ("avg", "p50", "p99", "max")
+# Per-partition counters, summed over a topic's partitions (the -1
+# partition holds messages not yet given one: queued all the same).
+_PARTITION_SUMS = ("msgq_cnt", "msgq_bytes", "xmit_msgq_cnt", "xmit_msgq_bytes", "txmsgs", "txbytes")
+TOPICS_SCHEMA = pa.schema(
+    [
+        ("line_no", pa.int64()),
+        ("snapshot", pa.int64()),
+        ("ts_us", pa.int64()),
+        ("client", pa.string()),
+        ("topic", pa.string()),
+        *[(f"batchsize_{p}", pa.float64()) for p in _BATCH],
+        *[(f"batchcnt_{p}", pa.float64()) for p in _BATCH],
+        ("batches", pa.int64()),
+        ("partitions", pa.int32()),
+        *[(c, pa.int64()) for c in _PARTITION_SUMS],
+        ("cut", pa.bool_()),
+        ("form", pa.string()),
+    ]
+)
+SCHEMAS = {"stats": SCHEMA, "stats_topics": TOPICS_SCHEMA}
 
 # A time past 146,000 years either side of the epoch is no clock's: such a
 # row keeps its figures but no time, so that the windows the analysis builds
@@ -224,9 +245,33 @@ def _text(v):
     return v if isinstance(v, str) else None
 
 
+def _plain(win, key):
+    v = _num(win.get(key)) if isinstance(win, dict) else None
+    return None if v is None else float(v)
+
+
+def _sums(parts) -> tuple[int | None, list]:
+    """The topic's partitions (-1 not one) and its counters summed over
+    them, null where no partition reports one."""
+    if not isinstance(parts, dict):
+        return None, [None] * len(_PARTITION_SUMS)
+    real = 0
+    sums: list = [None] * len(_PARTITION_SUMS)
+    for k, p in parts.items():
+        if not isinstance(p, dict):
+            continue
+        real += _int(p.get("partition")) != -1 and k != "-1"
+        for i, c in enumerate(_PARTITION_SUMS):
+            v = _int(p.get(c))
+            if v is not None:
+                sums[i] = _int((sums[i] or 0) + v)
+    return real, sums
+
+
 class StatsParser:
     source = "stats"
     SCHEMA = SCHEMA
+    SCHEMAS = SCHEMAS
 
     def __init__(self) -> None:
         self.counts = ParseCounts(self.source)
@@ -238,10 +283,10 @@ class StatsParser:
         self.rows: dict[str, list] = self._empty_rows()
 
     @staticmethod
-    def _empty_rows() -> dict[str, list]:
-        return {f.name: [] for f in SCHEMA}
+    def _empty_rows() -> dict[str, dict[str, list]]:
+        return {name: {f.name: [] for f in schema} for name, schema in SCHEMAS.items()}
 
-    def feed(self, lines, first_line_no: int = 1) -> pa.Table:
+    def feed(self, lines, first_line_no: int = 1) -> dict[str, pa.Table]:
         if hasattr(lines, "to_pylist"):
             lines = lines.to_pylist()
         for no, raw in enumerate(lines, first_line_no):
@@ -263,19 +308,22 @@ class StatsParser:
                 self._count(no)
         return self._table()
 
-    def finish(self) -> pa.Table:
+    def finish(self) -> dict[str, pa.Table]:
         for f in self.scanner.end():
             self._take(f)
         if self.base is not None:
             self._count(self.base + len(self.held) - 1)
         return self._table()
 
-    def _table(self) -> pa.Table:
-        rows, self.rows = self.rows, self._empty_rows()
-        try:
-            return pa.table(rows, schema=SCHEMA)
-        except UnicodeEncodeError:
-            return pa.table(scrub(rows), schema=SCHEMA)
+    def _table(self) -> dict[str, pa.Table]:
+        tables, self.rows = self.rows, self._empty_rows()
+        out = {}
+        for name, rows in tables.items():
+            try:
+                out[name] = pa.table(rows, schema=SCHEMAS[name])
+            except UnicodeEncodeError:
+                out[name] = pa.table(scrub(rows), schema=SCHEMAS[name])
+        return out
 
     def _count(self, last: int) -> None:
         """Lines base..last counted, each as the best of what it held."""
@@ -311,8 +359,9 @@ class StatsParser:
         ts = None if t is None else _int(t * 1_000_000, -TS_LIMIT_US, TS_LIMIT_US)
         client = root.get("name")
         client = None if client is None else str(client)
+        self._topic_rows(s, line_no, form, ts, client)
         brokers = s.brokers or ([(None, {})] if s.root is not None else [])
-        rows = self.rows
+        rows = self.rows["stats"]
         for name, b in brokers:
             rows["line_no"].append(line_no)
             rows["ts_us"].append(ts)
@@ -336,10 +385,38 @@ class StatsParser:
             rows["cut"].append(s.cut)
             rows["form"].append(form)
 
+    def _topic_rows(self, s: _Snapshot, line_no: int, form: str, ts, client) -> None:
+        rows = self.rows["stats_topics"]
+        for name, t in s.topics:
+            rows["line_no"].append(line_no)
+            rows["snapshot"].append(self.snapshot)
+            rows["ts_us"].append(ts)
+            rows["client"].append(client)
+            rows["topic"].append(name if isinstance(name, str) else _text(t.get("topic")))
+            for w in ("batchsize", "batchcnt"):
+                for p in _BATCH:
+                    rows[f"{w}_{p}"].append(_plain(t.get(w), p))
+            sizes = t.get("batchsize")
+            rows["batches"].append(_int(sizes.get("cnt")) if isinstance(sizes, dict) else None)
+            n, sums = _sums(t.get("partitions"))
+            rows["partitions"].append(n)
+            for c, v in zip(_PARTITION_SUMS, sums):
+                rows[c].append(v)
+            rows["cut"].append(s.cut)
+            rows["form"].append(form)
+
+
+def parse_all(lines, first_line_no: int = 1) -> tuple[dict[str, pa.Table], ParseCounts]:
+    """Both tables (``SCHEMAS``) of the lines, and their counts."""
+    p = StatsParser()
+    parts = [p.feed(lines, first_line_no), p.finish()]
+    return {name: pa.concat_tables([t[name] for t in parts]) for name in SCHEMAS}, p.counts
+
 
 def parse_lines(lines, first_line_no: int = 1) -> tuple[pa.Table, ParseCounts]:
-    p = StatsParser()
-    return pa.concat_tables([p.feed(lines, first_line_no), p.finish()]), p.counts
+    """The ``stats`` table of the lines, and their counts."""
+    tables, counts = parse_all(lines, first_line_no)
+    return tables["stats"], counts
 
 
 # Keys only statistics hold, as JSON, a Python repr or escaped JSON spells
@@ -369,8 +446,9 @@ def looks_like(sample: list[str]) -> float:
 
 
 FORMATS = (
-    Format(name="stats", recognised_by=BY_LINES, recognise=looks_like, tables={"stats": SCHEMA},
+    Format(name="stats", recognised_by=BY_LINES, recognise=looks_like, tables=SCHEMAS,
            schema_version=2, reads=CHUNKS, parser=StatsParser,
-           title="librdkafka statistics", pseudonymised=TEXT_SCANNER, feeds={"stats": (CLIENT_QUEUE,)},
+           title="librdkafka statistics", pseudonymised=TEXT_SCANNER,
+           feeds={"stats": (CLIENT_QUEUE,), "stats_topics": (CLIENT_QUEUE,)},
            bundle_dir="stats", older={1: {"stats": SCHEMA_V1}}),
 )

@@ -130,3 +130,52 @@ def test_a_real_log_and_other_json_are_not_statistics():
     assert looks_like(lines) == 0.0
     t, c = parse_lines(['{"ts": 1, "event": "sample", "rtt_us": 5}', "plain words", "{", "}"])
     assert t.num_rows == 0 and c.skipped == {"not_statistics": 4}
+
+
+def expected_topics(o: dict) -> list[tuple]:
+    out = []
+    for name, t in o["topics"].items():
+        parts = t["partitions"].values()
+        out.append((name, *(float(t["batchsize"][p]) for p in ("avg", "p50", "p99", "max")),
+                    *(float(t["batchcnt"][p]) for p in ("avg", "p50", "p99", "max")), t["batchsize"]["cnt"],
+                    sum(p["partition"] != -1 for p in parts), sum(p["msgq_cnt"] for p in parts),
+                    sum(p["xmit_msgq_cnt"] for p in parts), sum(p["txmsgs"] for p in parts)))
+    return out
+
+
+TOPIC_COLUMNS = ("topic", "batchsize_avg", "batchsize_p50", "batchsize_p99", "batchsize_max", "batchcnt_avg",
+                 "batchcnt_p50", "batchcnt_p99", "batchcnt_max", "batches", "partitions", "msgq_cnt", "xmit_msgq_cnt",
+                 "txmsgs")
+
+
+@pytest.mark.parametrize("name", ["real.jsonl", "python_repr.txt", "wrapped80.txt", "pretty.txt"])
+def test_topics_give_the_source_batch_windows(name):
+    from kdiag.parsers.stats import parse_all
+
+    sources = WHOLE[name][0]
+    tables, _ = parse_all((STATS / name).read_text().splitlines())
+    rows = tables["stats_topics"].to_pylist()
+    for k, i in enumerate(sources, 1):
+        mine = [r for r in rows if r["snapshot"] == k]
+        assert [tuple(r[c] for c in TOPIC_COLUMNS) for r in mine] == expected_topics(REAL[i])
+        assert all(r["ts_us"] == REAL[i]["time"] * 1_000_000 and r["client"] == REAL[i]["name"] for r in mine)
+
+
+def test_a_topics_fragment_alone_gives_its_topics():
+    from kdiag.parsers.stats import parse_all
+
+    lines = (STATS / "topics_fragment.txt").read_text().splitlines()
+    tables, c = parse_all(lines)
+    rows = tables["stats_topics"].to_pylist()
+    assert [tuple(r[c] for c in TOPIC_COLUMNS) for r in rows] == expected_topics(REAL[5])
+    assert all(r["cut"] and r["client"] is None for r in rows) and tables["stats"].num_rows == 0
+    assert c.skipped == {"cut": len(lines)} and looks_like(lines) == 1.0
+
+
+def test_v0_8_partition_counters_are_summed_per_topic():
+    from kdiag.parsers.stats import parse_all
+
+    tables, _ = parse_all((STATS / "v0_8.txt").read_text().splitlines())
+    (row,) = tables["stats_topics"].to_pylist()
+    assert row["topic"] == "events" and row["partitions"] == 2 and row["msgq_cnt"] == 1180
+    assert row["xmit_msgq_cnt"] == 20 and row["batchsize_avg"] is None and row["batches"] is None
