@@ -9,8 +9,13 @@ from pathlib import Path
 from kdiag.analysis import causes, predict
 from kdiag.analysis.causes import (
     BY_NAME,
+    LOG_LINES,
     OTHERWISE,
+    PATH,
+    REQUESTS,
     SLOW_WAIT,
+    STATISTICS,
+    SYSCALLS,
     CauseAgg,
     Facts,
     classify,
@@ -121,7 +126,7 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
     pre, path = _before_causes(spark, reqs, stats, conns, meta, parallel)
     before, nagle_possible = before_of(pre, path, stats is not None)
     meta = {**meta, "one_write": before.one_write, "nagle_possible": nagle_possible, "has_stats": stats is not None,
-            "signals": resolved(meta.get("signals"))}
+            "signals": resolved(meta.get("signals")), "stats": resolved(meta.get("stats"))}
     # Statistics without one throttle time add nothing but a join.
     throttles = stats if stats is not None and pre.throttled else None
     rq, held = _classified(spark, produce, conns, throttles, before.path_rtt_ms, nagle_possible, meta, local)
@@ -177,6 +182,8 @@ def concluded(s, per: dict, examples: dict | None, each: dict | None, pre: Befor
     n = s.k if s is not None else 0
     meta["completed_ms"] = (s.time if s is not None else None) or 0.0
     summary = _summary(s, n, pre.all_kinds, source, client_ms, (path_rtt, pre.path_rtt_source, rtt_bound), meta)
+    if not n and client_ms is None and (meta.get("stats") or {}).get("int_latency_p50_ms") is not None:
+        client_ms = meta["stats"]["int_latency_p50_ms"]
     _unknowns(unknowns, s, client_ms, default_nodelay, version)
     if n == 0:
         unknowns.append("no Produce request completed in the capture")
@@ -398,7 +405,23 @@ def _summary(s, n: int, all_kinds: int, source: str, client_ms, path: tuple, met
         "tcp_retransmits": meta.get("tcp_retrans"),
         "first_send_us": s and s.first,
         "last_recv_us": s and s.last,
+        **statistics_in_summary(meta.get("stats"), n),
     }
+
+
+def statistics_in_summary(st: dict | None, requests: int) -> dict:
+    """The statistics' windows in the summary: their series always; with no
+    completed request, their rtt and client queue stand for the requests'
+    (``rtt_source`` says so), which the likely causes rank from."""
+    if not st:
+        return {}
+    out: dict = {"statistics": st}
+    if not requests:
+        out.update({"rtt_p50_ms": st.get("rtt_p50_ms"), "rtt_p99_ms": st.get("rtt_p99_ms"),
+                    "rtt_source": "statistics",
+                    "split_ms": {"client_queue": st.get("int_latency_p50_ms"), "socket_send": None,
+                                 "wait_response": None, "read_response": None}})
+    return out
 
 
 def _unknowns(unknowns: list[str], s, client_ms, default_nodelay: bool | None, version: str | None) -> None:
@@ -445,33 +468,46 @@ def signal_findings(findings: list[dict], run: Facts, vt) -> None:
         if got is None or max(got["share"], got["time_share"]) < CONTRIBUTING_SHARE:
             continue
         said = getattr(cause, "signal_evidence", cause.evidence)(run)
+        rests = list(got.get("rests_on") or [LOG_LINES])
         if cause.NAME in by_cause:
             by_cause[cause.NAME]["evidence"] += said
+            was = by_cause[cause.NAME].setdefault("rests_on", [])
+            was += [r for r in rests if r not in was]
             continue
         findings.append({"cause": cause.NAME, "share": round(got["share"], 3),
                          "time_share": round(got["time_share"], 3), "requests": got["requests"], "evidence": said,
-                         "fix": cause.fix(vt), "fix_text": cause.fix_text(run)})
+                         "fix": cause.fix(vt), "fix_text": cause.fix_text(run), "rests_on": rests})
 
 
 def from_signals_only(run: Facts, vt, unknowns: list[str]) -> dict:
-    """No completed Produce request: the run's other lines are all there is
-    to judge (requests that timed out, retries, errors)."""
+    """No completed Produce request: the run's other lines (requests that
+    timed out, retries, errors), its statistics and its path are all there
+    is to judge. Nothing named from evidence of a Kafka client is
+    ``undecided``, saying what was read; ``no_data`` is an input without
+    any (``meta["evidence_read"]``: table -> rows; a caller that does not
+    count them keeps ``no_data``)."""
     findings: list[dict] = []
     signal_findings(findings, run, vt)
-    findings.sort(key=lambda f: (-f["share"], f["cause"]))
+    findings.sort(key=lambda f: (-max(f["share"], f.get("time_share") or 0.0), f["cause"]))
     if not findings:
-        return result_of(run.meta, run.version, OTHERWISE, [], run.summary, unknowns, no_data=True)
+        read = {t: n for t, n in (run.meta.get("evidence_read") or {}).items() if n}
+        if not read:
+            return result_of(run.meta, run.version, OTHERWISE, [], run.summary, unknowns, no_data=True)
+        result = result_of(run.meta, run.version, OTHERWISE, [], run.summary, unknowns, undecided=True)
+        result["evidence_read"] = read
+        return result
     return result_of(run.meta, run.version, findings[0]["cause"], findings, run.summary, unknowns)
 
 
 def finding(cause, facts: Facts, share: float, vt) -> dict:
-    """One cause's finding: its share, its sentences, its fix and its
-    median request as the example."""
+    """One cause's finding: its share, its sentences, its fix, what it
+    rests on and its median request as the example."""
     ex = facts.example
     return {
         "cause": cause.NAME,
         "share": round(share, 3),
         "requests": facts.agg.k,
+        "rests_on": request_rests_on(cause, facts),
         "evidence": cause.evidence(facts),
         "fix": cause.fix(vt),
         "fix_text": cause.fix_text(facts),
@@ -480,13 +516,26 @@ def finding(cause, facts: Facts, share: float, vt) -> dict:
     }
 
 
-def result_of(meta, version, verdict, findings, summary, unknowns, no_data=False) -> dict:
+def request_rests_on(cause, facts: Facts) -> list[str]:
+    """What a finding its requests gave rests on: the requests (librdkafka's
+    lines, or syscalls alone), the syscalls that split them, and what the
+    cause's rule reads besides (``ALSO_RESTS_ON``) when the run has it."""
+    source = facts.summary.get("source")
+    rests = {"syscalls": [SYSCALLS], "strace": [REQUESTS, SYSCALLS]}.get(source, [REQUESTS])
+    has = {STATISTICS: bool(facts.meta.get("has_stats")), PATH: facts.path_rtt_ms is not None}
+    rests += [k for k in getattr(cause, "ALSO_RESTS_ON", ()) if has.get(k, True) and k not in rests]
+    return rests
+
+
+def result_of(meta, version, verdict, findings, summary, unknowns, no_data=False, undecided=False) -> dict:
     return {
         "kdiag_version": meta.get("kdiag_version"),
         "librdkafka_version": version,
-        # Nothing to judge is not "healthy": the verdict is then null.
-        "verdict": None if no_data else verdict,
+        # Nothing to judge is not "healthy": the verdict is then null, as it
+        # is for evidence of a client that decides no cause (``undecided``).
+        "verdict": None if no_data or undecided else verdict,
         "no_data": no_data,
+        "undecided": undecided,
         "summary": summary,
         "findings": findings,
         "unknowns": unknowns,

@@ -36,3 +36,8 @@ CPU_STARVED_SHARE = 0.5
 # A slow request is the broker's quota when the broker reported a throttle
 # time of at least this share of the request's wait around its response.
 THROTTLE_SHARE = 0.5
+# A path round trip this long, given alone (a ping, a traceroute: no
+# request seen), names network_latency: every request pays at least one
+# round trip, and this is most of any latency a producer is called slow
+# for. A shorter path alone decides nothing.
+PATH_ALONE_SLOW_MS = 50.0

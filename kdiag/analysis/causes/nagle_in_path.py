@@ -13,6 +13,8 @@ EXAMPLE_COLUMNS = ("nodelay", "nodelay_line")
 MEETS = {"wait_ms": 43.0, "total_ms": 43.5, "n_writes": 3, "nodelay": True}
 COLOUR = "#ff7f0e"
 PART = "wait"
+# The path RTT its rule weighs the wait against.
+ALSO_RESTS_ON = ("path",)
 SIGNATURE = (
     "The same stall, but the client socket has TCP_NODELAY (from strace's `setsockopt`, or "
     "sampled live from the socket). Requests that left in one write come back fast. A proxy or "
