@@ -149,3 +149,37 @@ def test_statistics_rules_on_the_driver():
     small = {"batch_msgs_p50": 1.0, "msg_cnt_max": 500}
     assert _verdict(small)[0] == "small_batches"
     assert _verdict({**small, "msg_cnt_max": 0})[1]["undecided"]   # nothing waited: a quiet producer
+
+
+def write_tls_log(path, small_ms: float, produce_ms: float, n: int = 8):
+    """librdkafka's debug log (``%7|epoch|FAC|name| ...``) of a TLS broker:
+    a 25-byte ApiVersionRequest, then ``n`` Produce requests."""
+    b = "ssl://k1.example:9093/1"
+    t = 1_760_000_000.0
+    out = []
+
+    def line(at, fac, text):
+        out.append(f"%7|{at:.3f}|{fac}|rdkafka#producer-1| [thrd:{b}]: {b}: {text}")
+    line(t, "SEND", "Sent ApiVersionRequest (v3, 25 bytes @ 0, CorrId 1)")
+    line(t + small_ms / 1000, "RECV", f"Received ApiVersionResponse (v3, 400 bytes, CorrId 1, rtt {small_ms:.2f}ms)")
+    for i in range(n):
+        at = t + 1 + i * 0.5
+        line(at, "SEND", f"Sent ProduceRequest (v7, 1200 bytes @ 0, CorrId {i + 2})")
+        line(at + produce_ms / 1000, "RECV",
+             f"Received ProduceResponse (v7, 60 bytes, CorrId {i + 2}, rtt {produce_ms:.2f}ms)")
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+def test_a_one_record_request_as_slow_rules_nagle_out(spark, tmp_path):
+    rc, f = replay(write_tls_log(tmp_path / "slow_all.log", 66.0, 62.0))
+    assert rc == 0 and f["summary"]["requests"] == 8
+    assert "Nagle is ruled out" in f["summary"]["nagle_ruled_out"]
+    assert f["verdict"] != "nagle_delayed_ack"
+    assert all(x["cause"] not in ("nagle_delayed_ack", "nagle_in_path") for x in f["findings"])
+    assert f["likely"][0]["cause"] != "nagle_delayed_ack"
+    assert any("ApiVersionRequest" in e for x in f["findings"] for e in x["evidence"])
+    assert f["findings"][0]["rests_on"][0] == "requests"
+    # The same log with a fast ApiVersionRequest: Nagle stays possible.
+    rc, f = replay(write_tls_log(tmp_path / "fast_small.log", 1.0, 62.0))
+    assert "nagle_ruled_out" not in f["summary"]

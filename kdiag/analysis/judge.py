@@ -29,7 +29,13 @@ from kdiag.analysis.connections import attach_connections, path_rtt_of
 from kdiag.analysis.per_request import fill_write_sizes
 from kdiag.analysis.samples import runq_of, throttle_of
 from kdiag.analysis.spark_plumbing import at_once, cached, quantile, resolved, rounded
-from kdiag.analysis.thresholds import CONTRIBUTING_SHARE, ONE_WRITE_MIN, ONE_WRITE_WAIT_SHARE, SLOW_MS
+from kdiag.analysis.thresholds import (
+    CONTRIBUTING_SHARE,
+    ONE_RECORD_BYTES,
+    ONE_WRITE_MIN,
+    ONE_WRITE_WAIT_SHARE,
+    SLOW_MS,
+)
 
 EXAMPLE_SORT_MAX = 100_000
 EXAMPLE_BAND = 0.0005
@@ -117,6 +123,25 @@ def one_write_rules_out_nagle(n_one: int, one_wait_p50_ms: float | None, split_w
             and one_wait_p50_ms >= max(SLOW_MS, ONE_WRITE_WAIT_SHARE * split_wait_p50_ms))
 
 
+def nagle_ruled_out(one_write: dict) -> str | None:
+    """The sentence that says a small request of another kind ruled Nagle
+    out (``before_of``), or None."""
+    if not one_write.get("small_kind"):
+        return None
+    return (f"Nagle is ruled out: {one_write['small_n']} {one_write['small_kind']}Request(s) small enough to leave "
+            f"in one TLS record and one segment took {one_write['small_p50_ms']} ms (median), as long as the Produce "
+            f"requests ({one_write['produce_p50_ms']} ms): Nagle holds back nothing of a request sent whole, so "
+            f"what holds them is the broker or the path")
+
+
+def small_request_rules_out_nagle(n: int, took_ms: float | None, produce_ms: float | None) -> bool:
+    """A request of another kind small enough to leave in one record (an
+    ApiVersionRequest of 25 bytes) that took as long as the Produce
+    requests: what holds them is not Nagle."""
+    return (n >= 1 and took_ms is not None and produce_ms is not None
+            and took_ms >= max(SLOW_MS, ONE_WRITE_WAIT_SHARE * produce_ms))
+
+
 def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, source: str,
           unknowns: list[str], meta: dict, syscalls=None, parallel: bool = False, local: bool = False) -> dict:
     """The findings of the Produce requests ``produce`` (``reqs``: of every
@@ -168,6 +193,12 @@ def before_of(pre, path: tuple, has_stats: bool) -> tuple[Before, bool]:
     single = {"n": pre.n1 if pre else 0, "wait_p50_ms": rounded(pre.m1, 3) if pre else None}
     client_ms = pre.client_ms if pre is not None and has_stats else None
     nagle_possible = not one_write_rules_out_nagle(single["n"], single["wait_p50_ms"], pre.multi_wait if pre else None)
+    small = pre.asDict() if pre is not None and "n_small" in pre.asDict() else {}
+    if nagle_possible and small_request_rules_out_nagle(small.get("n_small") or 0, small.get("m_small"),
+                                                        small.get("produce_took")):
+        nagle_possible = False
+        single = {**single, "small_kind": small.get("small_kind"), "small_n": small["n_small"],
+                  "small_p50_ms": rounded(small["m_small"], 3), "produce_p50_ms": rounded(small["produce_took"], 3)}
     return Before(pre.all_kinds if pre else 0, single, client_ms, *path), nagle_possible
 
 
@@ -200,6 +231,12 @@ def concluded(s, per: dict, examples: dict | None, each: dict | None, pre: Befor
             r[ci] = slow_as if r[ci] == SLOW_WAIT else r[ci]
     facts = Facts(None, {}, n, path_rtt, rtt_bound, version, default_nodelay, summary, meta, client_ms)
     findings = _findings(per, examples, facts, vt)
+    ruled = nagle_ruled_out(pre.one_write)
+    if ruled:
+        summary["nagle_ruled_out"] = ruled
+        for f in findings:
+            if f["cause"] != OTHERWISE:
+                f["evidence"].append(ruled)
     predict.attach(findings, each, pre.one_write["wait_p50_ms"], path_rtt, client_ms)
     verdict = verdict_of(findings)
     if verdict == OTHERWISE:
@@ -300,6 +337,14 @@ def before_causes(reqs, stats, keys: tuple = ()):
             quantile(F.when(one_write, F.col("wait_ms")), 0.5).alias("m1"),
             quantile(F.when((F.col("request") == "Produce") & (F.col("n_writes") >= 2), F.col("wait_ms")),
                      0.5).alias("multi_wait")]
+    if "req_bytes" in reqs.columns:
+        # A small request of another kind (ApiVersion, Metadata) leaves in
+        # one TLS record, one segment: nothing of it is held by Nagle.
+        took = F.coalesce(F.col("wait_ms"), F.col("total_ms"), F.col("rtt_ms"))
+        small = (F.col("request") != "Produce") & F.col("req_bytes").between(1, ONE_RECORD_BYTES) & took.isNotNull()
+        cols += [F.count(F.when(small, 1)).alias("n_small"), quantile(F.when(small, took), 0.5).alias("m_small"),
+                 F.first(F.when(small, F.col("request")), ignorenulls=True).alias("small_kind"),
+                 quantile(F.when(F.col("request") == "Produce", took), 0.5).alias("produce_took")]
     pre = reqs.groupBy(*keys).agg(*cols) if keys else reqs.agg(*cols)
     if stats is not None:
         scols = [quantile("int_latency_p50_ms", 0.5).alias("client_ms"),

@@ -228,6 +228,8 @@ class ThinEvidence:
     found: frozenset                # the causes already found
     signals: dict                   # librdkafka's other lines, summed (signals.py)
     client_queue_ms: float | None   # statistics' int_latency; None without statistics
+    # A one-record request of another kind took as long: not Nagle.
+    nagle_ruled_out: bool = False
 
     @property
     def slow(self) -> bool:

@@ -71,7 +71,7 @@ def signal_evidence(facts) -> list[str]:
 
 def likely(thin) -> tuple[int, str, str] | None:
     rtt, path = thin.rtt_ms, thin.path_rtt_ms
-    if not thin.slow or (thin.tls and thin.nagle_band):
+    if not thin.slow or (thin.tls and thin.nagle_band and not thin.nagle_ruled_out):
         return None
     return (10 if path is not None else 6,
             f"rtt {rtt} ms" + (f" over a {path} ms path" if path is not None else "") + " and no Nagle band", STRACE)

@@ -81,7 +81,7 @@ def fix_text(facts) -> str:
 
 
 def likely(thin) -> tuple[int, str, str] | None:
-    if not (thin.slow and thin.tls and thin.nagle_band):
+    if not (thin.slow and thin.tls and thin.nagle_band) or thin.nagle_ruled_out:
         return None
     return (12, f"rtt {thin.rtt_ms} ms is the delayed-ACK timer ({DELAYED_ACK_MS:.0f} ms) plus the path, over TLS",
             STRACE)

@@ -47,7 +47,7 @@ def fix_text(facts) -> str:
 
 
 def likely(thin) -> tuple[int, str, str] | None:
-    if not thin.slow or thin.tls or not thin.nagle_band:
+    if not thin.slow or thin.tls or not thin.nagle_band or thin.nagle_ruled_out:
         return None
     return (4, f"rtt {thin.rtt_ms} ms is in the delayed-ACK band, but the brokers are not TLS: librdkafka sends "
             f"a plaintext request in one write, so only a proxy could hold it", STRACE)
