@@ -183,3 +183,31 @@ def test_a_one_record_request_as_slow_rules_nagle_out(spark, tmp_path):
     # The same log with a fast ApiVersionRequest: Nagle stays possible.
     rc, f = replay(write_tls_log(tmp_path / "fast_small.log", 1.0, 62.0))
     assert "nagle_ruled_out" not in f["summary"]
+
+
+def test_error_lines_alone(spark, tmp_path):
+    """Connection failures alone name broker_down; delivery failures that say
+    messages timed out name request_timeout; both from the error lines."""
+    b = "k1.example:9092/bootstrap"
+    t = 1_760_000_000.0
+    down = tmp_path / "refused.log"
+    down.write_text("".join(
+        f"%3|{t + i:.3f}|FAIL|rdkafka#producer-1| [thrd:{b}]: {b}: Connect to ipv4#192.0.2.10:9092 failed: "
+        f"Connection refused (after {i}ms in state CONNECT)\n"
+        f"%7|{t + i + 0.001:.3f}|STATE|rdkafka#producer-1| [thrd:{b}]: {b}: Broker changed state CONNECT -> DOWN\n"
+        for i in range(3)))
+    rc, f = replay(down)
+    assert rc == 0 and f["verdict"] == "broker_down", f["findings"]
+    assert f["findings"][0]["rests_on"] == ["error lines"]
+    assert any("Connection refused" in e for e in f["findings"][0]["evidence"])
+    assert f["confidence"].startswith("low")
+
+    timed = tmp_path / "timed_out.log"
+    timed.write_text("".join(
+        f"%7|{t + i:.3f}|MSGSET|rdkafka#producer-1| [thrd:k1.example:9092/1]: k1.example:9092/1: orders [{i}]: "
+        f"MessageSet with 4 message(s) (MsgId 0, BaseSeq -1) encountered error: Local: Message timed out "
+        f"(actions Permanent,MsgNotPersisted)\n" for i in range(3)))
+    rc, f = replay(timed)
+    assert f["verdict"] == "request_timeout", f["findings"]
+    assert "retry_backoff" not in {x["cause"] for x in f["findings"]}
+    assert f["findings"][0]["rests_on"] == ["error lines"]

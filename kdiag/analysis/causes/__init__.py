@@ -84,6 +84,7 @@ ORDER = (
     # Judged over the run from librdkafka's other lines (signals.py), not
     # per completed request: an excerpt may hold no completed request.
     "request_timeout",
+    "broker_down",
     "retry_backoff",
     "small_batches",
     "healthy",

@@ -45,11 +45,23 @@ def from_signals(facts) -> dict | None:
     From librdkafka's lines, else from the statistics' req_timeouts."""
     sig, completed, completed_ms = facts.meta.get("signals") or {}, facts.requests, facts.meta.get("completed_ms") or 0.0
     k = sig.get("timed_out") or 0
+    if not k and messages_timed_out(sig):
+        # Delivery failed with "Local: Message timed out": message.timeout.ms
+        # ran out while the messages waited for a request to complete.
+        k = sig.get("errors") or 1
+        return {"requests": k, "share": 1.0 if not completed else min(1.0, k / completed),
+                "time_share": 1.0 if not completed else min(1.0, k / completed), "rests_on": ["error lines"]}
     if not k:
         return _from_stats(facts)
     spent = k * (sig.get("timeout_after_ms") or 0.0)
     return {"requests": k, "share": k / (k + completed),
             "time_share": spent / (spent + completed_ms) if spent else 1.0, "rests_on": ["error lines"]}
+
+
+def messages_timed_out(sig: dict) -> bool:
+    """The Produce errors in librdkafka's lines are message timeouts."""
+    names = [str(e).lower() for e in sig.get("error_names") or []]
+    return bool(names) and all("timed out" in e for e in names)
 
 
 def _from_stats(facts) -> dict | None:
@@ -67,8 +79,15 @@ def _from_stats(facts) -> dict | None:
 
 
 def signal_evidence(facts) -> list[str]:
-    if (facts.meta.get("signals") or {}).get("timed_out"):
+    sig = facts.meta.get("signals") or {}
+    if sig.get("timed_out"):
         return evidence(facts)
+    if messages_timed_out(sig):
+        names = ", ".join(f'"{e}"' for e in sig.get("error_names") or [])
+        return [f"{sig.get('errors')} Produce error line(s) say messages timed out ({names}): message.timeout.ms "
+                f"ran out while they waited for a request to complete",
+                "the broker or the path stalled, or no leader was reachable; librdkafka's log with "
+                "debug=broker,protocol shows which requests were in flight"]
     from kdiag.analysis.causes import version_tuple
 
     st = _stats.of(facts) or {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kdiag.analysis.causes import _stats
 from kdiag.analysis.causes._captures import DEBUG_MSG, SAID_BY_LINES
+from kdiag.analysis.causes.request_timeout import messages_timed_out
 
 NAME = "retry_backoff"
 TAIL = True
@@ -40,6 +41,8 @@ def from_signals(facts) -> dict | None:
     errors = sig.get("errors") or 0
     if not k and not errors:
         return _from_stats(facts)
+    if not k and messages_timed_out(sig):   # request_timeout's: nothing was retried
+        return None
     spent = max(k, errors) * BACKOFF_MS
     n = max(k, errors)
     return {"requests": n, "share": min(1.0, n / max(completed, 1)),
