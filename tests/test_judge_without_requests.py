@@ -211,3 +211,17 @@ def test_error_lines_alone(spark, tmp_path):
     assert f["verdict"] == "request_timeout", f["findings"]
     assert "retry_backoff" not in {x["cause"] for x in f["findings"]}
     assert f["findings"][0]["rests_on"] == ["error lines"]
+
+
+def test_what_a_request_finding_rests_on():
+    from kdiag.analysis.causes import BY_NAME
+    from kdiag.analysis.judge import request_rests_on
+
+    def facts(source, path=None, **meta):
+        return Facts(None, {}, 10, path, False, None, None, {"source": source}, meta)
+    nagle = BY_NAME["nagle_delayed_ack"]
+    assert request_rests_on(nagle, facts("strace")) == ["requests", "syscalls"]
+    assert request_rests_on(nagle, facts("log", 0.3, evidence_read={"sockets": 4})) == \
+        ["requests", "path", "socket samples"]
+    assert request_rests_on(BY_NAME["throttled"], facts("syscalls", has_stats=True)) == ["syscalls", "statistics"]
+    assert request_rests_on(BY_NAME["healthy"], facts("log", 0.3)) == ["requests"]

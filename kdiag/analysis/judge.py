@@ -14,6 +14,7 @@ from kdiag.analysis.causes import (
     PATH,
     REQUESTS,
     SLOW_WAIT,
+    SOCKET_SAMPLES,
     STATISTICS,
     SYSCALLS,
     CauseAgg,
@@ -567,7 +568,8 @@ def request_rests_on(cause, facts: Facts) -> list[str]:
     cause's rule reads besides (``ALSO_RESTS_ON``) when the run has it."""
     source = facts.summary.get("source")
     rests = {"syscalls": [SYSCALLS], "strace": [REQUESTS, SYSCALLS]}.get(source, [REQUESTS])
-    has = {STATISTICS: bool(facts.meta.get("has_stats")), PATH: facts.path_rtt_ms is not None}
+    has = {STATISTICS: bool(facts.meta.get("has_stats")), PATH: facts.path_rtt_ms is not None,
+           SOCKET_SAMPLES: bool((facts.meta.get("evidence_read") or {}).get("sockets"))}
     rests += [k for k in getattr(cause, "ALSO_RESTS_ON", ()) if has.get(k, True) and k not in rests]
     return rests
 

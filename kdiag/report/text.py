@@ -181,7 +181,7 @@ def render_apart(apart: list[dict]) -> str:
         # is what the terminal shows.
         rows.append(tuple(map(visible, (
             ", ".join(map(str, f.get("source") or [])) or "?", str(s.get("requests", 0)),
-            str(f.get("verdict") or ("no data" if f.get("no_data") else "-")),
+            str(f.get("verdict") or ("no data" if f.get("no_data") else "undecided" if f.get("undecided") else "-")),
             _fmt(s.get("latency_p50_ms")), _fmt(s.get("latency_p99_ms")),
             f.get("librdkafka_version") or "?", str(f.get("confidence") or "-").split(":")[0]))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

@@ -14,8 +14,9 @@ EXAMPLE_COLUMNS = ("connect_us", "connect_line", "peer")
 MEETS = {"wait_ms": 43.0, "total_ms": 43.5, "n_writes": 3, "nodelay": False}
 COLOUR = "#d62728"
 PART = "wait"
-# The path RTT its rule weighs the wait against.
-ALSO_RESTS_ON = ("path",)
+# The path RTT its rule weighs the wait against; the sockets' unsent bytes
+# its evidence cites.
+ALSO_RESTS_ON = ("path", "socket samples")
 SIGNATURE = (
     "The request left in several writes (TLS records). The broker thread then waited in `poll()` "
     "for about the delayed-ACK timer (40 ms) plus the path RTT: 30-70 ms beyond the RTT. Linux "
