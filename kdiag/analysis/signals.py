@@ -76,6 +76,11 @@ def _columns() -> list:
     # handle destroyed without termination") is counted apart.
     erred = F.col("error").isNotNull()
     produce_error = erred & ((ev == "msgset") | F.coalesce(produce, F.lit(False)))
+    # A request that timed out ("ApiVersionRequest failed: Local: Timed
+    # out: ...") is not a broker the client could not reach.
+    timed_out = F.coalesce(F.col("detail").rlike("Request failed: [^:]*: ?Timed out"), F.lit(False))
+    down = ((ev == "fail") & F.col("count").isNull() & ~timed_out) | \
+        ((ev == "state") & F.coalesce(F.col("detail").endswith("-> DOWN"), F.lit(False)))
     return [
         F.count(F.when(ev == "timeout", 1)).alias("timeout_lines"),
         F.sum(F.when(ev == "timeouts", F.col("count"))).alias("timed_out"),
@@ -84,6 +89,11 @@ def _columns() -> list:
         F.max(F.when(ev == "fail", F.col("rtt_ms"))).alias("fail_avg_rtt_ms"),
         F.count(F.when(ev == "fail", 1)).alias("disconnects"),
         F.first(F.when(ev == "fail", F.col("detail")), ignorenulls=True).alias("fail_detail"),
+        # A broker the client could not reach or lost, not for a request
+        # that timed out: FAIL lines without "N request(s) timed out", and
+        # state changes to DOWN.
+        F.count(F.when(down, 1)).alias("down_lines"),
+        F.first(F.when(down & (ev == "fail"), F.col("detail")), ignorenulls=True).alias("down_detail"),
         F.count(F.when((ev == "retry") & produce, 1)).alias("retries"),
         F.count(F.when(ev == "retry", 1)).alias("retries_all"),
         F.count(F.when(produce_error, 1)).alias("errors"),
