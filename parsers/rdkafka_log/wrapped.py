@@ -40,7 +40,13 @@ from kdiag.parsers.rdkafka_log.patterns import BROKER_NAME
 # name, to be taken for librdkafka's (the prefixes of patterns._EVENTS).
 _BROKER_MESSAGE = (r"^(?P<prefix>.*?)(?P<msg>(?:" + BROKER_NAME + r"): (?:Sent |Received |Timed out |Retrying |"
                    r"Response for unknown CorrId|Broker changed state |Connecting to |Connected to |"
-                   r"[0-9]+ request\(s\) timed out).*)$")
+                   r"[0-9]+ request\(s\) timed out|failed: err: |(?:Receive|Send) failed: |Connect to |"
+                   r"Failed to connect to broker |Disconnected|Connection closed|[A-Za-z]+Request failed: |"
+                   r"Metadata request failed: ).*)$")
+# A line that holds no librdkafka log message but one of its errors as the
+# application got it (patterns.APP_ERROR): the message from there on.
+_ERROR_MESSAGE = (r"^(?P<prefix>.*?)(?P<msg>(?:KafkaError\{|(?:Local|Broker): [A-Z]|Local_[A-Z][a-z]|"
+                  r"(?:RD_KAFKA_RESP_)?ERR__[A-Z]|_MSG_TIMED_OUT|failed: err: ).*)$")
 # A JSON object's string value ends at its first unescaped quote.
 _JSON_VALUE_END = r'^((?:[^"\\]|\\.)*)".*$'
 # Where a structured logger names the facility.
@@ -142,6 +148,26 @@ def wrapped(lines: pa.Array, idx: np.ndarray, pieces: list) -> np.ndarray:
     ts, res = timestamps(search)
     pieces.append((idx[hit], {"ts_us": ts, "level": _level(prefix), "facility": _facility(prefix, search, is_json),
                               "client": _client(prefix, line), "msg": msg,
+                              "ts_resolution_us": res}))
+    return idx[~hit]
+
+
+def error_lines(lines: pa.Array, idx: np.ndarray, pieces: list) -> np.ndarray:
+    """Rows of lines that hold one of librdkafka's errors but no log
+    message of it (a delivery report, an exception, an error callback, a
+    BROKERFAIL line cut from its prefix), appended to ``pieces``; returns
+    the lines not read."""
+    sub = lines.take(pa.array(idx))
+    got = pc.extract_regex(sub, _ERROR_MESSAGE)
+    hit = null_as_false(pc.is_valid(got))
+    if not hit.any():
+        return idx
+    got = got.filter(pa.array(hit))
+    prefix, msg = pc.struct_field(got, "prefix"), pc.struct_field(got, "msg")
+    ts, res = timestamps(prefix)
+    pieces.append((idx[hit], {"ts_us": ts, "level": _level(prefix),
+                              "facility": _facility(prefix, prefix, np.zeros(len(msg), dtype=bool)),
+                              "client": _client(prefix, sub.filter(pa.array(hit))), "msg": msg,
                               "ts_resolution_us": res}))
     return idx[~hit]
 
