@@ -42,6 +42,7 @@ from kdiag.parsers.rdkafka_log.patterns import (
     JSON_FIELDS,
     JSON_LINE,
     JSON_MSG,
+    OLD_PRINT,
     OPTIONAL,
     PY_LEVEL,
     PY_LEVELS,
@@ -279,7 +280,7 @@ class RdkafkaLogParser:
         the other parts of multi-line records."""
         parts = np.zeros(0, np.int64)
         left = rest
-        for fmt in ("dotnet", "go", "json", "inspect", "python", "wrapped", "errors"):
+        for fmt in ("dotnet", "go", "old_print", "json", "inspect", "python", "wrapped", "errors"):
             if not len(left):
                 break
             if fmt == "inspect":
@@ -321,10 +322,28 @@ class RdkafkaLogParser:
         got, msg, hit, miss = self._match(lines, idx[cand], GO)
         left = np.sort(np.concatenate([idx[~cand], miss]))
         if len(hit):
-            pieces.append((hit, {"ts_us": pa.nulls(len(hit), pa.int64()),
-                                 "level": pc.cast(match_group(got, "level"), pa.int8()),
+            frac = optional_group(got, "frac")
+            ts = local_ts(match_group(got, "date"), match_group(got, "time"), pc.utf8_slice_codeunits(frac, 0, 6),
+                          match_group(got, "tz"))
+            pieces.append((hit, {"ts_us": ts, "level": pc.cast(match_group(got, "level"), pa.int8()),
                                  "facility": match_group(got, "facility"), "client": match_group(got, "client"),
-                                 "msg": msg, "ts_resolution_us": pa.nulls(len(hit), pa.int32())}))
+                                 "msg": msg, "ts_resolution_us": frac_resolution(ts, frac)}))
+        return left
+
+    def _old_print(self, lines, idx, pieces) -> np.ndarray:
+        cand = null_as_false(pc.match_substring(lines.take(pa.array(idx)), "RDKAFKA-"))
+        if not cand.any():
+            return idx
+        got, msg, hit, miss = self._match(lines, idx[cand], OLD_PRINT)
+        left = np.sort(np.concatenate([idx[~cand], miss]))
+        if len(hit):
+            ms = pc.add(pc.multiply(pc.cast(optional_group(got, "s"), pa.int64()), 1000),
+                        pc.cast(optional_group(got, "frac"), pa.int64()))
+            ts = pc.multiply(ms, 1000)
+            pieces.append((hit, {"ts_us": ts, "level": pc.cast(match_group(got, "level"), pa.int8()),
+                                 "facility": match_group(got, "facility"),
+                                 "client": pc.utf8_trim_whitespace(match_group(got, "client")),
+                                 "msg": msg, "ts_resolution_us": resolution_where_stamped(ts, 1000)}))
         return left
 
     def _json(self, lines, idx, pieces) -> np.ndarray:
@@ -420,7 +439,7 @@ class RdkafkaLogParser:
         level = pc.take(pa.array(list(PY_LEVELS.values()), pa.int8()), level)
         pieces.append((hit, {"ts_us": ts, "level": level, "facility": match_group(got, "facility"),
                              "client": match_group(got, "client"), "msg": unquoted(prefix, msg),
-                             "ts_resolution_us": frac_resolution(ts, optional_group(t, "frac"))}))
+                             "ts_resolution_us": frac_resolution(ts, optional_group(t, "frac"), match_group(t, "time"))}))
         return left
 
     def _events(self, line_no: pa.Array, cols: dict, m: int) -> pa.Table:

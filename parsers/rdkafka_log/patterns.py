@@ -78,7 +78,7 @@ EVENTS: list[tuple[str, str, str]] = [
     ("recv", "Received ",
      (r"^Received (?P<request>[A-Za-z]+)Response \((?:v(?P<api_version>[0-9]{1,4}), )?"
       r"(?P<size_bytes>[0-9]{1,18}) bytes, CorrId (?P<corr_id>-?[0-9]{1,10})"
-      r"(?:, rtt (?P<rtt_ms>[0-9]{1,12}(?:\.[0-9]{1,6})?)ms)?\)")),
+      r"(?:, rtt ?(?P<rtt_ms>[0-9]{1,12}(?:\.[0-9]{1,6})?)ms)?\)")),
     # "Retrying %sRequest (v%hd, %zu bytes, retry %d/%d, prev CorrId %d) in %dms";
     # before v0.11.4 "Retrying %sRequest (v%hd, %zu bytes, retry %d/%d)".
     ("retry", "Retrying ",
@@ -192,9 +192,17 @@ DOTNET = (r"^(?P<lname>" + "|".join(DOTNET_LEVELS) + r")\|"
 # confluent-kafka-go LogEvent.String():
 #   fmt.Sprintf("[%v][%s][%s][%d]%s", logEvent.Timestamp.Format(time.RFC3339),
 #               logEvent.Name, logEvent.Tag, logEvent.Level, logEvent.Message)
-# RFC 3339 prints whole seconds: too coarse to time a request, so not kept.
-GO = (r"^.*?\[[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?:Z|[+\-][0-9]{2}:[0-9]{2})\]"
+# RFC 3339 prints whole seconds: kept, with a resolution of a second.
+GO = (r"^.*?\[(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2})T(?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})(?:\.(?P<frac>[0-9]+))?"
+       r"(?P<tz>Z|[+\-][0-9]{2}:[0-9]{2})\]"
        r"\[(?P<client>[^\]]*)\]\[(?P<facility>[A-Za-z0-9_\-]*)\]\[(?P<level>[0-7])\]")
+# librdkafka 0.8's rd_kafka_log_print() (its default log_cb until 0.9.0):
+#   fprintf(stderr, "%u.%03u RDKAFKA-%i-%s: %s: %s\n", (int)tv.tv_sec,
+#           (int)(tv.tv_usec / 1000), level, fac, rk ? rk->rk_name : "", buf);
+# also printed by applications that copied it, with their own word before
+# "RDKAFKA" ("APP-RDKAFKA-7-SEND") and around it.
+OLD_PRINT = (r"^.*?(?:(?P<s>[0-9]{9,10})\.(?P<frac>[0-9]{3}) )?(?:[A-Za-z0-9_]+-)?RDKAFKA-(?P<level>[0-7])-"
+             r"(?P<facility>[A-Za-z0-9_\-]+): (?P<client>[^:]*): ")
 # JSON.stringify() of an event.log object: node-rdkafka's
 # { severity, fac, message }, confluent-kafka-javascript's adds name; the
 # KafkaJS-style logger's { message, fac, timestamp: Date.now(), name }.
