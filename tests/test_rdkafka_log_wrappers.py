@@ -1,4 +1,4 @@
-"""Wrappers met in real pastes: librdkafka 0.8's own default log format,
+"""Wrappers met in real pastes: the logger callback of librdkafka's examples,
 application loggers whose prefix carries no facility, the message alone,
 timestamps of whole seconds or minutes, and every request type's
 Sent/Received lines with their sizes and rtt."""
@@ -17,8 +17,9 @@ def rows(lines: list[str]) -> list[dict]:
     return t.to_pylist()
 
 
-def test_librdkafka_0_8_default_log_print():
-    # "%u.%03u RDKAFKA-%i-%s: %s: %s\n": seconds.ms, level, facility, name, message
+def test_examples_logger_callback_format():
+    # rdkafka_example's "%u.%03u RDKAFKA-%i-%s: %s: %s\n": seconds.ms, level,
+    # facility, name, message; copied by many programs
     got = rows([f"1795600801.788 RDKAFKA-7-SEND: rdkafka#producer-0: {B}: Sent ProduceRequest (1290 bytes, CorrId 3)",
                 f"1795600801.831 RDKAFKA-7-RECV: rdkafka#producer-0: {B}: Received ProduceResponse (34 bytes, CorrId 3)",
                 "1795600801.900 RDKAFKA-7-TOPIC: rdkafka#producer-0: New local topic: t1",

@@ -196,11 +196,13 @@ DOTNET = (r"^(?P<lname>" + "|".join(DOTNET_LEVELS) + r")\|"
 GO = (r"^.*?\[(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2})T(?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})(?:\.(?P<frac>[0-9]+))?"
        r"(?P<tz>Z|[+\-][0-9]{2}:[0-9]{2})\]"
        r"\[(?P<client>[^\]]*)\]\[(?P<facility>[A-Za-z0-9_\-]*)\]\[(?P<level>[0-7])\]")
-# librdkafka 0.8's rd_kafka_log_print() (its default log_cb until 0.9.0):
+# The logger callback of librdkafka's examples (rdkafka_example.c,
+# rdkafka_performance.c), copied into many programs and bindings (Ruby's
+# Hermann, C and C++ services), some through their own logger:
 #   fprintf(stderr, "%u.%03u RDKAFKA-%i-%s: %s: %s\n", (int)tv.tv_sec,
-#           (int)(tv.tv_usec / 1000), level, fac, rk ? rk->rk_name : "", buf);
-# also printed by applications that copied it, with their own word before
-# "RDKAFKA" ("APP-RDKAFKA-7-SEND") and around it.
+#           (int)(tv.tv_usec / 1000), level, fac, rd_kafka_name(rk), buf);
+# without the time when a logger prints its own, or with a word of the
+# program's before "RDKAFKA" ("APP-RDKAFKA-7-SEND").
 OLD_PRINT = (r"^.*?(?:(?P<s>[0-9]{9,10})\.(?P<frac>[0-9]{3}) )?(?:[A-Za-z0-9_]+-)?RDKAFKA-(?P<level>[0-7])-"
              r"(?P<facility>[A-Za-z0-9_\-]+): (?P<client>[^:]*): ")
 # JSON.stringify() of an event.log object: node-rdkafka's
