@@ -100,3 +100,12 @@ def test_minute_timestamps():
     got = rows([f"2026-11-25 10:07 WARN kafka [thrd:{B}]: {B}: 2 request(s) timed out: disconnect"])
     assert got[0]["ts_us"] == 1795601220000000 and got[0]["ts_resolution_us"] == 60_000_000
     assert got[0]["event"] == "fail" and got[0]["count"] == 2
+
+
+def test_dotnet_0_11_default_logger_numeric_level():
+    got = rows([f"7|2026-11-25 10:00:01.788|rdkafka#producer-1|SEND| [thrd:{B}]: {B}: Sent ProduceRequest "
+                "(v2, 1657 bytes @ 0, CorrId 2)",
+                f"Debug|2026-11-25 10:00:01.790|rdkafka#producer-1|RECV| [thrd:{B}]: {B}: Received ProduceResponse "
+                "(v2, 55 bytes, CorrId 2, rtt 2.00ms)"])
+    assert [(r["event"], r["level"], r["facility"], r["ts_resolution_us"]) for r in got] == [
+        ("send", 7, "SEND", 1000), ("recv", 7, "RECV", 1000)]

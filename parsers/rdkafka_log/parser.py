@@ -308,7 +308,9 @@ class RdkafkaLogParser:
     def _dotnet(self, lines, idx, pieces) -> np.ndarray:
         got, msg, hit, left = self._match(lines, idx, DOTNET)
         if len(hit):
-            lv = pc.index_in(match_group(got, "lname"), pa.array(DOTNET_LEVELS))
+            lname = match_group(got, "lname")
+            lv = pc.coalesce(pc.index_in(lname, pa.array(DOTNET_LEVELS)),
+                             pc.cast(pc.if_else(pc.equal(pc.utf8_length(lname), 1), lname, None), pa.int32()))
             ts = local_ts(match_group(got, "date"), match_group(got, "time"), match_group(got, "frac"), None)
             pieces.append((hit, {"ts_us": ts, "level": pc.cast(lv, pa.int8()),
                                  "facility": match_group(got, "facility"), "client": match_group(got, "client"),

@@ -186,7 +186,9 @@ OPTIONAL = {"retry": ("corr_id",), "send": ("api_version",), "recv": ("api_versi
 #   Console.Error.WriteLine($"{logInfo.Level}|{now}|{logInfo.Name}|{logInfo.Facility}| {logInfo.Message}");
 # Level is the SyslogLevel enum's name: Emergency = 0 ... Debug = 7.
 DOTNET_LEVELS = ["Emergency", "Alert", "Critical", "Error", "Warning", "Notice", "Info", "Debug"]
-DOTNET = (r"^(?P<lname>" + "|".join(DOTNET_LEVELS) + r")\|"
+# Before 1.0 (0.11.x) its default logger printed the level as a number:
+# "7|2026-11-22 04:42:32.123|rdkafka#producer-1|SEND| ...".
+DOTNET = (r"^(?P<lname>" + "|".join(DOTNET_LEVELS) + r"|[0-7])\|"
            r"(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2}) (?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})\.(?P<frac>[0-9]{3})\|"
            r"(?P<client>[^|]*)\|(?P<facility>[A-Za-z0-9_\-]*)\| ")
 # confluent-kafka-go LogEvent.String():
