@@ -22,6 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kdiag.parsers.rdkafka_log.columns import null_as_false
+from kdiag.parsers.scan import byte_at
+from kdiag.parsers.strings import offsets_data
 
 # uniq -c: the count right-aligned in 7 columns (GNU) or 4 (BSD), then one
 # space; a count wider than its field pushes the line right.
@@ -43,14 +45,27 @@ def strip_finds(lines: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     count, which lines are a search's headings)."""
     n = len(lines)
     repeat = np.ones(n, dtype=np.int32)
-    got = pc.extract_regex(lines, _UNIQ)
-    counted = null_as_false(pc.is_valid(got))
+    header = np.zeros(n, dtype=bool)
+    # None of these prefixes begins with librdkafka's own "%": a plain log
+    # pays one byte a line, not three regex passes.
+    off, data = offsets_data(lines)
+    first = byte_at(data, np.where(off[1:] > off[:-1], off[:-1], -1))
+    idx = np.flatnonzero(first != ord("%"))
+    if not len(idx):
+        return lines, repeat, header
+    sub = lines.take(pa.array(idx))
+    counted = null_as_false(pc.match_substring_regex(sub, _UNIQ))
     if counted.any():
-        c = pc.cast(pc.utf8_trim_whitespace(pc.struct_field(got, "n").filter(pa.array(counted))), pa.int64())
-        repeat[counted] = np.clip(c.to_numpy(zero_copy_only=False), 0, 2**31 - 1).astype(np.int32)
-        lines = pc.replace_substring_regex(lines, _UNIQ, "", max_replacements=1)
-    hit = null_as_false(pc.match_substring_regex(lines, _HIT))
+        got = pc.extract_regex(sub.filter(pa.array(counted)), _UNIQ)
+        c = pc.cast(pc.utf8_trim_whitespace(pc.struct_field(got, "n")), pa.int64())
+        repeat[idx[counted]] = np.clip(c.to_numpy(zero_copy_only=False), 0, 2**31 - 1).astype(np.int32)
+        sub = pc.replace_substring_regex(sub, _UNIQ, "", max_replacements=1)
+    hit = null_as_false(pc.match_substring_regex(sub, _HIT))
     if hit.any():
-        lines = pc.replace_substring_regex(lines, _HIT, "", max_replacements=1)
-    header = null_as_false(pc.match_substring_regex(lines, _HEADER)) & ~hit & ~counted
+        sub = pc.replace_substring_regex(sub, _HIT, "", max_replacements=1)
+    header[idx] = null_as_false(pc.match_substring_regex(sub, _HEADER)) & ~hit & ~counted
+    if counted.any() or hit.any():
+        mask = np.zeros(n, dtype=bool)
+        mask[idx] = True
+        lines = pc.replace_with_mask(lines, pa.array(mask), sub)
     return lines, repeat, header
