@@ -43,6 +43,9 @@ def one(line: str) -> dict:
      "app_error", "Local: Message timed out", None),
     ("[12:00:01 ERR] produce error Local_MessageTimedOut", "app_error", "Local_MessageTimedOut", None),
     (f"METADATA|app#producer-1|{B}: Metadata request failed: Local: Timed out", "app_error", "Local: Timed out", None),
+    ("Mar  3 10:00:01 host app: kafka error: 3/3 brokers are down", "app_error", "3/3 brokers are down", None),
+    (f"%3|1795600801.788|ERROR|app#producer-1| [thrd:{B}]: 1/1 brokers are down", "app_error",
+     "1/1 brokers are down", None),
 ])
 def test_error_lines_alone(line, event, error, count):
     r = one(line)

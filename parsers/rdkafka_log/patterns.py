@@ -59,7 +59,8 @@ BROKER = r"^(?P<broker>" + BROKER_NAME + "): "
 BROKER_STRIP = r"^" + BROKER_NAME + ": "
 
 APP_ERROR = (r"^(?:.*?code=(?P<detail>-?[A-Za-z0-9_]{1,64}))?.*?"
-             r"(?P<error>(?:Local|Broker): [A-Z][A-Za-z ]{0,80}[a-z]|Local_[A-Za-z]{1,64}|_[A-Z]+(?:_[A-Z]+)*)")
+             r"(?P<error>(?:Local|Broker): [A-Z][A-Za-z ]{0,80}[a-z]|Local_[A-Za-z]{1,64}|_[A-Z]+(?:_[A-Z]+)*"
+             r"|[0-9]{1,6}/[0-9]{1,6} brokers are down)")
 
 # Each pattern quotes the format string in rdkafka_broker.c it matches.
 EVENTS: list[tuple[str, str, str]] = [
@@ -151,8 +152,9 @@ EVENTS: list[tuple[str, str, str]] = [
     # error callback), not one of the log lines above: rd_kafka_err2str()'s
     # "Local: %s" / "Broker: %s" strings, the error code's name ("_%s" as
     # the clients print it, .NET's ErrorCode "Local_MessageTimedOut"),
-    # confluent-kafka's KafkaError{code=%s,val=%d,str="%s"}.
-    ("app_error", needle, APP_ERROR) for needle in ("Local: ", "Broker: ", "Local_", "_TIMED_OUT")
+    # confluent-kafka's KafkaError{code=%s,val=%d,str="%s"}; and
+    # _ALL_BROKERS_DOWN's "%d/%d brokers are down".
+    ("app_error", needle, APP_ERROR) for needle in ("Local: ", "Broker: ", "Local_", "_TIMED_OUT", " brokers are down")
 ]
 
 # The same patterns with the API name captured up to the space, then its

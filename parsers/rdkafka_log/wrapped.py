@@ -50,7 +50,7 @@ _BARE_MESSAGE = (r"^(?P<prefix>(?:.*?[\s:\]|])?)(?P<msg>(?:Sent (?:partial )?[A-
 # A line that holds no librdkafka log message but one of its errors as the
 # application got it (patterns.APP_ERROR): the message from there on.
 _ERROR_MESSAGE = (r"^(?P<prefix>.*?)(?P<msg>(?:KafkaError\{|(?:Local|Broker): [A-Z]|Local_[A-Z][a-z]|"
-                  r"(?:RD_KAFKA_RESP_)?ERR__[A-Z]|_MSG_TIMED_OUT|failed: err: ).*)$")
+                  r"(?:RD_KAFKA_RESP_)?ERR__[A-Z]|_MSG_TIMED_OUT|failed: err: |[0-9]+/[0-9]+ brokers are down).*)$")
 # A JSON object's string value ends at its first unescaped quote.
 _JSON_VALUE_END = r'^((?:[^"\\]|\\.)*)".*$'
 # Where a structured logger names the facility.
