@@ -44,6 +44,9 @@ def one(line: str) -> dict:
     ("[12:00:01 ERR] produce error Local_MessageTimedOut", "app_error", "Local_MessageTimedOut", None),
     (f"METADATA|app#producer-1|{B}: Metadata request failed: Local: Timed out", "app_error", "Local: Timed out", None),
     ("Mar  3 10:00:01 host app: kafka error: 3/3 brokers are down", "app_error", "3/3 brokers are down", None),
+    # the broker's name redacted: the reason's words alone
+    ("[2026/11/25 10:00:01] [error] [out_kafka] app#producer-1: [<REDACTED>]: <REDACTED>/2: Receive failed: "
+     "Disconnected", "fail", None, None),
     (f"%3|1795600801.788|ERROR|app#producer-1| [thrd:{B}]: 1/1 brokers are down", "app_error",
      "1/1 brokers are down", None),
 ])

@@ -109,3 +109,9 @@ def test_dotnet_0_11_default_logger_numeric_level():
                 "(v2, 55 bytes, CorrId 2, rtt 2.00ms)"])
     assert [(r["event"], r["level"], r["facility"], r["ts_resolution_us"]) for r in got] == [
         ("send", 7, "SEND", 1000), ("recv", 7, "RECV", 1000)]
+
+
+def test_old_toppar_line_in_an_application_prefix():
+    got = rows(["2026-11-25 10:00:01.638|DEBUG|sink|kafka|event=10.0.0.5:9092/0: orders [0] 3+0 msgs,error_code=0"])
+    assert got[0]["broker"] == "10.0.0.5:9092/0" and got[0]["event"] == "other"
+    assert got[0]["ts_us"] == 1795600801638000

@@ -51,10 +51,10 @@ HEADER = r"^[^|{\"']*%[0-7]\|[0-9]{1,12}\.[0-9]{3}\|[A-Za-z0-9_\-]*\|[^|]*\| "
 # log callbacks' messages are given one to match.
 THREAD = r"^ \[thrd:(?P<thread>[^\]]*)\]: "
 THREAD_STRIP = r"^ (?:\[thrd:[^\]]*\]: )?"
-# A plaintext host holds no ":": a prefix such as "name#producer-1:FAC:"
-# must not pass for part of it.
+# A plaintext host is a name or an address: a prefix such as
+# "name#producer-1:FAC:" or "...|event=" must not pass for part of it.
 BROKER_NAME = (r"(?:[A-Za-z_]*://\S+/(?:-?[0-9]+|bootstrap|internal|[A-Za-z0-9_\-]+)|:[0-9]+/internal"
-                r"|(?:[^\s:]+|\[[0-9A-Fa-f:.]+\]):[0-9]+/(?:-?[0-9]+|bootstrap|internal))")
+                r"|(?:[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\]):[0-9]+/(?:-?[0-9]+|bootstrap|internal))")
 BROKER = r"^(?P<broker>" + BROKER_NAME + "): "
 BROKER_STRIP = r"^" + BROKER_NAME + ": "
 

@@ -37,20 +37,23 @@ from kdiag.parsers.rdkafka_log.columns import (
 from kdiag.parsers.rdkafka_log.patterns import BROKER_NAME
 
 # The messages a line without "[thrd:" must begin with, after the broker's
-# name, to be taken for librdkafka's (the prefixes of patterns._EVENTS).
+# name, to be taken for librdkafka's (the prefixes of patterns.EVENTS, the
+# disconnect reasons, and the old TOPPAR "%s [%d] %d+%d msgs").
 _BROKER_MESSAGE = (r"^(?P<prefix>.*?)(?P<msg>(?:" + BROKER_NAME + r"): (?:Sent |Received |Timed out |Retrying |"
                    r"Response for unknown CorrId|Broker changed state |Connecting to |Connected to |"
                    r"[0-9]+ request\(s\) timed out|failed: err: |(?:Receive|Send) failed: |Connect to |"
                    r"Failed to connect to broker |Disconnected|Connection closed|[A-Za-z]+Request failed: |"
-                   r"Metadata request failed: ).*)$")
+                   r"Metadata request failed: |\S+ \[-?[0-9]+\] [0-9]+\+[0-9]+ msgs).*)$")
 # The message alone, without a thread or broker name (a user's excerpt of
 # the lines' ends): the request lines, by their API word and "(".
 _BARE_MESSAGE = (r"^(?P<prefix>(?:.*?[\s:\]|])?)(?P<msg>(?:Sent (?:partial )?[A-Za-z]+Request|Received [A-Za-z]+Response"
                  r"|Retrying [A-Za-z]+Request) \(.*|Timed out [A-Za-z]+Request [a-z].*)$")
 # A line that holds no librdkafka log message but one of its errors as the
-# application got it (patterns.APP_ERROR): the message from there on.
+# application got it (patterns.APP_ERROR), or a disconnect's reason whose
+# broker name was redacted: the message from there on.
 _ERROR_MESSAGE = (r"^(?P<prefix>.*?)(?P<msg>(?:KafkaError\{|(?:Local|Broker): [A-Z]|Local_[A-Z][a-z]|"
-                  r"(?:RD_KAFKA_RESP_)?ERR__[A-Z]|_MSG_TIMED_OUT|failed: err: |[0-9]+/[0-9]+ brokers are down).*)$")
+                  r"(?:RD_KAFKA_RESP_)?ERR__[A-Z]|_MSG_TIMED_OUT|failed: err: |[0-9]+/[0-9]+ brokers are down|"
+                  r"(?:Receive|Send) failed: ).*)$")
 # A JSON object's string value ends at its first unescaped quote.
 _JSON_VALUE_END = r'^((?:[^"\\]|\\.)*)".*$'
 # Where a structured logger names the facility.
