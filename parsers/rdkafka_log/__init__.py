@@ -38,6 +38,13 @@ these are read, recognised by content, line by line (a file may mix them):
   ``record_part`` (a record cut by a chunk boundary loses the fields on the
   other side: null).
 
+* lines copied out of an editor's or grep's search results, or counted
+  by ``uniq -c`` (finds.py): the prefix cut off, the count kept
+  (``repeat``).
+
+* lines that hold only one of librdkafka's errors (wrapped.error_lines):
+  ``Local: Message timed out`` in a delivery report or an exception.
+
 * any other wrapper (wrapped.py): Java, Go, C++ and Node loggers, syslog,
   journald JSON, logfmt; librdkafka's message is found by its ``[thrd:...]: ``
   or its broker name and first words, the prefix searched for a timestamp
@@ -81,7 +88,11 @@ event           string    send, send_partial, recv, retry, unknown_corrid,
                           request timed out), timeouts (REQTMOUT's count),
                           fail (a disconnect), msgset (a MessageSet
                           delivered or failed), produce (a MessageSet
-                          built), xmit_queue, reqerr, other
+                          built), xmit_queue, reqerr, app_error (one of
+                          librdkafka's errors as the application got it:
+                          a delivery report, an exception, an error
+                          callback; ``error`` its string, ``detail`` its
+                          code's name when printed), other
 request         string    API name without Request/Response: ``Produce``
 api_version     int16     request/response version (``v10``)
 size_bytes      int64     request or response size
@@ -103,6 +114,8 @@ partition       int32
 error           string    the error a MessageSet or request met
 elapsed_ms      float64   how long the request was in flight (timeout), the
                           state lasted (fail)
+repeat          int32     how many times the line stood: a ``uniq -c``
+                          count, else 1 (added in schema version 3)
 ==============  ========  =====================================================
 """
 from __future__ import annotations
@@ -112,7 +125,7 @@ import pyarrow as pa
 from kdiag.parsers.base import ParseCounts
 from kdiag.parsers.format import BY_LINES, CHUNKS, REQUESTS, SIGNALS, TEXT_SCANNER, Format
 from kdiag.parsers.rdkafka_log.parser import RdkafkaLogParser
-from kdiag.parsers.rdkafka_log.patterns import SCHEMA, SCHEMA_V1
+from kdiag.parsers.rdkafka_log.patterns import SCHEMA, SCHEMA_V1, SCHEMA_V2
 
 __all__ = ["FORMATS", "SCHEMA", "SCHEMA_V1", "RdkafkaLogParser", "looks_like", "parse_lines"]
 
@@ -132,12 +145,12 @@ def looks_like(sample: list[str]) -> float:
         return 0.0
     p = RdkafkaLogParser()
     p.feed(pa.array(lines, pa.string()), 1)
-    return (p.counts.parsed + p.counts.skipped.get("record_part", 0)) / len(lines)
+    return (p.counts.parsed + p.counts.skipped.get("record_part", 0) + p.counts.skipped.get("find_header", 0)) / len(lines)
 
 
 FORMATS = (
     Format(name="rdkafka_log", recognised_by=BY_LINES, recognise=looks_like, tables={"rdkafka_events": SCHEMA},
-           schema_version=2, reads=CHUNKS, parser=RdkafkaLogParser, stateless=True,
+           schema_version=3, reads=CHUNKS, parser=RdkafkaLogParser, stateless=True,
            title="librdkafka log", pseudonymised=TEXT_SCANNER, feeds={"rdkafka_events": (REQUESTS, SIGNALS)}, bundle_dir="rdkafka_log",
-           older={1: {"rdkafka_events": SCHEMA_V1}}),
+           older={1: {"rdkafka_events": SCHEMA_V1}, 2: {"rdkafka_events": SCHEMA_V2}}),
 )
