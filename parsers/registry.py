@@ -19,6 +19,7 @@ FORMAT_MODULES = (
     "tcp_probe",     # pcap (magic), probes_jsonl, handshakes_jsonl (JSON keys)
     "rdkafka_log",
     "strace",
+    "strace_summary",  # strace -c / -C / -w tables -> syscall_totals
     "stats",
     "sockets",
     # The user's own path tools, last: read only a file no format above
