@@ -21,6 +21,7 @@ FORMAT_MODULES = (
     "strace",
     "strace_summary",  # strace -c / -C / -w tables -> syscall_totals
     "stats",
+    "rdkafka_performance",  # its interval table and summary lines -> perf_intervals, stats
     "sockets",
     # The user's own path tools, last: read only a file no format above
     # scores as high (their hop lines hold no librdkafka or strace line).

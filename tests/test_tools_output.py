@@ -13,12 +13,13 @@ import pytest
 
 from conftest import FIXTURES
 from kdiag.ingest.detect import detect
-from kdiag.parsers import strace_summary
+from kdiag.parsers import rdkafka_performance, strace_summary
+from kdiag.parsers.rdkafka_performance import parse_lines as parse_performance
 from kdiag.parsers.strace_summary import parse_summary
 
 TOOLS = FIXTURES / "tools"
 FORMATS = FIXTURES / "formats"
-OURS = ("strace_summary",)
+OURS = ("strace_summary", "rdkafka_performance")
 
 
 def lines(path: Path) -> list[str]:
@@ -125,6 +126,149 @@ def test_program_output_around_the_table_is_counted_not_read():
     assert len(t) == 51 and c.skipped == {"not_summary": 1, "strace_message": 1}
 
 
+# ------------------------------------------------------------ rdkafka_performance
+
+def perf(raw: list[str]) -> tuple[list[dict], list[dict], object]:
+    tables, c = parse_performance(raw)
+    accounted(c)
+    return tables["perf_intervals"].to_pylist(), tables["stats"].to_pylist(), c
+
+
+def _set(row: dict) -> dict:
+    return {k: v for k, v in row.items() if v is not None}
+
+
+def test_performance_table_with_latency_and_a_climbing_rtt():
+    rows, stats_rows, c = perf(lines(FORMATS / "rdkafka_performance.txt"))
+    assert c.skipped == {"log_line": 1} and c.parsed == 38
+    table = [r for r in rows if r["form"] == "table"]
+    assert len(table) == 26
+    assert _set(table[0]) == {
+        "line_no": 5, "run": 1, "mode": "producer", "form": "table", "elapsed_ms": 1986, "msgs": 8000,
+        "bytes": 8192000, "rtt_ms": 123, "delivered": 967, "msgs_per_s": 486, "mb_per_s": 0.5, "dr_err": 0,
+        "tx_err": 0, "outq": 7033, "offset": 966, "latency_curr_ms": 294.32, "latency_avg_ms": 297.09,
+        "latency_lo_ms": 294.32, "latency_hi_ms": 300.13}
+    # The rtt column climbs as the quota holds the responses: one row per interval.
+    measured = [(r["elapsed_ms"], r["rtt_ms"]) for r in table if r["rtt_ms"]]
+    assert measured == [(1986, 123), (4003, 3476), (5003, 3476), (7017, 6780), (11019, 10058), (14025, 13347),
+                        (17042, 16627), (21046, 19943), (24071, 23242)]
+    assert [r["outq"] for r in table][::5] == [7033, 5099, 4132, 2198, 1231, 0]
+    throttles = [(r["line_no"], r["throttle_ms"], r["broker_id"]) for r in rows if r["form"] == "throttle"]
+    assert throttles[:3] == [(3, 3234, 111), (7, 0, 111), (8, 3300, 111)] and len(throttles) == 10
+    # The statistics rows: one per producer table row, rtt null where the tool printed 0 (no measurement).
+    assert len(stats_rows) == 26
+    assert [r["rtt_avg_ms"] for r in stats_rows][:6] == [123.0, None, 3476.0, 3476.0, None, 6780.0]
+    first = stats_rows[0]
+    assert (first["client"], first["broker"], first["ts_us"], first["line_no"]) == (
+        "rdkafka_performance", None, 1_986_000, 5)
+    assert all(v is None for k, v in first.items() if k not in ("line_no", "ts_us", "client", "rtt_avg_ms",
+                                                                "msg_cnt"))
+    assert first.get("msg_cnt", 7033) == 7033   # outq, when the statistics table has msg_cnt
+
+
+def test_performance_table_without_latency_and_summary_lines():
+    rows, stats_rows, c = perf(lines(TOOLS / "rdkafka_performance_u.txt"))
+    assert len(rows) == len(stats_rows) == 37 and c.parsed == 39
+    assert _set(rows[-1]) == {
+        "line_no": 40, "run": 1, "mode": "producer", "form": "table", "elapsed_ms": 19040, "msgs": 20000,
+        "bytes": 20480000, "rtt_ms": 0, "delivered": 20000, "msgs_per_s": 1050, "mb_per_s": 1.08, "dr_err": 0,
+        "tx_err": 0, "outq": 0, "offset": 19999}
+    rows, stats_rows, c = perf(lines(TOOLS / "rdkafka_performance_summary.txt"))
+    assert len(rows) == 40 and stats_rows == [] and c.parsed == 41
+    assert _set(rows[2]) == {
+        "line_no": 5, "run": 1, "mode": "producer", "form": "summary", "elapsed_ms": 1529, "msgs": 741,
+        "bytes": 758784, "delivered": 358, "offset": 40357, "dr_err": 0, "msgs_per_s": 234, "mb_per_s": 0.24,
+        "tx_err": 0, "outq": 383}
+    rows, _, _ = perf(lines(TOOLS / "rdkafka_performance_ul.txt"))
+    assert _set(rows[-1])["latency_hi_ms"] == 1181.16 and _set(rows[-1])["latency_avg_ms"] == 481.68
+
+
+# Written here, with numbers of our own, in the structure of the 2014-2015
+# tool (no offset column), as a ticket shows it: the command line without
+# a prompt, librdkafka's log lines among the rows, the last row cut.
+OLD_TOOL = [
+    " ./rdkafka_performance -P -t t1 -p 0 -s 100 -u -b b1:9092",
+    "% Sending messages of size 100 bytes",
+    "|    elapsed |       msgs |      bytes |        rtt |         dr |     dr_m/s |    dr_MB/s |     dr_err |"
+    "     tx_err |       outq ",
+    "|          0 |          1 |        100 |          0 |          0 |          0 |       0.00 |          0 |"
+    "          0 |          1 ",
+    "%5|1500000000.100|TOPICBRK|rdkafka#producer-0| Topic t1 [0] migrated to unknown broker 3",
+    "|       1001 |     400000 |   40000000 |         12 |     150000 |     149850 |      14.99 |          0 |"
+    "          0 |     250000 ",
+    "|       2003 |     700000 |   70000000 |        240 |     300000 |     149775 |      14.98 |          0 |"
+    "        410 |     400000 ",
+    "|       3004 |     820000 |   82000000 |        310 |     450000 |     149800 |      14.98 |          0 |"
+    "        655 |     370000 ",
+    "|       4006 |     900000 |   90000000 |        298 |     600000 |     149775 |      14.98 |          0",
+]
+
+
+def test_an_older_table_cut_and_interleaved_with_log_lines():
+    rows, stats_rows, c = perf(OLD_TOOL)
+    assert c.skipped == {"log_line": 1, "cut_row": 1} and c.parsed == 7
+    assert [(r["elapsed_ms"], r["rtt_ms"], r["tx_err"], r["outq"], r["offset"]) for r in rows] == [
+        (0, 0, 0, 1, None), (1001, 12, 0, 250000, None), (2003, 240, 410, 400000, None),
+        (3004, 310, 655, 370000, None), (4006, 298, None, None, None)]
+    # The cut row keeps its complete cells, not its last one (it may be cut).
+    assert rows[-1]["mb_per_s"] == 14.98 and rows[-1]["dr_err"] is None
+    assert [r["rtt_avg_ms"] for r in stats_rows] == [None, 12.0, 240.0, 310.0, 298.0]
+
+
+def test_old_summaries_backpressure_consumer_and_runs():
+    raw = ["% 5000 messages and 500000 bytes produced in 1002ms: 4990 msgs/s and 0.50 Mb/s, 0 messages failed, "
+           "no compression",
+           "% 300000 messages produced (30000000 bytes), 290000 delivered (12 failed) in 2000ms: 145000 msgs/s and "
+           "14.50 Mb/s, 33 produce failures, 10000 in queue, snappy compression",
+           "% Backpressure 499990 (tx 310000, txerr 33)",
+           "% 33 backpressures for 310000 produce calls: 0.011% backpressure rate",
+           "% ERROR CALLBACK: rdkafka#producer-1: Local: Broker transport failure: b1:9092/1: Connect failed",
+           "% Sending messages of size 10 bytes",
+           "% 9000 messages (900000 bytes) consumed in 1000ms: 9000 msgs/s (0.90 MB/s), latency curr/avg/lo/hi "
+           "1.50/2.25/0.75/9.00ms"]
+    rows, stats_rows, c = perf(raw)
+    assert c.parsed == 7 and stats_rows == []
+    got = [_set(r) for r in rows]
+    assert got[0] == {"line_no": 1, "run": 1, "mode": "producer", "form": "summary", "elapsed_ms": 1002, "msgs": 5000,
+                      "bytes": 500000, "msgs_per_s": 4990, "mb_per_s": 0.5, "dr_err": 0}
+    assert got[1]["delivered"] == 290000 and got[1]["dr_err"] == 12 and got[1]["tx_err"] == 33 \
+        and got[1]["outq"] == 10000 and "offset" not in got[1]
+    assert (got[2]["form"], got[2]["outq"], got[2]["produce_calls"], got[2]["tx_err"]) == (
+        "backpressure", 499990, 310000, 33)
+    assert (got[3]["form"], got[3]["produce_calls"], got[3]["tx_err"]) == ("backpressure", 310000, 33)
+    assert got[4]["form"] == "error" and got[4]["detail"].startswith("ERROR CALLBACK: rdkafka#producer-1: Local")
+    assert (got[5]["run"], got[5]["mode"], got[5]["latency_avg_ms"], got[5]["latency_hi_ms"]) == (
+        2, "consumer", 2.25, 9.0)
+
+
+@pytest.mark.parametrize("name", [FORMATS / "rdkafka_performance.txt", TOOLS / "rdkafka_performance_summary.txt"],
+                         ids=lambda p: p.name)
+def test_performance_mangled_reads_the_same(name, tmp_path):
+    raw = lines(name)
+    want, _ = parse_performance(raw)
+    for how, text in {**mangled(raw), "prompt": ["$ ./rdkafka_performance -P -t t -u -l", *raw]}.items():
+        got, c = parse_performance(text)
+        accounted(c)
+        for table in ("perf_intervals", "stats"):
+            assert _content(got[table]) == _content(want[table]), (how, table)
+        blind = tmp_path / f"{how}.bin"
+        blind.write_text("\n".join(text) + "\n")
+        assert detect(blind) == "rdkafka_performance", how
+    blind = tmp_path / "old.bin"
+    blind.write_text("\r\n".join(OLD_TOOL) + "\r\n")
+    assert detect(blind) == "rdkafka_performance"
+
+
+def test_performance_rows_reach_the_stats_table_through_parse(tmp_path):
+    from kdiag.ingest.tables import parse_paths
+
+    out = parse_paths([FORMATS / "rdkafka_performance.txt"], tmp_path / "t")
+    assert [f["kind"] for f in out.files] == ["rdkafka_performance"]
+    assert len(out.read("perf_intervals")) == 36
+    st = out.read("stats")
+    assert len(st) == 26 and st["rtt_avg_ms"].to_pylist()[-4] == 23242.0
+
+
 # ------------------------------------------------------------ any input
 
 def _junk(seed: int, fixtures: list[Path]) -> list[str]:
@@ -137,9 +281,13 @@ def _junk(seed: int, fixtures: list[Path]) -> list[str]:
     return junk
 
 
-@pytest.mark.parametrize("parse,module", [(parse_summary, strace_summary)], ids=lambda p: getattr(p, "__name__", ""))
+PARSERS = [(parse_summary, strace_summary), (parse_performance, rdkafka_performance)]
+
+
+@pytest.mark.parametrize("parse,module", PARSERS, ids=lambda p: getattr(p, "__name__", ""))
 def test_junk_never_crashes_and_every_line_is_counted(parse, module):
-    junk = _junk(40, [FORMATS / "strace_summary.txt", TOOLS / "strace_cw.txt"])
+    junk = _junk(40, [FORMATS / "strace_summary.txt", TOOLS / "strace_cw.txt", FORMATS / "rdkafka_performance.txt",
+                      TOOLS / "rdkafka_performance_summary.txt"])
     _, c = parse(junk)
     accounted(c)
     module.looks_like(junk[:50])
@@ -147,21 +295,23 @@ def test_junk_never_crashes_and_every_line_is_counted(parse, module):
 
 # Lines of n characters that lead each pattern far before it fails.
 HOSTILE = [lambda n: "% time " + " " * n + "calls syscall", lambda n: "-" * n, lambda n: "- " * (n // 2),
-           lambda n: " 1" * (n // 2) + " futex", lambda n: "9" * n]
+           lambda n: " 1" * (n // 2) + " futex", lambda n: "9" * n, lambda n: "| 1 " * (n // 4),
+           lambda n: "|" * n, lambda n: "% 1 messages produced (" + "9" * n, lambda n: "% THROTTLED " + "1" * n,
+           lambda n: "%5|1|" + "x" * n, lambda n: "% " + "1 " * (n // 2)]
 
 
-@pytest.mark.parametrize("parse,module", [(parse_summary, strace_summary)], ids=lambda p: getattr(p, "__name__", ""))
+@pytest.mark.parametrize("parse,module", PARSERS, ids=lambda p: getattr(p, "__name__", ""))
 def test_a_10_mb_line_costs_linear_time(parse, module):
-    head = lines(FORMATS / "strace_summary.txt")[:2]
+    head = lines(FORMATS / "strace_summary.txt")[:2] + lines(FORMATS / "rdkafka_performance.txt")[2:3]
 
     def cost(n: int) -> float:
         start = time.perf_counter()
         for make in HOSTILE:
             line = make(n)
-            module.looks_like([line] * 2)
-            t, c = parse([*head, line, line])
+            module.looks_like([line])
+            t, c = parse([*head, line])
             accounted(c)
-            assert len(t) <= 2
+            assert all(len(x) <= 1 for x in (t.values() if isinstance(t, dict) else [t]))
         return time.perf_counter() - start
 
     # Ten times the length costs about ten times the time, not a hundred.
@@ -169,21 +319,22 @@ def test_a_10_mb_line_costs_linear_time(parse, module):
     assert big < 25 * small + 1.0, (small, big)
 
 
-@pytest.mark.parametrize("parse,row", [
-    (parse_summary, "  0.00    0.000001           1         1         1 read"),
-], ids=["strace_summary"])
-def test_many_rows_parse_in_linear_time(parse, row):
-    head = lines(FORMATS / "strace_summary.txt")[:2]
-
+@pytest.mark.parametrize("parse,head,row", [
+    (parse_summary, lines(FORMATS / "strace_summary.txt")[:2],
+     "  0.00    0.000001           1         1         1 read"),
+    (parse_performance, lines(FORMATS / "rdkafka_performance.txt")[3:4], lines(FORMATS / "rdkafka_performance.txt")[4]),
+], ids=["strace_summary", "rdkafka_performance"])
+def test_many_rows_parse_in_linear_time(parse, head, row):
     def cost(n: int) -> float:
         start = time.perf_counter()
         t, c = parse([*head, *([row] * n)])
-        assert len(t) == n and c.parsed == n + 2
+        t = t["perf_intervals"] if isinstance(t, dict) else t
+        assert len(t) == n and c.parsed == n + len(head)
         return time.perf_counter() - start
 
-    # Half a million: a million costs a minute on a loaded CI runner; ten
-    # times the rows must cost about ten times the time, not a hundred.
-    small, big = cost(50_000), cost(500_000)
+    # Ten times the rows cost about ten times the time, not a hundred (a
+    # million rows cost minutes on a loaded two-core runner).
+    small, big = cost(20_000), cost(200_000)
     assert big < 25 * small + 1.0, (small, big)
 
 
@@ -195,8 +346,10 @@ def _inputs() -> list[Path]:
 
 
 def test_each_tool_fixture_is_recognised():
-    assert detect(FORMATS / "strace_summary.txt") == "strace_summary"
-    assert detect(TOOLS / "strace_cw.txt") == "strace_summary"
+    for p in sorted(TOOLS.glob("*.txt")) + sorted(FORMATS.glob("*")):
+        want = "strace_summary" if p.name.startswith("strace") else p.name.split(".")[0].rsplit("_", 1)[0]
+        want = "rdkafka_performance" if p.name.startswith("rdkafka_performance") else want
+        assert detect(p) == want, p.name
 
 
 def test_no_other_fixture_changes_its_format(monkeypatch):
