@@ -20,6 +20,7 @@ FORMAT_MODULES = (
     "rdkafka_log",
     "strace",
     "strace_summary",  # strace -c / -C / -w tables -> syscall_totals
+    "strace_counts",   # strace lines counted by uniq -c -> syscall_totals
     "stats",
     "rdkafka_performance",  # its interval table and summary lines -> perf_intervals, stats
     "sockets",

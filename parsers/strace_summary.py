@@ -37,6 +37,9 @@ time_pct        float64   share of all the calls' time, percent
 shortest_s      float64   fastest call, seconds (``-U min-time``)
 longest_s       float64   slowest call, seconds (``-U max-time``)
 wall            bool      ``-w``: wall-clock time, not system time
+pid, repeats,   ...       a counted strace line's own (``uniq -c``, see
+ret, errno,               ``kdiag.parsers.strace_counts``); null here
+line
 ==============  ========  ================================================
 
 Skip reasons: ``empty``, ``markup`` (fences), ``strace_message``
@@ -67,6 +70,12 @@ SCHEMA = pa.schema([
     ("shortest_s", pa.float64()),
     ("longest_s", pa.float64()),
     ("wall", pa.bool_()),
+    # Counted strace lines (kdiag.parsers.strace_counts); null in a summary table's rows.
+    ("pid", pa.int32()),
+    ("repeats", pa.int64()),
+    ("ret", pa.int64()),
+    ("errno", pa.string()),
+    ("line", pa.string()),
 ], metadata={"table": "syscall_totals"})
 
 # strace's header names (strace 4 to 6, and -U's) -> column, type.

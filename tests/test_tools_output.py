@@ -13,13 +13,15 @@ import pytest
 
 from conftest import FIXTURES
 from kdiag.ingest.detect import detect
-from kdiag.parsers import rdkafka_performance, strace_summary
+from kdiag.parsers import rdkafka_performance, strace_counts, strace_summary
 from kdiag.parsers.rdkafka_performance import parse_lines as parse_performance
+from kdiag.parsers.strace_counts import parse_counts
 from kdiag.parsers.strace_summary import parse_summary
 
 TOOLS = FIXTURES / "tools"
 FORMATS = FIXTURES / "formats"
-OURS = ("strace_summary", "rdkafka_performance")
+NO_LINE = dict.fromkeys(("pid", "repeats", "ret", "errno", "line"))
+OURS = ("strace_summary", "strace_counts", "rdkafka_performance")
 
 
 def lines(path: Path) -> list[str]:
@@ -54,13 +56,13 @@ def test_strace_c_rows_total_and_blank_errors():
     assert len(rows) == 51
     assert rows[0] == {"line_no": 3, "summary": 1, "syscall": "futex", "total": False, "calls": 249, "errors": 24,
                        "seconds": 0.094542, "usecs_per_call": 379, "time_pct": 59.74, "shortest_s": None,
-                       "longest_s": None, "wall": None}
+                       "longest_s": None, "wall": None, **NO_LINE}
     # A blank errors cell is no errors, not a missing column.
     assert rows[1]["syscall"] == "clock_nanosleep" and rows[1]["errors"] == 0 and rows[1]["calls"] == 200
     assert rows[4]["syscall"] == "read" and (rows[4]["calls"], rows[4]["errors"]) == (1127, 326)
     assert rows[-1] == {"line_no": 54, "summary": 1, "syscall": None, "total": True, "calls": 5136, "errors": 605,
                         "seconds": 0.158243, "usecs_per_call": 30, "time_pct": 100.0, "shortest_s": None,
-                        "longest_s": None, "wall": None}
+                        "longest_s": None, "wall": None, **NO_LINE}
     body = [r for r in rows if not r["total"]]
     assert sum(r["calls"] for r in body) == 5136 and sum(r["errors"] for r in body) == 605
 
@@ -124,6 +126,81 @@ def test_program_output_around_the_table_is_counted_not_read():
     t, c = parse_summary(raw)
     accounted(c)
     assert len(t) == 51 and c.skipped == {"not_summary": 1, "strace_message": 1}
+
+
+# ------------------------------------------------------------ uniq -c
+
+def test_counted_strace_lines_one_row_each_calls_counted_once():
+    t, c = parse_counts(lines(FORMATS / "strace_counts.txt"))
+    accounted(c)
+    assert c.parsed == c.lines == 60 and len(t) == 60
+    rows = t.to_pylist()
+    assert rows[0] == {"line_no": 1, "summary": 1, "syscall": "clock_nanosleep", "total": False, "calls": 196,
+                       "errors": 0, "seconds": None, "usecs_per_call": None, "time_pct": None, "shortest_s": None,
+                       "longest_s": None, "wall": None, "pid": 20272, "repeats": 196, "ret": 0, "errno": None,
+                       "line": "20272 <... clock_nanosleep resumed>NULL) = 0"}
+    # An unfinished half ends no call: its call is counted on its resumed line.
+    unfinished = rows[3]
+    assert (unfinished["syscall"], unfinished["repeats"], unfinished["calls"], unfinished["ret"]) == ("poll", 96, 0, None)
+    failed = rows[13]
+    assert (failed["syscall"], failed["calls"], failed["errors"], failed["ret"], failed["errno"]) == (
+        "futex", 31, 31, -1, "EAGAIN")
+    calls: dict = {}
+    errors: dict = {}
+    for r in rows:
+        calls[r["syscall"]] = calls.get(r["syscall"], 0) + r["calls"]
+        errors[r["syscall"]] = errors.get(r["syscall"], 0) + r["errors"]
+    assert calls == {"clock_nanosleep": 196, "write": 212, "poll": 366, "futex": 266}
+    assert errors == {"clock_nanosleep": 0, "write": 0, "poll": 0, "futex": 42}
+    assert sum(r["repeats"] for r in rows) == sum(int(s.split()[0]) for s in lines(FORMATS / "strace_counts.txt"))
+
+
+def test_counted_names_and_lines_without_pid():
+    t, c = parse_counts(lines(TOOLS / "strace_counts_names.txt"))
+    assert c.parsed == 40
+    assert [(r["syscall"], r["calls"], r["errors"], r["line"]) for r in t.to_pylist()[:2]] == [
+        ("newfstatat", 942, None, "newfstatat("), ("read", 315, None, "read(")]
+    t, _ = parse_counts(lines(TOOLS / "strace_counts_names_f.txt"))
+    assert sum(t["calls"].to_pylist()) == 730 + 446 + 330 + 200 + 6 + 5 + 4 + 3 + 2 + 2 + 2 + 2
+    t, c = parse_counts(lines(TOOLS / "strace_counts_plain.txt"))
+    assert c.parsed == 30 and set(t["pid"].to_pylist()) == {None}
+    assert t.to_pylist()[0]["syscall"] == "write" and t.to_pylist()[0]["calls"] == 205
+
+
+def test_counted_lines_with_timestamps_durations_signals_and_the_command():
+    raw = ["$ sort strace.log | uniq -c",
+           "     12 [pid  4242] 10:00:00.123456 sendmsg(7, {msg_iov=[{iov_base=\"x\", iov_len=1}]}, 0) = 1 <0.000150>",
+           "      3 ? ERESTARTSYS",
+           "      2 --- SIGALRM {si_signo=SIGALRM, si_code=SI_KERNEL} ---",
+           "      5 connect(7, {sa_family=AF_INET, sin_port=htons(9092)}, 16) = -1 EINPROGRESS (Operation now in progress)",
+           "hello"]
+    t, c = parse_counts(raw)
+    accounted(c)
+    assert c.parsed == 3 and c.skipped == {"not_counted": 2, "not_a_call": 1}
+    a, b = t.to_pylist()
+    assert (a["pid"], a["syscall"], a["calls"], a["ret"]) == (4242, "sendmsg", 12, 1)
+    assert a["seconds"] == pytest.approx(12 * 0.000150)
+    assert (b["syscall"], b["calls"], b["errors"], b["errno"]) == ("connect", 5, 5, "EINPROGRESS")
+
+
+@pytest.mark.parametrize("name", [FORMATS / "strace_counts.txt", TOOLS / "strace_counts_names.txt"],
+                         ids=lambda p: p.name)
+def test_counted_mangled_reads_the_same(name, tmp_path):
+    raw = lines(name)
+    want, _ = parse_counts(raw)
+    for how, text in {**mangled(raw), "prompt": ["$ sort strace.log | uniq -c | sort -rn", *raw]}.items():
+        got, c = parse_counts(text)
+        accounted(c)
+        assert _content(got) == _content(want), how
+        blind = tmp_path / f"{how}.bin"
+        blind.write_text("\n".join(text) + "\n")
+        assert detect(blind) == "strace_counts", how
+
+
+def test_an_strace_file_stays_strace():
+    for p in sorted((FIXTURES / "strace").glob("*")) + [FIXTURES / "captures" / "nagle_on" / "strace.txt"]:
+        if p.is_file() and p.suffix not in (".cmd", ".md"):
+            assert strace_counts.looks_like(lines(p)[:50]) < 0.5, p.name
 
 
 # ------------------------------------------------------------ rdkafka_performance
@@ -281,12 +358,13 @@ def _junk(seed: int, fixtures: list[Path]) -> list[str]:
     return junk
 
 
-PARSERS = [(parse_summary, strace_summary), (parse_performance, rdkafka_performance)]
+PARSERS = [(parse_summary, strace_summary), (parse_counts, strace_counts), (parse_performance, rdkafka_performance)]
 
 
 @pytest.mark.parametrize("parse,module", PARSERS, ids=lambda p: getattr(p, "__name__", ""))
 def test_junk_never_crashes_and_every_line_is_counted(parse, module):
     junk = _junk(40, [FORMATS / "strace_summary.txt", TOOLS / "strace_cw.txt", FORMATS / "rdkafka_performance.txt",
+                      FORMATS / "strace_counts.txt", TOOLS / "strace_counts_names.txt",
                       TOOLS / "rdkafka_performance_summary.txt"])
     _, c = parse(junk)
     accounted(c)
@@ -297,7 +375,8 @@ def test_junk_never_crashes_and_every_line_is_counted(parse, module):
 HOSTILE = [lambda n: "% time " + " " * n + "calls syscall", lambda n: "-" * n, lambda n: "- " * (n // 2),
            lambda n: " 1" * (n // 2) + " futex", lambda n: "9" * n, lambda n: "| 1 " * (n // 4),
            lambda n: "|" * n, lambda n: "% 1 messages produced (" + "9" * n, lambda n: "% THROTTLED " + "1" * n,
-           lambda n: "%5|1|" + "x" * n, lambda n: "% " + "1 " * (n // 2)]
+           lambda n: "%5|1|" + "x" * n, lambda n: "% " + "1 " * (n // 2), lambda n: "   1 " + " = " * (n // 3),
+           lambda n: "   1 poll(" + "<" * n, lambda n: "   1 [pid " + " " * n, lambda n: "   1 " + "1" * n + " x"]
 
 
 @pytest.mark.parametrize("parse,module", PARSERS, ids=lambda p: getattr(p, "__name__", ""))
@@ -323,7 +402,8 @@ def test_a_10_mb_line_costs_linear_time(parse, module):
     (parse_summary, lines(FORMATS / "strace_summary.txt")[:2],
      "  0.00    0.000001           1         1         1 read"),
     (parse_performance, lines(FORMATS / "rdkafka_performance.txt")[3:4], lines(FORMATS / "rdkafka_performance.txt")[4]),
-], ids=["strace_summary", "rdkafka_performance"])
+    (parse_counts, [], lines(FORMATS / "strace_counts.txt")[13]),
+], ids=["strace_summary", "rdkafka_performance", "strace_counts"])
 def test_many_rows_parse_in_linear_time(parse, head, row):
     def cost(n: int) -> float:
         start = time.perf_counter()
@@ -347,8 +427,7 @@ def _inputs() -> list[Path]:
 
 def test_each_tool_fixture_is_recognised():
     for p in sorted(TOOLS.glob("*.txt")) + sorted(FORMATS.glob("*")):
-        want = "strace_summary" if p.name.startswith("strace") else p.name.split(".")[0].rsplit("_", 1)[0]
-        want = "rdkafka_performance" if p.name.startswith("rdkafka_performance") else want
+        want = next(f for f in OURS if p.name.startswith(f)) if p.name != "strace_cw.txt" else "strace_summary"
         assert detect(p) == want, p.name
 
 
