@@ -23,7 +23,8 @@ deliveries; ``tx_err`` produce() calls refused with the queue full
 (backpressure); ``outq`` ``rd_kafka_outq_len()``: messages and requests
 not yet delivered; ``offset`` the last delivered offset; ``lat_curr``,
 ``lat_avg``, ``lat_lo``, ``lat_hi`` (``-l``) produce() to delivery report
-of a message, ms. The consumer (``-C``) prints ``m/s``, ``MB/s``,
+of a message, ms. A pasted summary line may have lost its ``% `` or
+carry the ``^C`` that stopped the run. The consumer (``-C``) prints ``m/s``, ``MB/s``,
 ``rx_err`` and ``% N messages (B bytes) consumed in ...`` instead. Older
 tools print ``Mb/s`` for the same bytes-per-microsecond figure (MB/s), and
 2013's ``% N messages and B bytes produced in Nms: ...``.
@@ -63,7 +64,8 @@ detail          string    an error callback's or failed delivery's text
 ``% Message delivery failed ...``).
 
 ``stats`` (the statistics table, ``kdiag.parsers.stats``): one row per
-producer table row, client ``rdkafka_performance``, broker null (the
+producer table row (and per producer summary line, when that table has
+``msg_cnt``), client ``rdkafka_performance``, broker null (the
 column is the tool's mean over brokers), ``ts_us`` the elapsed time (since
 the run's start, not the epoch), ``rtt_avg_ms`` the ``rtt`` column (null
 for 0, which is no measurement), and ``outq`` as ``msg_cnt`` when the
@@ -129,15 +131,17 @@ _ROW = re.compile(r"^\|\s*\d")
 _CELL = re.compile(r"^-?\d{1,20}(?:\.\d{1,20})?$")
 _N = r"(\d{1,20})"
 _F = r"(\d{1,20}(?:\.\d{1,20})?)"
+# Its "% ", which a paste may have lost, after the "^C" a terminal echoed when the run was stopped.
+_LEAD = r"(?:\^C)?(?:% )?"
 # print_stats' summary lines, 2014 onwards ("offset N, " since 2015) and 2013's.
-_PRODUCED = re.compile(rf"^% {_N} messages produced \({_N} bytes\), {_N} delivered \((?:offset (-?\d{{1,20}}), )?"
+_PRODUCED = re.compile(rf"^{_LEAD}{_N} messages produced \({_N} bytes\), {_N} delivered \((?:offset (-?\d{{1,20}}), )?"
                        rf"{_N} failed\) in {_N} ?ms: {_N} msgs/s and {_F} M[Bb]/s, {_N} produce failures, "
                        rf"(-?\d{{1,20}}) in queue")
-_OLD_SUMMARY = re.compile(rf"^% {_N} messages and {_N} bytes (produced|consumed) in {_N} ?ms: {_N} msgs/s and "
+_OLD_SUMMARY = re.compile(rf"^{_LEAD}{_N} messages and {_N} bytes (produced|consumed|sent) in {_N} ?ms: {_N} msgs/s and "
                           rf"{_F} M[Bb]/s(?:, {_N} messages failed)?")
-_CONSUMED = re.compile(rf"^% (?:INTERVAL: )?{_N} messages \({_N} bytes\) consumed in {_N} ?ms: {_N} msgs/s "
+_CONSUMED = re.compile(rf"^{_LEAD}(?:INTERVAL: )?{_N} messages \({_N} bytes\) consumed in {_N} ?ms: {_N} msgs/s "
                        rf"\({_F} M[Bb]/s\)(?:, latency curr/avg/lo/hi {_F}/{_F}/{_F}/{_F} ?ms)?")
-_BACKPRESSURES = re.compile(rf"^% {_N} backpressures for {_N} produce calls")
+_BACKPRESSURES = re.compile(rf"^{_LEAD}{_N} backpressures for {_N} produce calls")
 _BACKPRESSURE = re.compile(rf"^% Backpressure (-?\d{{1,20}}) \(tx {_N}, txerr {_N}\)")
 # throttle_cb: "% THROTTLED %dms by %s (%d)"; err_cb; the delivery report at -v -v.
 _THROTTLED = re.compile(r"^% THROTTLED (\d{1,10}) ?ms by (\S{1,512}) \((-?\d{1,10})\)")
@@ -224,7 +228,7 @@ class PerformanceParser:
             return row
         if m := _OLD_SUMMARY.match(text):
             msgs, nbytes, how, ms, rate, mb, failed = m.groups()
-            return dict(mode="producer" if how == "produced" else "consumer", msgs=int(msgs), bytes=int(nbytes),
+            return dict(mode="consumer" if how == "consumed" else "producer", msgs=int(msgs), bytes=int(nbytes),
                         elapsed_ms=int(ms), msgs_per_s=int(rate), mb_per_s=float(mb),
                         dr_err=int(failed) if failed else None)
         return None
@@ -258,12 +262,15 @@ class PerformanceParser:
                 return "not_performance", None
             row.update(mode=self.run.mode, form="table")
             return ("cut_row" if cut else None), row
+        if row := self._summary(s):
+            row["form"] = "summary"
+            return None, row
+        if (row := self._backpressure(s)) and not s.startswith("%"):
+            row.setdefault("mode", "producer")
+            return None, row
         if s.startswith("%"):
             if _LOG_LINE.match(s):
                 return "log_line", None
-            if row := self._summary(s):
-                row["form"] = "summary"
-                return None, row
             if row := self._event(s):
                 row.setdefault("mode", self.run.mode or "producer")
                 return None, row
@@ -318,7 +325,10 @@ class PerformanceParser:
             self.run.elapsed = elapsed
         row.update(line_no=no, run=self.runs)
         perf.append(row)
-        if row["form"] == "table" and row["mode"] == "producer":
+        # A summary line has no rtt: it gives the statistics table only its
+        # queue, where that table has the column for it.
+        if row["mode"] == "producer" and (row["form"] == "table" or (
+                row["form"] == "summary" and "msg_cnt" in self._stats_columns and row.get("outq") is not None)):
             st.append(_stats_row(no, row, self._stats_columns))
 
     def _tables(self, perf: list[dict], st: list[dict]) -> dict[str, pa.Table]:

@@ -318,6 +318,29 @@ def test_old_summaries_backpressure_consumer_and_runs():
         2, "consumer", 2.25, 9.0)
 
 
+def test_summary_lines_as_pasted_without_their_percent_or_after_ctrl_c():
+    raw = ["./rdkafka_performance -P -t t2 -s 512 -a 1",
+           "2000 messages produced (1024000 bytes), 1500 delivered (offset 7, 3 failed) in 1000ms: 1500 msgs/s and "
+           "0.77 MB/s, 9 produce failures, 500 in queue, no compression",
+           "^C% 4000 messages produced (2048000 bytes), 3800 delivered (offset 9, 3 failed) in 2000ms: 1900 msgs/s and "
+           "0.97 MB/s, 12 produce failures, 200 in queue, no compression",
+           "% 100 messages and 51200 bytes sent in 40ms: 2500 msgs/s and 1.28 Mb/s, 0 messages failed, no compression",
+           "12 backpressures for 4012 produce calls: 0.299% backpressure rate"]
+    rows, stats_rows, c = perf(raw)
+    assert c.parsed == 5
+    assert [(r["form"], r["run"], r["elapsed_ms"], r["outq"], r["tx_err"], r["dr_err"]) for r in rows] == [
+        ("summary", 1, 1000, 500, 9, 3), ("summary", 1, 2000, 200, 12, 3), ("summary", 2, 40, None, None, 0),
+        ("backpressure", 2, None, None, 12, None)]
+    # Summary lines hold no rtt: statistics rows only for the queue, where that table has msg_cnt.
+    from kdiag.parsers.stats import SCHEMA as STATS
+
+    if "msg_cnt" in STATS.names:
+        assert [(r["ts_us"], r["msg_cnt"], r["rtt_avg_ms"]) for r in stats_rows] == [(1_000_000, 500, None),
+                                                                                     (2_000_000, 200, None)]
+    else:
+        assert stats_rows == []
+
+
 @pytest.mark.parametrize("name", [FORMATS / "rdkafka_performance.txt", TOOLS / "rdkafka_performance_summary.txt"],
                          ids=lambda p: p.name)
 def test_performance_mangled_reads_the_same(name, tmp_path):
