@@ -25,11 +25,14 @@ the table of counts that ``strace -c`` fills, with the line itself kept:
 
 - ``repeats``: the count ``uniq -c`` printed; ``line``: the counted text
   (at most 4096 characters); ``pid``: its ``-f`` pid, when it has one.
-- ``calls``: calls that line ended. strace counts a call when it returns,
-  so a whole line or a ``<... resumed>`` half counts ``repeats`` calls and
-  an ``<unfinished ...>`` half 0 (its call ends in a resumed line):
-  summing ``calls`` by syscall counts each call once even though its two
-  halves are two lines. A bare ``name(`` counts ``repeats``.
+- ``calls``: the calls the line stands for, so that summing ``calls`` by
+  syscall counts each call once though its two halves are two lines. A
+  whole line and a bare ``name(`` count ``repeats``. Of a thread's (pid's)
+  halves of one syscall, either the ``<unfinished ...>`` ones count or the
+  ``<... resumed>`` ones, whichever hold more repeats, the others 0: a
+  ``head`` or a ``grep`` often kept only one kind (the poll loop a ticket
+  shows as ``<unfinished ...>`` lines alone, or resumed sleeps whose
+  starts were all unique).
 - ``ret``, ``errno``: the return the line shows; ``errors`` is
   ``repeats`` when it shows an error name (``-1 EAGAIN ...``, ``?
   ERESTARTSYS``), else 0; null for ``name(`` lines, which show none.
@@ -90,19 +93,23 @@ def read_line(text: str) -> tuple[dict | None, str | None]:
     rest = body[p.end():]
     row = {"summary": 1, "total": False, "repeats": repeats, "line": body[:MAX_LINE],
            "pid": int(pid) if pid and int(pid) < 2**31 else None}
+    half = None
     if m := _RESUMED.match(rest):
-        row["syscall"], ended = m.group(1), True
+        row["syscall"], ended, half = m.group(1), True, "resumed"
     elif m := _CALL.match(rest):
         row["syscall"] = m.group(1)
         if not rest[m.end():].strip():   # grep -o's "name(": a count, nothing more
             row.update(calls=repeats)
             return row, None
         ended = not rest.rstrip().endswith("<unfinished ...>")
+        half = None if ended else "unfinished"
     elif _SIGNAL_OR_EXIT.match(rest):
         return None, "not_a_call"
     else:
         return None, "not_counted"
-    row["calls"], row["errors"] = (repeats, 0) if ended else (0, 0)
+    row["calls"], row["errors"] = repeats, 0
+    if half:
+        row["half"] = half
     at = rest.rfind(" = ")
     if ended and at >= 0:
         r = _RETURN.match(rest, at + 3)
@@ -113,6 +120,23 @@ def read_line(text: str) -> tuple[dict | None, str | None]:
         if d := _DURATION.search(rest[max(at, len(rest) - 40):]):
             row["seconds"] = repeats * float(d.group(1))
     return row, None
+
+
+def _count_halves_once(rows: list[dict]) -> None:
+    """Per pid and syscall, the halves of the kind with fewer repeats count
+    no calls: each call is then counted by its start or by its end."""
+    held: dict[tuple, list[int]] = {}
+    for r in rows:
+        if r.get("half"):
+            k = held.setdefault((r["pid"], r["syscall"]), [0, 0])
+            k[r["half"] == "resumed"] += r["repeats"]
+    for r in rows:
+        half = r.pop("half", None)
+        if half:
+            unfinished, resumed = held[(r["pid"], r["syscall"])]
+            counts_starts = unfinished >= resumed
+            if counts_starts != (half == "unfinished"):
+                r["calls"] = 0
 
 
 def parse_counts(lines) -> tuple[pa.Table, ParseCounts]:
@@ -137,6 +161,7 @@ def parse_counts(lines) -> tuple[pa.Table, ParseCounts]:
         counts.parsed += 1
         row["line_no"] = no
         rows.append(row)
+    _count_halves_once(rows)
     return pa.table({f.name: [r.get(f.name) for r in rows] for f in SCHEMA}, schema=SCHEMA), counts
 
 

@@ -139,7 +139,7 @@ def test_counted_strace_lines_one_row_each_calls_counted_once():
                        "errors": 0, "seconds": None, "usecs_per_call": None, "time_pct": None, "shortest_s": None,
                        "longest_s": None, "wall": None, "pid": 20272, "repeats": 196, "ret": 0, "errno": None,
                        "line": "20272 <... clock_nanosleep resumed>NULL) = 0"}
-    # An unfinished half ends no call: its call is counted on its resumed line.
+    # This thread's poll halves: the resumed ones hold more repeats, so they count the calls.
     unfinished = rows[3]
     assert (unfinished["syscall"], unfinished["repeats"], unfinished["calls"], unfinished["ret"]) == ("poll", 96, 0, None)
     failed = rows[13]
@@ -153,6 +153,16 @@ def test_counted_strace_lines_one_row_each_calls_counted_once():
     assert calls == {"clock_nanosleep": 196, "write": 212, "poll": 366, "futex": 266}
     assert errors == {"clock_nanosleep": 0, "write": 0, "poll": 0, "futex": 42}
     assert sum(r["repeats"] for r in rows) == sum(int(s.split()[0]) for s in lines(FORMATS / "strace_counts.txt"))
+
+
+def test_only_unfinished_halves_count_their_calls():
+    # A ticket's grep kept the <unfinished ...> halves of a poll loop alone.
+    raw = ["   5001 [pid  711] poll([{fd=9, events=POLLIN}], 1, 1 <unfinished ...>",
+           "   4990 [pid  712] poll([{fd=10, events=POLLIN}], 1, 1 <unfinished ...>",
+           "     20 [pid  712] <... poll resumed>)     = 0 (Timeout)"]
+    t, _ = parse_counts(raw)
+    assert [(r["pid"], r["calls"], r["repeats"]) for r in t.to_pylist()] == [(711, 5001, 5001), (712, 4990, 4990),
+                                                                            (712, 0, 20)]
 
 
 def test_counted_names_and_lines_without_pid():
