@@ -121,6 +121,19 @@ def test_chat_and_markdown_mangling_reads_the_same(name, tmp_path):
         assert detect(blind) == "strace_summary", how
 
 
+def test_strace_C_table_after_the_calls_is_counted_by_name():
+    """-C prints the table after the calls: the file is strace output, the
+    calls its rows, the table's lines skipped as summary_table."""
+    from kdiag.parsers import strace
+
+    calls = lines(FIXTURES / "captures" / "nagle_on" / "strace.txt")
+    alone, ca = strace.parse_lines(calls)
+    both, cb = strace.parse_lines([*calls, *lines(FORMATS / "strace_summary.txt")])
+    assert both.equals(alone)
+    assert cb.skipped == {**ca.skipped, "summary_table": 54} and cb.parsed == ca.parsed
+    assert strace.looks_like(calls[:50]) == 1.0
+
+
 def test_program_output_around_the_table_is_counted_not_read():
     raw = ["produced 200", "strace: Process 1234 detached", *lines(FORMATS / "strace_summary.txt")]
     t, c = parse_summary(raw)
