@@ -368,9 +368,14 @@ def looks_like(sample: list[str]) -> float:
         return 0.0
 
 
+# The statistics table is also the stats format's: a bundle records one
+# version a table, so these tables take that format's version and history.
+_STATS_FORMAT = stats.FORMATS[0]
+
 FORMATS = (
     Format(name="rdkafka_performance", recognised_by=BY_LINES, recognise=looks_like,
-           tables={"perf_intervals": PERF_SCHEMA, "stats": stats.SCHEMA}, schema_version=1, reads=CHUNKS,
+           tables={"perf_intervals": PERF_SCHEMA, "stats": stats.SCHEMA}, schema_version=_STATS_FORMAT.schema_version,
+           older=_STATS_FORMAT.older, reads=CHUNKS,
            parser=PerformanceParser, title="rdkafka_performance output", pseudonymised=TEXT_SCANNER,
            feeds={"perf_intervals": (CLIENT_QUEUE,), "stats": (CLIENT_QUEUE,)}, bundle_dir=None),
 )
