@@ -36,6 +36,8 @@ tool printed dropped (columns null where the line has none):
 column          type      meaning
 ==============  ========  ================================================
 line_no         int64     1-based line
+ts_us           int64     ``elapsed_ms`` in microseconds (since the run's
+                          start, not the epoch), as in ``stats``
 run             int32     which run of the input, from 1 (a ``% Sending``
                           banner, a command line, or elapsed going back)
 mode            string    ``producer`` or ``consumer``
@@ -91,6 +93,7 @@ CLIENT = "rdkafka_performance"
 
 PERF_SCHEMA = pa.schema([
     ("line_no", pa.int64()),
+    ("ts_us", pa.int64()),
     ("run", pa.int32()),
     ("mode", pa.string()),
     ("form", pa.string()),
@@ -323,7 +326,7 @@ class PerformanceParser:
                 self._new_run()
                 self.run.columns, self.run.mode = cols, mode
             self.run.elapsed = elapsed
-        row.update(line_no=no, run=self.runs)
+        row.update(line_no=no, run=self.runs, ts_us=None if elapsed is None else elapsed * 1000)
         perf.append(row)
         # A summary line has no rtt: it gives the statistics table only its
         # queue, where that table has the column for it.

@@ -26,6 +26,7 @@ the paste holds the command line (``$ strace -c -w ...``), else null.
 column          type      meaning (null when the table has no such column)
 ==============  ========  ================================================
 line_no         int64     1-based line of the row
+ts_us           int64     always null: a summary holds no time of its own
 summary         int32     which table of the input, from 1
 syscall         string    the call's name; null on the ``total`` row
 total           bool      the ``total`` row (sums of the rows above it)
@@ -59,6 +60,8 @@ from kdiag.parsers.pasted import MARKUP, PROMPT, clean
 
 SCHEMA = pa.schema([
     ("line_no", pa.int64()),
+    # Every table the analysis reads has its rows' time; a count has none.
+    ("ts_us", pa.int64()),
     ("summary", pa.int32()),
     ("syscall", pa.string()),
     ("total", pa.bool_()),

@@ -20,7 +20,7 @@ from kdiag.parsers.strace_summary import parse_summary
 
 TOOLS = FIXTURES / "tools"
 FORMATS = FIXTURES / "formats"
-NO_LINE = dict.fromkeys(("pid", "repeats", "ret", "errno", "line"))
+NO_LINE = dict.fromkeys(("pid", "repeats", "ret", "errno", "line", "ts_us"))
 OURS = ("strace_summary", "strace_counts", "rdkafka_performance")
 
 
@@ -148,7 +148,8 @@ def test_counted_strace_lines_one_row_each_calls_counted_once():
     accounted(c)
     assert c.parsed == c.lines == 60 and len(t) == 60
     rows = t.to_pylist()
-    assert rows[0] == {"line_no": 1, "summary": 1, "syscall": "clock_nanosleep", "total": False, "calls": 196,
+    assert rows[0] == {"line_no": 1, "ts_us": None, "summary": 1, "syscall": "clock_nanosleep", "total": False,
+                       "calls": 196,
                        "errors": 0, "seconds": None, "usecs_per_call": None, "time_pct": None, "shortest_s": None,
                        "longest_s": None, "wall": None, "pid": 20272, "repeats": 196, "ret": 0, "errno": None,
                        "line": "20272 <... clock_nanosleep resumed>NULL) = 0"}
@@ -244,7 +245,7 @@ def test_performance_table_with_latency_and_a_climbing_rtt():
     table = [r for r in rows if r["form"] == "table"]
     assert len(table) == 26
     assert _set(table[0]) == {
-        "line_no": 5, "run": 1, "mode": "producer", "form": "table", "elapsed_ms": 1986, "msgs": 8000,
+        "line_no": 5, "ts_us": 1_986_000, "run": 1, "mode": "producer", "form": "table", "elapsed_ms": 1986, "msgs": 8000,
         "bytes": 8192000, "rtt_ms": 123, "delivered": 967, "msgs_per_s": 486, "mb_per_s": 0.5, "dr_err": 0,
         "tx_err": 0, "outq": 7033, "offset": 966, "latency_curr_ms": 294.32, "latency_avg_ms": 297.09,
         "latency_lo_ms": 294.32, "latency_hi_ms": 300.13}
@@ -270,13 +271,13 @@ def test_performance_table_without_latency_and_summary_lines():
     rows, stats_rows, c = perf(lines(TOOLS / "rdkafka_performance_u.txt"))
     assert len(rows) == len(stats_rows) == 37 and c.parsed == 39
     assert _set(rows[-1]) == {
-        "line_no": 40, "run": 1, "mode": "producer", "form": "table", "elapsed_ms": 19040, "msgs": 20000,
+        "line_no": 40, "ts_us": 19_040_000, "run": 1, "mode": "producer", "form": "table", "elapsed_ms": 19040, "msgs": 20000,
         "bytes": 20480000, "rtt_ms": 0, "delivered": 20000, "msgs_per_s": 1050, "mb_per_s": 1.08, "dr_err": 0,
         "tx_err": 0, "outq": 0, "offset": 19999}
     rows, stats_rows, c = perf(lines(TOOLS / "rdkafka_performance_summary.txt"))
     assert len(rows) == 40 and stats_rows == [] and c.parsed == 41
     assert _set(rows[2]) == {
-        "line_no": 5, "run": 1, "mode": "producer", "form": "summary", "elapsed_ms": 1529, "msgs": 741,
+        "line_no": 5, "ts_us": 1_529_000, "run": 1, "mode": "producer", "form": "summary", "elapsed_ms": 1529, "msgs": 741,
         "bytes": 758784, "delivered": 358, "offset": 40357, "dr_err": 0, "msgs_per_s": 234, "mb_per_s": 0.24,
         "tx_err": 0, "outq": 383}
     rows, _, _ = perf(lines(TOOLS / "rdkafka_performance_ul.txt"))
@@ -329,7 +330,8 @@ def test_old_summaries_backpressure_consumer_and_runs():
     rows, stats_rows, c = perf(raw)
     assert c.parsed == 7 and stats_rows == []
     got = [_set(r) for r in rows]
-    assert got[0] == {"line_no": 1, "run": 1, "mode": "producer", "form": "summary", "elapsed_ms": 1002, "msgs": 5000,
+    assert got[0] == {"line_no": 1, "ts_us": 1_002_000, "run": 1, "mode": "producer", "form": "summary",
+                      "elapsed_ms": 1002, "msgs": 5000,
                       "bytes": 500000, "msgs_per_s": 4990, "mb_per_s": 0.5, "dr_err": 0}
     assert got[1]["delivered"] == 290000 and got[1]["dr_err"] == 12 and got[1]["tx_err"] == 33 \
         and got[1]["outq"] == 10000 and "offset" not in got[1]
