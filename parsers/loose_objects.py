@@ -67,10 +67,16 @@ class Found:
         return "+".join(f for f in FORM_ORDER if f in self.forms) or "json"
 
 
-# Where an object starts: a brace, or a key ("name": / 'name':) of an object
-# whose start was cut off. Bounded, so a line of quotes costs linear time.
-_START = re.compile(r"""\{|(?:[uU]?"[^"\\\n]{1,200}"|[uU]?'[^'\\\n]{1,200}')[ \t]*:""")
+# Where an object starts: a brace before a key, a closing brace or the
+# line's end (pretty-printed), or a key ("name": / 'name':) of an object
+# whose start was cut off. Any other brace is passed over at the regex's
+# pace; bounded, so a line of quotes costs linear time.
+_START = re.compile(r"""\{(?=[ \t]*(?:[uU]?["'}]|\\"|$))|(?:[uU]?"[^"\\\n]{1,200}"|[uU]?'[^'\\\n]{1,200}')[ \t]*:""")
 _ESCAPED_OPEN = re.compile(r'\{\s{0,8}\\"')
+# An object written into a string: an escaped quote or a Python repr's
+# quote after a brace.
+_IN_A_STRING = re.compile(r"""\{\s{0,8}(?:\\"|[uU]?')""")
+
 _UNESCAPE = re.compile(r'\\(["\\/])')
 _TOKEN = re.compile(r"""[ \t\f\v]*(?:
    (?P<p>[{}\[\]:,])
@@ -81,7 +87,7 @@ _TOKEN = re.compile(r"""[ \t\f\v]*(?:
   |(?P<open>(?:[uUbB]?["'].*|-|[A-Za-z]+)$)
   |(?P<end>$)
 )""", re.X)
-_ELISION = re.compile(r"\s*(?:\.{2,}|\u2026)[\s.\u2026]*")
+_ELISION = re.compile(r"\s*(?:\.{2,}|\u2026)[\s.,\u2026]*")
 _GOES_ON = re.compile(r"[0-9A-Za-z.+\-]")
 _WORDS = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None,
           "NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
@@ -146,6 +152,7 @@ class Scanner:
         self.carry_string = False   # it is a string still open: always joined
         self.joins = 0
         self.wraps = 0
+        self.deep_line = 0      # a line Python's decoder found too deep
         self.elided = False     # fields were left out just before
         self.alone = False      # a carried token read on its own: not carried again
         self.escaped = False
@@ -246,13 +253,20 @@ class Scanner:
 
     def _fast(self, no: int, text: str, start: int, forms: set) -> int | None:
         """An object whole on this line, read by Python's decoder."""
+        if self.deep_line == no:
+            return None
         try:
             value, end = _DECODER.raw_decode(text, start)
-        except (ValueError, RecursionError):
+        except ValueError:
+            return None
+        except RecursionError:
+            # Nesting past Python's limit: the decoder would read as deep
+            # again at each object the scanner ends at DEPTH_MAX.
+            self.deep_line = no
             return None
         if value:
             self.out.append(Found(value, no, no, False, forms))
-            if not self.inner:
+            if not self.inner and _IN_A_STRING.search(text, start, end):
                 self._inside_strings(no, value)
         return end
 
