@@ -58,6 +58,7 @@ WHOLE = {
     "python_repr.txt": ([0, 1, 2], "python_repr", 0),
     "python2_repr.txt": ([0, 1], "python_repr", 0),
     "wrapped80.txt": ([0, 1, 2], "wrapped", 0),
+    "rust_debug.txt": ([0, 1], "prefixed+rust_debug", 0),
     "editor_break.txt": ([0], "prefixed+wrapped", 0),
     "quoted.md": ([3], "pretty", 0),
 }
@@ -148,7 +149,7 @@ TOPIC_COLUMNS = ("topic", "batchsize_avg", "batchsize_p50", "batchsize_p99", "ba
                  "txmsgs")
 
 
-@pytest.mark.parametrize("name", ["real.jsonl", "python_repr.txt", "wrapped80.txt", "pretty.txt"])
+@pytest.mark.parametrize("name", ["real.jsonl", "python_repr.txt", "wrapped80.txt", "pretty.txt", "rust_debug.txt"])
 def test_topics_give_the_source_batch_windows(name):
     from kdiag.parsers.stats import parse_all
 
