@@ -1,11 +1,12 @@
-"""librdkafka statistics, as users paste them -> table ``stats``.
+"""librdkafka statistics, as users paste them -> tables ``stats`` and
+``stats_topics``.
 
 Input: any text holding the objects ``stats_cb`` delivers every
 ``statistics.interval.ms`` (see librdkafka's STATISTICS.md): one a line as
 librdkafka writes them, pretty-printed over many lines, several on a line,
 behind a logger's prefix, escaped inside a JSON log record, printed as a
-Python dict, broken by a terminal or an editor, cut at either end
-(kdiag.parsers.loose_objects reads them). Markdown quote markers, code
+Python dict or as rust-rdkafka's Debug print, broken by a terminal or an
+editor, cut at either end (kdiag.parsers.loose_objects reads them). Markdown quote markers, code
 fences and CRLF are taken off first (kdiag.parsers.pasted). Each object is a
 snapshot; each snapshot becomes one row per broker (one row with no broker
 when none of its brokers could be read). Field sets from 0.8 (``rtt`` with
@@ -59,7 +60,31 @@ snapshot                int64     the snapshot's ordinal in the input, from 1
 cut                     bool      read from a snapshot that was cut
 form                    string    how it was written: json, or ``+``-joined
                                   prefixed, concatenated, escaped,
-                                  python_repr, pretty, wrapped
+                                  python_repr, rust_debug, pretty, wrapped
+======================  ========  ==========================================
+
+``stats_topics``: one row per topic per snapshot (a topic of unknown name
+for partitions pasted without it).
+
+======================  ========  ==========================================
+column                  type      meaning (null when absent)
+======================  ========  ==========================================
+line_no, snapshot       int64     as in ``stats``
+ts_us, client           int64,    as in ``stats``
+                        string
+topic                   string    the topic's name
+batchsize_avg           float64   ``batchsize.avg``: bytes a batch (MessageSet),
+                                  as librdkafka reports; likewise p50, p99, max
+batchcnt_avg            float64   ``batchcnt.avg``: messages a batch; likewise
+                                  p50, p99, max
+batches                 int64     batches in the window (``batchsize.cnt``)
+partitions              int32     partitions reported (the -1 one not counted)
+msgq_cnt, msgq_bytes    int64     messages queued, summed over the partitions
+xmit_msgq_cnt           int64     messages queued for the broker thread; and
+xmit_msgq_bytes                   their bytes (summed likewise)
+txmsgs, txbytes         int64     messages and bytes sent (summed likewise)
+cut, form               bool,     as in ``stats``
+                        string
 ======================  ========  ==========================================
 """
 from __future__ import annotations
