@@ -95,6 +95,9 @@ _TOKEN = re.compile(r"""[ \t\f\v]*(?:
   |(?P<end>$)
 )""", re.X)
 _ELISION = re.compile(r"\s*(?:\.{2,}|\u2026)[\s.,\u2026]*")
+# A key and a plain value and its comma: what most of a pretty-printed
+# object's lines hold.
+_PAIR = re.compile(r"""[ \t]*"([^"\\]*)"[ \t]*:[ \t]*(?:(-?\d+)|"([^"\\]*)"|(true|false|null)\b)[ \t]*,""")
 _GOES_ON = re.compile(r"[0-9A-Za-z.+\-]")
 _WORDS = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None,
           "NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
@@ -331,6 +334,16 @@ class Scanner:
         line does (len(text))."""
         n = len(text)
         while self.frames:
+            top = self.frames[-1]
+            if top.want in (_KEY, _KEY_AFTER_COMMA) and isinstance(top.box, dict):
+                pair = _PAIR.match(text, pos)
+                if pair:
+                    # The commonest run, '"key": scalar,', in one match.
+                    num, string, word = pair.group(2, 3, 4)
+                    top.box[pair.group(1)] = int(num) if num else string if string is not None else _WORDS[word]
+                    top.want, self.last, self.joins, self.elided = _KEY_AFTER_COMMA, no, 0, False
+                    pos = pair.end()
+                    continue
             m = _TOKEN.match(text, pos)
             if m is None:      # no token here: the object ends before it
                 self._close_cut()
