@@ -1,11 +1,12 @@
-"""librdkafka statistics, as users paste them -> table ``stats``.
+"""librdkafka statistics, as users paste them -> tables ``stats`` and
+``stats_topics``.
 
 Input: any text holding the objects ``stats_cb`` delivers every
 ``statistics.interval.ms`` (see librdkafka's STATISTICS.md): one a line as
 librdkafka writes them, pretty-printed over many lines, several on a line,
 behind a logger's prefix, escaped inside a JSON log record, printed as a
-Python dict, broken by a terminal or an editor, cut at either end
-(kdiag.parsers.loose_objects reads them). Markdown quote markers, code
+Python dict or as rust-rdkafka's Debug print, broken by a terminal or an
+editor, cut at either end (kdiag.parsers.loose_objects reads them). Markdown quote markers, code
 fences and CRLF are taken off first (kdiag.parsers.pasted). Each object is a
 snapshot; each snapshot becomes one row per broker (one row with no broker
 when none of its brokers could be read). Field sets from 0.8 (``rtt`` with
@@ -59,7 +60,31 @@ snapshot                int64     the snapshot's ordinal in the input, from 1
 cut                     bool      read from a snapshot that was cut
 form                    string    how it was written: json, or ``+``-joined
                                   prefixed, concatenated, escaped,
-                                  python_repr, pretty, wrapped
+                                  python_repr, rust_debug, pretty, wrapped
+======================  ========  ==========================================
+
+``stats_topics``: one row per topic per snapshot (a topic of unknown name
+for partitions pasted without it).
+
+======================  ========  ==========================================
+column                  type      meaning (null when absent)
+======================  ========  ==========================================
+line_no, snapshot       int64     as in ``stats``
+ts_us, client           int64,    as in ``stats``
+                        string
+topic                   string    the topic's name
+batchsize_avg           float64   ``batchsize.avg``: bytes a batch (MessageSet),
+                                  as librdkafka reports; likewise p50, p99, max
+batchcnt_avg            float64   ``batchcnt.avg``: messages a batch; likewise
+                                  p50, p99, max
+batches                 int64     batches in the window (``batchsize.cnt``)
+partitions              int32     partitions reported (the -1 one not counted)
+msgq_cnt, msgq_bytes    int64     messages queued, summed over the partitions
+xmit_msgq_cnt           int64     messages queued for the broker thread; and
+xmit_msgq_bytes                   their bytes (summed likewise)
+txmsgs, txbytes         int64     messages and bytes sent (summed likewise)
+cut, form               bool,     as in ``stats``
+                        string
 ======================  ========  ==========================================
 """
 from __future__ import annotations
@@ -185,15 +210,25 @@ def _is_topic(d: dict) -> bool:
     return "batchsize" in d or "batchcnt" in d or ("topic" in d and isinstance(d.get("partitions"), dict))
 
 
+def _is_partition(d: dict) -> bool:
+    return "partition" in d and ("msgq_cnt" in d or "xmit_msgq_cnt" in d or "txmsgs" in d)
+
+
 class _Snapshot:
-    __slots__ = ("root", "brokers", "topics", "cut")
+    __slots__ = ("root", "brokers", "topics", "partitions", "cut")
 
     def __init__(self, root, cut: bool):
-        self.root, self.brokers, self.topics, self.cut = root, [], [], cut
+        self.root, self.brokers, self.topics, self.partitions, self.cut = root, [], [], {}, cut
 
     @property
     def empty(self) -> bool:
-        return self.root is None and not self.brokers and not self.topics
+        return self.root is None and not self.brokers and not self.topics and not self.partitions
+
+    def unclaimed(self) -> None:
+        """Partitions found outside any topic (a fragment of a topic's
+        "partitions", its topic cut off): one topic of unknown name."""
+        if self.partitions:
+            self.topics.append((None, {"partitions": self.partitions}))
 
 
 def snapshots(value, cut: bool) -> list[_Snapshot]:
@@ -224,10 +259,15 @@ def snapshots(value, cut: bool) -> list[_Snapshot]:
         elif role == "topic" or (role is None and _is_topic(node)):
             snap.topics.append((key, node))
             continue
+        elif role is None and _is_partition(node):
+            snap.partitions[key if isinstance(key, str) else str(len(snap.partitions))] = node
+            continue
         if depth < WALK_DEPTH:
             for k, v in reversed(list(node.items())):
                 if isinstance(v, (dict, list)):
                     stack.append((v, snap, depth + 1, k, _role_below(node, snap, role, k)))
+    for s in found:
+        s.unclaimed()
     return [s for s in found if not s.empty]
 
 
@@ -268,6 +308,15 @@ def _sums(parts) -> tuple[int | None, list]:
     return real, sums
 
 
+def _cleaned(raw) -> tuple[str, str | None]:
+    """pasted.clean, whose link and quote rewrites are passed over for the
+    lines that cannot hold one (most lines of statistics, 6 KB each)."""
+    if isinstance(raw, str) and "<" not in raw and "http" not in raw and "\r" not in raw \
+            and raw.lstrip()[:1] not in (">", "`", "~", "$", "#", "%", "[", "P"):
+        return raw.rstrip(), None
+    return clean(raw)
+
+
 class StatsParser:
     source = "stats"
     SCHEMA = SCHEMA
@@ -291,7 +340,7 @@ class StatsParser:
             lines = lines.to_pylist()
         for no, raw in enumerate(lines, first_line_no):
             self.counts.lines += 1
-            text, what = clean(raw)
+            text, what = _cleaned(raw)
             if self.base is None:
                 self.base = no
             self.held.append(_MARKUP if what == MARKUP else _EMPTY if not text.strip() else _TEXT)
@@ -422,7 +471,7 @@ def parse_lines(lines, first_line_no: int = 1) -> tuple[pa.Table, ParseCounts]:
 # Keys only statistics hold, as JSON, a Python repr or escaped JSON spells
 # them: a sample without one is not read further.
 _SIGNS = ("brokers", "int_latency", "txretries", "msg_cnt", "replyq", "outbuf_cnt", "req_timeouts", "batchcnt",
-          "toppars", "waitresp_cnt", "rtt")
+          "toppars", "waitresp_cnt", "rtt", "msgq_cnt", "batchsize")
 # The sample's text read to score it: enough for several snapshots.
 _SCORE_BYTES = 4 << 20
 

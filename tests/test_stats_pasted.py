@@ -58,6 +58,7 @@ WHOLE = {
     "python_repr.txt": ([0, 1, 2], "python_repr", 0),
     "python2_repr.txt": ([0, 1], "python_repr", 0),
     "wrapped80.txt": ([0, 1, 2], "wrapped", 0),
+    "rust_debug.txt": ([0, 1], "prefixed+rust_debug", 0),
     "editor_break.txt": ([0], "prefixed+wrapped", 0),
     "quoted.md": ([3], "pretty", 0),
 }
@@ -148,7 +149,7 @@ TOPIC_COLUMNS = ("topic", "batchsize_avg", "batchsize_p50", "batchsize_p99", "ba
                  "txmsgs")
 
 
-@pytest.mark.parametrize("name", ["real.jsonl", "python_repr.txt", "wrapped80.txt", "pretty.txt"])
+@pytest.mark.parametrize("name", ["real.jsonl", "python_repr.txt", "wrapped80.txt", "pretty.txt", "rust_debug.txt"])
 def test_topics_give_the_source_batch_windows(name):
     from kdiag.parsers.stats import parse_all
 
@@ -179,3 +180,60 @@ def test_v0_8_partition_counters_are_summed_per_topic():
     (row,) = tables["stats_topics"].to_pylist()
     assert row["topic"] == "events" and row["partitions"] == 2 and row["msgq_cnt"] == 1180
     assert row["xmit_msgq_cnt"] == 20 and row["batchsize_avg"] is None and row["batches"] is None
+
+
+def test_partitions_alone_give_a_topic_of_unknown_name():
+    from kdiag.parsers.stats import parse_all
+
+    # A paste that starts inside a topic's "partitions" and is cut there.
+    src = REAL[4]["topics"]["kdiag-probe"]["partitions"]
+    text = json.dumps(src)
+    lines = [text[text.index('"partition":'):], "", "..."]
+    tables, c = parse_all(lines)
+    (row,) = tables["stats_topics"].to_pylist()
+    assert row["topic"] is None and row["cut"] and row["partitions"] == 1
+    assert row["txmsgs"] == sum(p["txmsgs"] for p in src.values())
+    assert c.skipped == {"cut": 1, "empty": 1, "not_statistics": 1}
+
+
+@pytest.mark.parametrize("name", ["pretty.txt", "wrapped80.txt", "cut_end.txt", "editor_break.txt"])
+def test_chunks_cut_anywhere_give_the_same_rows(name):
+    """The file reaches the parser in chunks of lines: an object open at a
+    chunk's end goes on in the next."""
+    from kdiag.parsers.stats import StatsParser, parse_all
+
+    lines = (STATS / name).read_text().splitlines()
+    whole, counts = parse_all(lines)
+    for cut in (1, len(lines) // 3, len(lines) - 1):
+        p = StatsParser()
+        parts = [p.feed(lines[:cut], 1), p.feed(lines[cut:], cut + 1), p.finish()]
+        assert [r for t in parts for r in t["stats"].to_pylist()] == whole["stats"].to_pylist()
+        assert p.counts.to_dict() == counts.to_dict()
+
+
+HOSTILE = {
+    "braces": lambda n: ["{" * n],
+    "nested": lambda n: ['{"a":' * n],
+    "keys": lambda n: ['"a": ' * n],
+    "open string": lambda n: ['{"a": "' + "x" * n, "y" * n],
+    "escapes": lambda n: ["{'a': u'" + "\\'" * n],
+    "backslashes": lambda n: ["\\" * n + "{"],
+    "pretty lines": lambda n: ["{"] + ['  "a": 1,'] * (n // 10) + ["  "],
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_input_costs_its_length(name):
+    """Each shape at two sizes, ten times apart: ten times the time at most
+    (with room for a noisy machine), never a crash, every line counted."""
+    import time
+
+    def took(n):
+        lines = HOSTILE[name](n)
+        t0 = time.perf_counter()
+        t, c = parse_lines(lines)
+        assert c.lines == len(lines) and c.parsed + c.skipped_total == c.lines and t.num_rows == 0
+        return time.perf_counter() - t0
+
+    small = min(took(4_000) for _ in range(3))
+    assert took(40_000) < 10 * max(small, 2e-3) * 3
