@@ -225,3 +225,35 @@ def test_what_a_request_finding_rests_on():
         ["requests", "path", "socket samples"]
     assert request_rests_on(BY_NAME["throttled"], facts("syscalls", has_stats=True)) == ["syscalls", "statistics"]
     assert request_rests_on(BY_NAME["healthy"], facts("log", 0.3)) == ["requests"]
+
+
+def test_the_statistics_newer_columns_are_read_when_present(spark):
+    """The windows' ``_cnt`` (an empty window is left out), the snapshot
+    ordinal, msg_cnt and the per-topic batch windows, when the table has them."""
+    from kdiag.analysis.stats_windows import stats_summary
+
+    rows = []
+    for snap in (1, 2, 3):
+        for broker, nodeid, state, cnt in (("b:9092/bootstrap", -1, "UP", 0), ("b:9092/1", 1, "UP", 20),
+                                           ("b:9092/2", 2, "UP", 0)):
+            rows.append({"line_no": snap, "ts_us": 1_760_000_000_000_000, "client": "p", "broker": broker,
+                         "nodeid": nodeid, "state": state, "snapshot": snap,
+                         "rtt_avg_ms": 4.0 if cnt else 0.5, "rtt_p50_ms": 4.0 if cnt else 0.5, "rtt_p99_ms": 6.0,
+                         "rtt_cnt": cnt, "int_latency_avg_ms": 50.0 * snap, "int_latency_p50_ms": 50.0 * snap,
+                         "int_latency_p99_ms": 90.0 * snap, "int_latency_cnt": cnt,
+                         "outbuf_latency_avg_ms": 0.1, "outbuf_latency_p50_ms": 0.1, "outbuf_latency_p99_ms": 0.2,
+                         "outbuf_latency_cnt": cnt, "throttle_avg_ms": 0.0, "throttle_max_ms": 0.0,
+                         "tx": 10 * snap, "txretries": 0, "req_timeouts": 0, "txerrs": 0, "msg_cnt": 30 * snap,
+                         "msg_max": 100000})
+    stats = spark.createDataFrame(rows)
+    topics = spark.createDataFrame([{"snapshot": s, "topic": "orders", "batchcnt_p50": 1.0, "batchcnt_avg": 1.2,
+                                     "batchcnt_max": 3, "batchsize_p50": 250.0, "batchsize_avg": 260.0}
+                                    for s in (1, 2, 3)])
+    st = stats_summary(stats, topics)
+    assert st["snapshots"] == 3 and st["brokers"] == 2   # the bootstrap handle is not a broker
+    # Broker 2's empty window (rtt_cnt 0) leaves its 0.5 ms out.
+    assert st["rtt_p50_ms"] == 4.0 and [p["snapshot"] for p in st["series"]] == [1, 2, 3]
+    assert [p["int_latency_p50_ms"] for p in st["series"]] == [50.0, 100.0, 150.0]
+    assert st["msg_cnt_max"] == 90 and st["tx"] == 60 and st["tx_grew"] == 40   # both UP brokers sent
+    assert st["batch_msgs_p50"] == 1.0 and st["batch_bytes_p50"] == 250.0 and st["batch_topics"] == 1
+    assert _verdict({k: v for k, v in st.items() if k != "series"})[0] == "client_queueing"
