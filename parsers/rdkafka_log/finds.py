@@ -6,6 +6,8 @@ of its lines:
 * Notepad++'s "Find in Files" results: a ``Search "TEXT" (N hits in M
   files ...)`` line, a ``  C:\\path\\file.log (N hits)`` line per file,
   then each hit as ``\\tLine 123: <the line>``;
+* VS Code's search view "Copy All" and its search editor: the file's path,
+  then each hit ``  123,45: <the line>`` (line, column) or ``  123: ``;
 * grep's (and editors' "copy as grep") ``path:123:<the line>`` for a match
   and ``path-123-<the line>`` for a context line;
 * ``sort | uniq -c``: each distinct line once, after its count, right
@@ -29,15 +31,17 @@ from kdiag.parsers.strings import offsets_data
 # space; a count wider than its field pushes the line right.
 _UNIQ = (r"^(?P<n> {6}[0-9]| {5}[0-9]{2}| {4}[0-9]{3}| {3}[0-9]{4}| {2}[0-9]{5}| [0-9]{6}|[0-9]{7,12}"
          r"| {3}[0-9]| {2}[0-9]{2}| [0-9]{3}) ")
-# Notepad++: "\tLine 123: "; grep: a file path (it holds a "." or a "/"
-# or "\\", so a date or a broker name is not taken for one) then ":123:"
-# or "-123-".
+# Notepad++ (and klogg): "\tLine 123: "; VS Code: "  123,45: "; grep: a
+# file path (it holds a "." or a "/" or "\\", so a date or a broker name
+# is not taken for one) then ":123:" or "-123-".
 _PATH_CHARS = r"[^\s:|%#\[\]{}\"'<>=,;()]"
-_HIT = (r"^(?:\s*Line [0-9]{1,12}: |(?:[A-Za-z]:)?" + _PATH_CHARS + r"*[./\\]" + _PATH_CHARS
-        + r"*(?::[0-9]{1,12}:|-[0-9]{1,12}-))")
+_HIT = (r"^(?:\s*Line [0-9]{1,12}: |\s+[0-9]{1,12}(?:,[0-9]{1,6})?: |(?:[A-Za-z]:)?" + _PATH_CHARS
+        + r"*[./\\]" + _PATH_CHARS + r"*(?::[0-9]{1,12}:|-[0-9]{1,12}-))")
 # Notepad++'s headings: 'Search "x" (12 hits in 1 file of 1 searched)' and
 # '  C:\logs\app.log (12 hits)'.
-_HEADER = r'^(?:Search ".*\([0-9]+ hits? in [0-9]+ files?|\s+\S.* \([0-9]+ hits?\)\s*$)'
+# VS Code's: the file's path alone on its line.
+_HEADER = (r'^(?:Search ".*\([0-9]+ hits? in [0-9]+ files?|\s+\S.* \([0-9]+ hits?\)\s*$'
+           r'|(?:[A-Za-z]:)?[^\s:]*[/\\][^\s]*\.[A-Za-z0-9]{1,8}\s*$)')
 
 
 def strip_finds(lines: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
