@@ -144,3 +144,10 @@ def test_vscode_copy_all():
                                                                      (3, "timeouts", 1795600802001000)]
     _, c = parse_lines(["/var/log/orders/producer.log", f"  812: {B}: Receive failed: Disconnected"])
     assert c.skipped == {"find_header": 1}
+
+
+def test_markdown_table_rows():
+    got = rows(["| 11/25/2026, 10:00:01.788 AM | %3\\|1795600801.788\\|FAIL\\|app#producer-1\\| "
+                f"[thrd:{B}]: {B}: Receive failed: Disconnected |"])
+    assert [(r["event"], r["ts_us"], r["level"], r["text"]) for r in got] == [
+        ("fail", 1795600801788000, 3, "Receive failed: Disconnected")]

@@ -13,7 +13,8 @@ of its lines:
 * ``sort | uniq -c``: each distinct line once, after its count, right
   aligned: GNU's ``"%7lu "``, BSD's ``"%4d "``.
 
-The prefix is cut off; the count is kept (``repeat``: the line stood that
+A markdown table's rows have their cells' escaped "|" undone. The prefix
+is cut off; the count is kept (``repeat``: the line stood that
 many times); the search's own heading lines are not log lines and are
 counted apart (``find_header``).
 """
@@ -58,6 +59,14 @@ def strip_finds(lines: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     if not len(idx):
         return lines, repeat, header
     sub = lines.take(pa.array(idx))
+    # A markdown table's row ("| time | %3\\|1795600801.788\\|FAIL\\|... |"):
+    # GitHub escapes the "|" inside a cell; the escapes and the closing "|"
+    # are undone.
+    table = first[idx] == ord("|")
+    if table.any():
+        rows = pc.replace_substring(sub.filter(pa.array(table)), "\\|", "|")
+        rows = pc.replace_substring_regex(rows, r"\s*\|\s*$", "")
+        sub = pc.replace_with_mask(sub, pa.array(table), rows)
     counted = null_as_false(pc.match_substring_regex(sub, _UNIQ))
     if counted.any():
         got = pc.extract_regex(sub.filter(pa.array(counted)), _UNIQ)
@@ -68,7 +77,7 @@ def strip_finds(lines: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     if hit.any():
         sub = pc.replace_substring_regex(sub, _HIT, "", max_replacements=1)
     header[idx] = null_as_false(pc.match_substring_regex(sub, _HEADER)) & ~hit & ~counted
-    if counted.any() or hit.any():
+    if counted.any() or hit.any() or table.any():
         mask = np.zeros(n, dtype=bool)
         mask[idx] = True
         lines = pc.replace_with_mask(lines, pa.array(mask), sub)
