@@ -133,3 +133,21 @@ def test_prose_is_not_an_error_line():
     t, c = parse_lines(["The producer is slow when the broker is far away.", "Local time: 10:00",
                         "  1. restart the app"])
     assert t.num_rows == 0 and c.skipped == {"not_librdkafka": 3}
+
+
+def test_vscode_copy_all():
+    got = rows(["/var/log/orders/producer.log",
+                f"  812,41: %3|1795600801.788|FAIL|app#producer-1| [thrd:{B}]: {B}: Receive failed: Disconnected",
+                f"  815: %4|1795600802.001|REQTMOUT|app#producer-1| [thrd:{B}]: {B}: Timed out 1 in-flight, "
+                "0 retry-queued, 0 out-queue, 0 partially-sent requests"])
+    assert [(r["line_no"], r["event"], r["ts_us"]) for r in got] == [(2, "fail", 1795600801788000),
+                                                                     (3, "timeouts", 1795600802001000)]
+    _, c = parse_lines(["/var/log/orders/producer.log", f"  812: {B}: Receive failed: Disconnected"])
+    assert c.skipped == {"find_header": 1}
+
+
+def test_markdown_table_rows():
+    got = rows(["| 11/25/2026, 10:00:01.788 AM | %3\\|1795600801.788\\|FAIL\\|app#producer-1\\| "
+                f"[thrd:{B}]: {B}: Receive failed: Disconnected |"])
+    assert [(r["event"], r["ts_us"], r["level"], r["text"]) for r in got] == [
+        ("fail", 1795600801788000, 3, "Receive failed: Disconnected")]

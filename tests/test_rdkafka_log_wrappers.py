@@ -115,3 +115,13 @@ def test_old_toppar_line_in_an_application_prefix():
     got = rows(["2026-11-25 10:00:01.638|DEBUG|sink|kafka|event=10.0.0.5:9092/0: orders [0] 3+0 msgs,error_code=0"])
     assert got[0]["broker"] == "10.0.0.5:9092/0" and got[0]["event"] == "other"
     assert got[0]["ts_us"] == 1795600801638000
+
+
+def test_coarse_received_lines_leave_the_time_to_the_rtt():
+    thrd = f"[thrd:{B}]: {B}: "
+    got = rows([f"2026-11-25 10:00:01 DEBUG kafka {thrd}Sent ProduceRequest (v7, 2219 bytes @ 0, CorrId 4)",
+                f"2026-11-25 10:00:02 DEBUG kafka {thrd}Received ProduceResponse (v7, 89 bytes, CorrId 4, rtt 43.15ms)",
+                f"2026-11-25 10:00:02.101 DEBUG kafka {thrd}Received ProduceResponse (v7, 89 bytes, CorrId 5, "
+                "rtt 43.15ms)"])
+    assert [(r["ts_us"], r["ts_resolution_us"]) for r in got] == [
+        (1795600801000000, 1_000_000), (None, None), (1795600802101000, 1000)]

@@ -72,9 +72,11 @@ ts_us           int64     the line's timestamp, epoch microseconds:
                           (read as if UTC; differences between lines are
                           right, the absolute time is off by the zone; a
                           time of day without date counts from 1970-01-01).
-                          Null when the line has no time finer than a
-                          second (Go's RFC 3339, an asctime without msecs,
-                          basicConfig's format, node-rdkafka)
+                          Whole seconds and minutes are kept (Go's RFC
+                          3339, an asctime without msecs), but not on a
+                          Received line: its rtt times the request. Null
+                          without a time (basicConfig's format,
+                          node-rdkafka)
 level           int8      syslog level (7 = debug); from Python only where
                           the mapping is one to one (DEBUG 7, WARNING 4,
                           ERROR 3)
@@ -103,7 +105,8 @@ detail          string    state ``UP -> DOWN``, connect address, retry
                           ``1/2 in 100ms``, library version for ``init``
 text            string    the message after the broker name
 ts_resolution_us int32    what ts_us can resolve: 1000 for librdkafka's own
-                          and a ``.fff`` wrapper time, 1 for microseconds;
+                          and a ``.fff`` wrapper time, 1 for microseconds,
+                          1 000 000 for whole seconds, 60 000 000 minutes;
                           null without ts_us (added in schema version 2, as
                           are the columns below)
 msgs            int32     messages in a MessageSet or a transmit queue

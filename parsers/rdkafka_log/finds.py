@@ -6,12 +6,15 @@ of its lines:
 * Notepad++'s "Find in Files" results: a ``Search "TEXT" (N hits in M
   files ...)`` line, a ``  C:\\path\\file.log (N hits)`` line per file,
   then each hit as ``\\tLine 123: <the line>``;
+* VS Code's search view "Copy All" and its search editor: the file's path,
+  then each hit ``  123,45: <the line>`` (line, column) or ``  123: ``;
 * grep's (and editors' "copy as grep") ``path:123:<the line>`` for a match
   and ``path-123-<the line>`` for a context line;
 * ``sort | uniq -c``: each distinct line once, after its count, right
   aligned: GNU's ``"%7lu "``, BSD's ``"%4d "``.
 
-The prefix is cut off; the count is kept (``repeat``: the line stood that
+A markdown table's rows have their cells' escaped "|" undone. The prefix
+is cut off; the count is kept (``repeat``: the line stood that
 many times); the search's own heading lines are not log lines and are
 counted apart (``find_header``).
 """
@@ -29,15 +32,17 @@ from kdiag.parsers.strings import offsets_data
 # space; a count wider than its field pushes the line right.
 _UNIQ = (r"^(?P<n> {6}[0-9]| {5}[0-9]{2}| {4}[0-9]{3}| {3}[0-9]{4}| {2}[0-9]{5}| [0-9]{6}|[0-9]{7,12}"
          r"| {3}[0-9]| {2}[0-9]{2}| [0-9]{3}) ")
-# Notepad++: "\tLine 123: "; grep: a file path (it holds a "." or a "/"
-# or "\\", so a date or a broker name is not taken for one) then ":123:"
-# or "-123-".
+# Notepad++ (and klogg): "\tLine 123: "; VS Code: "  123,45: "; grep: a
+# file path (it holds a "." or a "/" or "\\", so a date or a broker name
+# is not taken for one) then ":123:" or "-123-".
 _PATH_CHARS = r"[^\s:|%#\[\]{}\"'<>=,;()]"
-_HIT = (r"^(?:\s*Line [0-9]{1,12}: |(?:[A-Za-z]:)?" + _PATH_CHARS + r"*[./\\]" + _PATH_CHARS
-        + r"*(?::[0-9]{1,12}:|-[0-9]{1,12}-))")
+_HIT = (r"^(?:\s*Line [0-9]{1,12}: |\s+[0-9]{1,12}(?:,[0-9]{1,6})?: |(?:[A-Za-z]:)?" + _PATH_CHARS
+        + r"*[./\\]" + _PATH_CHARS + r"*(?::[0-9]{1,12}:|-[0-9]{1,12}-))")
 # Notepad++'s headings: 'Search "x" (12 hits in 1 file of 1 searched)' and
 # '  C:\logs\app.log (12 hits)'.
-_HEADER = r'^(?:Search ".*\([0-9]+ hits? in [0-9]+ files?|\s+\S.* \([0-9]+ hits?\)\s*$)'
+# VS Code's: the file's path alone on its line.
+_HEADER = (r'^(?:Search ".*\([0-9]+ hits? in [0-9]+ files?|\s+\S.* \([0-9]+ hits?\)\s*$'
+           r'|(?:[A-Za-z]:)?[^\s:]*[/\\][^\s]*\.[A-Za-z0-9]{1,8}\s*$)')
 
 
 def strip_finds(lines: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
@@ -54,6 +59,14 @@ def strip_finds(lines: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     if not len(idx):
         return lines, repeat, header
     sub = lines.take(pa.array(idx))
+    # A markdown table's row ("| time | %3\\|1795600801.788\\|FAIL\\|... |"):
+    # GitHub escapes the "|" inside a cell; the escapes and the closing "|"
+    # are undone.
+    table = first[idx] == ord("|")
+    if table.any():
+        rows = pc.replace_substring(sub.filter(pa.array(table)), "\\|", "|")
+        rows = pc.replace_substring_regex(rows, r"\s*\|\s*$", "")
+        sub = pc.replace_with_mask(sub, pa.array(table), rows)
     counted = null_as_false(pc.match_substring_regex(sub, _UNIQ))
     if counted.any():
         got = pc.extract_regex(sub.filter(pa.array(counted)), _UNIQ)
@@ -64,7 +77,7 @@ def strip_finds(lines: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     if hit.any():
         sub = pc.replace_substring_regex(sub, _HIT, "", max_replacements=1)
     header[idx] = null_as_false(pc.match_substring_regex(sub, _HEADER)) & ~hit & ~counted
-    if counted.any() or hit.any():
+    if counted.any() or hit.any() or table.any():
         mask = np.zeros(n, dtype=bool)
         mask[idx] = True
         lines = pc.replace_with_mask(lines, pa.array(mask), sub)

@@ -182,6 +182,21 @@ def _string_column(m: int, texts: pa.Array, have: list) -> pa.Array:
     return with_valid(views(start, length, buf, buffers), ok)
 
 
+def _coarse_recv_untimed(ts_us, resolution, codes: np.ndarray, names: list[str]):
+    """A Received line's time of a second or coarser is left out: a
+    request's time is then librdkafka's rtt, not the difference of two
+    printed seconds (0 or 1000 ms). The Sent lines keep theirs: a send that
+    left in pieces over many seconds is bounded by them."""
+    if "recv" not in names or not len(resolution) or (pc.max(resolution).as_py() or 0) < 1_000_000:
+        return ts_us, resolution
+    coarse = null_as_false(pc.greater_equal(resolution, 1_000_000)) & (codes == names.index("recv"))
+    if not coarse.any():
+        return ts_us, resolution
+    mask = pa.array(coarse)
+    return (pc.if_else(mask, pa.scalar(None, pa.int64()), ts_us),
+            pc.if_else(mask, pa.scalar(None, pa.int32()), resolution))
+
+
 class RdkafkaLogParser:
     """Feeds chunks of lines; stateless across chunks except for counts."""
 
@@ -496,10 +511,11 @@ class RdkafkaLogParser:
             names.append(name)
         ev_cols = self._event_columns(m, parts, text)
         event = pc.cast(pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(names)), pa.string())
+        ts_us, resolution = _coarse_recv_untimed(cols["ts_us"], cols["ts_resolution_us"], codes, names)
         return pa.table(
             {
                 "line_no": line_no,
-                "ts_us": cols["ts_us"],
+                "ts_us": ts_us,
                 "level": cols["level"],
                 "facility": cols["facility"],
                 "client": cols["client"],
@@ -508,7 +524,7 @@ class RdkafkaLogParser:
                 "event": event,
                 **{f: ev_cols[f] for f in EVENT_FIELDS[:6]},
                 "text": text,
-                "ts_resolution_us": cols["ts_resolution_us"],
+                "ts_resolution_us": resolution,
                 **{f: ev_cols[f] for f in EVENT_FIELDS[6:]},
                 "repeat": pa.array(np.ones(m, dtype=np.int32)),
             },

@@ -154,7 +154,7 @@ EVENTS: list[tuple[str, str, str]] = [
     # the clients print it, .NET's ErrorCode "Local_MessageTimedOut"),
     # confluent-kafka's KafkaError{code=%s,val=%d,str="%s"}; and
     # _ALL_BROKERS_DOWN's "%d/%d brokers are down".
-    ("app_error", needle, APP_ERROR) for needle in ("Local: ", "Broker: ", "Local_", "_TIMED_OUT", " brokers are down")
+    ("app_error", needle, APP_ERROR) for needle in ("Local", "Broker: ", "_TIMED_OUT", " brokers are down")
 ]
 
 # The same patterns with the API name captured up to the space, then its
