@@ -394,6 +394,21 @@ def test_performance_rows_reach_the_stats_table_through_parse(tmp_path):
     assert len(st) == 26 and st["rtt_avg_ms"].to_pylist()[-4] == 23242.0
 
 
+def test_tool_tables_alone_or_beside_a_capture_are_analysed_not_failed(spark, tmp_path):
+    """The analysis reads every table that feeds it; these must not fail it,
+    alone or beside a capture whose verdict they leave as it was."""
+    from kdiag.analysis.job import analyze
+    from kdiag.ingest.tables import parse_paths
+
+    tools = [FORMATS / "rdkafka_performance.txt", FORMATS / "strace_summary.txt", FORMATS / "strace_counts.txt"]
+    parse_paths(tools, tmp_path / "tools")
+    alone = analyze(spark, tmp_path / "tools")
+    assert "verdict" in alone and alone["input_checks"] is not None
+    capture = [FIXTURES / "captures" / "nagle_on" / n for n in ("rdkafka.log", "strace.txt", "stats.jsonl")]
+    parse_paths([*capture, *tools], tmp_path / "both")
+    assert analyze(spark, tmp_path / "both")["verdict"] == "nagle_delayed_ack"
+
+
 # ------------------------------------------------------------ any input
 
 def _junk(seed: int, fixtures: list[Path]) -> list[str]:
