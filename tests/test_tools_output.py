@@ -221,6 +221,15 @@ def test_counted_mangled_reads_the_same(name, tmp_path):
         assert detect(blind) == "strace_counts", how
 
 
+def test_counted_lines_whose_padding_a_paste_trimmed(tmp_path):
+    for path in (FORMATS / "strace_counts.txt", TOOLS / "strace_counts_names.txt"):
+        blind = tmp_path / "trimmed.bin"
+        blind.write_text("\n".join(s.lstrip() for s in lines(path)) + "\n")
+        assert detect(blind) == "strace_counts", path.name
+    # Trimmed, a count before a bare call is strace -f's pid: strace's own.
+    assert strace_counts.looks_like([s.lstrip() for s in lines(TOOLS / "strace_counts_plain.txt")]) == 0.0
+
+
 def test_an_strace_file_stays_strace():
     for p in sorted((FIXTURES / "strace").glob("*")) + [FIXTURES / "captures" / "nagle_on" / "strace.txt"]:
         if p.is_file() and p.suffix not in (".cmd", ".md"):
