@@ -166,18 +166,19 @@ def parse_counts(lines) -> tuple[pa.Table, ParseCounts]:
 
 
 def looks_like(sample: list[str]) -> float:
-    """Share of the sample's own lines that are counted strace lines,
-    leading spaces and all: uniq -c pads its count (``%7d``), while an
-    strace -f line's pid stands at the line's start, so strace's own
-    output scores 0 here."""
+    """Share of the sample's own lines that are counted strace lines.
+    uniq -c pads its count (``%7d``), while an strace -f line's pid stands
+    at the line's start, so strace's own output scores 0 here."""
     try:
         own = [t for t, what in map(clean, sample) if what is None and t.strip()]
         if not own:
             return 0.0
         good = 0
         for t in own:
-            row, _ = read_line(t) if t[:1] == " " else (None, None)
-            good += row is not None
+            row, _ = read_line(t)
+            # Without the padding (a paste that trimmed it), only what no
+            # strace line is: a bare "name(", or a count before a pid.
+            good += row is not None and (t[:1] == " " or row["line"].endswith("(") or row["pid"] is not None)
         return good / len(own)
     except Exception:  # a guess about an arbitrary file must never raise
         return 0.0

@@ -221,6 +221,15 @@ def test_counted_mangled_reads_the_same(name, tmp_path):
         assert detect(blind) == "strace_counts", how
 
 
+def test_counted_lines_whose_padding_a_paste_trimmed(tmp_path):
+    for path in (FORMATS / "strace_counts.txt", TOOLS / "strace_counts_names.txt"):
+        blind = tmp_path / "trimmed.bin"
+        blind.write_text("\n".join(s.lstrip() for s in lines(path)) + "\n")
+        assert detect(blind) == "strace_counts", path.name
+    # Trimmed, a count before a bare call is strace -f's pid: strace's own.
+    assert strace_counts.looks_like([s.lstrip() for s in lines(TOOLS / "strace_counts_plain.txt")]) == 0.0
+
+
 def test_an_strace_file_stays_strace():
     for p in sorted((FIXTURES / "strace").glob("*")) + [FIXTURES / "captures" / "nagle_on" / "strace.txt"]:
         if p.is_file() and p.suffix not in (".cmd", ".md"):
@@ -392,6 +401,21 @@ def test_performance_rows_reach_the_stats_table_through_parse(tmp_path):
     assert len(out.read("perf_intervals")) == 36
     st = out.read("stats")
     assert len(st) == 26 and st["rtt_avg_ms"].to_pylist()[-4] == 23242.0
+
+
+def test_tool_tables_alone_or_beside_a_capture_are_analysed_not_failed(spark, tmp_path):
+    """The analysis reads every table that feeds it; these must not fail it,
+    alone or beside a capture whose verdict they leave as it was."""
+    from kdiag.analysis.job import analyze
+    from kdiag.ingest.tables import parse_paths
+
+    tools = [FORMATS / "rdkafka_performance.txt", FORMATS / "strace_summary.txt", FORMATS / "strace_counts.txt"]
+    parse_paths(tools, tmp_path / "tools")
+    alone = analyze(spark, tmp_path / "tools")
+    assert "verdict" in alone and alone["input_checks"] is not None
+    capture = [FIXTURES / "captures" / "nagle_on" / n for n in ("rdkafka.log", "strace.txt", "stats.jsonl")]
+    parse_paths([*capture, *tools], tmp_path / "both")
+    assert analyze(spark, tmp_path / "both")["verdict"] == "nagle_delayed_ack"
 
 
 # ------------------------------------------------------------ any input
