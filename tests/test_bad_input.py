@@ -18,6 +18,7 @@ from kdiag.cli import Environment, main
 from kdiag.ingest import detect as detect_mod
 from kdiag.ingest.tables import parse_paths
 from kdiag.report.text import render
+from kdiag.status import ExitStatus
 
 CAP = CAPTURES / "nagle_on"
 LOG = (CAP / "rdkafka.log").read_text().splitlines(keepends=True)
@@ -234,6 +235,15 @@ def test_wrong_kinds_of_file_beside_a_capture(spark, tmp_path):
     assert errors["empty.log"] == "empty"
     assert errors["image.png"] == errors["ls"] == "not a format kdiag reads"
     assert f["input_checks"] == []
+    # Alone, files about nothing hold nothing to judge; one about a Kafka
+    # client that kdiag cannot read leaves the verdict undecided, not "none".
+    rc, f = replay(tmp_path / "image.png", tmp_path / "ls")
+    assert rc == ExitStatus.NO_DATA and f["verdict"] is None and f["no_data"] and not f.get("undecided"), f
+    dump = tmp_path / "gdb.txt"
+    dump.write_text("$1 = {rkb_link = {tqe_next = 0x0}, rkb_nodeid = 2, rkb_req_timeouts = 3}\n")
+    rc, f = replay(tmp_path / "image.png", dump)
+    assert rc == 0 and f["verdict"] is None and not f["no_data"] and f["undecided"], f
+    assert any("gdb.txt: about a Kafka client (rkb_)" in u for u in f["unknowns"]), f["unknowns"]
 
 
 def test_truncated_strace(spark, tmp_path):

@@ -50,10 +50,26 @@ def analyse(raw: list[Path], tables_dir: Path, meta: dict | None = None, spark=N
             findings = analyze(spark, tables_dir, meta)
     findings["input_notes"] = parsed.notes
     findings["inputs"] = parsed.files
+    _unread_kafka_inputs(findings, parsed.files)
     from kdiag.analysis.input_checks import name_inputs
 
     findings["input_checks"] = name_inputs(findings.get("input_checks") or [], parsed.files)
     return findings, parsed
+
+
+def _unread_kafka_inputs(findings: dict, files: list[dict]) -> None:
+    """An input kdiag could not read but which is about a Kafka client makes
+    "nothing to judge" untrue: the verdict is then undecided, and says why."""
+    unread = [f for f in files if f.get("about_kafka")]
+    if not unread or not findings.get("no_data"):
+        return
+    findings["no_data"] = False
+    findings["undecided"] = True
+    findings["confidence"] = "none: an input about a Kafka client is in a form kdiag does not read"
+    findings.setdefault("unknowns", []).extend(
+        f"{f['path']}: about a Kafka client ({', '.join(f['about_kafka'])}) but in a form kdiag does not read; "
+        "give librdkafka's own debug log or statistics JSON (debug=broker,protocol,msg; statistics.interval.ms)"
+        for f in unread)
 
 
 def _note(say, msg: str) -> None:
