@@ -186,7 +186,8 @@ def test_a_one_record_request_as_slow_rules_nagle_out(spark, tmp_path):
 
 
 def test_error_lines_alone(spark, tmp_path):
-    """Connection failures alone name broker_down; delivery failures that say
+    """Connection failures alone name broker_down (a handle decommissioned
+    at shutdown does not); delivery failures that say
     messages timed out name request_timeout; both from the error lines."""
     b = "k1.example:9092/bootstrap"
     t = 1_760_000_000.0
@@ -195,11 +196,13 @@ def test_error_lines_alone(spark, tmp_path):
         f"%3|{t + i:.3f}|FAIL|rdkafka#producer-1| [thrd:{b}]: {b}: Connect to ipv4#192.0.2.10:9092 failed: "
         f"Connection refused (after {i}ms in state CONNECT)\n"
         f"%7|{t + i + 0.001:.3f}|STATE|rdkafka#producer-1| [thrd:{b}]: {b}: Broker changed state CONNECT -> DOWN\n"
-        for i in range(3)))
+        for i in range(3))
+        + f"%7|{t + 9:.3f}|FAIL|rdkafka#producer-1| [thrd:{b}]: {b}: Decommissioning this broker (after 2ms in state "
+          f"UP) (_DESTROY_BROKER)\n")
     rc, f = replay(down)
     assert rc == 0 and f["verdict"] == "broker_down", f["findings"]
     assert f["findings"][0]["rests_on"] == ["error lines"]
-    assert any("Connection refused" in e for e in f["findings"][0]["evidence"])
+    assert any("Connection refused" in e and "3 line(s)" in e for e in f["findings"][0]["evidence"])
     assert f["confidence"].startswith("low")
 
     timed = tmp_path / "timed_out.log"

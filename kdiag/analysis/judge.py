@@ -124,6 +124,11 @@ def one_write_rules_out_nagle(n_one: int, one_wait_p50_ms: float | None, split_w
             and one_wait_p50_ms >= max(SLOW_MS, ONE_WRITE_WAIT_SHARE * split_wait_p50_ms))
 
 
+# The requests librdkafka sends on a new connection before any Produce
+# request (API names as its Sent lines give them, without "Request").
+CONNECTION_OPENERS = ("ApiVersion", "SaslHandshake", "SaslAuthenticate")
+
+
 def nagle_ruled_out(one_write: dict) -> str | None:
     """The sentence that says a small request of another kind ruled Nagle
     out (``before_of``), or None."""
@@ -339,10 +344,13 @@ def before_causes(reqs, stats, keys: tuple = ()):
             quantile(F.when((F.col("request") == "Produce") & (F.col("n_writes") >= 2), F.col("wait_ms")),
                      0.5).alias("multi_wait")]
     if "req_bytes" in reqs.columns:
-        # A small request of another kind (ApiVersion, Metadata) leaves in
-        # one TLS record, one segment: nothing of it is held by Nagle.
+        # A small request that opens a connection leaves in one TLS record,
+        # one segment, with nothing unacknowledged before it: Nagle holds
+        # nothing of it. (A later small request, a MetadataRequest behind a
+        # Produce request's unacknowledged tail, can be held like it.)
         took = F.coalesce(F.col("wait_ms"), F.col("total_ms"), F.col("rtt_ms"))
-        small = (F.col("request") != "Produce") & F.col("req_bytes").between(1, ONE_RECORD_BYTES) & took.isNotNull()
+        small = F.col("request").isin(*CONNECTION_OPENERS) & F.col("req_bytes").between(1, ONE_RECORD_BYTES) \
+            & took.isNotNull()
         cols += [F.count(F.when(small, 1)).alias("n_small"), quantile(F.when(small, took), 0.5).alias("m_small"),
                  F.first(F.when(small, F.col("request")), ignorenulls=True).alias("small_kind"),
                  quantile(F.when(F.col("request") == "Produce", took), 0.5).alias("produce_took")]

@@ -21,8 +21,8 @@ ONE_WRITE_MIN = 3
 # ... and "as long" is at least this share of the split ones' median wait.
 ONE_WRITE_WAIT_SHARE = 0.5
 # A request no larger than this leaves in one TLS record and one segment
-# (an ApiVersionRequest is 25-50 bytes, a MetadataRequest for a few topics
-# under 200): Nagle holds nothing of it back.
+# (an ApiVersionRequest is 25-70 bytes): Nagle holds nothing of it back
+# when nothing unacknowledged precedes it.
 ONE_RECORD_BYTES = 200
 # A cause names the verdict when it explains at least this share of requests.
 DOMINANT_SHARE = 0.5

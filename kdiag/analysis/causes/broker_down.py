@@ -1,6 +1,6 @@
 """The client could not reach a broker, or lost it: connection refused,
-transport failures, a broker whose state went DOWN. Judged over the run
-from librdkafka's FAIL and state lines (signals.py), not per request: an
+transport failures, failed handshakes. Judged over the run from
+librdkafka's FAIL lines (signals.py), not per request: an
 excerpt of such lines holds no completed request, and while a partition's
 leader is unreachable its messages wait in the client."""
 from __future__ import annotations
@@ -18,8 +18,8 @@ PART = None
 SIGNATURE = (
     "librdkafka could not reach a broker or lost its connection (`FAIL` lines other than "
     "`N request(s) timed out: disconnect`: `Connect to ... failed: Connection refused`, "
-    "`Broker transport failure`, `Disconnected`; `Broker changed state ... -> DOWN`). Judged "
-    "from those lines, so an excerpt of them alone is enough."
+    "`Broker transport failure`, `Disconnected`, `Failed to resolve`, `SSL handshake failed`). "
+    "Judged from those lines, so an excerpt of them alone is enough."
 )
 FIX_DOC = (
     "Bring the broker back or fix the route to it (listeners, `advertised.listeners`, "
@@ -40,7 +40,7 @@ def from_signals(facts) -> dict | None:
     # held; with none completed, it is all the excerpt shows, unless
     # requests timed out in flight: the broker was reached and stalled,
     # and the failures to reconnect follow from that.
-    share = (0.5 if sig.get("timed_out") else 1.0) if not facts.requests else min(1.0, k / facts.requests)
+    share = (0.5 if sig.get("timed_out") else 1.0) if not facts.requests else k / (k + facts.requests)
     return {"requests": k, "share": share, "time_share": share, "rests_on": ["error lines"]}
 
 
@@ -51,7 +51,7 @@ def fix(version: tuple[int, ...] | None) -> dict[str, str]:
 def evidence(facts) -> list[str]:
     sig = facts.meta.get("signals") or {}
     ev = [f"{sig.get('down_lines')} line(s) say librdkafka could not reach a broker or lost it"
-          + (f": \"{sig['down_detail']}\"" if sig.get("down_detail") else " (Broker changed state ... -> DOWN)")]
+          + (f": \"{sig['down_detail']}\"" if sig.get("down_detail") else "")]
     if facts.requests:
         ev.append(f"{facts.requests} Produce request(s) completed in the capture besides")
     else:
