@@ -325,9 +325,11 @@ def test_where_inputs_are_parsed_the_copies_are_seen_as_spark_sees_them(spark, t
         finally:
             release(q)
 
+    stats = (CAP / "stats.jsonl").read_text().splitlines(keepends=True)
     seen = {}
-    for case, files in (("clean", {"rdkafka.log": LOG, "strace.txt": STRACE}),
-                        ("twice", {"rdkafka.log": LOG + LOG[-40:], "strace.txt": STRACE + STRACE[100:400]})):
+    for case, files in (("clean", {"rdkafka.log": LOG, "strace.txt": STRACE, "stats.jsonl": stats}),
+                        ("twice", {"rdkafka.log": LOG + LOG[-40:], "strace.txt": STRACE + STRACE[100:400],
+                                   "stats.jsonl": stats + stats})):
         (tmp_path / case).mkdir()
         paths = [write(tmp_path / case, n, lines) for n, lines in files.items()]
         out = parse_paths(paths, tmp_path / case / "tables")
@@ -339,6 +341,9 @@ def test_where_inputs_are_parsed_the_copies_are_seen_as_spark_sees_them(spark, t
     assert seen[("clean", "syscalls")] == (False, 0) and seen[("clean", "rdkafka_events")] == (False, 0)
     assert seen[("twice", "syscalls")][0] and seen[("twice", "syscalls")][1] > 0
     assert seen[("twice", "rdkafka_events")][0] and seen[("twice", "rdkafka_events")][1] > 0
+    # A statistics file given twice: its snapshots' ordinals differ, their content does not.
+    assert seen[("clean", "stats")] == (False, 0)
+    assert seen[("twice", "stats")][0] and seen[("twice", "stats")][1] > 0
     # Never "none" where Spark drops one.
     assert all(has for has, drops in seen.values() if drops), seen
     signed = pa.table({"ts_us": [1, 1], "line_no": [1, 2], "rtt_avg_ms": [0.0, -0.0]})

@@ -76,9 +76,14 @@ def copy_candidates(df, table: str):
         .filter("count > 1").select("_h")
 
 
+# A row's place in its input, which a copy does not repeat: its line, and
+# the ordinal of the statistics snapshot it came from.
+PLACE = ("line_no", "snapshot", "_id")
+
+
 def _content(df) -> list[str]:
     """The columns a copy repeats: all but its place in the input."""
-    return [c for c in df.columns if c not in ("line_no", "_id")]
+    return [c for c in df.columns if c not in PLACE]
 
 
 def _copy_hash(df):
@@ -124,7 +129,7 @@ def has_copies(t, table: str) -> bool:
     t = in_copy_scope(t, table)
     if t.num_rows < 2:
         return False
-    content = [c for c in t.column_names if c not in ("line_no", "_id", RUN)]
+    content = [c for c in t.column_names if c not in (*PLACE, RUN)]
     for c in content:
         if pa.types.is_floating(t.schema.field(c).type):
             v = t[c]
