@@ -26,6 +26,10 @@ _MD_LINK = re.compile(r"\[([^\[\]\s]{1,255})\]\((?:https?|mailto):[^()\s]{0,2048
 _ANGLE_LINK = re.compile(r"<(?:https?://)?([A-Za-z0-9][\w.:%-]{0,254}?)/?>")
 _BARE_SCHEME = re.compile(r"\bhttps?://([A-Za-z0-9][\w.-]{0,254})/?(?=[\s)]|$)")
 
+# A character every rule above needs: a line without any is the tool's own
+# as it is (a table of a million rows is read without the seven passes).
+_SOMETHING_TO_CLEAN = re.compile(r"[<>\[$#%`~\r]|https?:")
+
 # What a cleaned line is, beside a line to read.
 MARKUP = "markup"     # a code fence or a blank line between quoted blocks
 PROMPT = "prompt"     # the command line the user ran
@@ -37,6 +41,8 @@ def clean(raw) -> tuple[str, str | None]:
     own. Never raises on any string."""
     if not isinstance(raw, str):
         return "", MARKUP
+    if not _SOMETHING_TO_CLEAN.search(raw):
+        return raw.rstrip(), None
     text = raw.replace("\r", "").rstrip()
     text = _QUOTE.sub("", text, count=1)
     if _FENCE.match(text):

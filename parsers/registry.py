@@ -19,7 +19,10 @@ FORMAT_MODULES = (
     "tcp_probe",     # pcap (magic), probes_jsonl, handshakes_jsonl (JSON keys)
     "rdkafka_log",
     "strace",
+    "strace_summary",  # strace -c / -C / -w tables -> syscall_totals
+    "strace_counts",   # strace lines counted by uniq -c -> syscall_totals
     "stats",
+    "rdkafka_performance",  # its interval table and summary lines -> perf_intervals, stats
     "sockets",
     # The user's own path tools, last: read only a file no format above
     # scores as high (their hop lines hold no librdkafka or strace line).

@@ -93,7 +93,7 @@ def test_a_fresh_bundle_verifies(good, tmp_path):
     rc, lines = verify(good)
     assert rc == ExitStatus.OK
     n, m = len(man["files"]), len(man["tables"])
-    assert lines == [f"{good}: ok ({n} files, {m} tables)"] and m == 4
+    assert lines == [f"{good}: ok ({n} files, {m} tables)"] and m == 5
     # the unpacked directory too, and both at once as JSON
     d = bundle.unpack(good)
     try:
@@ -166,8 +166,8 @@ def test_table_columns_are_checked(good, tmp_path):
     rc, lines = verify(rewrite(good, tmp_path / "cols.tar.gz", change))
     assert rc == ExitStatus.ERROR
     cols = next(ln for ln in lines if "columns differ" in ln)
-    assert cols.startswith(f"  {name}: columns differ from schema_version 1: missing ts_us, client, ")
-    assert cols.endswith(" and 15 more; unexpected x")
+    assert cols.startswith(f"  {name}: columns differ from schema_version 2: missing ts_us, client, ")
+    assert cols.endswith(" and 44 more; unexpected x")
     assert any(ln.startswith(f"  {name}: 3 rows, the manifest says 2") for ln in lines)
 
 

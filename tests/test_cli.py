@@ -47,7 +47,8 @@ def test_parse_writes_one_parquet_per_table(tmp_path):
                      "-o", str(tmp_path))
     assert rc == 0
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["log_writes.parquet", "rdkafka_events.parquet", "stats.parquet", "syscalls.parquet"]
+    assert names == ["log_writes.parquet", "rdkafka_events.parquet", "stats.parquet", "stats_topics.parquet",
+                     "syscalls.parquet"]
     ev = pq.read_table(tmp_path / "rdkafka_events.parquet")
     assert ev.num_rows == len((d / "rdkafka.log").read_text().splitlines())
     lw = pq.read_table(tmp_path / "log_writes.parquet").to_pylist()

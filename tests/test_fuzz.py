@@ -252,7 +252,7 @@ def test_stats_regressions():
         '{"time": 1' + "0" * 30 + ', "brokers": {"b": {}}}',                              # ts past int64
     ]
     t, c = parse_lines(lines)
-    assert c.skipped == {"not_json": 1} and c.parsed == 3
+    assert c.skipped == {"not_statistics": 1} and c.parsed == 3
     rows = t.to_pylist()
     assert [r["ts_us"] for r in rows] == [None, None, None]
     assert rows[0]["rtt_avg_ms"] is None and rows[1]["broker"] == "\ufffd" and rows[1]["client"] == "\ufffd"

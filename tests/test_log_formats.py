@@ -29,7 +29,7 @@ FORMATS = {
     "python_basicconfig.log": (True, False, True),
     "python_msecs_time_only.log": (True, True, True),
     "python_mock_plaintext.log": (True, True, True),
-    "go_logevent.log": (True, False, True),
+    "go_logevent.log": (True, True, True),
     "dotnet_consolelogger.log": (True, True, True),
     "node_rdkafka_inspect.log": (False, False, True),
     "node_rdkafka_json.log": (False, False, True),
@@ -108,6 +108,20 @@ def test_kafkajs_logger_gives_the_same_debug_events_and_times():
     debug = native.filter(pc.equal(native["level"], 7))
     _, t, _ = parsed("confluent_js_kafkajs_logger.log")
     assert t.select(SAME + ["client", "ts_us"]).equals(debug.select(SAME + ["client", "ts_us"]))
+
+
+def test_go_rfc3339_whole_seconds_kept_with_their_resolution():
+    _, native, _ = parsed("librdkafka_stderr.log")
+    _, t, _ = parsed("go_logevent.log")
+    timed = pc.invert(pc.equal(t["event"], "recv"))
+    assert set(t["ts_resolution_us"].filter(timed).to_pylist()) == {1_000_000}
+    # the same second as librdkafka's own time, shifted by the zone only
+    whole = pc.multiply(pc.divide(native["ts_us"], 1_000_000), 1_000_000)
+    shift = set(pc.subtract(t["ts_us"], whole).filter(timed).to_pylist())
+    assert len(shift) == 1 and shift.pop() % (15 * 60 * 1_000_000) == 0
+    # a Received line's second is left out: the request's time is librdkafka's rtt
+    recv = t.filter(pc.equal(t["event"], "recv"))
+    assert recv["ts_us"].null_count == len(recv) and recv["rtt_ms"].null_count == 0
 
 
 def test_dotnet_local_time_is_librdkafka_time_shifted_by_the_zone():
@@ -232,10 +246,11 @@ def test_python_levels_and_zones():
         "2026-11-22 04:42:32,123 INFO kafka STATE" + msg,       # INFO: syslog 5 or 6, not known
         "2026-11-22 04:42:32,123 WARNING kafka FAIL" + msg,
         "2026-11-22T04:42:32.123+0100 ERROR kafka FAIL" + msg,  # a datefmt with %z: a real epoch
-        "2026-11-22 04:42:32 DEBUG kafka SEND" + msg,           # whole seconds: cannot time a request
+        "2026-11-22 04:42:32 DEBUG kafka SEND" + msg,           # whole seconds: kept, a second's resolution
     ])[0].to_pylist()
     assert [r["level"] for r in rows] == [None, 4, 3, 7]
-    assert rows[2]["ts_us"] == rows[0]["ts_us"] - 3600 * 1_000_000 and rows[3]["ts_us"] is None
+    assert rows[2]["ts_us"] == rows[0]["ts_us"] - 3600 * 1_000_000
+    assert rows[3]["ts_us"] == rows[0]["ts_us"] - 123_000 and rows[3]["ts_resolution_us"] == 1_000_000
     assert {r["client"] for r in rows} == {"rdkafka#producer-1"} and rows[0]["thread"] == "main"
 
 

@@ -125,7 +125,8 @@ def test_a_signal_cause_names_itself_from_the_run_it_declares(cause):
     assert cause.from_signals(_run(requests=10, meta={"signals": {}})) is None
     run = _run(**cause.RUN_MEETS)
     got = cause.from_signals(run)
-    assert set(got) == {"requests", "share", "time_share"}, got
+    assert set(got) == {"requests", "share", "time_share", "rests_on"}, got
+    assert got["rests_on"] and set(got["rests_on"]) <= set(causes.EVIDENCE), got
     assert isinstance(got["requests"], int) and got["requests"] > 0
     assert 0 < got["share"] <= 1 and 0 <= got["time_share"] <= 1, got
     findings: list[dict] = []
@@ -134,6 +135,7 @@ def test_a_signal_cause_names_itself_from_the_run_it_declares(cause):
     assert len(mine) == 1, findings
     assert mine[0]["evidence"] and all(isinstance(e, str) and e for e in mine[0]["evidence"])
     assert isinstance(mine[0]["fix_text"], str) and mine[0]["fix_text"]
+    assert mine[0]["rests_on"] == got["rests_on"]
 
 
 # Runs as thin evidence (no syscalls) shows them: slow or not, TLS or not,

@@ -37,8 +37,14 @@ def row(line: str) -> dict:
     (f"2026/11/25 10:00:01.788123 [kafka] RECV {RECV}", 1795600801788123, 1, "RECV", None),
     # epoch milliseconds in a JSON line (pino)
     (json.dumps({"level": 20, "time": 1795600801788, "msg": f"SEND {SENT}"}), 1795600801788000, 1000, "SEND", None),
-    # whole seconds cannot time a request: no ts, and so no resolution
-    (f"Nov 25 10:00:01 host app[12]: SEND {SENT}", None, None, "SEND", None),
+    # whole seconds cannot time a request: kept, their resolution a second
+    (f"Nov 25 10:00:01 host app[12]: SEND {SENT}", 36001000000, 1_000_000, "SEND", None),
+    (f"2026-11-25 10:00:01 [INFO] rdkafka: {SENT}", 1795600801000000, 1_000_000, None, 6),
+    # minutes: the minute's start, a minute's resolution
+    (f"2026-11-25 10:00 DEBUG kafka {SENT}", 1795600800000000, 60_000_000, None, 7),
+    # a ":" before the milliseconds; a dotted date
+    (f"2026-11-25 10:00:01:788: {SENT}", 1795600801788000, 1000, None, None),
+    (f"2026.11.25 10:00:01.788123 [ 31 ] <Debug> {SENT}", 1795600801788123, 1, None, 7),
 ])
 def test_timestamp_and_resolution_from_any_prefix(line, ts_us, resolution_us, facility, level):
     r = row(line)

@@ -27,7 +27,9 @@ from kdiag.analysis.judge import judge
 from kdiag.analysis.per_request import requests_from
 from kdiag.analysis.signals import signals
 from kdiag.analysis.spark_plumbing import Later, any_rows, at_once, cached, fits_in_plan, read_table, release, resolved
+from kdiag.analysis.stats_windows import stats_summary
 from kdiag.analysis.steps import FROM_SYSCALLS, SIGNALS_ONLY, SPLIT, TYPICAL, route, source_of
+from kdiag.analysis.thresholds import SLOW_MS
 from kdiag.analysis.time_pieces import pieces_of
 from kdiag.analysis.typical_exchange import UNSPLIT, log_of_another_run, split_by_typical, timing_unknowns
 from kdiag.parsers.format import CLIENT_QUEUE, REQUESTS, SIGNALS, SYSCALLS
@@ -105,6 +107,10 @@ def _judged(spark, inp: _Inputs, q, later: Later) -> dict:
     # What librdkafka said besides Sent/Received: timeouts, retries, batches.
     # The judge reads it with its findings (see resolved).
     inp.meta["signals"] = later(lambda: signals(inp.log_writes if any_rows(inp.log_writes) else inp.log))
+    # The statistics' windows and counters, by themselves (stats_windows).
+    topics = read_table(spark, inp.tables_dir, "stats_topics")
+    inp.meta["stats"] = later(lambda: stats_summary(inp.stats, topics))
+    inp.meta["evidence_read"] = tables_read(inp.tables_dir)
     way = route(inp.source, inp.syscalls is not None)
     if way is SIGNALS_ONLY:
         for table, name in _SOURCE_NAMES.items():
@@ -128,6 +134,14 @@ def _judged(spark, inp: _Inputs, q, later: Later) -> dict:
     return result
 
 
+def tables_read(tables_dir: Path) -> dict[str, int]:
+    """table -> its rows, from the files' footers (no job): what a run
+    that decides nothing says it read."""
+    import pyarrow.parquet as pq
+
+    return {p.stem: pq.read_metadata(p).num_rows for p in sorted(Path(tables_dir).glob("*.parquet"))}
+
+
 def timing_costs(result: dict, timing: list[str]) -> None:
     """What the strace's timestamps leave unknown (``typical_exchange.timing_unknowns``),
     added to a run's findings, and what it costs their confidence."""
@@ -146,7 +160,10 @@ def rank_when_thin(result: dict) -> None:
 
     if str(result.get("confidence", "")).startswith("high"):
         return
-    if str(result.get("confidence", "")).startswith("low") and result["summary"].get("path_rtt_ms") is not None:
+    # A measured path beside requests timed by the log alone: what it adds
+    # to a verdict without requests is said by confidence_without_requests.
+    if str(result.get("confidence", "")).startswith("low") and result["summary"].get("path_rtt_ms") is not None \
+            and result["summary"].get("requests"):
         result["confidence"] = "medium: librdkafka's log and a measured path, no syscalls"
     result["likely"] = rank(result)
 
@@ -157,27 +174,72 @@ def _judge_signals(spark, inp: _Inputs) -> dict:
     from kdiag.analysis.connections import path_rtt_of
 
     return judged_by_signals(inp.version, path_rtt_of(spark, str(inp.tables_dir), inp.conns),
-                             {**inp.meta, "signals": resolved(inp.meta["signals"])})
+                             {**inp.meta, "signals": resolved(inp.meta["signals"]),
+                              "stats": resolved(inp.meta.get("stats"))})
 
 
 def judged_by_signals(version: str | None, path: tuple, meta: dict) -> dict:
     """A run judged from its signals (in ``meta``) and its path alone."""
     from kdiag.analysis.causes import Facts, version_tuple
     from kdiag.analysis.causes.nagle_delayed_ack import NAGLE_DEFAULT_FLIPPED
-    from kdiag.analysis.judge import from_signals_only
+    from kdiag.analysis.judge import from_signals_only, statistics_in_summary
 
     unknowns = ["no librdkafka Sent/Received lines and no syscalls in the inputs: no request to split"]
     vt = version_tuple(version)
     path_rtt, source, bound = path
     summary = {"requests": 0, "path_rtt_ms": path_rtt, "path_rtt_source": source,
-               "path_rtt_upper_bound": bound if path_rtt is not None else None}
+               "path_rtt_upper_bound": bound if path_rtt is not None else None,
+               **statistics_in_summary(meta.get("stats"), 0)}
     run = Facts(None, {}, 0, path_rtt, bound, version, None if vt is None else vt >= NAGLE_DEFAULT_FLIPPED,
                 summary, {**meta, "completed_ms": 0.0}, None)
     result = from_signals_only(run, vt, unknowns)
     if result["no_data"]:
         result["unknowns"] = ["no librdkafka Sent/Received lines and no syscalls in the inputs: nothing to analyse"]
-    result["confidence"] = "low: librdkafka's log lines other than Sent/Received"
+    elif result.get("undecided"):
+        result["unknowns"] += undecided_unknowns(summary, result.get("evidence_read") or {})
+    result["confidence"] = confidence_without_requests(result)
     return result
+
+
+# What a finding judged without a request is as sure as, by what it rests
+# on: the statistics are librdkafka's own measure of every request.
+_CONFIDENCE_BY_EVIDENCE = (
+    ("statistics", "medium: librdkafka's statistics, no request seen"),
+    ("error lines", "low: librdkafka's log lines other than Sent/Received"),
+    ("log lines", "low: librdkafka's log lines other than Sent/Received"),
+    ("path", "low: the path alone, no request, statistics or log line of the client seen"),
+)
+
+
+def confidence_without_requests(result: dict) -> str:
+    if result.get("undecided"):
+        return "none: the evidence given decides no cause"
+    top = (result.get("findings") or [{}])[0].get("rests_on") or []
+    return next((c for kind, c in _CONFIDENCE_BY_EVIDENCE if kind in top), _CONFIDENCE_BY_EVIDENCE[1][1])
+
+
+def undecided_unknowns(summary: dict, read: dict) -> list[str]:
+    """What an input that decides nothing held, and what to capture next."""
+    from kdiag.analysis.causes import CAPTURE_LOG as DEBUG_MSG
+    from kdiag.analysis.causes import CAPTURE_PATH as PATH
+    from kdiag.analysis.causes import CAPTURE_STATS as STATS
+
+    out = ["read, without deciding a cause: " + ", ".join(f"{t} {n} row(s)" for t, n in read.items())]
+    path, st = summary.get("path_rtt_ms"), summary.get("statistics")
+    if path is not None:
+        out.append(f"the path's round trip is {path:g} ms ({summary.get('path_rtt_source')}): "
+                   + ("too short alone to be why a request is slow" if path < SLOW_MS else
+                      "every request pays it, but alone it does not say it is why they are slow"))
+    rtt = (st or {}).get("rtt_p50_ms")
+    if rtt is not None and rtt > SLOW_MS and path is None:
+        out.append(f"librdkafka's rtt is {rtt:g} ms: the broker or the path; a ping or {PATH} decides which")
+    if not st:
+        out.append(f"capture next: {STATS}")
+    if "rdkafka_events" not in read:
+        out.append(f"capture next: librdkafka's log with {DEBUG_MSG}")
+    if path is None:
+        out.append(f"capture next: {PATH}")
+    return out
 
 
 def _inputs(spark, tables_dir: Path, meta: dict, q) -> _Inputs:

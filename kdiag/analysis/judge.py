@@ -9,8 +9,14 @@ from pathlib import Path
 from kdiag.analysis import causes, predict
 from kdiag.analysis.causes import (
     BY_NAME,
+    LOG_LINES,
     OTHERWISE,
+    PATH,
+    REQUESTS,
     SLOW_WAIT,
+    SOCKET_SAMPLES,
+    STATISTICS,
+    SYSCALLS,
     CauseAgg,
     Facts,
     classify,
@@ -24,7 +30,13 @@ from kdiag.analysis.connections import attach_connections, path_rtt_of
 from kdiag.analysis.per_request import fill_write_sizes
 from kdiag.analysis.samples import runq_of, throttle_of
 from kdiag.analysis.spark_plumbing import at_once, cached, quantile, resolved, rounded
-from kdiag.analysis.thresholds import CONTRIBUTING_SHARE, ONE_WRITE_MIN, ONE_WRITE_WAIT_SHARE, SLOW_MS
+from kdiag.analysis.thresholds import (
+    CONTRIBUTING_SHARE,
+    ONE_RECORD_BYTES,
+    ONE_WRITE_MIN,
+    ONE_WRITE_WAIT_SHARE,
+    SLOW_MS,
+)
 
 EXAMPLE_SORT_MAX = 100_000
 EXAMPLE_BAND = 0.0005
@@ -112,6 +124,30 @@ def one_write_rules_out_nagle(n_one: int, one_wait_p50_ms: float | None, split_w
             and one_wait_p50_ms >= max(SLOW_MS, ONE_WRITE_WAIT_SHARE * split_wait_p50_ms))
 
 
+# The requests librdkafka sends on a new connection before any Produce
+# request (API names as its Sent lines give them, without "Request").
+CONNECTION_OPENERS = ("ApiVersion", "SaslHandshake", "SaslAuthenticate")
+
+
+def nagle_ruled_out(one_write: dict) -> str | None:
+    """The sentence that says a small request of another kind ruled Nagle
+    out (``before_of``), or None."""
+    if not one_write.get("small_kind"):
+        return None
+    return (f"Nagle is ruled out: {one_write['small_n']} {one_write['small_kind']}Request(s) small enough to leave "
+            f"in one TLS record and one segment took {one_write['small_p50_ms']} ms (median), as long as the Produce "
+            f"requests ({one_write['produce_p50_ms']} ms): Nagle holds back nothing of a request sent whole, so "
+            f"what holds them is the broker or the path")
+
+
+def small_request_rules_out_nagle(n: int, took_ms: float | None, produce_ms: float | None) -> bool:
+    """A request of another kind small enough to leave in one record (an
+    ApiVersionRequest of 25 bytes) that took as long as the Produce
+    requests: what holds them is not Nagle."""
+    return (n >= 1 and took_ms is not None and produce_ms is not None
+            and took_ms >= max(SLOW_MS, ONE_WRITE_WAIT_SHARE * produce_ms))
+
+
 def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, source: str,
           unknowns: list[str], meta: dict, syscalls=None, parallel: bool = False, local: bool = False) -> dict:
     """The findings of the Produce requests ``produce`` (``reqs``: of every
@@ -121,7 +157,7 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
     pre, path = _before_causes(spark, reqs, stats, conns, meta, parallel)
     before, nagle_possible = before_of(pre, path, stats is not None)
     meta = {**meta, "one_write": before.one_write, "nagle_possible": nagle_possible, "has_stats": stats is not None,
-            "signals": resolved(meta.get("signals"))}
+            "signals": resolved(meta.get("signals")), "stats": resolved(meta.get("stats"))}
     # Statistics without one throttle time add nothing but a join.
     throttles = stats if stats is not None and pre.throttled else None
     rq, held = _classified(spark, produce, conns, throttles, before.path_rtt_ms, nagle_possible, meta, local)
@@ -163,6 +199,12 @@ def before_of(pre, path: tuple, has_stats: bool) -> tuple[Before, bool]:
     single = {"n": pre.n1 if pre else 0, "wait_p50_ms": rounded(pre.m1, 3) if pre else None}
     client_ms = pre.client_ms if pre is not None and has_stats else None
     nagle_possible = not one_write_rules_out_nagle(single["n"], single["wait_p50_ms"], pre.multi_wait if pre else None)
+    small = pre.asDict() if pre is not None and "n_small" in pre.asDict() else {}
+    if nagle_possible and small_request_rules_out_nagle(small.get("n_small") or 0, small.get("m_small"),
+                                                        small.get("produce_took")):
+        nagle_possible = False
+        single = {**single, "small_kind": small.get("small_kind"), "small_n": small["n_small"],
+                  "small_p50_ms": rounded(small["m_small"], 3), "produce_p50_ms": rounded(small["produce_took"], 3)}
     return Before(pre.all_kinds if pre else 0, single, client_ms, *path), nagle_possible
 
 
@@ -177,6 +219,8 @@ def concluded(s, per: dict, examples: dict | None, each: dict | None, pre: Befor
     n = s.k if s is not None else 0
     meta["completed_ms"] = (s.time if s is not None else None) or 0.0
     summary = _summary(s, n, pre.all_kinds, source, client_ms, (path_rtt, pre.path_rtt_source, rtt_bound), meta)
+    if not n and client_ms is None and (meta.get("stats") or {}).get("int_latency_p50_ms") is not None:
+        client_ms = meta["stats"]["int_latency_p50_ms"]
     _unknowns(unknowns, s, client_ms, default_nodelay, version)
     if n == 0:
         unknowns.append("no Produce request completed in the capture")
@@ -193,6 +237,12 @@ def concluded(s, per: dict, examples: dict | None, each: dict | None, pre: Befor
             r[ci] = slow_as if r[ci] == SLOW_WAIT else r[ci]
     facts = Facts(None, {}, n, path_rtt, rtt_bound, version, default_nodelay, summary, meta, client_ms)
     findings = _findings(per, examples, facts, vt)
+    ruled = nagle_ruled_out(pre.one_write)
+    if ruled:
+        summary["nagle_ruled_out"] = ruled
+        for f in findings:
+            if f["cause"] != OTHERWISE:
+                f["evidence"].append(ruled)
     predict.attach(findings, each, pre.one_write["wait_p50_ms"], path_rtt, client_ms)
     verdict = verdict_of(findings)
     if verdict == OTHERWISE:
@@ -293,6 +343,17 @@ def before_causes(reqs, stats, keys: tuple = ()):
             quantile(F.when(one_write, F.col("wait_ms")), 0.5).alias("m1"),
             quantile(F.when((F.col("request") == "Produce") & (F.col("n_writes") >= 2), F.col("wait_ms")),
                      0.5).alias("multi_wait")]
+    if "req_bytes" in reqs.columns:
+        # A small request that opens a connection leaves in one TLS record,
+        # one segment, with nothing unacknowledged before it: Nagle holds
+        # nothing of it. (A later small request, a MetadataRequest behind a
+        # Produce request's unacknowledged tail, can be held like it.)
+        took = F.coalesce(F.col("wait_ms"), F.col("total_ms"), F.col("rtt_ms"))
+        small = F.col("request").isin(*CONNECTION_OPENERS) & F.col("req_bytes").between(1, ONE_RECORD_BYTES) \
+            & took.isNotNull()
+        cols += [F.count(F.when(small, 1)).alias("n_small"), quantile(F.when(small, took), 0.5).alias("m_small"),
+                 F.first(F.when(small, F.col("request")), ignorenulls=True).alias("small_kind"),
+                 quantile(F.when(F.col("request") == "Produce", took), 0.5).alias("produce_took")]
     pre = reqs.groupBy(*keys).agg(*cols) if keys else reqs.agg(*cols)
     if stats is not None:
         scols = [quantile("int_latency_p50_ms", 0.5).alias("client_ms"),
@@ -398,7 +459,23 @@ def _summary(s, n: int, all_kinds: int, source: str, client_ms, path: tuple, met
         "tcp_retransmits": meta.get("tcp_retrans"),
         "first_send_us": s and s.first,
         "last_recv_us": s and s.last,
+        **statistics_in_summary(meta.get("stats"), n),
     }
+
+
+def statistics_in_summary(st: dict | None, requests: int) -> dict:
+    """The statistics' windows in the summary: their series always; with no
+    completed request, their rtt and client queue stand for the requests'
+    (``rtt_source`` says so), which the likely causes rank from."""
+    if not st:
+        return {}
+    out: dict = {"statistics": st}
+    if not requests:
+        out.update({"rtt_p50_ms": st.get("rtt_p50_ms"), "rtt_p99_ms": st.get("rtt_p99_ms"),
+                    "rtt_source": "statistics",
+                    "split_ms": {"client_queue": st.get("int_latency_p50_ms"), "socket_send": None,
+                                 "wait_response": None, "read_response": None}})
+    return out
 
 
 def _unknowns(unknowns: list[str], s, client_ms, default_nodelay: bool | None, version: str | None) -> None:
@@ -445,33 +522,46 @@ def signal_findings(findings: list[dict], run: Facts, vt) -> None:
         if got is None or max(got["share"], got["time_share"]) < CONTRIBUTING_SHARE:
             continue
         said = getattr(cause, "signal_evidence", cause.evidence)(run)
+        rests = list(got.get("rests_on") or [LOG_LINES])
         if cause.NAME in by_cause:
             by_cause[cause.NAME]["evidence"] += said
+            was = by_cause[cause.NAME].setdefault("rests_on", [])
+            was += [r for r in rests if r not in was]
             continue
         findings.append({"cause": cause.NAME, "share": round(got["share"], 3),
                          "time_share": round(got["time_share"], 3), "requests": got["requests"], "evidence": said,
-                         "fix": cause.fix(vt), "fix_text": cause.fix_text(run)})
+                         "fix": cause.fix(vt), "fix_text": cause.fix_text(run), "rests_on": rests})
 
 
 def from_signals_only(run: Facts, vt, unknowns: list[str]) -> dict:
-    """No completed Produce request: the run's other lines are all there is
-    to judge (requests that timed out, retries, errors)."""
+    """No completed Produce request: the run's other lines (requests that
+    timed out, retries, errors), its statistics and its path are all there
+    is to judge. Nothing named from evidence of a Kafka client is
+    ``undecided``, saying what was read; ``no_data`` is an input without
+    any (``meta["evidence_read"]``: table -> rows; a caller that does not
+    count them keeps ``no_data``)."""
     findings: list[dict] = []
     signal_findings(findings, run, vt)
-    findings.sort(key=lambda f: (-f["share"], f["cause"]))
+    findings.sort(key=lambda f: (-max(f["share"], f.get("time_share") or 0.0), f["cause"]))
     if not findings:
-        return result_of(run.meta, run.version, OTHERWISE, [], run.summary, unknowns, no_data=True)
+        read = {t: n for t, n in (run.meta.get("evidence_read") or {}).items() if n}
+        if not read:
+            return result_of(run.meta, run.version, OTHERWISE, [], run.summary, unknowns, no_data=True)
+        result = result_of(run.meta, run.version, OTHERWISE, [], run.summary, unknowns, undecided=True)
+        result["evidence_read"] = read
+        return result
     return result_of(run.meta, run.version, findings[0]["cause"], findings, run.summary, unknowns)
 
 
 def finding(cause, facts: Facts, share: float, vt) -> dict:
-    """One cause's finding: its share, its sentences, its fix and its
-    median request as the example."""
+    """One cause's finding: its share, its sentences, its fix, what it
+    rests on and its median request as the example."""
     ex = facts.example
     return {
         "cause": cause.NAME,
         "share": round(share, 3),
         "requests": facts.agg.k,
+        "rests_on": request_rests_on(cause, facts),
         "evidence": cause.evidence(facts),
         "fix": cause.fix(vt),
         "fix_text": cause.fix_text(facts),
@@ -480,13 +570,27 @@ def finding(cause, facts: Facts, share: float, vt) -> dict:
     }
 
 
-def result_of(meta, version, verdict, findings, summary, unknowns, no_data=False) -> dict:
+def request_rests_on(cause, facts: Facts) -> list[str]:
+    """What a finding its requests gave rests on: the requests (librdkafka's
+    lines, or syscalls alone), the syscalls that split them, and what the
+    cause's rule reads besides (``ALSO_RESTS_ON``) when the run has it."""
+    source = facts.summary.get("source")
+    rests = {"syscalls": [SYSCALLS], "strace": [REQUESTS, SYSCALLS]}.get(source, [REQUESTS])
+    has = {STATISTICS: bool(facts.meta.get("has_stats")), PATH: facts.path_rtt_ms is not None,
+           SOCKET_SAMPLES: bool((facts.meta.get("evidence_read") or {}).get("sockets"))}
+    rests += [k for k in getattr(cause, "ALSO_RESTS_ON", ()) if has.get(k, True) and k not in rests]
+    return rests
+
+
+def result_of(meta, version, verdict, findings, summary, unknowns, no_data=False, undecided=False) -> dict:
     return {
         "kdiag_version": meta.get("kdiag_version"),
         "librdkafka_version": version,
-        # Nothing to judge is not "healthy": the verdict is then null.
-        "verdict": None if no_data else verdict,
+        # Nothing to judge is not "healthy": the verdict is then null, as it
+        # is for evidence of a client that decides no cause (``undecided``).
+        "verdict": None if no_data or undecided else verdict,
         "no_data": no_data,
+        "undecided": undecided,
         "summary": summary,
         "findings": findings,
         "unknowns": unknowns,

@@ -17,7 +17,8 @@ def thin_evidence(result: dict) -> ThinEvidence:
         tls=any(str(b).startswith(("ssl://", "sasl_ssl://")) for b in s.get("brokers") or []),
         found=frozenset(f["cause"] for f in result.get("findings") or []),
         signals=result.get("signals") or {},
-        client_queue_ms=(s.get("split_ms") or {}).get("client_queue"))
+        client_queue_ms=(s.get("split_ms") or {}).get("client_queue"),
+        nagle_ruled_out=bool(s.get("nagle_ruled_out")))
 
 
 def rank(result: dict) -> list[dict]:

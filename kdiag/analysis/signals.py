@@ -13,6 +13,9 @@ import copy
 
 from kdiag.analysis.spark_plumbing import RUN, one_run, quantile, rounded
 
+DOWN_DETAIL = ("(?i)(^Connect to .* failed|Connection refused|Connection reset|Disconnected|Failed to resolve|"
+               "No route to host|Network is unreachable|Host is unreachable|SSL handshake failed|"
+               "transport failure|Connection setup timed out)")
 # Errors named in the findings, most frequent first.
 ERRORS_SHOWN = 5
 _NO_STALLS = {"stalled_sends": 0, "send_stall_p50_ms": None, "send_stall_max_ms": None}
@@ -76,6 +79,12 @@ def _columns() -> list:
     # handle destroyed without termination") is counted apart.
     erred = F.col("error").isNotNull()
     produce_error = erred & ((ev == "msgset") | F.coalesce(produce, F.lit(False)))
+    # FAIL lines that say a connection failed, by librdkafka's errstr
+    # ("Connect to %s failed: %s", "Disconnected", "Failed to resolve",
+    # "SSL handshake failed", errno texts). Not a handle decommissioned at
+    # shutdown (_DESTROY) nor a request that timed out ("ApiVersionRequest
+    # failed: Local: Timed out").
+    down = (ev == "fail") & F.col("count").isNull() & F.coalesce(F.col("detail").rlike(DOWN_DETAIL), F.lit(False))
     return [
         F.count(F.when(ev == "timeout", 1)).alias("timeout_lines"),
         F.sum(F.when(ev == "timeouts", F.col("count"))).alias("timed_out"),
@@ -84,6 +93,11 @@ def _columns() -> list:
         F.max(F.when(ev == "fail", F.col("rtt_ms"))).alias("fail_avg_rtt_ms"),
         F.count(F.when(ev == "fail", 1)).alias("disconnects"),
         F.first(F.when(ev == "fail", F.col("detail")), ignorenulls=True).alias("fail_detail"),
+        # A broker the client could not reach or lost, not for a request
+        # that timed out: FAIL lines without "N request(s) timed out", and
+        # state changes to DOWN.
+        F.count(F.when(down, 1)).alias("down_lines"),
+        F.first(F.when(down & (ev == "fail"), F.col("detail")), ignorenulls=True).alias("down_detail"),
         F.count(F.when((ev == "retry") & produce, 1)).alias("retries"),
         F.count(F.when(ev == "retry", 1)).alias("retries_all"),
         F.count(F.when(produce_error, 1)).alias("errors"),

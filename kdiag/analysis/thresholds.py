@@ -20,6 +20,10 @@ SLOW_MS = 10.0
 ONE_WRITE_MIN = 3
 # ... and "as long" is at least this share of the split ones' median wait.
 ONE_WRITE_WAIT_SHARE = 0.5
+# A request no larger than this leaves in one TLS record and one segment
+# (an ApiVersionRequest is 25-70 bytes): Nagle holds nothing of it back
+# when nothing unacknowledged precedes it.
+ONE_RECORD_BYTES = 200
 # A cause names the verdict when it explains at least this share of requests.
 DOMINANT_SHARE = 0.5
 # A cause is listed as contributing from this share on.
@@ -36,3 +40,8 @@ CPU_STARVED_SHARE = 0.5
 # A slow request is the broker's quota when the broker reported a throttle
 # time of at least this share of the request's wait around its response.
 THROTTLE_SHARE = 0.5
+# A path round trip this long, given alone (a ping, a traceroute: no
+# request seen), names network_latency: every request pays at least one
+# round trip, and this is most of any latency a producer is called slow
+# for. A shorter path alone decides nothing.
+PATH_ALONE_SLOW_MS = 50.0

@@ -19,6 +19,7 @@ from kdiag.report import svg
 from kdiag.report.page_limits import IN_PROBES, SHOWN, capped, paths_shown
 from kdiag.report.svg import fmt, num
 from kdiag.report.templating import macros, render
+from kdiag.report.text import rests_on_text, verdict_text
 
 OTHER_COLORS = ("#6b6ecf", "#b5cf6b", "#e7ba52", "#d6616b", "#ce6dbd", "#9c9ede")
 PARTS = (("client queue", "#e377c2"), ("send", "#ff7f0e"), ("wait for response", "#1f77b4"), ("read", "#2ca02c"))
@@ -116,21 +117,22 @@ def _verdict(f: dict, others: dict) -> dict:
     found, more_found = capped(_list(f.get("findings")), "findings")
     likely, more_likely = capped([dict_or_empty(x) for x in _list(f.get("likely"))], "likely")
     return {"color": color_of(verdict or "unexplained_slow", others),
-            "name": verdict or "none: no completed Produce request to judge",
+            "name": verdict or verdict_text(f),
             "confidence": _text(f.get("confidence")),
-            "findings": [_finding(dict_or_empty(fd), others) for fd in found], "findings_left_out": more_found,
+            "findings": [_finding(dict_or_empty(fd), others, dict_or_empty(f.get("summary"))) for fd in found],
+            "findings_left_out": more_found,
             "likely": [[_text(x.get("cause")), _text(x.get("support")), _text(x.get("decide"))] for x in likely],
             "likely_left_out": more_likely}
 
 
-def _finding(fd: dict, others: dict) -> dict:
+def _finding(fd: dict, others: dict, summary: dict) -> dict:
     share, ts = num(fd.get("share")) or 0.0, num(fd.get("time_share"))
     evidence, more = capped([e for e in _list(fd.get("evidence")) if isinstance(e, str)], "evidence")
     fix = dict_or_empty(fd.get("fix"))
     return {"color": color_of(_text(fd.get("cause")), others), "cause": _text(fd.get("cause")),
             "requests": fmt(num(fd.get("requests")) or 0), "share": f"{share * 100:.0f}",
             "of_time": f", {ts * 100:.0f}% of the time" if ts is not None and abs(ts - share) >= 0.05 else "",
-            "evidence": evidence, "evidence_left_out": more,
+            "evidence": evidence, "evidence_left_out": more, "rests_on": rests_on_text(fd, summary),
             "fix_line": " ".join(f"-X {k}={v}" for k, v in fix.items() if isinstance(v, (str, int, float, bool))),
             "fix_text": fd["fix_text"] if isinstance(fd.get("fix_text"), str) else None,
             "predicted_text": fd["predicted_text"] if isinstance(fd.get("predicted_text"), str) else None}

@@ -38,9 +38,9 @@ def render(findings: dict, *, bundle: str | None = None, probe: dict | None = No
     out = _head_lines(findings, probe)
     out += _path_lines(findings.get("paths"))
     out.append("")
-    out.append(f"VERDICT: {findings.get('verdict') or 'none: no completed Produce request to judge'}")
+    out.append(f"VERDICT: {verdict_text(findings)}")
     for f in findings.get("findings", []):
-        out += _finding_lines(f)
+        out += _finding_lines(f, findings.get("summary") or {})
     out += _closing_lines(findings)
     if bundle:
         out.append(f"bundle: {bundle}")
@@ -48,6 +48,42 @@ def render(findings: dict, *, bundle: str | None = None, probe: dict | None = No
     # as data, so a field a later change adds unescaped still cannot start a
     # row or act on the terminal, here or in report.txt.
     return visible_text(out)
+
+
+def verdict_text(findings: dict) -> str:
+    """The verdict, or why there is none: nothing about a Kafka client
+    (none), or evidence of one that decides no cause (undecided)."""
+    if findings.get("verdict"):
+        return str(findings["verdict"])
+    if findings.get("undecided"):
+        return "undecided: the input holds a Kafka client's evidence, but nothing in it decides a cause"
+    return "none: nothing in the input about a Kafka client's requests"
+
+
+def rests_on_text(f: dict, s: dict) -> str:
+    """What a finding rests on, each with how much of it there was:
+    "statistics (12 snapshots), path (ping)". From a bundle anyone may
+    have edited: any field may be missing or of another type."""
+    st = s.get("statistics") if isinstance(s.get("statistics"), dict) else {}
+    said = {"requests": f"{s.get('requests')} Produce requests" if s.get("requests") else None,
+            "statistics": f"{st.get('snapshots')} snapshots" if st.get("snapshots") else None,
+            "path": s.get("path_rtt_source")}
+    rests = f.get("rests_on") if isinstance(f.get("rests_on"), list) else []
+    parts = []
+    for kind in rests:
+        more = said.get(kind) if isinstance(kind, str) else None
+        parts.append(f"{kind} ({more})" if more else str(kind))
+    return ", ".join(parts)
+
+
+def _statistics_lines(s: dict) -> list[str]:
+    from kdiag.analysis.stats_windows import series_lines
+
+    st = s.get("statistics")
+    if not isinstance(st, dict) or not st.get("series"):
+        return []
+    return [f"  STATISTICS {st.get('snapshots')} snapshot(s) of {st.get('brokers')} broker(s), ms "
+            f"(per snapshot, the slowest broker):", *("    " + ln for ln in series_lines(st))]
 
 
 def _head_lines(findings: dict, probe: dict | None) -> list[str]:
@@ -73,6 +109,7 @@ def _head_lines(findings: dict, probe: dict | None) -> list[str]:
     if s.get("path_rtt_ms") is not None:
         le = "<= " if s.get("path_rtt_upper_bound") else ""
         out.append(f"  PATH RTT(ms) {le}{_fmt(s['path_rtt_ms'])} ({s.get('path_rtt_source')})")
+    out += _statistics_lines(s)
     return out
 
 
@@ -93,11 +130,16 @@ def _path_lines(paths: list | None) -> list[str]:
     return out
 
 
-def _finding_lines(f: dict) -> list[str]:
+def _finding_lines(f: dict, s: dict) -> list[str]:
     share, ts = f.get("share", 0), f.get("time_share")
     # A tail cause is named for its share of the time, not of the requests.
     of_time = f", {ts * 100:.0f}% of the time" if ts is not None and abs(ts - share) >= 0.05 else ""
-    out = [f"  {f['cause']}: {f.get('requests', 0)} requests ({share * 100:.0f}%{of_time})"]
+    if s.get("requests") or "requests" in (f.get("rests_on") or []):
+        out = [f"  {f['cause']}: {f.get('requests', 0)} requests ({share * 100:.0f}%{of_time})"]
+    else:   # no request to count: its share of a message's time
+        out = [f"  {f['cause']}: about {max(share, ts or 0) * 100:.0f}% of the time"]
+    if isinstance(f.get("rests_on"), list) and f["rests_on"]:
+        out.append(f"    rests on: {rests_on_text(f, s)}")
     out.extend(f"    - {e}" for e in f.get("evidence", []))
     if f.get("fix"):
         out.append("    fix: " + " ".join(f"-X {k}={v}" for k, v in f["fix"].items()))
@@ -139,7 +181,7 @@ def render_apart(apart: list[dict]) -> str:
         # is what the terminal shows.
         rows.append(tuple(map(visible, (
             ", ".join(map(str, f.get("source") or [])) or "?", str(s.get("requests", 0)),
-            str(f.get("verdict") or ("no data" if f.get("no_data") else "-")),
+            str(f.get("verdict") or ("no data" if f.get("no_data") else "undecided" if f.get("undecided") else "-")),
             _fmt(s.get("latency_p50_ms")), _fmt(s.get("latency_p99_ms")),
             f.get("librdkafka_version") or "?", str(f.get("confidence") or "-").split(":")[0]))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

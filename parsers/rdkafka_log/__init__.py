@@ -38,6 +38,13 @@ these are read, recognised by content, line by line (a file may mix them):
   ``record_part`` (a record cut by a chunk boundary loses the fields on the
   other side: null).
 
+* lines copied out of an editor's or grep's search results, or counted
+  by ``uniq -c`` (finds.py): the prefix cut off, the count kept
+  (``repeat``).
+
+* lines that hold only one of librdkafka's errors (wrapped.error_lines):
+  ``Local: Message timed out`` in a delivery report or an exception.
+
 * any other wrapper (wrapped.py): Java, Go, C++ and Node loggers, syslog,
   journald JSON, logfmt; librdkafka's message is found by its ``[thrd:...]: ``
   or its broker name and first words, the prefix searched for a timestamp
@@ -65,9 +72,11 @@ ts_us           int64     the line's timestamp, epoch microseconds:
                           (read as if UTC; differences between lines are
                           right, the absolute time is off by the zone; a
                           time of day without date counts from 1970-01-01).
-                          Null when the line has no time finer than a
-                          second (Go's RFC 3339, an asctime without msecs,
-                          basicConfig's format, node-rdkafka)
+                          Whole seconds and minutes are kept (Go's RFC
+                          3339, an asctime without msecs), but not on a
+                          Received line: its rtt times the request. Null
+                          without a time (basicConfig's format,
+                          node-rdkafka)
 level           int8      syslog level (7 = debug); from Python only where
                           the mapping is one to one (DEBUG 7, WARNING 4,
                           ERROR 3)
@@ -81,7 +90,11 @@ event           string    send, send_partial, recv, retry, unknown_corrid,
                           request timed out), timeouts (REQTMOUT's count),
                           fail (a disconnect), msgset (a MessageSet
                           delivered or failed), produce (a MessageSet
-                          built), xmit_queue, reqerr, other
+                          built), xmit_queue, reqerr, app_error (one of
+                          librdkafka's errors as the application got it:
+                          a delivery report, an exception, an error
+                          callback; ``error`` its string, ``detail`` its
+                          code's name when printed), other
 request         string    API name without Request/Response: ``Produce``
 api_version     int16     request/response version (``v10``)
 size_bytes      int64     request or response size
@@ -92,7 +105,8 @@ detail          string    state ``UP -> DOWN``, connect address, retry
                           ``1/2 in 100ms``, library version for ``init``
 text            string    the message after the broker name
 ts_resolution_us int32    what ts_us can resolve: 1000 for librdkafka's own
-                          and a ``.fff`` wrapper time, 1 for microseconds;
+                          and a ``.fff`` wrapper time, 1 for microseconds,
+                          1 000 000 for whole seconds, 60 000 000 minutes;
                           null without ts_us (added in schema version 2, as
                           are the columns below)
 msgs            int32     messages in a MessageSet or a transmit queue
@@ -103,6 +117,8 @@ partition       int32
 error           string    the error a MessageSet or request met
 elapsed_ms      float64   how long the request was in flight (timeout), the
                           state lasted (fail)
+repeat          int32     how many times the line stood: a ``uniq -c``
+                          count, else 1 (added in schema version 3)
 ==============  ========  =====================================================
 """
 from __future__ import annotations
@@ -112,7 +128,7 @@ import pyarrow as pa
 from kdiag.parsers.base import ParseCounts
 from kdiag.parsers.format import BY_LINES, CHUNKS, REQUESTS, SIGNALS, TEXT_SCANNER, Format
 from kdiag.parsers.rdkafka_log.parser import RdkafkaLogParser
-from kdiag.parsers.rdkafka_log.patterns import SCHEMA, SCHEMA_V1
+from kdiag.parsers.rdkafka_log.patterns import SCHEMA, SCHEMA_V1, SCHEMA_V2
 
 __all__ = ["FORMATS", "SCHEMA", "SCHEMA_V1", "RdkafkaLogParser", "looks_like", "parse_lines"]
 
@@ -132,12 +148,12 @@ def looks_like(sample: list[str]) -> float:
         return 0.0
     p = RdkafkaLogParser()
     p.feed(pa.array(lines, pa.string()), 1)
-    return (p.counts.parsed + p.counts.skipped.get("record_part", 0)) / len(lines)
+    return (p.counts.parsed + p.counts.skipped.get("record_part", 0) + p.counts.skipped.get("find_header", 0)) / len(lines)
 
 
 FORMATS = (
     Format(name="rdkafka_log", recognised_by=BY_LINES, recognise=looks_like, tables={"rdkafka_events": SCHEMA},
-           schema_version=2, reads=CHUNKS, parser=RdkafkaLogParser, stateless=True,
+           schema_version=3, reads=CHUNKS, parser=RdkafkaLogParser, stateless=True,
            title="librdkafka log", pseudonymised=TEXT_SCANNER, feeds={"rdkafka_events": (REQUESTS, SIGNALS)}, bundle_dir="rdkafka_log",
-           older={1: {"rdkafka_events": SCHEMA_V1}}),
+           older={1: {"rdkafka_events": SCHEMA_V1}, 2: {"rdkafka_events": SCHEMA_V2}}),
 )

@@ -70,13 +70,15 @@ def unescape(vals: pa.Array, chars: str) -> pa.Array:
 
 def local_ts(date, time, frac, tz) -> pa.Array:
     """Epoch microseconds of a printed date and time, as if UTC unless a
-    zone is printed; null without a fraction of a second (whole seconds
-    cannot time a request). No date: the time of day from 1970-01-01."""
+    zone is printed. Whole seconds or minutes are kept: their resolution
+    (frac_resolution) says what they cannot time. No date: the time of day
+    from 1970-01-01. A time of "HH:MM" is that minute's start."""
     day = pc.coalesce(date, pa.scalar("1970-01-01"))
+    time = pc.if_else(pc.equal(pc.utf8_length(time), 5), pc.binary_join_element_wise(time, "00", ":"), time)
     secs = pc.strptime(pc.binary_join_element_wise(day, time, "T"), format="%Y-%m-%dT%H:%M:%S",
                        unit="s", error_is_null=True)
     us = pc.multiply(pc.cast(secs, pa.int64()), 1_000_000)
-    us = pc.add(us, pc.cast(pc.utf8_rpad(frac, 6, "0"), pa.int64()))
+    us = pc.add(us, pc.cast(pc.utf8_rpad(pc.fill_null(frac, ""), 6, "0"), pa.int64()))
     if tz is not None and pc.any(pc.is_valid(tz)).as_py():
         z = pc.utf8_trim_whitespace(pc.replace_substring(tz, ":", ""))
         z = pc.if_else(pc.equal(z, "Z"), "+0000", z)
@@ -99,8 +101,13 @@ def resolution_where_stamped(ts: pa.Array, us: int) -> pa.Array:
     return pc.if_else(pc.is_valid(ts), pa.scalar(us, pa.int32()), pa.scalar(None, pa.int32()))
 
 
-def frac_resolution(ts: pa.Array, frac: pa.Array) -> pa.Array:
-    """A printed fraction of a second's resolution: 3 digits, 1000 us."""
+def frac_resolution(ts: pa.Array, frac: pa.Array, time: pa.Array | None = None) -> pa.Array:
+    """A printed time's resolution: 3 digits of a second, 1000 us; none,
+    1 s; a time of day without seconds ("HH:MM", ``time``), a minute."""
     digits = pc.min_element_wise(pc.utf8_length(pc.fill_null(frac, "")), 6)
-    us = pc.power(pa.scalar(10, pa.int32()), pc.subtract(pa.scalar(6, pa.int32()), pc.cast(digits, pa.int32())))
-    return pc.if_else(pc.is_valid(ts), pc.cast(us, pa.int32()), pa.scalar(None, pa.int32()))
+    us = pc.cast(pc.power(pa.scalar(10, pa.int32()), pc.subtract(pa.scalar(6, pa.int32()), pc.cast(digits, pa.int32()))),
+                 pa.int32())
+    if time is not None:
+        minutes = pc.fill_null(pc.equal(pc.utf8_length(time), 5), False)
+        us = pc.if_else(minutes, pa.scalar(60_000_000, pa.int32()), us)
+    return pc.if_else(pc.is_valid(ts), us, pa.scalar(None, pa.int32()))

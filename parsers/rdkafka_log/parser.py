@@ -22,6 +22,7 @@ from kdiag.parsers.rdkafka_log.columns import (
     unescape,
     unquote,
 )
+from kdiag.parsers.rdkafka_log.finds import strip_finds
 from kdiag.parsers.rdkafka_log.patterns import (
     ANYWHERE,
     BROKER,
@@ -32,6 +33,7 @@ from kdiag.parsers.rdkafka_log.patterns import (
     DOTNET_LEVELS,
     EVENT_FIELDS,
     EVENTS,
+    FALLBACK,
     GO,
     HEADER,
     INSPECT_FIELDS,
@@ -40,6 +42,7 @@ from kdiag.parsers.rdkafka_log.patterns import (
     JSON_FIELDS,
     JSON_LINE,
     JSON_MSG,
+    OLD_PRINT,
     OPTIONAL,
     PY_LEVEL,
     PY_LEVELS,
@@ -51,11 +54,19 @@ from kdiag.parsers.rdkafka_log.patterns import (
     THREAD_STRIP,
 )
 from kdiag.parsers.rdkafka_log.plain import plain_lines
-from kdiag.parsers.rdkafka_log.wrapped import unmangle, unquoted, wrapped
+from kdiag.parsers.rdkafka_log.wrapped import error_lines, unmangle, unquoted, wrapped
 from kdiag.parsers.scan import byte_at
 from kdiag.parsers.strings import data_buffer, offsets_data, validity, views, with_valid
 
-_FAIL_TEXT = r"^[0-9]+ request\(s\) timed out"
+# A disconnect's words where the FAIL facility is not printed: the
+# timeouts' errstr, rd_kafka_broker_fail()'s reasons ("Receive failed: %s",
+# "Send failed: %s", "Connect to %s failed: %s", "Disconnected", 0.8's
+# "Failed to connect to broker at %s: %s"), and BROKERFAIL's "failed: err:"
+# (but not "Local: Broker handle destroyed": the client shutting down).
+_FAIL_TEXT = (r"^(?:[0-9]+ request\(s\) timed out|(?:Receive|Send) failed: |Connect to \S+ failed: |"
+              r"Failed to connect to broker |Disconnected(?: |$)|Connection closed|"
+              r"failed: err: (?:[^L]|Local: (?:[^B]|Broker [^h])))")
+_FAIL_FIRST = np.frombuffer(b"0123456789RSCDFf", dtype=np.uint8)
 # Events read by the compiled scans where built (scan.sent_received,
 # scan.topic_lines), their patterns reading what those leave.
 _COMPILED_FIELDS = {
@@ -171,6 +182,21 @@ def _string_column(m: int, texts: pa.Array, have: list) -> pa.Array:
     return with_valid(views(start, length, buf, buffers), ok)
 
 
+def _coarse_recv_untimed(ts_us, resolution, codes: np.ndarray, names: list[str]):
+    """A Received line's time of a second or coarser is left out: a
+    request's time is then librdkafka's rtt, not the difference of two
+    printed seconds (0 or 1000 ms). The Sent lines keep theirs: a send that
+    left in pieces over many seconds is bounded by them."""
+    if "recv" not in names or not len(resolution) or (pc.max(resolution).as_py() or 0) < 1_000_000:
+        return ts_us, resolution
+    coarse = null_as_false(pc.greater_equal(resolution, 1_000_000)) & (codes == names.index("recv"))
+    if not coarse.any():
+        return ts_us, resolution
+    mask = pa.array(coarse)
+    return (pc.if_else(mask, pa.scalar(None, pa.int64()), ts_us),
+            pc.if_else(mask, pa.scalar(None, pa.int32()), resolution))
+
+
 class RdkafkaLogParser:
     """Feeds chunks of lines; stateless across chunks except for counts."""
 
@@ -190,18 +216,30 @@ class RdkafkaLogParser:
         if n == 0:
             return SCHEMA.empty_table()
         lines = unmangle(lines)
+        lines, repeat, header = strip_finds(lines)
+        line_no = np.arange(first_line_no, first_line_no + n, dtype=np.int64)
+        if header.any():
+            self.counts.skip("find_header", int(header.sum()))
+            keep = np.flatnonzero(~header)
+            lines, line_no = lines.take(pa.array(keep)), line_no[keep]
+        table = self._feed_lines(lines, line_no)
+        if (repeat != 1).any() and table.num_rows:
+            at = table["line_no"].to_numpy() - first_line_no
+            table = table.set_column(table.schema.get_field_index("repeat"), "repeat", pa.array(repeat[at]))
+        return table
+
+    def _feed_lines(self, lines: pa.Array, line_no: np.ndarray) -> pa.Table:
         if not self.fast:
-            return self._feed_regex(lines, np.arange(first_line_no, first_line_no + n, dtype=np.int64))
+            return self._feed_regex(lines, line_no)
         simple, fast = plain_lines(lines)
         fast_table = None
         if simple.any():
-            line_no = np.flatnonzero(simple) + first_line_no
-            self.counts.parsed += len(line_no)
-            fast_table = self._classified(pa.array(line_no), fast)
+            self.counts.parsed += int(simple.sum())
+            fast_table = self._classified(pa.array(line_no[simple]), fast)
             if simple.all():
                 return fast_table
         rest = np.flatnonzero(~simple)
-        slow = self._feed_regex(lines.take(pa.array(rest)), rest + first_line_no)
+        slow = self._feed_regex(lines.take(pa.array(rest)), line_no[rest])
         if fast_table is None:
             return slow
         both = pa.concat_tables([fast_table, slow])
@@ -257,13 +295,15 @@ class RdkafkaLogParser:
         the other parts of multi-line records."""
         parts = np.zeros(0, np.int64)
         left = rest
-        for fmt in ("dotnet", "go", "json", "inspect", "python", "wrapped"):
+        for fmt in ("dotnet", "go", "old_print", "json", "inspect", "python", "wrapped", "errors"):
             if not len(left):
                 break
             if fmt == "inspect":
                 left, parts = self._inspect(lines, left, pieces)
-            elif fmt == "wrapped":   # any other wrapper: last, as it asks least of a line
+            elif fmt == "wrapped":   # any other wrapper: next to last, as it asks little of a line
                 left = wrapped(lines, left, pieces)
+            elif fmt == "errors":    # no log message, only an error of librdkafka's
+                left = error_lines(lines, left, pieces)
             else:
                 left = getattr(self, "_" + fmt)(lines, left, pieces)
         return parts
@@ -283,7 +323,9 @@ class RdkafkaLogParser:
     def _dotnet(self, lines, idx, pieces) -> np.ndarray:
         got, msg, hit, left = self._match(lines, idx, DOTNET)
         if len(hit):
-            lv = pc.index_in(match_group(got, "lname"), pa.array(DOTNET_LEVELS))
+            lname = match_group(got, "lname")
+            lv = pc.coalesce(pc.index_in(lname, pa.array(DOTNET_LEVELS)),
+                             pc.cast(pc.if_else(pc.equal(pc.utf8_length(lname), 1), lname, None), pa.int32()))
             ts = local_ts(match_group(got, "date"), match_group(got, "time"), match_group(got, "frac"), None)
             pieces.append((hit, {"ts_us": ts, "level": pc.cast(lv, pa.int8()),
                                  "facility": match_group(got, "facility"), "client": match_group(got, "client"),
@@ -297,10 +339,28 @@ class RdkafkaLogParser:
         got, msg, hit, miss = self._match(lines, idx[cand], GO)
         left = np.sort(np.concatenate([idx[~cand], miss]))
         if len(hit):
-            pieces.append((hit, {"ts_us": pa.nulls(len(hit), pa.int64()),
-                                 "level": pc.cast(match_group(got, "level"), pa.int8()),
+            frac = optional_group(got, "frac")
+            ts = local_ts(match_group(got, "date"), match_group(got, "time"), pc.utf8_slice_codeunits(frac, 0, 6),
+                          match_group(got, "tz"))
+            pieces.append((hit, {"ts_us": ts, "level": pc.cast(match_group(got, "level"), pa.int8()),
                                  "facility": match_group(got, "facility"), "client": match_group(got, "client"),
-                                 "msg": msg, "ts_resolution_us": pa.nulls(len(hit), pa.int32())}))
+                                 "msg": msg, "ts_resolution_us": frac_resolution(ts, frac)}))
+        return left
+
+    def _old_print(self, lines, idx, pieces) -> np.ndarray:
+        cand = null_as_false(pc.match_substring(lines.take(pa.array(idx)), "RDKAFKA-"))
+        if not cand.any():
+            return idx
+        got, msg, hit, miss = self._match(lines, idx[cand], OLD_PRINT)
+        left = np.sort(np.concatenate([idx[~cand], miss]))
+        if len(hit):
+            ms = pc.add(pc.multiply(pc.cast(optional_group(got, "s"), pa.int64()), 1000),
+                        pc.cast(optional_group(got, "frac"), pa.int64()))
+            ts = pc.multiply(ms, 1000)
+            pieces.append((hit, {"ts_us": ts, "level": pc.cast(match_group(got, "level"), pa.int8()),
+                                 "facility": match_group(got, "facility"),
+                                 "client": pc.utf8_trim_whitespace(match_group(got, "client")),
+                                 "msg": msg, "ts_resolution_us": resolution_where_stamped(ts, 1000)}))
         return left
 
     def _json(self, lines, idx, pieces) -> np.ndarray:
@@ -396,7 +456,7 @@ class RdkafkaLogParser:
         level = pc.take(pa.array(list(PY_LEVELS.values()), pa.int8()), level)
         pieces.append((hit, {"ts_us": ts, "level": level, "facility": match_group(got, "facility"),
                              "client": match_group(got, "client"), "msg": unquoted(prefix, msg),
-                             "ts_resolution_us": frac_resolution(ts, optional_group(t, "frac"))}))
+                             "ts_resolution_us": frac_resolution(ts, optional_group(t, "frac"), match_group(t, "time"))}))
         return left
 
     def _events(self, line_no: pa.Array, cols: dict, m: int) -> pa.Table:
@@ -422,11 +482,11 @@ class RdkafkaLogParser:
             if name in BY_FACILITY:
                 # A wrapper may drop the facility: the timeout's own words then.
                 found_at = null_as_false(pc.equal(cols["facility"], BY_FACILITY[name])) & (codes == 0)
-                # The words begin with a digit: the pattern runs on those texts only.
+                # The words begin with one of few letters: the pattern runs on those texts only.
                 rest = np.flatnonzero((codes == 0) & ~found_at)
                 off, data = offsets_data(text)
                 first = byte_at(data, np.where(off[rest + 1] > off[rest], off[rest], -1))
-                words = rest[(first >= ord("0")) & (first <= ord("9"))]
+                words = rest[np.isin(first, _FAIL_FIRST)]
                 if len(words):
                     found_at[words[null_as_false(pc.match_substring_regex(text.take(pa.array(words)), _FAIL_TEXT))]] = True
             else:
@@ -434,6 +494,8 @@ class RdkafkaLogParser:
                 if not seen & bit:
                     continue
                 found_at = flags & np.uint32(bit)
+                if name in FALLBACK:
+                    found_at = (found_at != 0) & (codes == 0)
             idx = np.flatnonzero(found_at)
             if not len(idx):
                 continue
@@ -449,10 +511,11 @@ class RdkafkaLogParser:
             names.append(name)
         ev_cols = self._event_columns(m, parts, text)
         event = pc.cast(pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(names)), pa.string())
+        ts_us, resolution = _coarse_recv_untimed(cols["ts_us"], cols["ts_resolution_us"], codes, names)
         return pa.table(
             {
                 "line_no": line_no,
-                "ts_us": cols["ts_us"],
+                "ts_us": ts_us,
                 "level": cols["level"],
                 "facility": cols["facility"],
                 "client": cols["client"],
@@ -461,8 +524,9 @@ class RdkafkaLogParser:
                 "event": event,
                 **{f: ev_cols[f] for f in EVENT_FIELDS[:6]},
                 "text": text,
-                "ts_resolution_us": cols["ts_resolution_us"],
+                "ts_resolution_us": resolution,
                 **{f: ev_cols[f] for f in EVENT_FIELDS[6:]},
+                "repeat": pa.array(np.ones(m, dtype=np.int32)),
             },
             schema=SCHEMA,
         )

@@ -31,11 +31,13 @@ SCHEMA = pa.schema(
         ("partition", pa.int32()),
         ("error", pa.string()),
         ("elapsed_ms", pa.float64()),
+        ("repeat", pa.int32()),
     ]
 )
-# Schema version 1 (kdiag before the columns after "text"): bundles that
-# carry it still verify.
+# Schema version 1 (kdiag before the columns after "text") and 2 (before
+# "repeat"): bundles that carry them still verify.
 SCHEMA_V1 = pa.schema(list(SCHEMA)[:15])
+SCHEMA_V2 = pa.schema(list(SCHEMA)[:22])
 
 # "%7|1795314017.477|SEND|rdkafka#producer-1| <message>"; anything before the
 # "%" (a wrapper's own prefix without "|") is tolerated, unless it opens a
@@ -49,10 +51,16 @@ HEADER = r"^[^|{\"']*%[0-7]\|[0-9]{1,12}\.[0-9]{3}\|[A-Za-z0-9_\-]*\|[^|]*\| "
 # log callbacks' messages are given one to match.
 THREAD = r"^ \[thrd:(?P<thread>[^\]]*)\]: "
 THREAD_STRIP = r"^ (?:\[thrd:[^\]]*\]: )?"
+# A plaintext host is a name or an address: a prefix such as
+# "name#producer-1:FAC:" or "...|event=" must not pass for part of it.
 BROKER_NAME = (r"(?:[A-Za-z_]*://\S+/(?:-?[0-9]+|bootstrap|internal|[A-Za-z0-9_\-]+)|:[0-9]+/internal"
-                r"|\S+:[0-9]+/(?:-?[0-9]+|bootstrap|internal))")
+                r"|(?:[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\]):[0-9]+/(?:-?[0-9]+|bootstrap|internal))")
 BROKER = r"^(?P<broker>" + BROKER_NAME + "): "
 BROKER_STRIP = r"^" + BROKER_NAME + ": "
+
+APP_ERROR = (r"^(?:.*?code=(?P<detail>-?[A-Za-z0-9_]{1,64}))?.*?"
+             r"(?P<error>(?:Local|Broker): [A-Z][A-Za-z ]{0,80}[a-z]|Local_[A-Za-z]{1,64}|_[A-Z]+(?:_[A-Z]+)*"
+             r"|[0-9]{1,6}/[0-9]{1,6} brokers are down)")
 
 # Each pattern quotes the format string in rdkafka_broker.c it matches.
 EVENTS: list[tuple[str, str, str]] = [
@@ -71,7 +79,7 @@ EVENTS: list[tuple[str, str, str]] = [
     ("recv", "Received ",
      (r"^Received (?P<request>[A-Za-z]+)Response \((?:v(?P<api_version>[0-9]{1,4}), )?"
       r"(?P<size_bytes>[0-9]{1,18}) bytes, CorrId (?P<corr_id>-?[0-9]{1,10})"
-      r"(?:, rtt (?P<rtt_ms>[0-9]{1,12}(?:\.[0-9]{1,6})?)ms)?\)")),
+      r"(?:, rtt ?(?P<rtt_ms>[0-9]{1,12}(?:\.[0-9]{1,6})?)ms)?\)")),
     # "Retrying %sRequest (v%hd, %zu bytes, retry %d/%d, prev CorrId %d) in %dms";
     # before v0.11.4 "Retrying %sRequest (v%hd, %zu bytes, retry %d/%d)".
     ("retry", "Retrying ",
@@ -106,9 +114,12 @@ EVENTS: list[tuple[str, str, str]] = [
     # "%s (%s)%s%s" (errstr, error name, ...) at debug; errstr for timeouts
     # is "%i request(s) timed out: disconnect%s" with " (average rtt
     # %.3fms)" since v0.9.5 (2017-03), and since v1.0.0 " (after %dms in
-    # state %s)" at its end. Matched on the facility, not a prefix.
+    # state %s)" at its end. Before v1.0.0 its debug line, BROKERFAIL, was
+    # "failed: err: %s: (errno: %s)" (the error's string, strerror(errno)):
+    # "Local: Message timed out" when requests timed out. Matched on the
+    # facility, or on the words (parser._FAIL_TEXT) where it is not printed.
     ("fail", "",
-     (r"^(?P<detail>(?:(?P<count>[0-9]{1,9}) request\(s\) timed out)?.*?)"
+     (r"^(?P<detail>(?:(?P<count>[0-9]{1,9}) request\(s\) timed out|failed: err: (?P<error>.*?): \(errno: )?.*?)"
       r"(?: \(average rtt (?P<rtt_ms>[0-9]{1,12}(?:\.[0-9]{1,6})?)ms\))?"
       r"(?: \(after (?P<elapsed_ms>[0-9]{1,12})ms in state [A-Z_]+[^)]*\))?"
       r"(?: \(_?[A-Z_]+\))?(?:: identical to last error)?(?:: error log suppressed)?\s*$")),
@@ -136,6 +147,14 @@ EVENTS: list[tuple[str, str, str]] = [
     # "librdkafka v%s (0x%x) %s initialized (builtin.features ..."
     ("init", "librdkafka v",
      r"^librdkafka v(?P<detail>[0-9][0-9A-Za-z.\-+]*) \(0x[0-9a-fA-F]+\) \S+ initialized"),
+] + [
+    # An error as the application got it (delivery report, exception,
+    # error callback), not one of the log lines above: rd_kafka_err2str()'s
+    # "Local: %s" / "Broker: %s" strings, the error code's name ("_%s" as
+    # the clients print it, .NET's ErrorCode "Local_MessageTimedOut"),
+    # confluent-kafka's KafkaError{code=%s,val=%d,str="%s"}; and
+    # _ALL_BROKERS_DOWN's "%d/%d brokers are down".
+    ("app_error", needle, APP_ERROR) for needle in ("Local", "Broker: ", "_TIMED_OUT", " brokers are down")
 ]
 
 # The same patterns with the API name captured up to the space, then its
@@ -148,15 +167,19 @@ ONE_PASS = {
 }
 # Events found by their facility, whatever the text begins with.
 BY_FACILITY = {"fail": "FAIL"}
+# Events read only where no other kind is: an error string stands inside
+# many of the log lines above.
+FALLBACK = frozenset({"app_error"})
 # Events whose text begins with a topic or an API name: found by a substring.
-ANYWHERE = frozenset({"msgset", "produce", "xmit_queue", "reqerr"})
+ANYWHERE = frozenset({"msgset", "produce", "xmit_queue", "reqerr", "app_error"})
 
 
 EVENT_FIELDS = ("request", "api_version", "size_bytes", "corr_id", "rtt_ms", "detail", "msgs", "count", "topic",
                  "partition", "error", "elapsed_ms")
 # Groups that may not take part in a match (RE2 then gives ""): null them.
 OPTIONAL = {"retry": ("corr_id",), "send": ("api_version",), "recv": ("api_version", "rtt_ms"),
-             "fail": ("count", "rtt_ms", "elapsed_ms"), "msgset": ("error", "detail")}
+             "fail": ("count", "rtt_ms", "elapsed_ms", "error"), "msgset": ("error", "detail"),
+             "app_error": ("detail",)}
 
 # ---- the client libraries' own log output around librdkafka's message ----
 
@@ -165,15 +188,27 @@ OPTIONAL = {"retry": ("corr_id",), "send": ("api_version",), "recv": ("api_versi
 #   Console.Error.WriteLine($"{logInfo.Level}|{now}|{logInfo.Name}|{logInfo.Facility}| {logInfo.Message}");
 # Level is the SyslogLevel enum's name: Emergency = 0 ... Debug = 7.
 DOTNET_LEVELS = ["Emergency", "Alert", "Critical", "Error", "Warning", "Notice", "Info", "Debug"]
-DOTNET = (r"^(?P<lname>" + "|".join(DOTNET_LEVELS) + r")\|"
+# Before 1.0 (0.11.x) its default logger printed the level as a number:
+# "7|2026-11-22 04:42:32.123|rdkafka#producer-1|SEND| ...".
+DOTNET = (r"^(?P<lname>" + "|".join(DOTNET_LEVELS) + r"|[0-7])\|"
            r"(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2}) (?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})\.(?P<frac>[0-9]{3})\|"
            r"(?P<client>[^|]*)\|(?P<facility>[A-Za-z0-9_\-]*)\| ")
 # confluent-kafka-go LogEvent.String():
 #   fmt.Sprintf("[%v][%s][%s][%d]%s", logEvent.Timestamp.Format(time.RFC3339),
 #               logEvent.Name, logEvent.Tag, logEvent.Level, logEvent.Message)
-# RFC 3339 prints whole seconds: too coarse to time a request, so not kept.
-GO = (r"^.*?\[[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?:Z|[+\-][0-9]{2}:[0-9]{2})\]"
+# RFC 3339 prints whole seconds: kept, with a resolution of a second.
+GO = (r"^.*?\[(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2})T(?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})(?:\.(?P<frac>[0-9]+))?"
+       r"(?P<tz>Z|[+\-][0-9]{2}:[0-9]{2})\]"
        r"\[(?P<client>[^\]]*)\]\[(?P<facility>[A-Za-z0-9_\-]*)\]\[(?P<level>[0-7])\]")
+# The logger callback of librdkafka's examples (rdkafka_example.c,
+# rdkafka_performance.c), copied into many programs and bindings (Ruby's
+# Hermann, C and C++ services), some through their own logger:
+#   fprintf(stderr, "%u.%03u RDKAFKA-%i-%s: %s: %s\n", (int)tv.tv_sec,
+#           (int)(tv.tv_usec / 1000), level, fac, rd_kafka_name(rk), buf);
+# without the time when a logger prints its own, or with a word of the
+# program's before "RDKAFKA" ("APP-RDKAFKA-7-SEND").
+OLD_PRINT = (r"^.*?(?:(?P<s>[0-9]{9,10})\.(?P<frac>[0-9]{3}) )?(?:[A-Za-z0-9_]+-)?RDKAFKA-(?P<level>[0-7])-"
+             r"(?P<facility>[A-Za-z0-9_\-]+): (?P<client>[^:]*): ")
 # JSON.stringify() of an event.log object: node-rdkafka's
 # { severity, fac, message }, confluent-kafka-javascript's adds name; the
 # KafkaJS-style logger's { message, fac, timestamp: Date.now(), name }.

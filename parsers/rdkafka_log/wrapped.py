@@ -37,10 +37,23 @@ from kdiag.parsers.rdkafka_log.columns import (
 from kdiag.parsers.rdkafka_log.patterns import BROKER_NAME
 
 # The messages a line without "[thrd:" must begin with, after the broker's
-# name, to be taken for librdkafka's (the prefixes of patterns._EVENTS).
+# name, to be taken for librdkafka's (the prefixes of patterns.EVENTS, the
+# disconnect reasons, and the old TOPPAR "%s [%d] %d+%d msgs").
 _BROKER_MESSAGE = (r"^(?P<prefix>.*?)(?P<msg>(?:" + BROKER_NAME + r"): (?:Sent |Received |Timed out |Retrying |"
                    r"Response for unknown CorrId|Broker changed state |Connecting to |Connected to |"
-                   r"[0-9]+ request\(s\) timed out).*)$")
+                   r"[0-9]+ request\(s\) timed out|failed: err: |(?:Receive|Send) failed: |Connect to |"
+                   r"Failed to connect to broker |Disconnected|Connection closed|[A-Za-z]+Request failed: |"
+                   r"Metadata request failed: |\S+ \[-?[0-9]+\] [0-9]+\+[0-9]+ msgs).*)$")
+# The message alone, without a thread or broker name (a user's excerpt of
+# the lines' ends): the request lines, by their API word and "(".
+_BARE_MESSAGE = (r"^(?P<prefix>(?:.*?[\s:\]|])?)(?P<msg>(?:Sent (?:partial )?[A-Za-z]+Request|Received [A-Za-z]+Response"
+                 r"|Retrying [A-Za-z]+Request) \(.*|Timed out [A-Za-z]+Request [a-z].*)$")
+# A line that holds no librdkafka log message but one of its errors as the
+# application got it (patterns.APP_ERROR), or a disconnect's reason whose
+# broker name was redacted: the message from there on.
+_ERROR_MESSAGE = (r"^(?P<prefix>.*?)(?P<msg>(?:KafkaError\{|(?:Local|Broker): [A-Z]|Local_[A-Z][a-z]|"
+                  r"(?:RD_KAFKA_RESP_)?ERR__[A-Z]|_MSG_TIMED_OUT|failed: err: |[0-9]+/[0-9]+ brokers are down|"
+                  r"(?:Receive|Send) failed: ).*)$")
 # A JSON object's string value ends at its first unescaped quote.
 _JSON_VALUE_END = r'^((?:[^"\\]|\\.)*)".*$'
 # Where a structured logger names the facility.
@@ -57,21 +70,26 @@ _LEVEL_WORD = r"(?i)(?:^|[^A-Za-z])(?P<v>emerg|alert|critical|crit|error|err|war
 _LEVEL_OF = {"emerg": 0, "alert": 1, "critical": 2, "crit": 2, "error": 3, "err": 3, "warning": 4, "warn": 4,
              "notice": 5, "info": 6, "debug": 7, "dbg": 7, "trace": 7}
 # librdkafka's own "%7|" or kafkacat's, and "LOG-7-FAC:" (rdkafka_example's).
-_LEVEL_NUMBER = r"(?:^|[^0-9])(?:%|LOG-)(?P<v>[0-7])[|\-]"
+# An application's "LOG:7SEND" (level and facility run together).
+_LEVEL_NUMBER = r"(?:^|[^0-9])(?:%(?P<v>[0-7])[|\-]|LOG-(?P<w>[0-7])[|\-]|LOG:(?P<x>[0-7])[A-Z])"
 
 # Timestamps, tried in this order; each gives epoch microseconds.
 # journald's JSON (``journalctl -o json``): microseconds, as a string.
 _JOURNALD = r'"__REALTIME_TIMESTAMP"\s*:\s*"(?P<us>[0-9]{16})"'
 # ISO 8601 / RFC 3339 and the loggers' "2026-11-25 10:00:01,123", Go's log
 # package "2026/11/25 10:00:01.123456".
-_DATE_TIME = (r"(?P<date>[0-9]{4}[-/][0-9]{2}[-/][0-9]{2})[T ](?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})"
-              r"(?:[.,](?P<frac>[0-9]{1,9}))?(?P<tz>Z|[+\-][0-9]{2}:?[0-9]{2})?")
+# Whole seconds ("2026/11/25 10:00:01") and minutes ("2026-11-25 10:00")
+# are kept, their resolution saying so; "10:00:01:123" (a ":" before the
+# milliseconds) and "2026.11.25" are loggers' own forms.
+_DATE_TIME = (r"(?P<date>[0-9]{4}[-/.][0-9]{2}[-/.][0-9]{2})[T ](?P<time>[0-9]{2}:[0-9]{2}(?::[0-9]{2})?)"
+              r"(?:[.,:](?P<frac>[0-9]{1,9}))?(?P<tz>Z|[+\-][0-9]{2}:?[0-9]{2})?")
 # Epoch seconds with a fraction (librdkafka's own "%u.%03u"), epoch ms.
 _EPOCH_S = r"(?:^|[^0-9.])(?P<s>1[0-9]{9})\.(?P<frac>[0-9]{1,9})(?:[^0-9]|$)"
 _EPOCH_MS = r"(?:^|[^0-9.])(?P<ms>1[0-9]{12})(?:[^0-9.]|$)"
-# A time of day with a fraction: syslog's high-precision form
-# ("Nov 25 10:00:01.123456", journalctl -o short-precise), "[10:00:01.123]".
-_TIME_OF_DAY = r"(?:^|[^0-9:])(?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})[.,](?P<frac>[0-9]{1,9})"
+# A time of day: syslog's ("Nov 25 10:00:01", its high-precision form
+# "Nov 25 10:00:01.123456"), Serilog's "[10:00:01 INF]", "[10:00:01.123]".
+_TIME_OF_DAY = (r"(?:^|[^0-9:.])(?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})(?:[.,](?P<frac>[0-9]{1,9}))?"
+                r"(?:[^0-9:]|$)")
 
 # Undoing chat and markdown: (pattern, replacement), in order.
 _UNMANGLE = [
@@ -124,6 +142,11 @@ def wrapped(lines: pa.Array, idx: np.ndarray, pieces: list) -> np.ndarray:
         got = pc.extract_regex(sub.filter(pa.array(rest)), _BROKER_MESSAGE)
         prefix = _scatter(prefix, rest, pc.struct_field(got, "prefix"))
         msg = _scatter(msg, rest, pc.struct_field(got, "msg"))
+        bare = ~null_as_false(pc.is_valid(msg))
+        if bare.any():
+            got = pc.extract_regex(sub.filter(pa.array(bare)), _BARE_MESSAGE)
+            prefix = _scatter(prefix, bare, pc.struct_field(got, "prefix"))
+            msg = _scatter(msg, bare, pc.struct_field(got, "msg"))
     hit = null_as_false(pc.is_valid(msg))
     if not hit.any():
         return idx
@@ -142,6 +165,26 @@ def wrapped(lines: pa.Array, idx: np.ndarray, pieces: list) -> np.ndarray:
     ts, res = timestamps(search)
     pieces.append((idx[hit], {"ts_us": ts, "level": _level(prefix), "facility": _facility(prefix, search, is_json),
                               "client": _client(prefix, line), "msg": msg,
+                              "ts_resolution_us": res}))
+    return idx[~hit]
+
+
+def error_lines(lines: pa.Array, idx: np.ndarray, pieces: list) -> np.ndarray:
+    """Rows of lines that hold one of librdkafka's errors but no log
+    message of it (a delivery report, an exception, an error callback, a
+    BROKERFAIL line cut from its prefix), appended to ``pieces``; returns
+    the lines not read."""
+    sub = lines.take(pa.array(idx))
+    got = pc.extract_regex(sub, _ERROR_MESSAGE)
+    hit = null_as_false(pc.is_valid(got))
+    if not hit.any():
+        return idx
+    got = got.filter(pa.array(hit))
+    prefix, msg = pc.struct_field(got, "prefix"), pc.struct_field(got, "msg")
+    ts, res = timestamps(prefix)
+    pieces.append((idx[hit], {"ts_us": ts, "level": _level(prefix),
+                              "facility": _facility(prefix, prefix, np.zeros(len(msg), dtype=bool)),
+                              "client": _client(prefix, sub.filter(pa.array(hit))), "msg": msg,
                               "ts_resolution_us": res}))
     return idx[~hit]
 
@@ -165,10 +208,10 @@ def timestamps(text: pa.Array) -> tuple[pa.Array, pa.Array]:
     ts = pa.nulls(n, pa.int64())
     res = pa.nulls(n, pa.int32())
 
-    def take(found_us: pa.Array, digits: pa.Array | int) -> None:
+    def take(found_us: pa.Array, digits: pa.Array | int, time: pa.Array | None = None) -> None:
         nonlocal ts, res
         r = (resolution_where_stamped(found_us, 10 ** (6 - digits)) if isinstance(digits, int) else
-             frac_resolution(found_us, digits))
+             frac_resolution(found_us, digits, time))
         fresh = pc.and_(pc.is_null(ts), pc.is_valid(found_us))
         ts = pc.if_else(fresh, found_us, ts)
         res = pc.if_else(fresh, r, res)
@@ -177,8 +220,9 @@ def timestamps(text: pa.Array) -> tuple[pa.Array, pa.Array]:
     take(pc.cast(pc.struct_field(g, "us"), pa.int64()), 6)
     g = pc.extract_regex(text, _DATE_TIME)
     frac = optional_group(g, "frac")
-    date = pc.replace_substring(pc.struct_field(g, "date"), "/", "-")
-    take(local_ts(date, pc.struct_field(g, "time"), pc.utf8_slice_codeunits(frac, 0, 6), optional_group(g, "tz")), frac)
+    date = pc.replace_substring_regex(pc.struct_field(g, "date"), "[/.]", "-")
+    time = pc.struct_field(g, "time")
+    take(local_ts(date, time, pc.utf8_slice_codeunits(frac, 0, 6), optional_group(g, "tz")), frac, time)
     g = pc.extract_regex(text, _EPOCH_S)
     frac = pc.struct_field(g, "frac")
     whole = pc.multiply(pc.cast(pc.struct_field(g, "s"), pa.int64()), 1_000_000)
@@ -186,7 +230,7 @@ def timestamps(text: pa.Array) -> tuple[pa.Array, pa.Array]:
     g = pc.extract_regex(text, _EPOCH_MS)
     take(pc.multiply(pc.cast(pc.struct_field(g, "ms"), pa.int64()), 1000), 3)
     g = pc.extract_regex(text, _TIME_OF_DAY)
-    frac = pc.struct_field(g, "frac")
+    frac = optional_group(g, "frac")
     no_date = pa.nulls(n, pa.string())
     take(local_ts(no_date, pc.struct_field(g, "time"), pc.utf8_slice_codeunits(frac, 0, 6), None), frac)
     return ts, res
@@ -200,14 +244,15 @@ def _client(prefix: pa.Array, line: pa.Array) -> pa.Array:
 
 
 def _level(prefix: pa.Array) -> pa.Array:
-    number = pc.cast(pc.struct_field(pc.extract_regex(prefix, _LEVEL_NUMBER), "v"), pa.int8())
+    got = pc.extract_regex(prefix, _LEVEL_NUMBER)
+    number = pc.cast(pc.coalesce(*(optional_group(got, g) for g in "vwx")), pa.int8())
     word = pc.utf8_lower(pc.struct_field(pc.extract_regex(prefix, _LEVEL_WORD), "v"))
     by_word = pc.take(pa.array(list(_LEVEL_OF.values()), pa.int8()), pc.index_in(word, pa.array(list(_LEVEL_OF))))
     return pc.coalesce(number, by_word)
 
 
 def _facility(prefix: pa.Array, search: pa.Array, is_json: np.ndarray) -> pa.Array:
-    words = pc.replace_substring_regex(prefix, _NOT_FACILITY, " ")
+    words = pc.replace_substring_regex(prefix, r"LOG:[0-7]|" + _NOT_FACILITY, " ")
     words = pc.replace_substring_regex(words, _CLIENT, " ")
     fac = pc.struct_field(pc.extract_regex(words, _FACILITY), "v")
     if is_json.any():

@@ -71,7 +71,9 @@ Lines that give no row are counted in ``counts.skipped`` by reason:
 ``[ Process PID=123 runs in x32 mode. ]``), ``stack_trace`` (the
 `` > /lib/...`` lines of -k), ``unrecognised`` (not strace output),
 ``truncated`` (starts like strace output but the end is missing or
-unreadable), ``markup`` (a pasted excerpt's code fences; its quote
+unreadable), ``summary_table`` (the table ``-C`` prints after the calls;
+given alone it is read by ``kdiag.parsers.strace_summary``), ``markup``
+(a pasted excerpt's code fences; its quote
 markers "> " are taken off the lines), ``cut_at_start`` (an excerpt's
 first line cut inside its head; see ``markup``), ``program_output``
 (without -o, strace shares stderr with the traced program, whose text

@@ -31,7 +31,8 @@ def log_writes(syscalls: pa.Table) -> pa.Table:
     events, _ = parse_lines(text, 0)
     # Lines that are not librdkafka's are other stderr output; not an error.
     src = rows.take(events["line_no"])
-    cols = {n: events[n] for n in events.column_names if n not in ("line_no", "ts_us")}
+    # A write is one line: no uniq -c count ("repeat") to carry.
+    cols = {n: events[n] for n in events.column_names if n not in ("line_no", "ts_us", "repeat")}
     return pa.table({"line_no": src["line_no"], "pid": src["pid"], "ts_us": src["ts_us"],
                      "log_ts_us": events["ts_us"], **cols})
 

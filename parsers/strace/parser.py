@@ -24,10 +24,17 @@ from kdiag.parsers.strace.schema import (
     MARKUP,
     PROGRAM,
     SKIP_REASON,
+    SUMMARY,
+    UNRECOGNISED,
     empty_table_of_schema,
 )
 from kdiag.parsers.strings import data_buffer as _data_buffer
 from kdiag.parsers.strings import offsets_data as _offsets_data
+
+# strace -c/-C's table: its header, a dashed rule, a row of figures and a name
+# (RE2, linear in the line).
+_SUMMARY_LINE = (r"^\s*(?:% time\s.*\bcalls\b.*|-{3,}(?: +-{3,})+\s*"
+                 r"|\d{1,3}\.\d{2}\s+\d+\.\d{6}(?:\s+\d+){1,3}\s+[A-Za-z_?][\w?]*\s*)$")
 
 # Lines are parsed in blocks so that intermediate arrays stay a bounded size
 # whatever one feed() is given.
@@ -186,6 +193,11 @@ class StraceParser:
         if program.any():
             kind[program] = PROGRAM
             p["ts_ok"][program] = False
+
+        odd = np.flatnonzero(kind == UNRECOGNISED)
+        if len(odd):
+            table = pc.match_substring_regex(lines.take(pa.array(odd)), _SUMMARY_LINE).to_numpy(zero_copy_only=False)
+            kind[odd[table]] = SUMMARY
 
         if not self._clock_set:
             self._set_clock(p, kind)

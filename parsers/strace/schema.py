@@ -41,6 +41,9 @@ CONT = 7  # the end of a line that an strace message or program output cut off
 BLANK, MESSAGE, STACK, UNRECOGNISED, TRUNCATED, PROGRAM = 8, 9, 10, 11, 12, 13
 # A pasted excerpt's code fences, and its first line when cut inside its head.
 MARKUP, CUT_START = 14, 15
+# The summary table -C prints after the calls (read as kdiag.parsers.strace_summary
+# when given alone).
+SUMMARY = 16
 SKIP_REASON = {
     BLANK: "blank",
     MESSAGE: "strace_message",
@@ -50,6 +53,7 @@ SKIP_REASON = {
     PROGRAM: "program_output",
     MARKUP: "markup",
     CUT_START: "cut_at_start",
+    SUMMARY: "summary_table",
 }
 KIND_NAMES = pa.array(["syscall", "syscall", "syscall", "syscall", "signal", "exit", "killed"])
 

@@ -35,13 +35,17 @@ Optional hooks (``HOOKS``), each looked up where it is used:
 - ``from_signals(facts: Facts) -> dict | None``: the cause judged over the
   run, not per request: from librdkafka's other lines (signals.py) or the
   run's statistics. ``{"requests": int, "share": float, "time_share":
-  float}`` (shares in 0..1), or None when the run does not show it;
+  float}`` (shares in 0..1) and ``"rests_on"``: the ``EVIDENCE`` kinds it
+  was judged from (``LOG_LINES`` when absent), or None when the run does
+  not show it;
   judge.signal_findings makes it a finding, or adds to the finding its
   requests gave. A cause with it declares ``RUN_MEETS``: Facts fields
   (``meta``'s ``signals`` among them) of a run it names this cause in;
   tests/test_registry_causes.py judges it;
 - ``signal_evidence(facts) -> list[str]``: the sentences of a finding
   ``from_signals`` gave (``evidence`` when absent);
+- ``ALSO_RESTS_ON``: what a finding its requests gave rests on besides
+  them, when the run has it (``STATISTICS``, ``PATH``): what its rule reads;
 - ``likely(thin: ThinEvidence) -> tuple[int, str, str] | None``: when the
   evidence is thin (no syscalls), how likely the cause is (a score, higher
   first, against the other causes' scores), what supports it and the
@@ -58,7 +62,7 @@ import re
 from dataclasses import dataclass, field
 from types import ModuleType
 
-from kdiag.analysis.causes import _slow_wait
+from kdiag.analysis.causes import _captures, _slow_wait
 from kdiag.analysis.thresholds import DOMINANT_SHARE, NAGLE_EXCESS_MAX_MS, NAGLE_EXCESS_MIN_MS, SLOW_MS, TAIL_TIME_SHARE
 
 ORDER = (
@@ -80,6 +84,7 @@ ORDER = (
     # Judged over the run from librdkafka's other lines (signals.py), not
     # per completed request: an excerpt may hold no completed request.
     "request_timeout",
+    "broker_down",
     "retry_backoff",
     "small_batches",
     "healthy",
@@ -88,6 +93,13 @@ REQUIRED = ("NAME", "TAIL", "COLUMNS", "SUMMED", "EXAMPLE_COLUMNS", "MEETS", "ru
             "fix_text", "COLOUR", "PART", "SIGNATURE", "FIX_DOC")
 HOOKS = ("from_signals", "signal_evidence", "likely")
 PARTS = ("wait", "queue", None)
+# What a finding rests on (its ``rests_on``), as the reports name them.
+REQUESTS, SYSCALLS, STATISTICS, PATH = "requests", "syscalls", "statistics", "path"
+ERROR_LINES, LOG_LINES, SOCKET_SAMPLES = "error lines", "log lines", "socket samples"
+EVIDENCE = (REQUESTS, SYSCALLS, STATISTICS, PATH, ERROR_LINES, LOG_LINES, SOCKET_SAMPLES)
+# The captures that decide (``_captures``), for what an undecided run says
+# to capture next.
+CAPTURE_PATH, CAPTURE_STATS, CAPTURE_LOG = _captures.PATH, _captures.STATS, _captures.DEBUG_MSG
 # A name no module declares (a stranger's findings, "none" in a fleet's
 # table) is drawn in grey.
 UNKNOWN_COLOUR = "#b0b7c0"
@@ -217,6 +229,8 @@ class ThinEvidence:
     found: frozenset                # the causes already found
     signals: dict                   # librdkafka's other lines, summed (signals.py)
     client_queue_ms: float | None   # statistics' int_latency; None without statistics
+    # A one-record request of another kind took as long: not Nagle.
+    nagle_ruled_out: bool = False
 
     @property
     def slow(self) -> bool:

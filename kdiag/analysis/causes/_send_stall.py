@@ -18,7 +18,8 @@ def share(facts, slow_path: bool) -> dict | None:
         return None
     k = sig["stalled_sends"]
     return {"requests": k, "share": min(1.0, k / max(facts.requests, 1)), "time_share": 1.0 if not facts.requests
-            else min(1.0, k * stall / max(facts.meta.get("completed_ms") or 1.0, 1.0))}
+            else min(1.0, k * stall / max(facts.meta.get("completed_ms") or 1.0, 1.0)),
+            "rests_on": ["log lines"] + (["path"] if path is not None else [])}
 
 
 def evidence(facts, whose: str) -> list[str]:

@@ -1,7 +1,7 @@
 """The path is fast but responses are late: most requests wait on the broker."""
 from __future__ import annotations
 
-from kdiag.analysis.causes import _send_stall, _slow_wait
+from kdiag.analysis.causes import _send_stall, _slow_wait, _stats
 from kdiag.analysis.causes._captures import STRACE
 from kdiag.analysis.spark_plumbing import rounded
 from kdiag.analysis.thresholds import ONE_WRITE_MIN
@@ -15,9 +15,12 @@ EXAMPLE_COLUMNS = ()
 MEETS = {"wait_ms": 80.0, "total_ms": 80.5, "n_writes": 1}
 COLOUR = "#8c564b"
 PART = "wait"
+# The path RTT its rule weighs the wait against.
+ALSO_RESTS_ON = ("path",)
 SIGNATURE = (
     "The path is fast, but responses are late. Requests that left in one write wait just as long,"
-    " so Nagle is ruled out."
+    " so Nagle is ruled out. Without a completed request: the statistics' `rtt` over 10 ms and more "
+    "than twice a measured path's (without a path, both this and `network_latency` are only likely)."
 )
 FIX_DOC = "Look at the broker: request handling, disk, replication."
 # A send that stalled over a fast path.
@@ -52,18 +55,23 @@ def fix_text(facts) -> str:
 
 def from_signals(facts) -> dict | None:
     """Requests whose send phase stalled (``Sent partial`` lines spread over
-    time) over a path that does not explain it: the broker is not reading."""
-    return _send_stall.share(facts, slow_path=False)
+    time) over a path that does not explain it: the broker is not reading.
+    Without a completed request: the statistics' rtt well beyond a measured
+    path's."""
+    return _send_stall.share(facts, slow_path=False) or _stats.rtt_against_path(facts, slow_path=False)
 
 
 def signal_evidence(facts) -> list[str]:
-    return _send_stall.evidence(facts, "the broker did not read fast enough: its socket's receive window "
-                                       "stayed full")
+    if (facts.meta.get("signals") or {}).get("stalled_sends"):
+        return _send_stall.evidence(facts, "the broker did not read fast enough: its socket's receive window "
+                                           "stayed full")
+    return _stats.rtt_evidence(facts, "the path explains little of the rtt: the time is the broker's (request "
+                                      "handling, disk, replication; acks=all waits for the ISR)")
 
 
 def likely(thin) -> tuple[int, str, str] | None:
     rtt, path = thin.rtt_ms, thin.path_rtt_ms
-    if not thin.slow or (thin.tls and thin.nagle_band):
+    if not thin.slow or (thin.tls and thin.nagle_band and not thin.nagle_ruled_out):
         return None
     return (10 if path is not None else 6,
             f"rtt {rtt} ms" + (f" over a {path} ms path" if path is not None else "") + " and no Nagle band", STRACE)

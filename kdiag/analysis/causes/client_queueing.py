@@ -1,7 +1,10 @@
 """Messages wait in librdkafka's queue before their request is sent
-(statistics int_latency). Judged on the driver, not per request."""
+(statistics int_latency). Judged on the driver, not per request: against
+the requests' time, or without a completed request against the
+statistics' own rtt window."""
 from __future__ import annotations
 
+from kdiag.analysis.causes import _stats
 from kdiag.analysis.thresholds import SLOW_MS
 
 NAME = "client_queueing"
@@ -14,7 +17,9 @@ COLOUR = "#e377c2"
 PART = "queue"
 SIGNATURE = (
     "Messages wait in librdkafka's queue (statistics `int_latency`) longer than their request "
-    "takes. The cause is batching (`linger.ms`, `batch.num.messages`) or the in-flight limit."
+    "takes. The cause is batching (`linger.ms`, `batch.num.messages`) or the in-flight limit. "
+    "Without a completed request, the statistics decide alone: `int_latency` p50 over 10 ms and "
+    "above the `rtt` window's."
 )
 FIX_DOC = "`-X linger.ms=0` (librdkafka's default is 5 ms since v1.5.0)."
 RUN_MEETS = {"requests": 100, "client_ms": 40.0, "summary": {"requests": 100, "latency_p50_ms": 2.0}}
@@ -33,12 +38,23 @@ def share_of(client_ms: float | None, summary: dict) -> float | None:
 
 
 def from_signals(facts) -> dict | None:
-    """Judged from the run's statistics, against its requests: without a
-    completed request there is no request's time to weigh the queue by."""
+    """Judged from the run's statistics, against its requests; without a
+    completed request, against the statistics' rtt window."""
+    st = _stats.of(facts)
+    if st is not None:
+        return _from_stats(st)
     share = share_of(facts.client_ms, facts.summary) if facts.requests else None
     if share is None:
         return None
-    return {"requests": facts.summary.get("requests"), "share": share, "time_share": share}
+    return {"requests": facts.summary.get("requests"), "share": share, "time_share": share,
+            "rests_on": ["requests", _stats.STATISTICS]}
+
+
+def _from_stats(st: dict) -> dict | None:
+    queue, rtt = st.get("int_latency_p50_ms"), st.get("rtt_p50_ms") or 0.0
+    if queue is None or queue < SLOW_MS or queue <= rtt:
+        return None
+    return _stats.judged(st["snapshots"], queue / (_stats.message_ms(st) or queue))
 
 
 def fix(version: tuple[int, ...] | None) -> dict[str, str]:
@@ -56,6 +72,25 @@ def evidence(facts) -> list[str]:
         f"(statistics int_latency), while a request took {req_ms} ms",
         "batching (linger.ms, batch.num.messages, batch.size) or the in-flight limit holds them in the client",
     ]
+
+
+def signal_evidence(facts) -> list[str]:
+    st = _stats.of(facts)
+    if st is None:
+        return evidence(facts)
+    rtt = st.get("rtt_p50_ms")
+    ev = [f"messages waited {st['int_latency_p50_ms']:g} ms (median of the snapshots' int_latency p50, "
+          f"p99 {st.get('int_latency_p99_ms') or 0:g} ms) in librdkafka's queue before their request was sent"
+          + _stats.moved(st, "int_latency_p50_ms")
+          + (f", while a request's round trip took {rtt:g} ms (rtt p50)" if rtt is not None else
+             "; no broker's rtt window held a request"),
+          f"from the {_stats.seen_in(st)}; no completed request was seen, so the split is librdkafka's own",
+          "batching (linger.ms, batch.num.messages, batch.size) or the in-flight limit holds them in the client"]
+    full, cap = st.get("msg_cnt_max"), st.get("msg_max_max")
+    if full and cap and full >= 0.9 * cap:
+        ev.append(f"the client's queue held {full} messages of at most {cap} (queue.buffering.max.messages): "
+                  f"produce() blocks or fails with QUEUE_FULL once it is full")
+    return ev
 
 
 def fix_text(facts) -> str:

@@ -14,6 +14,9 @@ EXAMPLE_COLUMNS = ("connect_us", "connect_line", "peer")
 MEETS = {"wait_ms": 43.0, "total_ms": 43.5, "n_writes": 3, "nodelay": False}
 COLOUR = "#d62728"
 PART = "wait"
+# The path RTT its rule weighs the wait against; the sockets' unsent bytes
+# its evidence cites.
+ALSO_RESTS_ON = ("path", "socket samples")
 SIGNATURE = (
     "The request left in several writes (TLS records). The broker thread then waited in `poll()` "
     "for about the delayed-ACK timer (40 ms) plus the path RTT: 30-70 ms beyond the RTT. Linux "
@@ -79,7 +82,7 @@ def fix_text(facts) -> str:
 
 
 def likely(thin) -> tuple[int, str, str] | None:
-    if not (thin.slow and thin.tls and thin.nagle_band):
+    if not (thin.slow and thin.tls and thin.nagle_band) or thin.nagle_ruled_out:
         return None
     return (12, f"rtt {thin.rtt_ms} ms is the delayed-ACK timer ({DELAYED_ACK_MS:.0f} ms) plus the path, over TLS",
             STRACE)

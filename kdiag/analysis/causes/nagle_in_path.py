@@ -13,6 +13,8 @@ EXAMPLE_COLUMNS = ("nodelay", "nodelay_line")
 MEETS = {"wait_ms": 43.0, "total_ms": 43.5, "n_writes": 3, "nodelay": True}
 COLOUR = "#ff7f0e"
 PART = "wait"
+# The path RTT its rule weighs the wait against.
+ALSO_RESTS_ON = ("path",)
 SIGNATURE = (
     "The same stall, but the client socket has TCP_NODELAY (from strace's `setsockopt`, or "
     "sampled live from the socket). Requests that left in one write come back fast. A proxy or "
@@ -45,7 +47,7 @@ def fix_text(facts) -> str:
 
 
 def likely(thin) -> tuple[int, str, str] | None:
-    if not thin.slow or thin.tls or not thin.nagle_band:
+    if not thin.slow or thin.tls or not thin.nagle_band or thin.nagle_ruled_out:
         return None
     return (4, f"rtt {thin.rtt_ms} ms is in the delayed-ACK band, but the brokers are not TLS: librdkafka sends "
             f"a plaintext request in one write, so only a proxy could hold it", STRACE)

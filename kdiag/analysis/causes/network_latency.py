@@ -1,9 +1,9 @@
 """The path's round trip explains the wait."""
 from __future__ import annotations
 
-from kdiag.analysis.causes import _send_stall
+from kdiag.analysis.causes import _send_stall, _stats
 from kdiag.analysis.causes._captures import PATH
-from kdiag.analysis.thresholds import NETWORK_RTT_SHARE, SLOW_MS
+from kdiag.analysis.thresholds import NETWORK_RTT_SHARE, PATH_ALONE_SLOW_MS, SLOW_MS
 
 NAME = "network_latency"
 TAIL = False
@@ -13,12 +13,15 @@ EXAMPLE_COLUMNS = ()
 MEETS = {"wait_ms": 31.0, "total_ms": 31.5, "n_writes": 1, "path_rtt_ms": 30.0}
 COLOUR = "#1f77b4"
 PART = None
+# The path RTT its rule weighs the wait against.
+ALSO_RESTS_ON = ("path",)
 SIGNATURE = (
     "The path RTT explains at least half the wait. The RTT comes from kdiag's own `connect()` "
     "handshakes, else from SYN probes, else from the user's own path tools given beside the log "
     "(tcptraceroute, `traceroute -T`, `mtr --tcp`; then ping, `ss`), else from the wait between "
     "the producer's `connect()` and `getsockopt(SO_ERROR)` in strace (see \"The network path\"). "
-    "Without syscalls, a request's whole time stands for its wait."
+    "Without syscalls, a request's whole time stands for its wait. Without a completed request: "
+    "the statistics' `rtt` about the path's, or a path of 50 ms or more given alone (low confidence)."
 )
 FIX_DOC = "A shorter path; batching for throughput."
 # A send that stalled over a slow path.
@@ -52,13 +55,37 @@ def fix_text(facts) -> str:
 
 def from_signals(facts) -> dict | None:
     """Requests whose send phase stalled over a slow path: the window
-    drains one round trip at a time."""
-    return _send_stall.share(facts, slow_path=True)
+    drains one round trip at a time. Without a completed request: the
+    statistics' rtt about the path's, or a long path alone."""
+    return _send_stall.share(facts, slow_path=True) or _stats.rtt_against_path(facts, slow_path=True) \
+        or _path_alone(facts)
+
+
+def _path_alone(facts) -> dict | None:
+    """Nothing but a path (a ping, a traceroute): a round trip this long is
+    what every request to the broker pays at least."""
+    st = (facts.meta or {}).get("stats") or {}
+    path = facts.path_rtt_ms
+    if facts.requests or st.get("rtt_p50_ms") is not None or path is None or facts.rtt_upper_bound \
+            or path < PATH_ALONE_SLOW_MS:
+        return None
+    return {"requests": 0, "share": 1.0, "time_share": 1.0, "rests_on": ["path"]}
 
 
 def signal_evidence(facts) -> list[str]:
-    return _send_stall.evidence(facts, "the path's round trip paces the send: each window of data waits for "
-                                       "the ACKs of the last")
+    sig = facts.meta.get("signals") or {}
+    if sig.get("stalled_sends"):
+        return _send_stall.evidence(facts, "the path's round trip paces the send: each window of data waits for "
+                                           "the ACKs of the last")
+    if _stats.of(facts) and (_stats.of(facts) or {}).get("rtt_p50_ms") is not None:
+        return _stats.rtt_evidence(facts, "the path explains the rtt: the broker answers at once, the network "
+                                          "is what takes the time")
+    return [f"the path's round trip to the broker is {facts.path_rtt_ms:g} ms ({facts.summary.get('path_rtt_source')}):"
+            f" every Produce request waits at least one round trip for its response (two or more with acks=all "
+            f"under load), so no setting makes a request faster than that",
+            "this rests on the path alone: no request, statistics or log line of the client was seen",
+            "to confirm: librdkafka's statistics (statistics.interval.ms=1000) show the requests' rtt; about the "
+            "path's, it is the network"]
 
 
 def likely(thin) -> tuple[int, str, str] | None:

@@ -15,6 +15,8 @@ EXAMPLE_COLUMNS = ()
 MEETS = {"wait_ms": 210.0, "total_ms": 210.5, "n_writes": 1}
 COLOUR = "#9467bd"
 PART = "wait"
+# The path RTT its rule weighs the wait against.
+ALSO_RESTS_ON = ("path",)
 SIGNATURE = (
     "Most requests are fast, but a tail of them stalls for the length of TCP's loss timers: a "
     "tail-loss probe (about 2x SRTT, at least 10 ms) or an RTO (at least 200 ms). The evidence is"

@@ -3,7 +3,9 @@ retry.backoff.ms before the request is sent again. Judged over the run from
 librdkafka's Retrying, MSGSET and REQERR lines (signals.py)."""
 from __future__ import annotations
 
+from kdiag.analysis.causes import _stats
 from kdiag.analysis.causes._captures import DEBUG_MSG, SAID_BY_LINES
+from kdiag.analysis.causes.request_timeout import messages_timed_out
 
 NAME = "retry_backoff"
 TAIL = True
@@ -16,7 +18,8 @@ PART = None
 SIGNATURE = (
     "Produce requests were retried (`Retrying ProduceRequest ...`) after errors in the responses "
     "(`MessageSet with N message(s) ... encountered error: ...`, `ProduceRequest failed: ...`). "
-    "Each retry waits `retry.backoff.ms` (exponential up to `retry.backoff.max.ms` from v2.3.0)."
+    "Each retry waits `retry.backoff.ms` (exponential up to `retry.backoff.max.ms` from v2.3.0). "
+    "Without those lines, the statistics' `txretries` counter names it."
 )
 FIX_DOC = (
     "Find the error's cause (a moving leader, quotas); from v2.3.0 `-X retry.backoff.ms=20` "
@@ -37,11 +40,39 @@ def from_signals(facts) -> dict | None:
     k = sig.get("retries") or 0
     errors = sig.get("errors") or 0
     if not k and not errors:
+        return _from_stats(facts)
+    if not k and messages_timed_out(sig):   # request_timeout's: nothing was retried
         return None
     spent = max(k, errors) * BACKOFF_MS
     n = max(k, errors)
     return {"requests": n, "share": min(1.0, n / max(completed, 1)),
-            "time_share": spent / (spent + completed_ms) if spent else 0.0}
+            "time_share": spent / (spent + completed_ms) if spent else 0.0, "rests_on": ["error lines"]}
+
+
+def _from_stats(facts) -> dict | None:
+    """The statistics' txretries: each retry waited the backoff at least."""
+    st = _stats.of(facts)
+    k = _stats.counted(st, "txretries")[0] if st is not None else 0
+    if not k:
+        return None
+    spent = k * BACKOFF_MS
+    sent = _stats.counted(st, "tx")[0] or k
+    completed_ms = sent * (_stats.message_ms(st) or 1.0)
+    return _stats.judged(k, k / max(sent, k), spent / (spent + completed_ms))
+
+
+def signal_evidence(facts) -> list[str]:
+    sig = facts.meta.get("signals") or {}
+    if sig.get("retries") or sig.get("errors"):
+        return evidence(facts)
+    st = _stats.of(facts) or {}
+    k, grew = _stats.counted(st, "txretries")
+    sent = _stats.counted(st, "tx")[0]
+    return [f"{k} request(s) were retried (statistics txretries, "
+            + ("grew over the snapshots given" if grew else "since the client started")
+            + (f", of {sent} sent" if sent else "") + f"; {_stats.seen_in(st)}): each retry waits retry.backoff.ms "
+            f"({BACKOFF_MS:.0f} ms by default) before it is sent again",
+            "the statistics do not say which errors caused them: librdkafka's log (debug=msg,protocol) would"]
 
 
 def fix(version: tuple[int, ...] | None) -> dict[str, str]:

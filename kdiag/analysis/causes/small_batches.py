@@ -4,7 +4,9 @@ message. Judged over the run from librdkafka's PRODUCE and TOPPAR lines
 (signals.py, debug=msg)."""
 from __future__ import annotations
 
+from kdiag.analysis.causes import _stats
 from kdiag.analysis.causes._captures import DEBUG_MSG, SAID_BY_LINES
+from kdiag.analysis.thresholds import SLOW_MS
 
 NAME = "small_batches"
 TAIL = False
@@ -17,7 +19,8 @@ PART = None
 SIGNATURE = (
     "Produce MessageSets carry a median of at most 2 messages while 10 or more wait in a "
     "partition's transmit queue (`debug=msg,queue`: `Produce MessageSet with N message(s)`, `N "
-    "message(s) in xmit queue`): every message pays a request's round trip."
+    "message(s) in xmit queue`): every message pays a request's round trip. From the statistics: "
+    "the topics' `batchcnt` window at most 2 while messages wait in the client."
 )
 FIX_DOC = (
     "`-X linger.ms=10`; from v1.6.0 the sticky partitioner (`sticky.partitioning.linger.ms`) "
@@ -43,8 +46,38 @@ def from_signals(facts) -> dict | None:
     sig = facts.meta.get("signals") or {}
     p50, batches, queued = sig.get("batch_msgs_p50"), sig.get("batches") or 0, sig.get("queued_msgs_max") or 0
     if p50 is None or batches < MIN_BATCHES or p50 > SMALL_BATCH_MSGS or queued < QUEUED_MIN_MSGS:
+        return _from_stats(facts)
+    return {"requests": batches, "share": 1.0, "time_share": 1.0, "rests_on": ["log lines"]}
+
+
+def _from_stats(facts) -> dict | None:
+    """The statistics' per-topic batch windows (``batchcnt``): many
+    requests of few messages each while messages waited in the client."""
+    st = _stats.of(facts)
+    if st is None or st.get("batch_msgs_p50") is None or st["batch_msgs_p50"] > SMALL_BATCH_MSGS:
         return None
-    return {"requests": batches, "share": 1.0, "time_share": 1.0}
+    sent = _stats.counted(st, "tx")[0]
+    waited = max(st.get("msg_cnt_max") or 0, st.get("xmit_msgq_cnt_max") or 0) >= QUEUED_MIN_MSGS or \
+        (st.get("int_latency_p50_ms") or 0.0) >= SLOW_MS
+    if sent < MIN_BATCHES or not waited:
+        return None
+    rtt = st.get("rtt_p50_ms")
+    return _stats.judged(sent, rtt / _stats.message_ms(st) if rtt else 0.5)
+
+
+def signal_evidence(facts) -> list[str]:
+    st = _stats.of(facts)
+    sig = facts.meta.get("signals") or {}
+    if st is None or (sig.get("batches") or 0) >= MIN_BATCHES:
+        return evidence(facts)
+    queued = max(st.get("msg_cnt_max") or 0, st.get("xmit_msgq_cnt_max") or 0)
+    return [f"batches carried {st['batch_msgs_p50']:g} message(s) (median of the topics' batchcnt windows, "
+            f"{st.get('batch_bytes_p50')} bytes) over {_stats.counted(st, 'tx')[0]} requests, while "
+            + (f"up to {queued} messages waited in the client" if queued else
+               f"messages waited {st.get('int_latency_p50_ms')} ms in its queue (int_latency p50)")
+            + f" ({_stats.seen_in(st)}): each message pays a request's round trip",
+            "larger batches amortise it: linger.ms lets a batch fill; keyless messages spread over many partitions "
+            "make each partition's batch small unless the sticky partitioner keeps them on one"]
 
 
 def fix(version: tuple[int, ...] | None) -> dict[str, str]:

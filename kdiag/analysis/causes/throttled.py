@@ -1,6 +1,7 @@
 """The broker enforces a quota on this client (KIP-219)."""
 from __future__ import annotations
 
+from kdiag.analysis.causes import _stats
 from kdiag.analysis.causes._captures import STATS
 from kdiag.analysis.thresholds import SLOW_MS, THROTTLE_SHARE
 
@@ -12,17 +13,25 @@ EXAMPLE_COLUMNS = ()
 MEETS = {"wait_ms": 100.0, "total_ms": 100.5, "throttle_ms": 95.0}
 COLOUR = "#17becf"
 PART = "wait"
+# The throttle times its rule reads.
+ALSO_RESTS_ON = ("statistics",)
 SIGNATURE = (
     "The broker reported throttle times (statistics `throttle` window) at least half as long as "
     "the request's wait. Under KIP-219 a broker over quota answers at once, then reads nothing "
     "from the connection for the throttle time, so the next request waits on a fast path. Without"
-    " statistics a throttle looks like `broker_slow`, and the findings say so."
+    " statistics a throttle looks like `broker_slow`, and the findings say so. Without a "
+    "completed request, any throttle time in the statistics names it, by its part of a message's time."
 )
 FIX_DOC = (
     "Raise the client's quota on the broker (`kafka-configs --alter --entity-type clients "
     "--add-config producer_byte_rate=...`); send fewer bytes (`compression.type=lz4`) and fewer "
     "requests (larger `linger.ms`)."
 )
+
+# Statistics alone, no completed request: a broker reported throttle times.
+RUN_MEETS = {"requests": 0, "meta": {"stats": {
+    "snapshots": 3, "brokers": 1, "rtt_p50_ms": 2.0, "int_latency_p50_ms": 1.0, "throttle_avg_ms": 180.0,
+    "throttle_max_ms": 400.0, "throttled_snapshots": 3}}}
 
 
 def rule(x):
@@ -33,6 +42,26 @@ def rule(x):
     wait = F.coalesce(x.wait, x.total)
     throttled = F.coalesce(x.col("throttle_ms") >= THROTTLE_SHARE * wait, F.lit(False))
     return (wait > SLOW_MS) & throttled
+
+
+def from_signals(facts) -> dict | None:
+    """Without a completed request: the statistics' throttle window. Its
+    share is the throttle's part of a message's time."""
+    st = _stats.of(facts)
+    if st is None or not (st.get("throttle_max_ms") or 0) > 0:
+        return None
+    thr = st.get("throttle_avg_ms") or 0.0
+    return _stats.judged(st.get("throttled_snapshots") or 1, thr / (thr + _stats.message_ms(st) or 1.0),
+                         listed=True)
+
+
+def signal_evidence(facts) -> list[str]:
+    st = _stats.of(facts) or {}
+    return [f"the broker reported throttle times of {st.get('throttle_avg_ms'):g} ms (average, up to "
+            f"{st.get('throttle_max_ms'):g} ms) in {st.get('throttled_snapshots')} of {st.get('snapshots')} "
+            f"snapshots ({_stats.seen_in(st)}, throttle window)",
+            "a broker over a client's quota answers at once with ThrottleTimeMs set, then reads nothing more from "
+            "that connection for as long (KIP-219): the next requests wait it out"]
 
 
 def fix(version: tuple[int, ...] | None) -> dict[str, str]:

@@ -1,0 +1,73 @@
+"""The client could not reach a broker, or lost it: connection refused,
+transport failures, failed handshakes. Judged over the run from
+librdkafka's FAIL lines (signals.py), not per request: an
+excerpt of such lines holds no completed request, and while a partition's
+leader is unreachable its messages wait in the client."""
+from __future__ import annotations
+
+from kdiag.analysis.causes._captures import DEBUG_MSG, SAID_BY_LINES
+
+NAME = "broker_down"
+TAIL = False
+COLUMNS = ()
+SUMMED = ()
+EXAMPLE_COLUMNS = ()
+MEETS = None
+COLOUR = "#ad494a"
+PART = None
+SIGNATURE = (
+    "librdkafka could not reach a broker or lost its connection (`FAIL` lines other than "
+    "`N request(s) timed out: disconnect`: `Connect to ... failed: Connection refused`, "
+    "`Broker transport failure`, `Disconnected`, `Failed to resolve`, `SSL handshake failed`). "
+    "Judged from those lines, so an excerpt of them alone is enough."
+)
+FIX_DOC = (
+    "Bring the broker back or fix the route to it (listeners, `advertised.listeners`, "
+    "firewalls, TLS/SASL settings); no client setting makes an unreachable broker answer."
+)
+# An excerpt of connection failures and nothing completed.
+RUN_MEETS = {"requests": 0, "meta": {"signals": {
+    "down_lines": 4, "down_detail": "Connect to ipv4#192.0.2.10:9092 failed: Connection refused"}}}
+rule = None
+
+
+def from_signals(facts) -> dict | None:
+    sig = facts.meta.get("signals") or {}
+    k = sig.get("down_lines") or 0
+    if not k:
+        return None
+    # Beside completed requests, a reconnect costs only the requests it
+    # held; with none completed, it is all the excerpt shows, unless
+    # requests timed out in flight: the broker was reached and stalled,
+    # and the failures to reconnect follow from that.
+    share = (0.5 if sig.get("timed_out") else 1.0) if not facts.requests else k / (k + facts.requests)
+    return {"requests": k, "share": share, "time_share": share, "rests_on": ["error lines"]}
+
+
+def fix(version: tuple[int, ...] | None) -> dict[str, str]:
+    return {}   # the broker's, or the path's
+
+
+def evidence(facts) -> list[str]:
+    sig = facts.meta.get("signals") or {}
+    ev = [f"{sig.get('down_lines')} line(s) say librdkafka could not reach a broker or lost it"
+          + (f": \"{sig['down_detail']}\"" if sig.get("down_detail") else "")]
+    if facts.requests:
+        ev.append(f"{facts.requests} Produce request(s) completed in the capture besides")
+    else:
+        ev.append("no Produce request completed in the excerpt: messages wait in the client until a leader "
+                  "is reachable, then time out (message.timeout.ms)")
+    return ev
+
+
+def fix_text(facts) -> str:
+    detail = str((facts.meta.get("signals") or {}).get("down_detail") or "").lower()
+    why = ("nothing listens where the client connects: check the broker is up and that advertised.listeners "
+           "names an address and port the client can reach" if "refused" in detail else
+           "check the broker's health and the route to it (firewalls, load balancers that drop idle "
+           "connections, TLS or SASL settings that fail the handshake)")
+    return why
+
+
+def likely(thin) -> tuple[int, str, str] | None:
+    return (17, SAID_BY_LINES, DEBUG_MSG) if NAME in thin.found else None

@@ -1,0 +1,262 @@
+"""Judging from whatever evidence the input holds when no Produce request
+completed in it: librdkafka's statistics alone, a path tool alone, and
+both. Each input is written here in the format kdiag reads (statistics
+objects as JSON lines, a ping listing), replayed, and its verdict and
+what each finding rests on asserted. The causes' statistics rules are
+also checked on the driver, without Spark."""
+from __future__ import annotations
+
+import io
+import json
+
+from kdiag.analysis.causes import Facts
+from kdiag.analysis.judge import from_signals_only
+from kdiag.cli import Environment, main
+from kdiag.report.text import render
+
+
+def replay(*paths):
+    out, err = io.StringIO(), io.StringIO()
+    rc = main(["replay", "--json", *map(str, paths)], Environment(stdout=out, stderr=err))
+    return rc, json.loads(out.getvalue()) if out.getvalue() else None
+
+
+def _window(ms: float) -> dict:
+    us = ms * 1000
+    return {"min": int(us * 0.8), "max": int(us * 1.6), "avg": int(us), "sum": int(us * 10), "cnt": 10 if ms else 0,
+            "stddev": 1, "hdrsize": 0, "p50": int(us), "p75": int(us * 1.1), "p90": int(us * 1.2),
+            "p95": int(us * 1.3), "p99": int(us * 1.4), "p99_99": int(us * 1.5), "outofrange": 0}
+
+
+def _broker(name: str, nodeid: int, state: str, rtt: float, queue: float, throttle: float = 0.0, tx: int = 0,
+            retries: int = 0, timeouts: int = 0) -> dict:
+    return {"name": name, "nodeid": nodeid, "nodename": name.split("/")[0], "source": "learned", "state": state,
+            "stateage": 9000000, "outbuf_cnt": 0, "outbuf_msg_cnt": 0, "waitresp_cnt": 1, "waitresp_msg_cnt": 4,
+            "tx": tx, "txbytes": tx * 900, "txerrs": 0, "txretries": retries, "req_timeouts": timeouts, "rx": tx,
+            "rxbytes": tx * 60, "rxerrs": 0, "connects": 1, "disconnects": 0, "int_latency": _window(queue),
+            "outbuf_latency": _window(0.02 if rtt else 0.0), "rtt": _window(rtt), "throttle":
+                {"min": 0, "max": int(throttle * 2), "avg": int(throttle), "sum": 0, "cnt": 3 if throttle else 0}}
+
+
+def write_stats(path, n: int, rtt: float, queue, throttle: float = 0.0, retries: int = 0, timeouts: int = 0):
+    """``n`` statistics objects a second apart from one producer with a
+    bootstrap handle (no requests) and one broker that answers; ``queue``
+    a function of the snapshot's index."""
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({
+                "name": "rdkafka#producer-1", "client_id": "rdkafka", "type": "producer", "ts": 5_000_000 + i,
+                "time": 1_760_000_000 + i, "age": 9000000 + i, "replyq": 0, "msg_cnt": 40 * i, "msg_size": 0,
+                "msg_max": 100000, "msg_size_max": 1073741824,
+                "brokers": {
+                    "k1.example:9092/bootstrap": _broker("k1.example:9092/bootstrap", -1, "INIT", 0.0, 0.0),
+                    "k1.example:9092/1": _broker("k1.example:9092/1", 1, "UP", rtt, queue(i), throttle,
+                                                 tx=100 * (i + 1), retries=retries * i, timeouts=timeouts * i)},
+                "topics": {}}) + "\n")
+    return path
+
+
+def write_ping(path, ms: float):
+    lines = ["PING 192.0.2.10 (192.0.2.10) 56(84) bytes of data."]
+    lines += [f"64 bytes from 192.0.2.10: icmp_seq={i} ttl=52 time={ms + i * 0.1:.1f} ms" for i in range(1, 6)]
+    lines += ["", "--- 192.0.2.10 ping statistics ---", "5 packets transmitted, 5 received, 0% packet loss, time 4006ms",
+              f"rtt min/avg/max/mdev = {ms + 0.1:.3f}/{ms + 0.3:.3f}/{ms + 0.5:.3f}/0.141 ms"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_statistics_alone_decide(spark, tmp_path):
+    """Queueing that grows, throttles, timeouts: each named from the
+    statistics alone; the series says how the queue moved."""
+    rc, f = replay(write_stats(tmp_path / "queue.json", 6, 2.0, lambda i: 100.0 + 20 * i))
+    assert rc == 0 and f["verdict"] == "client_queueing" and not f["undecided"]
+    top = f["findings"][0]
+    assert top["rests_on"] == ["statistics"] and top["share"] > 0.9
+    st = f["summary"]["statistics"]
+    assert st["snapshots"] == 6 and st["brokers"] == 1   # the bootstrap handle is left out
+    assert [p["int_latency_p50_ms"] for p in st["series"]] == [100.0, 120.0, 140.0, 160.0, 180.0, 200.0]
+    assert f["confidence"].startswith("medium")
+    text = render(f)
+    assert "VERDICT: client_queueing" in text and "rests on: statistics (6 snapshots)" in text
+    assert "queue p50/p99 200/280" in text
+
+    rc, f = replay(write_stats(tmp_path / "throttle.json", 4, 3.0, lambda i: 1.0, throttle=250.0))
+    assert f["verdict"] == "throttled" and f["findings"][0]["rests_on"] == ["statistics"]
+    assert any("throttle times of 250 ms" in e for e in f["findings"][0]["evidence"])
+
+    rc, f = replay(write_stats(tmp_path / "timeouts.json", 4, 3.0, lambda i: 1.0, timeouts=2, retries=1))
+    assert f["verdict"] == "request_timeout", f["findings"]
+    assert {x["cause"] for x in f["findings"]} >= {"request_timeout", "retry_backoff"}
+    assert all(x["rests_on"] == ["statistics"] for x in f["findings"])
+
+
+def test_statistics_and_a_path_tell_the_broker_from_the_network(spark, tmp_path):
+    slow = write_stats(tmp_path / "slow.json", 3, 80.0, lambda i: 1.0)
+    rc, f = replay(slow)
+    # A slow rtt without a path: undecided, both ranked, a ping decides.
+    assert rc == 0 and f["verdict"] is None and f["undecided"] and not f["no_data"]
+    assert {x["cause"] for x in f["likely"][:2]} == {"network_latency", "broker_slow"}
+    assert any("a ping" in u for u in f["unknowns"])
+    assert "VERDICT: undecided" in render(f)
+
+    rc, f = replay(slow, write_ping(tmp_path / "far.txt", 78.0), "--merge")
+    assert f["verdict"] == "network_latency" and f["findings"][0]["rests_on"] == ["statistics", "path"]
+    rc, f = replay(slow, write_ping(tmp_path / "near.txt", 1.0), "--merge")
+    assert f["verdict"] == "broker_slow" and f["findings"][0]["rests_on"] == ["statistics", "path"]
+
+
+def test_a_path_alone(spark, tmp_path):
+    rc, f = replay(write_ping(tmp_path / "far.txt", 290.0))
+    assert rc == 0 and f["verdict"] == "network_latency"
+    top = f["findings"][0]
+    assert top["rests_on"] == ["path"] and f["confidence"].startswith("low: the path alone")
+    assert any("rests on the path alone" in e for e in top["evidence"])
+    assert "rests on: path (" in render(f)
+    rc, f = replay(write_ping(tmp_path / "near.txt", 2.0))
+    assert rc == 0 and f["verdict"] is None and f["undecided"] and not f["no_data"]
+    assert any("too short alone" in u for u in f["unknowns"])
+    assert any(u.startswith("read, without deciding a cause: probes") for u in f["unknowns"])
+
+
+# ------------------------------------------------------------ on the driver
+
+def _run(stats: dict, path=None, version=None, bound=False) -> Facts:
+    summary = {"requests": 0, "path_rtt_ms": path, "path_rtt_source": "ping", "statistics": stats}
+    return Facts(None, {}, 0, path, bound, version, None, summary,
+                 {"stats": stats, "signals": {}, "completed_ms": 0.0, "evidence_read": {"stats": 3}})
+
+
+BASE = {"snapshots": 3, "brokers": 1, "rtt_p50_ms": 2.0, "rtt_p99_ms": 3.0, "int_latency_p50_ms": 1.0,
+        "throttle_avg_ms": 0.0, "throttle_max_ms": 0.0, "tx": 300, "tx_grew": 200}
+
+
+def _verdict(stats: dict, **kw):
+    got = from_signals_only(_run({**BASE, **stats}, **kw), None, [])
+    return got["verdict"], got
+
+
+def test_statistics_rules_on_the_driver():
+    assert _verdict({})[1]["undecided"]
+    assert _verdict({"int_latency_p50_ms": 30.0})[0] == "client_queueing"
+    # Queueing shorter than the round trip is not the client's.
+    assert _verdict({"int_latency_p50_ms": 30.0, "rtt_p50_ms": 40.0})[0] != "client_queueing"
+    assert _verdict({"throttle_avg_ms": 5.0, "throttle_max_ms": 9.0, "throttled_snapshots": 1})[0] == "throttled"
+    assert _verdict({"txretries": 4, "txretries_grew": 4})[0] == "retry_backoff"
+    assert _verdict({"req_timeouts": 1, "req_timeouts_grew": 0})[0] == "request_timeout"
+    # An upper bound on the path cannot say the network explains the rtt.
+    assert _verdict({"rtt_p50_ms": 60.0}, path=50.0, bound=True)[1]["undecided"]
+    assert _verdict({"rtt_p50_ms": 60.0}, path=5.0, bound=True)[0] == "broker_slow"
+    small = {"batch_msgs_p50": 1.0, "msg_cnt_max": 500}
+    assert _verdict(small)[0] == "small_batches"
+    assert _verdict({**small, "msg_cnt_max": 0})[1]["undecided"]   # nothing waited: a quiet producer
+
+
+def write_tls_log(path, small_ms: float, produce_ms: float, n: int = 8):
+    """librdkafka's debug log (``%7|epoch|FAC|name| ...``) of a TLS broker:
+    a 25-byte ApiVersionRequest, then ``n`` Produce requests."""
+    b = "ssl://k1.example:9093/1"
+    t = 1_760_000_000.0
+    out = []
+
+    def line(at, fac, text):
+        out.append(f"%7|{at:.3f}|{fac}|rdkafka#producer-1| [thrd:{b}]: {b}: {text}")
+    line(t, "SEND", "Sent ApiVersionRequest (v3, 25 bytes @ 0, CorrId 1)")
+    line(t + small_ms / 1000, "RECV", f"Received ApiVersionResponse (v3, 400 bytes, CorrId 1, rtt {small_ms:.2f}ms)")
+    for i in range(n):
+        at = t + 1 + i * 0.5
+        line(at, "SEND", f"Sent ProduceRequest (v7, 1200 bytes @ 0, CorrId {i + 2})")
+        line(at + produce_ms / 1000, "RECV",
+             f"Received ProduceResponse (v7, 60 bytes, CorrId {i + 2}, rtt {produce_ms:.2f}ms)")
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+def test_a_one_record_request_as_slow_rules_nagle_out(spark, tmp_path):
+    rc, f = replay(write_tls_log(tmp_path / "slow_all.log", 66.0, 62.0))
+    assert rc == 0 and f["summary"]["requests"] == 8
+    assert "Nagle is ruled out" in f["summary"]["nagle_ruled_out"]
+    assert f["verdict"] != "nagle_delayed_ack"
+    assert all(x["cause"] not in ("nagle_delayed_ack", "nagle_in_path") for x in f["findings"])
+    assert f["likely"][0]["cause"] != "nagle_delayed_ack"
+    assert any("ApiVersionRequest" in e for x in f["findings"] for e in x["evidence"])
+    assert f["findings"][0]["rests_on"][0] == "requests"
+    # The same log with a fast ApiVersionRequest: Nagle stays possible.
+    rc, f = replay(write_tls_log(tmp_path / "fast_small.log", 1.0, 62.0))
+    assert "nagle_ruled_out" not in f["summary"]
+
+
+def test_error_lines_alone(spark, tmp_path):
+    """Connection failures alone name broker_down (a handle decommissioned
+    at shutdown does not); delivery failures that say
+    messages timed out name request_timeout; both from the error lines."""
+    b = "k1.example:9092/bootstrap"
+    t = 1_760_000_000.0
+    down = tmp_path / "refused.log"
+    down.write_text("".join(
+        f"%3|{t + i:.3f}|FAIL|rdkafka#producer-1| [thrd:{b}]: {b}: Connect to ipv4#192.0.2.10:9092 failed: "
+        f"Connection refused (after {i}ms in state CONNECT)\n"
+        f"%7|{t + i + 0.001:.3f}|STATE|rdkafka#producer-1| [thrd:{b}]: {b}: Broker changed state CONNECT -> DOWN\n"
+        for i in range(3))
+        + f"%7|{t + 9:.3f}|FAIL|rdkafka#producer-1| [thrd:{b}]: {b}: Decommissioning this broker (after 2ms in state "
+          f"UP) (_DESTROY_BROKER)\n")
+    rc, f = replay(down)
+    assert rc == 0 and f["verdict"] == "broker_down", f["findings"]
+    assert f["findings"][0]["rests_on"] == ["error lines"]
+    assert any("Connection refused" in e and "3 line(s)" in e for e in f["findings"][0]["evidence"])
+    assert f["confidence"].startswith("low")
+
+    timed = tmp_path / "timed_out.log"
+    timed.write_text("".join(
+        f"%7|{t + i:.3f}|MSGSET|rdkafka#producer-1| [thrd:k1.example:9092/1]: k1.example:9092/1: orders [{i}]: "
+        f"MessageSet with 4 message(s) (MsgId 0, BaseSeq -1) encountered error: Local: Message timed out "
+        f"(actions Permanent,MsgNotPersisted)\n" for i in range(3)))
+    rc, f = replay(timed)
+    assert f["verdict"] == "request_timeout", f["findings"]
+    assert "retry_backoff" not in {x["cause"] for x in f["findings"]}
+    assert f["findings"][0]["rests_on"] == ["error lines"]
+
+
+def test_what_a_request_finding_rests_on():
+    from kdiag.analysis.causes import BY_NAME
+    from kdiag.analysis.judge import request_rests_on
+
+    def facts(source, path=None, **meta):
+        return Facts(None, {}, 10, path, False, None, None, {"source": source}, meta)
+    nagle = BY_NAME["nagle_delayed_ack"]
+    assert request_rests_on(nagle, facts("strace")) == ["requests", "syscalls"]
+    assert request_rests_on(nagle, facts("log", 0.3, evidence_read={"sockets": 4})) == \
+        ["requests", "path", "socket samples"]
+    assert request_rests_on(BY_NAME["throttled"], facts("syscalls", has_stats=True)) == ["syscalls", "statistics"]
+    assert request_rests_on(BY_NAME["healthy"], facts("log", 0.3)) == ["requests"]
+
+
+def test_the_statistics_newer_columns_are_read_when_present(spark):
+    """The windows' ``_cnt`` (an empty window is left out), the snapshot
+    ordinal, msg_cnt and the per-topic batch windows, when the table has them."""
+    from kdiag.analysis.stats_windows import stats_summary
+
+    rows = []
+    for snap in (1, 2, 3):
+        for broker, nodeid, state, cnt in (("b:9092/bootstrap", -1, "UP", 0), ("b:9092/1", 1, "UP", 20),
+                                           ("b:9092/2", 2, "UP", 0)):
+            rows.append({"line_no": snap, "ts_us": 1_760_000_000_000_000, "client": "p", "broker": broker,
+                         "nodeid": nodeid, "state": state, "snapshot": snap,
+                         "rtt_avg_ms": 4.0 if cnt else 0.5, "rtt_p50_ms": 4.0 if cnt else 0.5, "rtt_p99_ms": 6.0,
+                         "rtt_cnt": cnt, "int_latency_avg_ms": 50.0 * snap, "int_latency_p50_ms": 50.0 * snap,
+                         "int_latency_p99_ms": 90.0 * snap, "int_latency_cnt": cnt,
+                         "outbuf_latency_avg_ms": 0.1, "outbuf_latency_p50_ms": 0.1, "outbuf_latency_p99_ms": 0.2,
+                         "outbuf_latency_cnt": cnt, "throttle_avg_ms": 0.0, "throttle_max_ms": 0.0,
+                         "tx": 10 * snap, "txretries": 0, "req_timeouts": 0, "txerrs": 0, "msg_cnt": 30 * snap,
+                         "msg_max": 100000})
+    stats = spark.createDataFrame(rows)
+    topics = spark.createDataFrame([{"snapshot": s, "topic": "orders", "batchcnt_p50": 1.0, "batchcnt_avg": 1.2,
+                                     "batchcnt_max": 3, "batchsize_p50": 250.0, "batchsize_avg": 260.0}
+                                    for s in (1, 2, 3)])
+    st = stats_summary(stats, topics)
+    assert st["snapshots"] == 3 and st["brokers"] == 2   # the bootstrap handle is not a broker
+    # Broker 2's empty window (rtt_cnt 0) leaves its 0.5 ms out.
+    assert st["rtt_p50_ms"] == 4.0 and [p["snapshot"] for p in st["series"]] == [1, 2, 3]
+    assert [p["int_latency_p50_ms"] for p in st["series"]] == [50.0, 100.0, 150.0]
+    assert st["msg_cnt_max"] == 90 and st["tx"] == 60 and st["tx_grew"] == 40   # both UP brokers sent
+    assert st["batch_msgs_p50"] == 1.0 and st["batch_bytes_p50"] == 250.0 and st["batch_topics"] == 1
+    assert _verdict({k: v for k, v in st.items() if k != "series"})[0] == "client_queueing"
