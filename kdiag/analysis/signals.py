@@ -82,7 +82,12 @@ def _columns() -> list:
     # A request that timed out ("ApiVersionRequest failed: Local: Timed
     # out: ...") is not a broker the client could not reach.
     timed_out = F.coalesce(F.col("detail").rlike("Request failed: [^:]*: ?Timed out"), F.lit(False))
-    down = ((ev == "fail") & F.col("count").isNull() & ~timed_out) | \
+    # "Decommissioning this broker (...) (_DESTROY)", "Broker handle is
+    # terminating": a handle retired (the bootstrap one once the cluster is
+    # known) or the client closing, not a broker lost.
+    retired = F.coalesce(F.col("detail").rlike("^(?:Decommissioning this broker|Broker handle is terminating)"),
+                         F.lit(False))
+    down = ((ev == "fail") & F.col("count").isNull() & ~timed_out & ~retired) | \
         ((ev == "state") & F.coalesce(F.col("detail").endswith("-> DOWN"), F.lit(False)))
     return [
         F.count(F.when(ev == "timeout", 1)).alias("timeout_lines"),
