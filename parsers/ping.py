@@ -46,7 +46,8 @@ _BANNER = re.compile(r"^PING (\S+) \(([^)\s]+)\)")
 # are resolved); busybox and BSD say "seq=", Windows "Reply from ADDRESS: bytes=32 time=12ms TTL=57".
 _REPLY = re.compile(r"^\d+ bytes from (?:(\S+) \(([^)\s]+)\)|(\S+?)):?\s+(?:icmp_)?seq=(\d+)"
                     r"(?:.*?\bttl=(\d+))?.*?\btime[=<]\s*(\d+(?:\.\d+)?)\s*ms(.*)$", re.I)
-_WIN_REPLY = re.compile(r"^Reply from (\S+?): bytes=\d+ time[=<](\d+(?:\.\d+)?)\s*ms TTL=(\d+)", re.I)
+# Users redact the address, sometimes with its colon ("Reply from x.x.x.x bytes=32 ...").
+_WIN_REPLY = re.compile(r"^Reply from (\S+?):? bytes=\d+ time[=<](\d+(?:\.\d+)?)\s*ms TTL=(\d+)", re.I)
 # iputils: "From ADDRESS icmp_seq=2 Destination Host Unreachable" and the other ICMP errors
 _FROM_ERROR = re.compile(r"^From (\S+)(?: \(([^)\s]+)\))?:? (?:icmp_)?seq=(\d+)\s+(\S.*)$")
 _STATS_TITLE = re.compile(r"^-+ (\S+) ping statistics -+$")

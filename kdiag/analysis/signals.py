@@ -78,7 +78,10 @@ def _columns() -> list:
     # MetadataRequest failing as the handle is decommissioned: "Local: Broker
     # handle destroyed without termination") is counted apart.
     erred = F.col("error").isNotNull()
-    produce_error = erred & ((ev == "msgset") | F.coalesce(produce, F.lit(False)))
+    # A delivery report's "Local: Message timed out" (an application's line,
+    # no request named; .NET's Local_MessageTimedOut) is a produced message's.
+    delivery_timeout = (ev == "app_error") & F.coalesce(F.col("error").rlike("(?i)message ?timed ?out"), F.lit(False))
+    produce_error = erred & ((ev == "msgset") | F.coalesce(produce, F.lit(False)) | delivery_timeout)
     # FAIL lines that say a connection failed, by librdkafka's errstr
     # ("Connect to %s failed: %s", "Disconnected", "Failed to resolve",
     # "SSL handshake failed", errno texts). Not a handle decommissioned at

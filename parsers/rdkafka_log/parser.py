@@ -1,6 +1,7 @@
 """The parser: chunks of lines -> ``rdkafka_events`` rows."""
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 import numpy as np
@@ -36,6 +37,7 @@ from kdiag.parsers.rdkafka_log.patterns import (
     FALLBACK,
     GO,
     HEADER,
+    INSPECT_CONT,
     INSPECT_FIELDS,
     INSPECT_MSG,
     INSPECT_PART,
@@ -54,7 +56,7 @@ from kdiag.parsers.rdkafka_log.patterns import (
     THREAD_STRIP,
 )
 from kdiag.parsers.rdkafka_log.plain import plain_lines
-from kdiag.parsers.rdkafka_log.wrapped import error_lines, unmangle, unquoted, wrapped
+from kdiag.parsers.rdkafka_log.wrapped import error_lines, join_continued, split_joined, unmangle, unquoted, wrapped
 from kdiag.parsers.scan import byte_at
 from kdiag.parsers.strings import data_buffer, offsets_data, validity, views, with_valid
 
@@ -197,6 +199,28 @@ def _coarse_recv_untimed(ts_us, resolution, codes: np.ndarray, names: list[str])
             pc.if_else(mask, pa.scalar(None, pa.int32()), resolution))
 
 
+_CONT = re.compile(INSPECT_CONT)
+
+
+def _inspect_continued(lines: pa.Array, m_idx: np.ndarray, msg: pa.Array) -> pa.Array:
+    """A message util.inspect printed in pieces ("'...' +" at the end of the
+    message line, the next pieces on the lines after): the pieces appended.
+    Only the lines that end " +" pay the loop."""
+    plus = null_as_false(pc.match_substring_regex(lines.take(pa.array(m_idx)), r"['\"`] \+$"))
+    if not plus.any():
+        return msg
+    vals, n = msg.to_pylist(), len(lines)
+    for k in np.flatnonzero(plus):
+        j, more = int(m_idx[k]) + 1, True
+        while more and j < n and vals[k] is not None:
+            got = _CONT.match(lines[j].as_py() or "")
+            if not got:
+                break
+            vals[k] += re.sub(r"\\(['\"`\\])", r"\1", got.group("m")[1:-1])
+            more, j = bool(got.group("more")), j + 1
+    return pa.array(vals, pa.string())
+
+
 class RdkafkaLogParser:
     """Feeds chunks of lines; stateless across chunks except for counts."""
 
@@ -222,6 +246,10 @@ class RdkafkaLogParser:
             self.counts.skip("find_header", int(header.sum()))
             keep = np.flatnonzero(~header)
             lines, line_no = lines.take(pa.array(keep)), line_no[keep]
+        lines, line_no = split_joined(lines, line_no)
+        lines, line_no, continued = join_continued(lines, line_no)
+        if continued:
+            self.counts.skip("record_part", continued)
         table = self._feed_lines(lines, line_no)
         if (repeat != 1).any() and table.num_rows:
             at = table["line_no"].to_numpy() - first_line_no
@@ -403,6 +431,7 @@ class RdkafkaLogParser:
         m_idx = idx[is_msg]
         m_rec = rec[m_idx]
         msg = unescape(unquote(msg_got.filter(pa.array(is_msg)), "m"), "'\"`\\\\")
+        msg = _inspect_continued(lines, m_idx, msg)
         own = pc.replace_substring_regex(sub.filter(pa.array(is_msg)), INSPECT_MSG, "", max_replacements=1)
         in_rec = np.isin(rec[idx], m_rec[m_rec >= 0]) & (rec[idx] >= 0) & ~is_msg
         r_idx = idx[in_rec]

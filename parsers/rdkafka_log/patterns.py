@@ -238,7 +238,12 @@ INSPECT_FIELDS = [
     ("client", _KEY + "name: " + _js_string("v")),
     ("ts_ms", _KEY + r"timestamp: (?P<v>[0-9]{12,14})(?:,| \}|$)"),
 ]
-INSPECT_PART = r"^(?:\{|\}|  (?:severity|fac|name|timestamp): .*)$"
+# A string longer than breakLength is printed in pieces, "'...' +" and the
+# next pieces indented four spaces, the last one ending the property:
+#   message: '[thrd:ssl://h:9093/1]: ssl://h:9093/1: Sent ProduceRequest' +
+#     ' (v10, 2170 bytes @ 0, CorrId 5)',
+INSPECT_CONT = r"^    (?P<m>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`(?:[^`\\]|\\.)*`)(?P<more> \+)?,?$"
+INSPECT_PART = r"^(?:\{|\}|  (?:severity|fac|name|timestamp): .*|    ['\"`].*['\"`](?: \+)?,?)$"
 # confluent-kafka (Python) log_cb:
 #   PyObject_CallMethod(h->logger, "log", "issss", level_map[level],
 #                       "%s [%s] %s", fac, rd_kafka_name(rk), buf);
