@@ -171,10 +171,21 @@ def test_kill_9_of_kdiag_stops_its_bpf_tracer(producer, tmp_path):
             except psutil.Error:    # gone, or a zombie, since it was listed
                 pass
         return found
-    assert wait_for(lambda: runners(), 20), "kdiag never started its tracer"
+    def holds_programs(pid: int) -> bool:
+        # The tracer opens and closes fds while it loads: one listed may be
+        # gone when it is read.
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if "bpf-prog" in os.readlink(f"/proc/{pid}/fd/{fd}"):
+                    return True
+            except FileNotFoundError:
+                pass
+        return False
+    # Bounded, not tight: a loaded host takes its time to start Python and
+    # load the programs.
+    assert wait_for(lambda: runners(), 60), "kdiag never started its tracer"
     tracer = runners()[0]
-    assert wait_for(lambda: any("bpf-prog" in os.readlink(f"/proc/{tracer.pid}/fd/{fd}")
-                                for fd in os.listdir(f"/proc/{tracer.pid}/fd")), 20), "it never loaded its programs"
+    assert wait_for(lambda: holds_programs(tracer.pid), 60), "it never loaded its programs"
     os.kill(kd.pid, signal.SIGKILL)
     kd.wait()
     assert wait_gone([tracer.pid], 30) == [], "the BPF tracer outlived kdiag"
