@@ -260,3 +260,31 @@ def test_the_statistics_newer_columns_are_read_when_present(spark):
     assert st["msg_cnt_max"] == 90 and st["tx"] == 60 and st["tx_grew"] == 40   # both UP brokers sent
     assert st["batch_msgs_p50"] == 1.0 and st["batch_bytes_p50"] == 250.0 and st["batch_topics"] == 1
     assert _verdict({k: v for k, v in st.items() if k != "series"})[0] == "client_queueing"
+
+
+def test_idle_disconnects_are_not_a_broker_down(spark, tmp_path):
+    """Connections the broker closed while idle (connections.max.idle.ms)
+    decide nothing; a connection dropped within a second of coming up, or
+    messages queued for a broker that is not up, are broker_down."""
+    b = "k2.example:9092/2"
+    t = 1_760_000_000.0
+    idle = tmp_path / "idle.log"
+    idle.write_text(
+        f"%3|{t:.3f}|FAIL|rdkafka#producer-1| [thrd:{b}]: {b}: Receive failed: Disconnected\n"
+        f"%3|{t + 0.001:.3f}|ERROR|rdkafka#producer-1| [thrd:{b}]: {b}: Receive failed: Disconnected\n"
+        f"%7|{t + 600:.3f}|FAIL|rdkafka#producer-1| [thrd:{b}]: {b}: Disconnected (after 600004ms in state UP)\n"
+        f"%7|{t + 600.001:.3f}|STATE|rdkafka#producer-1| [thrd:{b}]: {b}: Broker changed state UP -> DOWN\n")
+    rc, f = replay(idle)
+    assert rc == 0 and f["verdict"] is None and f["undecided"], f["findings"]
+    assert not f["findings"]
+    assert any("idle connections" in u and "600 s" in u for u in f["unknowns"]), f["unknowns"]
+
+    short = tmp_path / "short.log"
+    short.write_text("".join(
+        f"%7|{t + i:.3f}|FAIL|rdkafka#producer-1| [thrd:{b}]: {b}: Disconnected (after {40 + i}ms in state UP)\n"
+        f"%7|{t + i + 0.2:.3f}|TOPPAR|rdkafka#producer-1| [thrd:{b}]: {b}: orders [1] 3 message(s) queued but "
+        f"broker not up\n" for i in range(3)))
+    rc, f = replay(short)
+    assert rc == 0 and f["verdict"] == "broker_down", f["findings"]
+    assert f["findings"][0]["rests_on"] == ["error lines"]
+    assert f["findings"][0]["requests"] == 6

@@ -547,10 +547,25 @@ def from_signals_only(run: Facts, vt, unknowns: list[str]) -> dict:
         read = {t: n for t, n in (run.meta.get("evidence_read") or {}).items() if n}
         if not read:
             return result_of(run.meta, run.version, OTHERWISE, [], run.summary, unknowns, no_data=True)
-        result = result_of(run.meta, run.version, OTHERWISE, [], run.summary, unknowns, undecided=True)
+        result = result_of(run.meta, run.version, OTHERWISE, [], run.summary, unknowns + idle_disconnects(run),
+                           undecided=True)
         result["evidence_read"] = read
         return result
     return result_of(run.meta, run.version, findings[0]["cause"], findings, run.summary, unknowns)
+
+
+def idle_disconnects(run: Facts) -> list[str]:
+    """What disconnects that decide nothing were: connections the broker
+    closed while idle (its connections.max.idle.ms, 10 min by default)."""
+    sig = run.meta.get("signals") or {}
+    n = sig.get("idle_disconnects") or 0
+    if not n:
+        return []
+    up = sig.get("idle_up_max_ms")
+    return [f"{n} disconnect(s) (\"{sig.get('idle_detail')}\""
+            + (f", up to {up / 1000:.0f} s after the connection came up" if up else "")
+            + ") without a failed connect, a timeout or brokers down: idle connections the broker closed "
+              "(connections.max.idle.ms); librdkafka reconnects when it next sends, so they cost nothing"]
 
 
 def finding(cause, facts: Facts, share: float, vt) -> dict:
