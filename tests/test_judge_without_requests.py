@@ -288,3 +288,31 @@ def test_idle_disconnects_are_not_a_broker_down(spark, tmp_path):
     assert rc == 0 and f["verdict"] == "broker_down", f["findings"]
     assert f["findings"][0]["rests_on"] == ["error lines"]
     assert f["findings"][0]["requests"] == 6
+
+
+def test_application_errors_and_counted_lines(spark, tmp_path):
+    """Delivery reports an application logged ("Local: Message timed out")
+    name request_timeout when they repeat, one alone decides nothing; a
+    line counted by uniq -c stands for its count."""
+    def app_log(name, n):
+        p = tmp_path / name
+        p.write_text("2026-11-28 10:00:01,120 INFO  app.producer - started producer for topic ledger\n" + "".join(
+            f"2026-11-28 10:00:31,{900 + i} ERROR app.producer - delivery of record {17 + i} failed: "
+            f"Local: Message timed out\n" for i in range(n)))
+        return p
+    rc, f = replay(app_log("three.log", 3))
+    assert rc == 0 and f["verdict"] == "request_timeout", f["findings"]
+    assert f["findings"][0]["rests_on"] == ["error lines"] and f["findings"][0]["requests"] == 3
+    rc, f = replay(app_log("one.log", 1))
+    assert f["verdict"] is None and f["undecided"], f["findings"]
+
+    b = "k3.example:9092/3"
+    counted = tmp_path / "counted.txt"
+    counted.write_text(
+        f"     40 %3|1760000000.100|FAIL|rdkafka#producer-1| [thrd:{b}]: {b}: Connect to ipv4#192.0.2.33:9092 "
+        f"failed: Connection refused (after 1ms in state CONNECT)\n"
+        f"      2 %3|1760000000.200|ERROR|rdkafka#producer-1| [thrd:{b}]: {b}: Connect to ipv4#192.0.2.33:9092 "
+        f"failed: Connection refused\n")
+    rc, f = replay(counted)
+    assert f["verdict"] == "broker_down" and f["findings"][0]["requests"] == 42, f["findings"]
+    assert f["findings"][0]["rests_on"] == ["error lines"]

@@ -49,6 +49,8 @@ def signals_by_run(events) -> dict:
     events = one_run(events)
     for name in (c for c in ("text", "error") if c not in events.columns):   # an older table's, or strace's
         events = events.withColumn(name, F.lit(None).cast("string"))
+    if "repeat" not in events.columns:
+        events = events.withColumn("repeat", F.lit(1))
     rows = {r[RUN]: r.asDict() for r in events.groupBy(RUN).agg(*_columns()).collect()}
     stalled = _send_stalls(events.filter(F.col(RUN).isin(*[k for k, r in rows.items() if r["partial_sends"]]))) \
         if any(r["partial_sends"] for r in rows.values()) else {}
@@ -69,7 +71,7 @@ def no_signals(spark) -> dict:
     if not _NOTHING:
         empty = spark.createDataFrame([], "event string, request string, error string, count long, "
                                           "elapsed_ms double, rtt_ms double, detail string, msgs long, "
-                                          "ts_us long, ts_resolution_us long, text string")
+                                          "ts_us long, ts_resolution_us long, text string, repeat int")
         _NOTHING.update(_finished(empty.agg(*_columns()).first().asDict()))
     return copy.deepcopy(_NOTHING)
 
@@ -90,6 +92,18 @@ def _columns() -> list:
     # MetadataRequest failing as the handle is decommissioned: "Local: Broker
     # handle destroyed without termination") is counted apart.
     erred = F.col("error").isNotNull()
+    # A line counted by uniq -c stands for its count's lines.
+    rep = F.coalesce(F.col("repeat"), F.lit(1))
+
+    def lines(cond):
+        return F.coalesce(F.sum(F.when(cond, rep)), F.lit(0))
+
+    # A delivery report or exception saying "Local: Message timed out": a
+    # message's message.timeout.ms ran out, as the application got it (not a
+    # Metadata request's "Metadata request failed: Local: Message timed out").
+    app = ev == "app_error"
+    delivery_timeout = app & F.coalesce(F.col("error").rlike("(?i)Message timed out")
+                                        & ~F.coalesce(F.col("text"), F.lit("")).rlike("(?i)metadata"), F.lit(False))
     produce_error = erred & ((ev == "msgset") | F.coalesce(produce, F.lit(False)))
     # FAIL lines that say a connection failed, by librdkafka's errstr
     # ("Connect to %s failed: %s", "Disconnected", "Failed to resolve",
@@ -107,43 +121,47 @@ def _columns() -> list:
     down = ((fail & said.rlike(DOWN_DETAIL)) | short_up
             | ((ev == "app_error") & F.coalesce(F.col("error"), F.lit("")).rlike("brokers are down")))
     idle = idle_like & ~short_up
+    # A FAIL line's error is its disconnect's, counted as one above.
+    other = erred & ~produce_error & (ev != "fail") & ~(app & down) & ~delivery_timeout
     # TOPPAR's "[3] 1 message(s) queued but broker not up": messages wait for
     # a leader's connection.
     down = down | F.coalesce(F.col("text").rlike("queued but broker not up"), F.lit(False))
     return [
-        F.count(F.when(ev == "timeout", 1)).alias("timeout_lines"),
+        lines(ev == "timeout").alias("timeout_lines"),
         F.sum(F.when(ev == "timeouts", F.col("count"))).alias("timed_out"),
         quantile(F.when(ev == "timeout", F.col("elapsed_ms")), 0.5).alias("timeout_after_ms"),
         F.max(F.when(ev == "fail", F.col("count"))).alias("fail_timeouts"),
         F.max(F.when(ev == "fail", F.col("rtt_ms"))).alias("fail_avg_rtt_ms"),
-        F.count(F.when(ev == "fail", 1)).alias("disconnects"),
+        lines(ev == "fail").alias("disconnects"),
         F.first(F.when(ev == "fail", F.col("detail")), ignorenulls=True).alias("fail_detail"),
         # A broker the client could not reach or lost, not for a request
         # that timed out: FAIL lines without "N request(s) timed out", and
         # state changes to DOWN.
-        F.count(F.when(down, 1)).alias("down_lines"),
-        F.first(F.when(down, F.coalesce(F.col("detail"), F.col("error"), F.col("text"))), ignorenulls=True).alias("down_detail"),
-        F.count(F.when(idle, 1)).alias("idle_disconnects"),
+        lines(down).alias("down_lines"),
+        F.first(F.when(down, F.coalesce(F.col("detail"), F.col("error"), F.col("text"))), ignorenulls=True)
+        .alias("down_detail"),
+        lines(idle).alias("idle_disconnects"),
         F.first(F.when(idle, F.col("detail")), ignorenulls=True).alias("idle_detail"),
         F.max(F.when(idle, up_ms)).alias("idle_up_max_ms"),
-        F.count(F.when((ev == "retry") & produce, 1)).alias("retries"),
-        F.count(F.when(ev == "retry", 1)).alias("retries_all"),
-        F.count(F.when(produce_error, 1)).alias("errors"),
+        lines((ev == "retry") & produce).alias("retries"),
+        lines(ev == "retry").alias("retries_all"),
+        lines(produce_error).alias("errors"),
+        lines(delivery_timeout).alias("delivery_timeouts"),
         F.slice(F.sort_array(F.collect_set(F.when(produce_error, F.col("error")))), 1, ERRORS_SHOWN)
         .alias("error_names"),
-        F.count(F.when(erred & ~produce_error, 1)).alias("other_errors"),
-        F.slice(F.sort_array(F.collect_set(F.when(erred & ~produce_error, F.concat_ws(
+        lines(other).alias("other_errors"),
+        F.slice(F.sort_array(F.collect_set(F.when(other, F.concat_ws(
             ": ", F.concat(F.coalesce(F.col("request"), F.lit("?")), F.lit("Request")), F.col("error"))))),
             1, ERRORS_SHOWN).alias("other_error_names"),
-        F.count(F.when(ev == "produce", 1)).alias("batches"),
+        lines(ev == "produce").alias("batches"),
         quantile(F.when(ev == "produce", F.col("msgs")), 0.5).alias("batch_msgs_p50"),
         F.max(F.when(ev == "produce", F.col("msgs"))).alias("batch_msgs_max"),
         F.max(F.when(ev == "xmit_queue", F.col("msgs"))).alias("queued_msgs_max"),
-        F.count(F.when(ev == "send_partial", 1)).alias("partial_sends"),
-        F.count(F.when((ev == "recv") & produce, 1)).alias("produce_responses"),
-        F.count(F.when((ev == "send") & produce, 1)).alias("produce_sends"),
+        lines(ev == "send_partial").alias("partial_sends"),
+        lines((ev == "recv") & produce).alias("produce_responses"),
+        lines((ev == "send") & produce).alias("produce_sends"),
         F.max(F.col("ts_resolution_us")).alias("ts_resolution_us"),
-        F.count(F.when(F.col("ts_us").isNull() & ev.isin("send", "recv"), 1)).alias("untimed"),
+        lines(F.col("ts_us").isNull() & ev.isin("send", "recv")).alias("untimed"),
     ]
 
 
