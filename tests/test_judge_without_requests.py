@@ -316,3 +316,20 @@ def test_application_errors_and_counted_lines(spark, tmp_path):
     rc, f = replay(counted)
     assert f["verdict"] == "broker_down" and f["findings"][0]["requests"] == 42, f["findings"]
     assert f["findings"][0]["rests_on"] == ["error lines"]
+
+
+def test_a_full_or_growing_client_queue_is_client_queueing():
+    """msg_cnt at msg_max, or a queue count that grows across snapshots, is
+    client_queueing from the statistics alone, without an int_latency window."""
+    bare = {"int_latency_p50_ms": None, "rtt_p50_ms": None}
+    verdict, got = _verdict({**bare, "msg_cnt_max": 99_950, "msg_max_max": 100_000})
+    assert verdict == "client_queueing" and got["findings"][0]["rests_on"] == ["statistics"]
+    assert any("99950 messages of at most 100000" in e for e in got["findings"][0]["evidence"])
+    assert _verdict({**bare, "msg_cnt_max": 4_000, "msg_max_max": 100_000})[1]["undecided"]
+    series = [{"snapshot": i, "msg_cnt": 500 * 4 ** i} for i in range(4)]
+    verdict, got = _verdict({**bare, "msg_cnt_max": 32_000, "msg_max_max": 100_000, "series": series})
+    assert verdict == "client_queueing"
+    assert any("grew from 500 to 32000" in e for e in got["findings"][0]["evidence"])
+    # A count that rises and falls is batches forming and leaving.
+    series = [{"snapshot": i, "msg_cnt": n} for i, n in enumerate((500, 3000, 200, 2500))]
+    assert _verdict({**bare, "msg_cnt_max": 3000, "msg_max_max": 100_000, "series": series})[1]["undecided"]

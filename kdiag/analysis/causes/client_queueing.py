@@ -7,6 +7,10 @@ from __future__ import annotations
 from kdiag.analysis.causes import _stats
 from kdiag.analysis.thresholds import SLOW_MS
 
+# msg_cnt this near msg_max is a full queue; a count that grew to this many
+# messages is a backlog, not a batch forming.
+FULL_SHARE = 0.9
+GREW_TO = 1000
 NAME = "client_queueing"
 TAIL = False
 COLUMNS = ()
@@ -50,8 +54,30 @@ def from_signals(facts) -> dict | None:
             "rests_on": ["requests", _stats.STATISTICS]}
 
 
+def queue_full(st: dict) -> bool:
+    """msg_cnt at queue.buffering.max.messages (msg_max): the client's queue
+    is full, produce() blocks or fails with QUEUE_FULL."""
+    full, cap = st.get("msg_cnt_max"), st.get("msg_max_max")
+    return bool(full and cap and full >= FULL_SHARE * cap)
+
+
+def queue_grew(st: dict) -> tuple[str, int, int] | None:
+    """A queue count (msg_cnt, xmit_msgq_cnt) that grew across snapshots
+    to at least GREW_TO messages: (its name, first, last)."""
+    series = [r for r in st.get("series") or [] if r]
+    for name in ("msg_cnt", "xmit_msgq_cnt"):
+        got = [r.get(name) for r in series if r.get(name) is not None]
+        if len(got) >= 3 and got[-1] >= GREW_TO and got[-1] > 2 * max(got[0], 1) \
+                and all(b >= a for a, b in zip(got, got[1:])):
+            return name, got[0], got[-1]
+    return None
+
+
 def _from_stats(st: dict) -> dict | None:
     queue, rtt = st.get("int_latency_p50_ms"), st.get("rtt_p50_ms") or 0.0
+    if queue_full(st) or queue_grew(st):
+        return _stats.judged(st["snapshots"], 1.0 if queue is None else
+                             max(0.5, queue / (_stats.message_ms(st) or queue)))
     if queue is None or queue < SLOW_MS or queue <= rtt:
         return None
     return _stats.judged(st["snapshots"], queue / (_stats.message_ms(st) or queue))
@@ -79,15 +105,20 @@ def signal_evidence(facts) -> list[str]:
     if st is None:
         return evidence(facts)
     rtt = st.get("rtt_p50_ms")
-    ev = [f"messages waited {st['int_latency_p50_ms']:g} ms (median of the snapshots' int_latency p50, "
+    ev = [] if st.get("int_latency_p50_ms") is None else [
+          f"messages waited {st['int_latency_p50_ms']:g} ms (median of the snapshots' int_latency p50, "
           f"p99 {st.get('int_latency_p99_ms') or 0:g} ms) in librdkafka's queue before their request was sent"
           + _stats.moved(st, "int_latency_p50_ms")
           + (f", while a request's round trip took {rtt:g} ms (rtt p50)" if rtt is not None else
-             "; no broker's rtt window held a request"),
-          f"from the {_stats.seen_in(st)}; no completed request was seen, so the split is librdkafka's own",
+             "; no broker's rtt window held a request")]
+    ev += [f"from the {_stats.seen_in(st)}; no completed request was seen, so the split is librdkafka's own",
           "batching (linger.ms, batch.num.messages, batch.size) or the in-flight limit holds them in the client"]
+    grew = queue_grew(st)
+    if grew:
+        ev.append(f"the statistics' {grew[0]} grew from {grew[1]} to {grew[2]} messages across the snapshots: "
+                  f"messages arrive faster than they are delivered")
     full, cap = st.get("msg_cnt_max"), st.get("msg_max_max")
-    if full and cap and full >= 0.9 * cap:
+    if queue_full(st):
         ev.append(f"the client's queue held {full} messages of at most {cap} (queue.buffering.max.messages): "
                   f"produce() blocks or fails with QUEUE_FULL once it is full")
     return ev
