@@ -333,3 +333,20 @@ def test_a_full_or_growing_client_queue_is_client_queueing():
     # A count that rises and falls is batches forming and leaving.
     series = [{"snapshot": i, "msg_cnt": n} for i, n in enumerate((500, 3000, 200, 2500))]
     assert _verdict({**bare, "msg_cnt_max": 3000, "msg_max_max": 100_000, "series": series})[1]["undecided"]
+
+
+def test_a_cut_object_with_a_full_queue(spark, tmp_path):
+    """An object cut after its bootstrap handle still says the client's queue
+    was full: msg_cnt and msg_max are the client's, not a broker's."""
+    whole = json.dumps({
+        "name": "rdkafka#producer-1", "client_id": "rdkafka", "type": "producer", "ts": 5_000_000,
+        "time": 1_760_000_000, "replyq": 0, "msg_cnt": 49_990, "msg_size": 0, "msg_max": 50_000,
+        "msg_size_max": 1073741824,
+        "brokers": {"k1.example:9092/bootstrap": _broker("k1.example:9092/bootstrap", -1, "UP", 0.0, 0.0),
+                    "k1.example:9092/1": _broker("k1.example:9092/1", 1, "UP", 2.0, 1.0)}}, indent=2)
+    cut = tmp_path / "cut.json"
+    cut.write_text(whole[:whole.index('"k1.example:9092/1"')] + "\n")
+    rc, f = replay(cut)
+    assert rc == 0 and f["verdict"] == "client_queueing", (f["findings"], f["unknowns"])
+    assert f["findings"][0]["rests_on"] == ["statistics"]
+    assert any("49990 messages of at most 50000" in e for e in f["findings"][0]["evidence"])

@@ -76,8 +76,9 @@ def stats_summary(stats, topics=None) -> dict | None:
         F.max(_window(stats, "outbuf_latency", "p50")).alias("outbuf_latency_p50_ms"),
         F.max("throttle_avg_ms").alias("throttle_avg_ms"),
         F.max("throttle_max_ms").alias("throttle_max_ms"),
-        opt("msg_cnt"), opt("msg_max"), opt("xmit_msgq_cnt", F.sum),
+        opt("xmit_msgq_cnt", F.sum),
         F.count(_window(stats, "rtt", "avg")).alias("answering")).orderBy("k").collect())
+    per_snap = _with_client_counts(stats, key, [r.asDict() for r in per_snap], opt)
     counters = [c for c in ("tx", "txretries", "req_timeouts", "txerrs") if _has(stats, c)]
     per_broker = brokers_df.groupBy("client", "broker").agg(
         *[x for c in counters for x in (F.max(c).alias(f"{c}_max"), F.min(c).alias(f"{c}_min"))]).collect()
@@ -107,10 +108,28 @@ def stats_summary(stats, topics=None) -> dict | None:
     return out
 
 
+def _with_client_counts(stats, key: str, per_snap: list[dict], opt) -> list[dict]:
+    """msg_cnt and msg_max are the client's, not a broker's: read from every
+    row, so an object cut before its first broker that can carry a request
+    (only the bootstrap handle left) still says how full the queue was."""
+    from pyspark.sql import functions as F
+
+    if not (_has(stats, "msg_cnt") or _has(stats, "msg_max")):
+        return [{**r, "msg_cnt": None, "msg_max": None} for r in per_snap]
+    client = {r.k: r for r in stats.groupBy(F.col(key).alias("k")).agg(
+        F.min("ts_us").alias("ts_us"), opt("msg_cnt"), opt("msg_max")).collect()}
+    empty = dict.fromkeys(("rtt_p50_ms", "rtt_p99_ms", "int_latency_p50_ms", "int_latency_p99_ms",
+                           "outbuf_latency_p50_ms", "throttle_avg_ms", "throttle_max_ms", "xmit_msgq_cnt"))
+    by_k = {r["k"]: r for r in per_snap}
+    for k, c in client.items():
+        by_k[k] = {**by_k.get(k, {**empty, "k": k, "ts_us": c.ts_us}), "msg_cnt": c.msg_cnt, "msg_max": c.msg_max}
+    return [by_k[k] for k in sorted(by_k, key=lambda k: (k is None, k))]
+
+
 def _point(key: str, r) -> dict:
-    p = {"snapshot" if key == "snapshot" else "ts_us": r.k}
+    p = {"snapshot" if key == "snapshot" else "ts_us": r["k"]}
     if key == "snapshot":
-        p["ts_us"] = r.ts_us
+        p["ts_us"] = r["ts_us"]
     for f in ("rtt_p50_ms", "rtt_p99_ms", "int_latency_p50_ms", "int_latency_p99_ms", "outbuf_latency_p50_ms",
               "throttle_avg_ms", "throttle_max_ms"):
         p[f] = rounded(r[f], 3)
