@@ -350,3 +350,23 @@ def test_a_cut_object_with_a_full_queue(spark, tmp_path):
     assert rc == 0 and f["verdict"] == "client_queueing", (f["findings"], f["unknowns"])
     assert f["findings"][0]["rests_on"] == ["statistics"]
     assert any("49990 messages of at most 50000" in e for e in f["findings"][0]["evidence"])
+
+
+def test_topic_windows_alone_name_small_batches(spark, tmp_path):
+    """The "topics" part of an object alone: hundreds of one-message batches
+    are small_batches, from the statistics; a few are not enough."""
+    def win(v, n):
+        return {"min": v, "max": v, "avg": v, "sum": v * n, "stddev": 0, "p50": v, "p75": v, "p90": v, "p95": v,
+                "p99": v, "p99_99": v, "outofrange": 0, "hdrsize": 100, "cnt": n}
+    body = json.dumps({"ledger": {"topic": "ledger", "age": 30000, "metadata_age": 29000,
+                                  "batchsize": win(180, 420), "batchcnt": win(1, 420)}}, indent="\t")
+    part = tmp_path / "topics.txt"
+    part.write_text('"topics": ' + body + "\n")
+    rc, f = replay(part)
+    assert rc == 0 and f["verdict"] == "small_batches", (f["findings"], f["unknowns"])
+    assert f["findings"][0]["rests_on"] == ["statistics"]
+    assert any("over 420 batches" in e for e in f["findings"][0]["evidence"])
+    few = {"brokers": 0, "tx": None, "tx_grew": None, "int_latency_p50_ms": None, "rtt_p50_ms": None,
+           "batch_msgs_p50": 1.0, "batch_windows": 1, "batch_count": 12}
+    assert _verdict(few)[1]["undecided"]
+    assert _verdict({**few, "batch_count": 400})[0] == "small_batches"

@@ -59,12 +59,10 @@ def stats_summary(stats, topics=None) -> dict | None:
     """The statistics' evidence: None when the table has no row."""
     from pyspark.sql import functions as F
 
-    if stats is None:
-        return None
-    key = "snapshot" if _has(stats, "snapshot") else "ts_us"
-    rows_all = stats.count()
+    rows_all = 0 if stats is None else stats.count()
     if not rows_all:
-        return None
+        return _topics_alone(topics)
+    key = "snapshot" if _has(stats, "snapshot") else "ts_us"
     brokers_df = carrying(stats)
     opt = lambda c, f=F.max: (f(c) if _has(stats, c) else F.lit(None)).alias(c)  # noqa: E731
     per_snap = (brokers_df.groupBy(F.col(key).alias("k")).agg(
@@ -153,6 +151,12 @@ def thinned(series: list[dict]) -> list[dict]:
     return [series[i] for i in sorted(keep)]
 
 
+def _topics_alone(topics) -> dict | None:
+    """A paste of the "topics" part alone: its batch windows are all there is."""
+    got = batch_windows(topics) if topics is not None and topics.count() else {}
+    return {"rows": 0, "snapshots": got["batch_windows"], "brokers": 0, **got} if got else None
+
+
 def batch_windows(topics) -> dict:
     """The per-topic batch windows: messages per batch (``batchcnt``) and
     bytes per batch (``batchsize``), medians over the snapshots whose
@@ -169,11 +173,13 @@ def batch_windows(topics) -> dict:
     got = topics.filter(cnt > 0).agg(
         F.count("*").alias("n"), F.percentile_approx(cnt, 0.5).alias("cnt"), F.percentile_approx(size, 0.5).alias("size"),
         (F.max("batchcnt_max") if "batchcnt_max" in cols else F.lit(None)).alias("cnt_max"),
+        (F.sum("batches") if "batches" in topics.columns else F.lit(None)).alias("batches"),
         F.countDistinct("topic").alias("topics")).first()
     if not got or not got.n:
         return {}
     return {"batch_windows": got.n, "batch_topics": got.topics, "batch_msgs_p50": rounded(got.cnt, 3),
-            "batch_bytes_p50": rounded(got.size, 1), "batch_msgs_max": got.cnt_max}
+            "batch_bytes_p50": rounded(got.size, 1), "batch_msgs_max": got.cnt_max,
+            "batch_count": got.batches}
 
 
 def series_lines(st: dict, shown: int = 6) -> list[str]:
