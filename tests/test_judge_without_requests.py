@@ -370,3 +370,28 @@ def test_topic_windows_alone_name_small_batches(spark, tmp_path):
            "batch_msgs_p50": 1.0, "batch_windows": 1, "batch_count": 12}
     assert _verdict(few)[1]["undecided"]
     assert _verdict({**few, "batch_count": 400})[0] == "small_batches"
+
+
+def _perf_table(path, rows):
+    names = ("elapsed", "msgs", "bytes", "rtt", "dr", "dr_m/s", "dr_MB/s", "dr_err", "tx_err", "outq")
+    lines = ["% Sending messages of size 200 bytes", "|" + "|".join(f"{n:>12} " for n in names) + "|"]
+    for r in rows:
+        lines.append("|" + "|".join(f"{v:>12} " for v in r) + "|")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_performance_tool_backlog_is_client_queueing(spark, tmp_path):
+    """rdkafka_performance's table: undelivered messages at tens of
+    thousands while produce() is refused is client_queueing; a few refusals
+    beside no backlog decide nothing."""
+    rows = [(1000 * i, 90_000 * i, 18_000_000 * i, 40 + 20 * i, 60_000 * i - 50_000, 60_000, "12.00", 0, 150 * i,
+             30_000 + 15_000 * i) for i in range(1, 5)]
+    rc, f = replay(_perf_table(tmp_path / "perf.txt", rows))
+    assert rc == 0 and f["verdict"] == "client_queueing", (f["findings"], f["unknowns"])
+    assert f["findings"][0]["rests_on"] == ["statistics"]
+    assert any("up to 90000 messages not yet delivered" in e and "600 produce()" in e
+               for e in f["findings"][0]["evidence"]), f["findings"][0]["evidence"]
+    rc, f = replay(_perf_table(tmp_path / "calm.txt", [(1000, 90_000, 18_000_000, 3, 89_000, 89_000, "17.80", 0, 12,
+                                                         1000)]))
+    assert f["verdict"] != "client_queueing", f["findings"]

@@ -109,7 +109,8 @@ def _judged(spark, inp: _Inputs, q, later: Later) -> dict:
     inp.meta["signals"] = later(lambda: signals(inp.log_writes if any_rows(inp.log_writes) else inp.log))
     # The statistics' windows and counters, by themselves (stats_windows).
     topics = read_table(spark, inp.tables_dir, "stats_topics")
-    inp.meta["stats"] = later(lambda: stats_summary(inp.stats, topics))
+    perf = read_table(spark, inp.tables_dir, "perf_intervals")
+    inp.meta["stats"] = later(lambda: stats_summary(inp.stats, topics, perf))
     inp.meta["evidence_read"] = tables_read(inp.tables_dir)
     way = route(inp.source, inp.syscalls is not None)
     if way is SIGNALS_ONLY:

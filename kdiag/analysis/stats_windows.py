@@ -55,8 +55,35 @@ def carrying(stats):
     return stats.filter(up & real)
 
 
-def stats_summary(stats, topics=None) -> dict | None:
+def stats_summary(stats, topics=None, perf=None) -> dict | None:
     """The statistics' evidence: None when the table has no row."""
+    out = _stats_summary(stats, topics)
+    if out is not None and perf is not None:
+        out.update(perf_summary(perf))
+    return out
+
+
+def perf_summary(perf) -> dict:
+    """rdkafka_performance's rows (its producer's): the most messages not
+    yet delivered (outq), produce() calls refused with the queue full
+    (tx_err, the backpressure lines' count), the produce calls and messages
+    they are out of, and the rtt column's first and last measurements."""
+    from pyspark.sql import functions as F
+
+    prod = perf.filter(F.coalesce(F.col("mode"), F.lit("producer")) != "consumer")
+    got = prod.agg(F.count("*").alias("n"), F.max("outq").alias("outq"), F.max("tx_err").alias("tx_err"),
+                   F.max("msgs").alias("msgs"), F.max("produce_calls").alias("calls"),
+                   F.min_by("rtt_ms", F.when(F.col("rtt_ms") > 0, F.col("line_no"))).alias("rtt_first"),
+                   F.max_by("rtt_ms", F.when(F.col("rtt_ms") > 0, F.col("line_no"))).alias("rtt_last"),
+                   F.count(F.when(F.col("rtt_ms") > 0, 1)).alias("rtt_rows")).first()
+    if not got or not got.n:
+        return {}
+    return {"perf_rows": got.n, "perf_outq_max": got.outq, "perf_tx_err": got.tx_err, "perf_msgs": got.msgs,
+            "perf_produce_calls": got.calls, "perf_rtt_rows": got.rtt_rows,
+            "perf_rtt_first_ms": got.rtt_first, "perf_rtt_last_ms": got.rtt_last}
+
+
+def _stats_summary(stats, topics) -> dict | None:
     from pyspark.sql import functions as F
 
     rows_all = 0 if stats is None else stats.count()

@@ -11,6 +11,10 @@ from kdiag.analysis.thresholds import SLOW_MS
 # messages is a backlog, not a batch forming.
 FULL_SHARE = 0.9
 GREW_TO = 1000
+# rdkafka_performance: this many messages not yet delivered beside refused
+# produce() calls, or this share of its calls refused, is a full queue.
+BACKLOG_MSGS = 10_000
+REFUSED_SHARE = 0.01
 NAME = "client_queueing"
 TAIL = False
 COLUMNS = ()
@@ -73,9 +77,24 @@ def queue_grew(st: dict) -> tuple[str, int, int] | None:
     return None
 
 
+def perf_backlog(st: dict) -> str | None:
+    """rdkafka_performance's own columns say the client's queue filled: a
+    backlog of undelivered messages (outq) while produce() was refused with
+    the queue full (tx_err), or refused for a share of its calls."""
+    outq, refused = st.get("perf_outq_max") or 0, st.get("perf_tx_err") or 0
+    calls = st.get("perf_produce_calls") or st.get("perf_msgs") or 0
+    if refused and outq >= BACKLOG_MSGS:
+        return (f"rdkafka_performance: up to {outq} messages not yet delivered (outq) while {refused} produce() "
+                f"calls were refused with the queue full (tx_err)")
+    if refused and calls and refused >= REFUSED_SHARE * calls:
+        return (f"rdkafka_performance: {refused} of {calls} produce() calls ({100 * refused / calls:.1f}%) were "
+                f"refused with the queue full (backpressure)")
+    return None
+
+
 def _from_stats(st: dict) -> dict | None:
     queue, rtt = st.get("int_latency_p50_ms"), st.get("rtt_p50_ms") or 0.0
-    if queue_full(st) or queue_grew(st):
+    if queue_full(st) or queue_grew(st) or perf_backlog(st):
         return _stats.judged(st["snapshots"], 1.0 if queue is None else
                              max(0.5, queue / (_stats.message_ms(st) or queue)))
     if queue is None or queue < SLOW_MS or queue <= rtt:
@@ -113,6 +132,8 @@ def signal_evidence(facts) -> list[str]:
              "; no broker's rtt window held a request")]
     ev += [f"from the {_stats.seen_in(st)}; no completed request was seen, so the split is librdkafka's own",
           "batching (linger.ms, batch.num.messages, batch.size) or the in-flight limit holds them in the client"]
+    if perf_backlog(st):
+        ev.append(perf_backlog(st) + ": messages arrive faster than they are delivered")
     grew = queue_grew(st)
     if grew:
         ev.append(f"the statistics' {grew[0]} grew from {grew[1]} to {grew[2]} messages across the snapshots: "
