@@ -411,3 +411,16 @@ def test_one_fast_request_is_not_a_healthy_run(spark, tmp_path):
     assert rc == 0 and f["verdict"] is None and f["undecided"], f["findings"]
     assert f["confidence"].startswith("none")
     assert any("too few to call the run healthy" in u for u in f["unknowns"])
+
+
+def test_a_slow_opening_request_alone_is_the_path(spark, tmp_path):
+    """No Produce request, only a connection's ApiVersionRequest that took
+    long: network_latency at low confidence, resting on the requests; a fast
+    one decides nothing."""
+    rc, f = replay(write_tls_log(tmp_path / "opener.log", 71.0, 62.0, n=0))
+    assert rc == 0 and f["verdict"] == "network_latency", (f["findings"], f["unknowns"])
+    top = f["findings"][0]
+    assert top["rests_on"] == ["requests"] and top["share"] == 0.5
+    assert any("ApiVersionRequest" in e and "71 ms" in e for e in top["evidence"]), top["evidence"]
+    rc, f = replay(write_tls_log(tmp_path / "fast_opener.log", 0.9, 62.0, n=0))
+    assert f["verdict"] != "network_latency", f["findings"]

@@ -209,6 +209,7 @@ _CONFIDENCE_BY_EVIDENCE = (
     ("error lines", "low: librdkafka's log lines other than Sent/Received"),
     ("log lines", "low: librdkafka's log lines other than Sent/Received"),
     ("path", "low: the path alone, no request, statistics or log line of the client seen"),
+    ("requests", "low: a connection's opening request, no Produce request seen"),
 )
 
 

@@ -202,6 +202,9 @@ def before_of(pre, path: tuple, has_stats: bool) -> tuple[Before, bool]:
     client_ms = pre.client_ms if pre is not None and has_stats else None
     nagle_possible = not one_write_rules_out_nagle(single["n"], single["wait_p50_ms"], pre.multi_wait if pre else None)
     small = pre.asDict() if pre is not None and "n_small" in pre.asDict() else {}
+    if small.get("n_small") and small.get("m_small") is not None:   # read when no Produce request completed
+        single = {**single, "opener_kind": small.get("small_kind"), "opener_n": small["n_small"],
+                  "opener_p50_ms": rounded(small["m_small"], 3)}
     if nagle_possible and small_request_rules_out_nagle(small.get("n_small") or 0, small.get("m_small"),
                                                         small.get("produce_took")):
         nagle_possible = False
