@@ -424,3 +424,20 @@ def test_a_slow_opening_request_alone_is_the_path(spark, tmp_path):
     assert any("ApiVersionRequest" in e and "71 ms" in e for e in top["evidence"]), top["evidence"]
     rc, f = replay(write_tls_log(tmp_path / "fast_opener.log", 0.9, 62.0, n=0))
     assert f["verdict"] != "network_latency", f["findings"]
+
+
+def test_an_strace_summary_alone_says_what_it_shows(spark, tmp_path):
+    """strace -c's table decides no cause by itself; the undecided result
+    says which call took the traced time."""
+    summary = tmp_path / "strace_c.txt"
+    summary.write_text(
+        "% time     seconds  usecs/call     calls    errors syscall\n"
+        "------ ----------- ----------- --------- --------- ----------------\n"
+        " 97.10    2.401200          40     60030           poll\n"
+        "  2.90    0.071700          13      5190           sendmsg\n"
+        "------ ----------- ----------- --------- --------- ----------------\n"
+        "100.00    2.472900                 65220           total\n")
+    rc, f = replay(summary)
+    assert rc == 0 and f["verdict"] is None and f["undecided"], f["findings"]
+    assert any("poll: 97.1% of the traced time, 60,030 calls, 40 µs a call" in u for u in f["unknowns"]), \
+        f["unknowns"]
