@@ -397,22 +397,6 @@ def test_performance_tool_backlog_is_client_queueing(spark, tmp_path):
     assert f["verdict"] != "client_queueing", f["findings"]
 
 
-def test_one_fast_request_is_not_a_healthy_run(spark, tmp_path):
-    """A single fast Produce request says nothing of how long its messages
-    waited before the send: undecided, not healthy."""
-    b = "k1.example:9092/1"
-    one = tmp_path / "one.log"
-    one.write_text(
-        f"%7|1760000000.100|SEND|rdkafka#producer-1| [thrd:{b}]: {b}: Sent ProduceRequest (v7, 180 bytes @ 0, "
-        f"CorrId 4)\n"
-        f"%7|1760000000.103|RECV|rdkafka#producer-1| [thrd:{b}]: {b}: Received ProduceResponse (v7, 60 bytes, "
-        f"CorrId 4, rtt 2.90ms)\n")
-    rc, f = replay(one)
-    assert rc == 0 and f["verdict"] is None and f["undecided"], f["findings"]
-    assert f["confidence"].startswith("none")
-    assert any("too few to call the run healthy" in u for u in f["unknowns"])
-
-
 def test_a_slow_opening_request_alone_is_the_path(spark, tmp_path):
     """No Produce request, only a connection's ApiVersionRequest that took
     long: network_latency at low confidence, resting on the requests; a fast

@@ -381,8 +381,7 @@ def _judge_logged(spark, inp: _Inputs, q, later: Later, way) -> dict:
     produce = reqs.filter(F.col("request") == "Produce")
     result = judge(spark, produce, reqs, conns, inp.stats, inp.version, inp.source, unknowns, inp.meta,
                    inp.read.get("syscalls"), inp.small, inp.local)
-    result["confidence"] = "none: the evidence given decides no cause" if result.get("undecided") else \
-        CONFIDENCE[inp.source]
+    result["confidence"] = CONFIDENCE[inp.source]
     return result
 
 

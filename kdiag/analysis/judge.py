@@ -124,8 +124,6 @@ def one_write_rules_out_nagle(n_one: int, one_wait_p50_ms: float | None, split_w
             and one_wait_p50_ms >= max(SLOW_MS, ONE_WRITE_WAIT_SHARE * split_wait_p50_ms))
 
 
-# Fewer completed Produce requests than this, all fast, are not a healthy run.
-HEALTHY_MIN_REQUESTS = 3
 # The requests librdkafka sends on a new connection before any Produce
 # request (API names as its Sent lines give them, without "Request").
 CONNECTION_OPENERS = ("ApiVersion", "SaslHandshake", "SaslAuthenticate")
@@ -256,15 +254,7 @@ def concluded(s, per: dict, examples: dict | None, each: dict | None, pre: Befor
         findings.insert(0, {"cause": other.NAME, "share": round(k / n, 3), "requests": k,
                             "evidence": other.evidence(facts), "fix": other.fix(vt),
                             "fix_text": other.fix_text(facts)})
-    if verdict == "healthy" and n < HEALTHY_MIN_REQUESTS:
-        # One fast round trip says nothing of how long its messages waited
-        # before it was sent (a poll loop, linger, a blocked send): too few
-        # to call the run healthy.
-        unknowns = [*unknowns, f"{n} Produce request(s) completed, fast (rtt p50 {summary.get('rtt_p50_ms')} ms): "
-                    f"too few to call the run healthy; how long messages waited before the send is not shown"]
-        result = result_of(meta, version, verdict, [], summary, unknowns, undecided=True)
-    else:
-        result = result_of(meta, version, verdict, findings, summary, unknowns)
+    result = result_of(meta, version, verdict, findings, summary, unknowns)
     result["request_rows"] = each
     return result
 
