@@ -4,9 +4,11 @@ lines copied out of an editor's search results or counted by uniq -c. Each
 is read into rdkafka_events with the kind and fields the judge reads."""
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
 from kdiag.parsers.rdkafka_log import looks_like, parse_lines
+from kdiag.parsers.rdkafka_log.parser import RdkafkaLogParser
 
 B = "kafka-2.example:9092/2"
 
@@ -151,3 +153,23 @@ def test_markdown_table_rows():
                 f"[thrd:{B}]: {B}: Receive failed: Disconnected |"])
     assert [(r["event"], r["ts_us"], r["level"], r["text"]) for r in got] == [
         ("fail", 1795600801788000, 3, "Receive failed: Disconnected")]
+
+
+@pytest.mark.parametrize("name", ["app/3", "<HIDDEN>/3", "kafka-3.[[HIDDEN]]:9092/3", "GroupCoordinator",
+                                  "[[HIDDEN]]"])
+def test_rewritten_broker_names_do_not_stop_a_line(name):
+    lines = [f"%5|1795600801.100|REQTMOUT|app#producer-1| [thrd:{name}]: {name}: Timed out ProduceRequest in flight "
+             "(after 30012ms, timeout #0)",
+             f"%4|1795600801.101|REQTMOUT|app#producer-1| [thrd:{name}]: {name}: Timed out 1 in-flight, "
+             "0 retry-queued, 0 out-queue, 0 partially-sent requests"]
+    for fast in (True, False):
+        p = RdkafkaLogParser(fast=fast)
+        got = p.feed(pa.array(lines)).to_pylist()
+        assert [(r["thread"], r["broker"], r["event"], r["request"], r["elapsed_ms"], r["count"]) for r in got] == [
+            (name, name, "timeout", "Produce", 30012.0, None), (name, name, "timeouts", None, None, 1)], fast
+        assert p.counts.parsed == 2
+
+
+def test_a_prefix_is_not_a_rewritten_broker_name():
+    r = one(f"app#producer-1:SEND:{B}: Sent ProduceRequest (v7, 900 bytes @ 0, CorrId 5)")
+    assert (r["event"], r["broker"], r["corr_id"]) == ("send", B, 5)
