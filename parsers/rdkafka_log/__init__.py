@@ -58,7 +58,10 @@ Retrying lines without ``prev CorrId`` before 0.11.4; broker names with or
 without a ``proto://`` scheme).
 
 One row per librdkafka line, every line kept (``event`` = ``other`` when it
-is not one of the kinds below):
+is not one of the kinds below), but for an ERROR line that repeats the FAIL
+line just before it (librdkafka logs a broker failure twice when the
+application sets no error_cb): dropped, counted as skipped ``error_copy``,
+so that one disconnect is one ``fail`` row:
 
 ==============  ========  =====================================================
 column          type      meaning (null when the line does not carry it)
