@@ -42,6 +42,10 @@ these are read, recognised by content, line by line (a file may mix them):
   by ``uniq -c`` (finds.py): the prefix cut off, the count kept
   (``repeat``).
 
+* records a terminal, a console or a logger broke over lines (joins.py):
+  the pieces joined back, at most joins.MAX_JOINED a record, counted as
+  skipped ``joined``.
+
 * lines that hold only one of librdkafka's errors (wrapped.error_lines):
   ``Local: Message timed out`` in a delivery report or an exception.
 

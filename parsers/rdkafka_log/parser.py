@@ -23,6 +23,7 @@ from kdiag.parsers.rdkafka_log.columns import (
     unquote,
 )
 from kdiag.parsers.rdkafka_log.finds import strip_finds
+from kdiag.parsers.rdkafka_log.joins import join_wrapped
 from kdiag.parsers.rdkafka_log.patterns import (
     ANYWHERE,
     BROKER,
@@ -227,6 +228,10 @@ class RdkafkaLogParser:
             self.counts.skip("find_header", int(header.sum()))
             keep = np.flatnonzero(~header)
             lines, line_no = lines.take(pa.array(keep)), line_no[keep]
+        lines, keep = join_wrapped(lines)
+        if len(keep) < len(line_no):
+            self.counts.skip("joined", len(line_no) - len(keep))
+            line_no = line_no[keep]
         table = self._feed_lines(lines, line_no)
         if (repeat != 1).any() and table.num_rows:
             at = table["line_no"].to_numpy() - first_line_no
