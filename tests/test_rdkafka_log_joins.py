@@ -82,3 +82,22 @@ def test_joins_are_bounded():
     t, c = parse_lines(lines)
     assert t.num_rows == 1 and c.skipped["joined"] == MAX_JOINED
     assert c.lines == c.parsed + sum(c.skipped.values())
+
+
+def test_debug_module_errors_and_their_stack_are_not_joined():
+    lines = ["app:kafka Error: Local: Broker transport failure",
+             "  app:kafka     at Function.create (/srv/app/node_modules/kafka/lib/error.js:52:10)",
+             "  app:kafka     at /srv/app/node_modules/kafka/lib/client.js:301:20 +0ms",
+             "  app:kafka Error: Local: Broker transport failure",
+             "  app:kafka     at Function.create (/srv/app/node_modules/kafka/lib/error.js:52:10) +3ms"]
+    t, c = parse_lines(lines)
+    got = [(r["line_no"], r["event"], r["error"]) for r in t.to_pylist()]
+    assert got == [(1, "app_error", "Local: Broker transport failure"), (4, "app_error", "Local: Broker transport failure")]
+    assert "joined" not in c.skipped
+
+
+def test_event_log_json_behind_a_prefix_keeps_the_queued_but_not_up_line():
+    msg = f"[thrd:{B}]: {B}: orders [2] 3 message(s) queued but broker not up"
+    t, c = parse_lines([f'WARN:KAFKA{{"severity":7,"fac":"TOPPAR","message":"{msg}"}}'])
+    r = t.to_pylist()[0]
+    assert (r["facility"], r["broker"], r["text"]) == ("TOPPAR", B, "orders [2] 3 message(s) queued but broker not up")
