@@ -101,3 +101,21 @@ def test_event_log_json_behind_a_prefix_keeps_the_queued_but_not_up_line():
     t, c = parse_lines([f'WARN:KAFKA{{"severity":7,"fac":"TOPPAR","message":"{msg}"}}'])
     r = t.to_pylist()[0]
     assert (r["facility"], r["broker"], r["text"]) == ("TOPPAR", B, "orders [2] 3 message(s) queued but broker not up")
+
+
+def test_console_object_message_left_open_over_lines():
+    lines = ["{",
+             "timestamp: 1795600801100",
+             "fac: 'REQTMOUT',",
+             f"message: '[thrd:{B}]:",
+             f"{B}: Timed out ProduceRequest in flight (after 30050ms, timeout",
+             "#0)',",
+             "}",
+             "fac: 'FAIL',",
+             f"message: '[thrd:{B}]: {B}: 1 request(s) timed out: disconnect (after 90210ms in",
+             "state UP)',",
+             "message: 'timed out',"]
+    t, c = parse_lines(lines)
+    got = [(r["line_no"], r["event"], r["broker"], r["elapsed_ms"], r["count"]) for r in t.to_pylist()]
+    assert got == [(4, "timeout", B, 30050.0, None), (9, "fail", B, 90210.0, 1)]
+    assert c.skipped["joined"] == 3

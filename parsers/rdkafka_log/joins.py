@@ -10,7 +10,8 @@ Two shapes, both seen in pastes:
   failed"). The cut line's length is the chunk's longest, found on two
   lines or more;
 * a line broken at a space and its rest indented ("(errno: Connection" /
-  " timed out)").
+  " timed out)"), or not indented inside a console.log'd object's
+  ``message: '...'`` left open.
 
 A continuation is joined to the line before it, when that line is one of
 librdkafka's records or errors, if it does not start as a record does: it is indented, or it follows a line cut at the column and
@@ -43,7 +44,30 @@ _STARTS = (r"[A-Za-z]*Error: |\s{2,}at \S|%[0-7]\||\[thrd:|RDKAFKA-[0-7]-|#(?:pr
            r"(?:severity|fac|name|timestamp|message): )|^(?:Emergency|Alert|Critical|Error|Warning|Notice|Info|Debug)\|")
 _RECORD = (r"%[0-7]\||\[thrd:|RDKAFKA-[0-7]-|#(?:producer|consumer)-[0-9]|\|[A-Z]{3,}\||[Ff]ailed|Local: |"
            r"[Ee]rror|[Tt]imed out|[Tt]ransport")
+# util.inspect's "message: '...": a single-quoted string not closed on its line.
+_OPEN_MESSAGE = r"^\s*message: '(?:[^'\\]|\\.)*$"
 _SPACE = np.frombuffer(b" \t", dtype=np.uint8)
+
+
+def _open_quotes(lines: pa.Array, n: int) -> np.ndarray:
+    """The lines that go on a console.log'd object's ``message: '...``
+    left open on the line before (a console that wraps at a space, its
+    pieces not indented), up to the one that closes it; at most
+    MAX_JOINED."""
+    out = np.zeros(n, dtype=bool)
+    has = np.flatnonzero(null_as_false(pc.match_substring(lines, "message: '")))
+    if not len(has):
+        return out
+    open_ = has[null_as_false(pc.match_substring_regex(lines.take(pa.array(has)), _OPEN_MESSAGE))]
+    for i in open_:
+        rest = lines.slice(i + 1, MAX_JOINED).to_pylist()
+        for k, piece in enumerate(rest):
+            if not piece or not piece.strip():
+                break
+            out[i + 1 + k] = True
+            if "'" in piece:
+                break
+    return out
 
 
 def join_wrapped(lines: pa.Array) -> tuple[pa.Array, np.ndarray]:
@@ -68,6 +92,8 @@ def join_wrapped(lines: pa.Array) -> tuple[pa.Array, np.ndarray]:
         lower = ((first >= ord("a")) & (first <= ord("z"))) | (first == ord("_"))
         cont |= after_cut & lower
     cont |= indented & (length > 0)
+    quoted = _open_quotes(lines, n)
+    cont |= quoted
     cont[0] = False
     # The line before must hold something: a blank line ends a record.
     cont[1:] &= length[:-1] > 0
@@ -76,7 +102,7 @@ def join_wrapped(lines: pa.Array) -> tuple[pa.Array, np.ndarray]:
         return lines, keep_all
     starts = null_as_false(pc.match_substring_regex(lines.take(pa.array(idx)), _STARTS))
     blank = null_as_false(pc.match_substring_regex(lines.take(pa.array(idx)), r"^\s*$"))
-    cont[idx[starts | blank]] = False
+    cont[idx[(starts | blank) & ~quoted[idx]]] = False
     # Bounded: the MAX_JOINED+1th line of a run and those after it stay lines.
     run = np.zeros(n, dtype=np.int64)
     idx = np.flatnonzero(cont)
@@ -111,7 +137,9 @@ def join_wrapped(lines: pa.Array) -> tuple[pa.Array, np.ndarray]:
             # Cut at the column (a logger's wrap indents by its prefix's width,
             # and its first line may be longer than the pieces): the piece
             # goes on where the cut fell.
-            if after_cut[k] or (indented[k] and pad >= _LOGGER_INDENT and length[k - 1] >= _MIN_WIDTH):
+            if quoted[k]:
+                text = text.rstrip() + " " + piece.strip()
+            elif after_cut[k] or (indented[k] and pad >= _LOGGER_INDENT and length[k - 1] >= _MIN_WIDTH):
                 text += piece[pad:] if indented[k] else piece
             else:
                 text = text.rstrip() + " " + piece.lstrip()
