@@ -155,7 +155,8 @@ def looks_like(sample: list[str]) -> float:
         return 0.0
     p = RdkafkaLogParser()
     p.feed(pa.array(lines, pa.string()), 1)
-    return (p.counts.parsed + p.counts.skipped.get("record_part", 0) + p.counts.skipped.get("find_header", 0)) / len(lines)
+    whole = ("record_part", "find_header", "joined")
+    return (p.counts.parsed + sum(p.counts.skipped.get(k, 0) for k in whole)) / len(lines)
 
 
 FORMATS = (
