@@ -56,7 +56,7 @@ from kdiag.parsers.rdkafka_log.patterns import (
     THREAD_STRIP,
 )
 from kdiag.parsers.rdkafka_log.plain import plain_lines
-from kdiag.parsers.rdkafka_log.wrapped import error_lines, join_continued, split_joined, unmangle, unquoted, wrapped
+from kdiag.parsers.rdkafka_log.wrapped import error_lines, join_continued, unmangle, unquoted, wrapped
 from kdiag.parsers.scan import byte_at
 from kdiag.parsers.strings import data_buffer, offsets_data, validity, views, with_valid
 
@@ -246,7 +246,6 @@ class RdkafkaLogParser:
             self.counts.skip("find_header", int(header.sum()))
             keep = np.flatnonzero(~header)
             lines, line_no = lines.take(pa.array(keep)), line_no[keep]
-        lines, line_no = split_joined(lines, line_no)
         lines, line_no, continued = join_continued(lines, line_no)
         if continued:
             self.counts.skip("record_part", continued)
