@@ -92,6 +92,8 @@ from kdiag.collectors.base import (
 )
 from kdiag.deadline import Deadline
 
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
 NAME = "sockets"
 # Not a hard need: without it the sockets are still listed, without
 # TCP_NODELAY and TCP_INFO.
@@ -148,7 +150,9 @@ def sample_loop(pid: int, out_path, interval_ms: float = 100, duration_s: float 
     next_at = wall0
     try:
         while True:
-            if stop.is_set():
+            # A stop that comes before the first sample still gets one while
+            # the target lives: the capture's socket state rests on it.
+            if stop.is_set() and (costs or sampler.target_exited()):
                 st.stopped_by = "stop"
                 break
             if sampler.target_exited():
@@ -241,7 +245,10 @@ def main(argv: list[str] | None = None) -> int:
         got.append(signum)
         stop.set()
 
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    old = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
+    # spawn() blocks these until here, so a stop sent while Python starts
+    # waits for the handler instead of killing the sampler without a status.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     try:
         st = sample_loop(a.pid, a.out, interval_ms=a.interval_ms, duration_s=a.duration, ports=ports, stop=stop)
     finally:
@@ -271,7 +278,14 @@ def spawn(pid: int, out, duration_s: float | None = None):
     if duration_s:
         cmd += ["--duration", str(duration_s)]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                            preexec_fn=dies_with_parent, start_new_session=True, text=True)
+                            preexec_fn=_preexec, start_new_session=True, text=True)
+
+
+def _preexec() -> None:
+    # A blocked signal stays pending across exec; main() unblocks it once
+    # its handler is in place.
+    dies_with_parent()
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
 
 
 def collect(proc) -> dict:

@@ -352,22 +352,21 @@ def test_where_inputs_are_parsed_the_copies_are_seen_as_spark_sees_them(spark, t
 
 
 def test_a_file_kdiag_cannot_read_is_still_known_to_be_about_a_kafka_client(tmp_path):
-    # Shapes no parser reads: a debugger's dump of a broker handle, a typed
-    # language's print of the statistics.
+    # Shapes no parser reads: a debugger's dump of a broker handle, the
+    # statistics as a metrics exporter shows them.
     dump = tmp_path / "gdb.txt"
     dump.write_text("$1 = {rkb_link = {tqe_next = 0x0}, rkb_nodeid = 2, rkb_req_timeouts = 3}\n")
     typed = tmp_path / "stats.txt"
-    typed.write_text("Statistics { name: \"p-1\", brokers: { \"b:9092/1\": Broker { int_latency: Some(Window {"
-                     " p50: 900 }) } } }\n")
+    typed.write_text('rdkafka_broker_int_latency_p99{broker="b:9092/1"} 912000\n')
     far = tmp_path / "far.txt"
     far.write_bytes(b"x" * (detect_mod.KAFKA_HEAD_BYTES + 10) + b" rdkafka\n")
     (tmp_path / "image.png").write_bytes(PNG)
     assert detect_mod.kafka_words(dump) == ["rkb_"]
-    assert detect_mod.kafka_words(typed) == ["int_latency"]
+    assert detect_mod.kafka_words(typed) == ["kafka"]
     assert detect_mod.kafka_words(far) == [], "only the head is read"
     assert detect_mod.kafka_words(tmp_path / "image.png") == detect_mod.kafka_words(Path("/bin/ls")) == []
     parsed = parse_paths([dump, typed, tmp_path / "image.png"], tmp_path / "out")
     about = {Path(e["path"]).name: e.get("about_kafka") for e in parsed.files}
-    assert about == {"gdb.txt": ["rkb_"], "stats.txt": ["int_latency"], "image.png": None}
+    assert about == {"gdb.txt": ["rkb_"], "stats.txt": ["kafka"], "image.png": None}
     assert any("gdb.txt: not a format kdiag reads, though it is about a Kafka client (rkb_)" in n
                for n in parsed.notes), parsed.notes

@@ -354,6 +354,23 @@ def test_command_line_stops_on_sigterm_and_filters_ports(peers, tmp_path):
     assert set(tables["sockets"]["remote_port"].to_pylist()) == {peers.echo_port}
 
 
+def test_a_stop_sent_while_the_sampler_starts_still_gets_a_status_and_a_sample(peers, tmp_path):
+    """The capture stops its sampler as soon as a short command ends; on a
+    busy host that can be before the sampler's Python has its handler."""
+    need(root=True)
+    p, _ = start_target(tmp_path, [str(peers.echo_port), str(peers.sink_port)])
+    out = tmp_path / "s.jsonl"
+    try:
+        c = c_sockets.spawn(p.pid, out)
+        c.send_signal(signal.SIGTERM)     # at once: the interpreter has not started
+        st_ = c_sockets.collect(c)
+        assert p.poll() is None, "the target must outlive the sampler"
+    finally:
+        stop_target(p)
+    assert c.returncode == 0
+    assert st_["state"] == "ok" and st_["stopped_by"] == "signal" and st_["samples"] == 1, st_
+
+
 _libc = ctypes.CDLL(None, use_errno=True)
 PR_CAPBSET_DROP, CAP_SYS_PTRACE = 24, 19
 

@@ -236,4 +236,5 @@ def test_hostile_input_costs_its_length(name):
         return time.perf_counter() - t0
 
     small = min(took(4_000) for _ in range(3))
-    assert took(40_000) < 10 * max(small, 2e-3) * 3
+    # Each size's best of three: one run on a busy host measures the host.
+    assert min(took(40_000) for _ in range(3)) < 10 * max(small, 2e-3) * 3

@@ -57,7 +57,7 @@ from kdiag.parsers.rdkafka_log.patterns import (
     THREAD_STRIP,
 )
 from kdiag.parsers.rdkafka_log.plain import plain_lines
-from kdiag.parsers.rdkafka_log.wrapped import error_lines, split_joined, unmangle, unquoted, wrapped
+from kdiag.parsers.rdkafka_log.wrapped import error_lines, unmangle, unquoted, wrapped
 from kdiag.parsers.scan import byte_at
 from kdiag.parsers.strings import data_buffer, offsets_data, validity, views, with_valid
 
@@ -252,7 +252,6 @@ class RdkafkaLogParser:
             self.counts.skip("find_header", int(header.sum()))
             keep = np.flatnonzero(~header)
             lines, line_no = lines.take(pa.array(keep)), line_no[keep]
-        lines, line_no = split_joined(lines, line_no)
         lines, keep = join_wrapped(lines)
         if len(keep) < len(line_no):
             self.counts.skip("joined", len(line_no) - len(keep))

@@ -123,33 +123,6 @@ def unmangle(lines: pa.Array) -> pa.Array:
     return pc.replace_with_mask(lines, pa.array(mask), fixed)
 
 
-# A second "%<level>|<E.ms>|" record after spaces on the same line: records
-# joined by a paste (single spaces) or by a terminal wrap undone (a run of
-# spaces). RE2, linear in the line.
-_JOINED = r"\s+(%[0-7]\|\d{9,11}\.\d{3}\|)"
-
-
-def split_joined(lines: pa.Array, line_no: np.ndarray) -> tuple[pa.Array, np.ndarray]:
-    """Records joined on one line split apart, each keeping the line's
-    number; the lines unchanged when none is (a literal check first)."""
-    cheap = null_as_false(pc.match_substring(lines, " %"))
-    if not cheap.any():
-        return lines, line_no
-    hit = null_as_false(pc.match_substring_regex(lines.filter(pa.array(cheap)), _JOINED))
-    if not hit.any():
-        return lines, line_no
-    parts = pc.split_pattern(pc.replace_substring_regex(pc.fill_null(lines, ""), _JOINED, "\n\\1"), "\n")
-    parent = pc.list_parent_indices(parts).to_numpy()
-    return pc.list_flatten(parts), line_no[parent]
-
-
-# A logger or console that breaks records at a fixed width and indents the
-# rest (a mainframe-style job log, 23 spaces; a Windows console): the line
-# after a long one, starting with a run of spaces, continues it mid-word.
-_CONTINUED = r"^ {16,}\S"
-_BROKEN_AT = 60
-
-
 def wrapped(lines: pa.Array, idx: np.ndarray, pieces: list) -> np.ndarray:
     """Rows of lines where librdkafka's message stands inside any other
     wrapper, appended to ``pieces`` (the message without the space the
