@@ -78,6 +78,10 @@ def no_signals(spark) -> dict:
 
 def _finished(row: dict) -> dict:
     row["timed_out"] = max(row["timed_out"] or 0, row["timeout_lines"] or 0, row["fail_timeouts"] or 0)
+    not_up, detail = row.pop("not_up_lines") or 0, row.pop("not_up_detail")
+    if not_up and not row["produce_responses"]:
+        row["down_lines"] = (row["down_lines"] or 0) + not_up
+        row["down_detail"] = row["down_detail"] or detail
     for k in ("timeout_after_ms", "fail_avg_rtt_ms", "batch_msgs_p50"):
         row[k] = rounded(row[k], 3)
     return row
@@ -124,8 +128,10 @@ def _columns() -> list:
     # A FAIL line's error is its disconnect's, counted as one above.
     other = erred & ~produce_error & (ev != "fail") & ~(app & down) & ~delivery_timeout
     # TOPPAR's "[3] 1 message(s) queued but broker not up": messages wait for
-    # a leader's connection.
-    down = down | F.coalesce(F.col("text").rlike("queued but broker not up"), F.lit(False))
+    # a leader's connection. Every producer logs it while its first
+    # connection comes up, so it counts as down only in a run where no
+    # Produce request completed (_finished).
+    not_up = F.coalesce(F.col("text").rlike("queued but broker not up"), F.lit(False))
     return [
         lines(ev == "timeout").alias("timeout_lines"),
         F.sum(F.when(ev == "timeouts", F.col("count"))).alias("timed_out"),
@@ -140,6 +146,8 @@ def _columns() -> list:
         lines(down).alias("down_lines"),
         F.first(F.when(down, F.coalesce(F.col("detail"), F.col("error"), F.col("text"))), ignorenulls=True)
         .alias("down_detail"),
+        lines(not_up).alias("not_up_lines"),
+        F.first(F.when(not_up, F.col("text")), ignorenulls=True).alias("not_up_detail"),
         lines(idle).alias("idle_disconnects"),
         F.first(F.when(idle, F.col("detail")), ignorenulls=True).alias("idle_detail"),
         F.max(F.when(idle, up_ms)).alias("idle_up_max_ms"),
