@@ -38,10 +38,13 @@ MAX_JOINED = 8
 _MIN_WIDTH = 60
 _LOGGER_INDENT = 8
 # A line that starts a record of any format read here, or is one of
-# node's util.inspect record lines or a stack frame (behind a prefix too:
-# the debug module's "  app:error     at f (file.js:1:2)").
+# node's util.inspect record lines (a string's pieces too, "    ' Sent
+# ProduceRequest ...'," after a "'...' +": the parser reads them) or a
+# stack frame (behind a prefix too: the debug module's "  app:error     at
+# f (file.js:1:2)").
 _STARTS = (r"[A-Za-z]*Error: |\s{2,}at \S|%[0-7]\||\[thrd:|RDKAFKA-[0-7]-|#(?:producer|consumer)-[0-9]|^\s*(?:at |\{|\}|[A-Za-z]+: |"
-           r"(?:severity|fac|name|timestamp|message): )|^(?:Emergency|Alert|Critical|Error|Warning|Notice|Info|Debug)\|")
+           r"(?:severity|fac|name|timestamp|message): )|^(?:Emergency|Alert|Critical|Error|Warning|Notice|Info|Debug)\||"
+           r"^    ['\"`].*['\"`](?: \+)?,?$")
 _RECORD = (r"%[0-7]\||\[thrd:|RDKAFKA-[0-7]-|#(?:producer|consumer)-[0-9]|\|[A-Z]{3,}\||[Ff]ailed|Local: |"
            r"[Ee]rror|[Tt]imed out|[Tt]ransport")
 # util.inspect's "message: '...": a single-quoted string not closed on its line.
