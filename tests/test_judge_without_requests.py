@@ -260,3 +260,168 @@ def test_the_statistics_newer_columns_are_read_when_present(spark):
     assert st["msg_cnt_max"] == 90 and st["tx"] == 60 and st["tx_grew"] == 40   # both UP brokers sent
     assert st["batch_msgs_p50"] == 1.0 and st["batch_bytes_p50"] == 250.0 and st["batch_topics"] == 1
     assert _verdict({k: v for k, v in st.items() if k != "series"})[0] == "client_queueing"
+
+
+def test_idle_disconnects_are_not_a_broker_down(spark, tmp_path):
+    """Connections the broker closed while idle (connections.max.idle.ms)
+    decide nothing; a connection dropped within a second of coming up, or
+    messages queued for a broker that is not up, are broker_down."""
+    b = "k2.example:9092/2"
+    t = 1_760_000_000.0
+    idle = tmp_path / "idle.log"
+    idle.write_text(
+        f"%3|{t:.3f}|FAIL|rdkafka#producer-1| [thrd:{b}]: {b}: Receive failed: Disconnected\n"
+        f"%3|{t + 0.001:.3f}|ERROR|rdkafka#producer-1| [thrd:{b}]: {b}: Receive failed: Disconnected\n"
+        f"%7|{t + 600:.3f}|FAIL|rdkafka#producer-1| [thrd:{b}]: {b}: Disconnected (after 600004ms in state UP)\n"
+        f"%7|{t + 600.001:.3f}|STATE|rdkafka#producer-1| [thrd:{b}]: {b}: Broker changed state UP -> DOWN\n")
+    rc, f = replay(idle)
+    assert rc == 0 and f["verdict"] is None and f["undecided"], f["findings"]
+    assert not f["findings"]
+    assert any("idle connections" in u and "600 s" in u for u in f["unknowns"]), f["unknowns"]
+
+    short = tmp_path / "short.log"
+    short.write_text("".join(
+        f"%7|{t + i:.3f}|FAIL|rdkafka#producer-1| [thrd:{b}]: {b}: Disconnected (after {40 + i}ms in state UP)\n"
+        f"%7|{t + i + 0.2:.3f}|TOPPAR|rdkafka#producer-1| [thrd:{b}]: {b}: orders [1] 3 message(s) queued but "
+        f"broker not up\n" for i in range(3)))
+    rc, f = replay(short)
+    assert rc == 0 and f["verdict"] == "broker_down", f["findings"]
+    assert f["findings"][0]["rests_on"] == ["error lines"]
+    assert f["findings"][0]["requests"] == 6
+
+
+def test_application_errors_and_counted_lines(spark, tmp_path):
+    """Delivery reports an application logged ("Local: Message timed out")
+    name request_timeout when they repeat, one alone decides nothing; a
+    line counted by uniq -c stands for its count."""
+    def app_log(name, n):
+        p = tmp_path / name
+        p.write_text("2026-11-28 10:00:01,120 INFO  app.producer - started producer for topic ledger\n" + "".join(
+            f"2026-11-28 10:00:31,{900 + i} ERROR app.producer - delivery of record {17 + i} failed: "
+            f"Local: Message timed out\n" for i in range(n)))
+        return p
+    rc, f = replay(app_log("three.log", 3))
+    assert rc == 0 and f["verdict"] == "request_timeout", f["findings"]
+    assert f["findings"][0]["rests_on"] == ["error lines"] and f["findings"][0]["requests"] == 3
+    rc, f = replay(app_log("one.log", 1))
+    assert f["verdict"] is None and f["undecided"], f["findings"]
+
+    b = "k3.example:9092/3"
+    counted = tmp_path / "counted.txt"
+    counted.write_text(
+        f"     40 %3|1760000000.100|FAIL|rdkafka#producer-1| [thrd:{b}]: {b}: Connect to ipv4#192.0.2.33:9092 "
+        f"failed: Connection refused (after 1ms in state CONNECT)\n"
+        f"      2 %3|1760000000.200|ERROR|rdkafka#producer-1| [thrd:{b}]: {b}: Connect to ipv4#192.0.2.33:9092 "
+        f"failed: Connection refused\n")
+    rc, f = replay(counted)
+    assert f["verdict"] == "broker_down" and f["findings"][0]["requests"] == 42, f["findings"]
+    assert f["findings"][0]["rests_on"] == ["error lines"]
+
+
+def test_a_full_or_growing_client_queue_is_client_queueing():
+    """msg_cnt at msg_max, or a queue count that grows across snapshots, is
+    client_queueing from the statistics alone, without an int_latency window."""
+    bare = {"int_latency_p50_ms": None, "rtt_p50_ms": None}
+    verdict, got = _verdict({**bare, "msg_cnt_max": 99_950, "msg_max_max": 100_000})
+    assert verdict == "client_queueing" and got["findings"][0]["rests_on"] == ["statistics"]
+    assert any("99950 messages of at most 100000" in e for e in got["findings"][0]["evidence"])
+    assert _verdict({**bare, "msg_cnt_max": 4_000, "msg_max_max": 100_000})[1]["undecided"]
+    series = [{"snapshot": i, "msg_cnt": 500 * 4 ** i} for i in range(4)]
+    verdict, got = _verdict({**bare, "msg_cnt_max": 32_000, "msg_max_max": 100_000, "series": series})
+    assert verdict == "client_queueing"
+    assert any("grew from 500 to 32000" in e for e in got["findings"][0]["evidence"])
+    # A count that rises and falls is batches forming and leaving.
+    series = [{"snapshot": i, "msg_cnt": n} for i, n in enumerate((500, 3000, 200, 2500))]
+    assert _verdict({**bare, "msg_cnt_max": 3000, "msg_max_max": 100_000, "series": series})[1]["undecided"]
+
+
+def test_a_cut_object_with_a_full_queue(spark, tmp_path):
+    """An object cut after its bootstrap handle still says the client's queue
+    was full: msg_cnt and msg_max are the client's, not a broker's."""
+    whole = json.dumps({
+        "name": "rdkafka#producer-1", "client_id": "rdkafka", "type": "producer", "ts": 5_000_000,
+        "time": 1_760_000_000, "replyq": 0, "msg_cnt": 49_990, "msg_size": 0, "msg_max": 50_000,
+        "msg_size_max": 1073741824,
+        "brokers": {"k1.example:9092/bootstrap": _broker("k1.example:9092/bootstrap", -1, "UP", 0.0, 0.0),
+                    "k1.example:9092/1": _broker("k1.example:9092/1", 1, "UP", 2.0, 1.0)}}, indent=2)
+    cut = tmp_path / "cut.json"
+    cut.write_text(whole[:whole.index('"k1.example:9092/1"')] + "\n")
+    rc, f = replay(cut)
+    assert rc == 0 and f["verdict"] == "client_queueing", (f["findings"], f["unknowns"])
+    assert f["findings"][0]["rests_on"] == ["statistics"]
+    assert any("49990 messages of at most 50000" in e for e in f["findings"][0]["evidence"])
+
+
+def test_topic_windows_alone_name_small_batches(spark, tmp_path):
+    """The "topics" part of an object alone: hundreds of one-message batches
+    are small_batches, from the statistics; a few are not enough."""
+    def win(v, n):
+        return {"min": v, "max": v, "avg": v, "sum": v * n, "stddev": 0, "p50": v, "p75": v, "p90": v, "p95": v,
+                "p99": v, "p99_99": v, "outofrange": 0, "hdrsize": 100, "cnt": n}
+    body = json.dumps({"ledger": {"topic": "ledger", "age": 30000, "metadata_age": 29000,
+                                  "batchsize": win(180, 420), "batchcnt": win(1, 420)}}, indent="\t")
+    part = tmp_path / "topics.txt"
+    part.write_text('"topics": ' + body + "\n")
+    rc, f = replay(part)
+    assert rc == 0 and f["verdict"] == "small_batches", (f["findings"], f["unknowns"])
+    assert f["findings"][0]["rests_on"] == ["statistics"]
+    assert any("over 420 batches" in e for e in f["findings"][0]["evidence"])
+    few = {"brokers": 0, "tx": None, "tx_grew": None, "int_latency_p50_ms": None, "rtt_p50_ms": None,
+           "batch_msgs_p50": 1.0, "batch_windows": 1, "batch_count": 12}
+    assert _verdict(few)[1]["undecided"]
+    assert _verdict({**few, "batch_count": 400})[0] == "small_batches"
+
+
+def _perf_table(path, rows):
+    names = ("elapsed", "msgs", "bytes", "rtt", "dr", "dr_m/s", "dr_MB/s", "dr_err", "tx_err", "outq")
+    lines = ["% Sending messages of size 200 bytes", "|" + "|".join(f"{n:>12} " for n in names) + "|"]
+    for r in rows:
+        lines.append("|" + "|".join(f"{v:>12} " for v in r) + "|")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_performance_tool_backlog_is_client_queueing(spark, tmp_path):
+    """rdkafka_performance's table: undelivered messages at tens of
+    thousands while produce() is refused is client_queueing; a few refusals
+    beside no backlog decide nothing."""
+    rows = [(1000 * i, 90_000 * i, 18_000_000 * i, 40 + 20 * i, 60_000 * i - 50_000, 60_000, "12.00", 0, 150 * i,
+             30_000 + 15_000 * i) for i in range(1, 5)]
+    rc, f = replay(_perf_table(tmp_path / "perf.txt", rows))
+    assert rc == 0 and f["verdict"] == "client_queueing", (f["findings"], f["unknowns"])
+    assert f["findings"][0]["rests_on"] == ["statistics"]
+    assert any("up to 90000 messages not yet delivered" in e and "600 produce()" in e
+               for e in f["findings"][0]["evidence"]), f["findings"][0]["evidence"]
+    rc, f = replay(_perf_table(tmp_path / "calm.txt", [(1000, 90_000, 18_000_000, 3, 89_000, 89_000, "17.80", 0, 12,
+                                                         1000)]))
+    assert f["verdict"] != "client_queueing", f["findings"]
+
+
+def test_a_slow_opening_request_alone_is_the_path(spark, tmp_path):
+    """No Produce request, only a connection's ApiVersionRequest that took
+    long: network_latency at low confidence, resting on the requests; a fast
+    one decides nothing."""
+    rc, f = replay(write_tls_log(tmp_path / "opener.log", 71.0, 62.0, n=0))
+    assert rc == 0 and f["verdict"] == "network_latency", (f["findings"], f["unknowns"])
+    top = f["findings"][0]
+    assert top["rests_on"] == ["requests"] and top["share"] == 0.5
+    assert any("ApiVersionRequest" in e and "71 ms" in e for e in top["evidence"]), top["evidence"]
+    rc, f = replay(write_tls_log(tmp_path / "fast_opener.log", 0.9, 62.0, n=0))
+    assert f["verdict"] != "network_latency", f["findings"]
+
+
+def test_an_strace_summary_alone_says_what_it_shows(spark, tmp_path):
+    """strace -c's table decides no cause by itself; the undecided result
+    says which call took the traced time."""
+    summary = tmp_path / "strace_c.txt"
+    summary.write_text(
+        "% time     seconds  usecs/call     calls    errors syscall\n"
+        "------ ----------- ----------- --------- --------- ----------------\n"
+        " 97.10    2.401200          40     60030           poll\n"
+        "  2.90    0.071700          13      5190           sendmsg\n"
+        "------ ----------- ----------- --------- --------- ----------------\n"
+        "100.00    2.472900                 65220           total\n")
+    rc, f = replay(summary)
+    assert rc == 0 and f["verdict"] is None and f["undecided"], f["findings"]
+    assert any("poll: 97.1% of the traced time, 60,030 calls, 40 µs a call" in u for u in f["unknowns"]), \
+        f["unknowns"]

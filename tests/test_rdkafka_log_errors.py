@@ -4,9 +4,11 @@ lines copied out of an editor's search results or counted by uniq -c. Each
 is read into rdkafka_events with the kind and fields the judge reads."""
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
 from kdiag.parsers.rdkafka_log import looks_like, parse_lines
+from kdiag.parsers.rdkafka_log.parser import RdkafkaLogParser
 
 B = "kafka-2.example:9092/2"
 
@@ -151,3 +153,52 @@ def test_markdown_table_rows():
                 f"[thrd:{B}]: {B}: Receive failed: Disconnected |"])
     assert [(r["event"], r["ts_us"], r["level"], r["text"]) for r in got] == [
         ("fail", 1795600801788000, 3, "Receive failed: Disconnected")]
+
+
+@pytest.mark.parametrize("name", ["app/3", "<HIDDEN>/3", "kafka-3.[[HIDDEN]]:9092/3", "GroupCoordinator",
+                                  "[[HIDDEN]]"])
+def test_rewritten_broker_names_do_not_stop_a_line(name):
+    lines = [f"%5|1795600801.100|REQTMOUT|app#producer-1| [thrd:{name}]: {name}: Timed out ProduceRequest in flight "
+             "(after 30012ms, timeout #0)",
+             f"%4|1795600801.101|REQTMOUT|app#producer-1| [thrd:{name}]: {name}: Timed out 1 in-flight, "
+             "0 retry-queued, 0 out-queue, 0 partially-sent requests"]
+    for fast in (True, False):
+        p = RdkafkaLogParser(fast=fast)
+        got = p.feed(pa.array(lines)).to_pylist()
+        assert [(r["thread"], r["broker"], r["event"], r["request"], r["elapsed_ms"], r["count"]) for r in got] == [
+            (name, name, "timeout", "Produce", 30012.0, None), (name, name, "timeouts", None, None, 1)], fast
+        assert p.counts.parsed == 2
+
+
+def test_a_prefix_is_not_a_rewritten_broker_name():
+    r = one(f"app#producer-1:SEND:{B}: Sent ProduceRequest (v7, 900 bytes @ 0, CorrId 5)")
+    assert (r["event"], r["broker"], r["corr_id"]) == ("send", B, 5)
+
+
+def test_error_copy_of_a_fail_line_is_dropped_and_counted():
+    fail = f"[thrd:{B}]: {B}: 12 request(s) timed out: disconnect (average rtt 950.125ms)"
+    refused = f"[thrd:{B}]: {B}: Connect to ipv4#10.1.2.3:9092 failed: Connection refused (after 0ms in state CONNECT)"
+    lines = [f"%3|1795600801.100|FAIL|app#producer-1| {fail}",
+             f"%3|1795600801.101|ERROR|app#producer-1| {fail}",
+             f"%3|1795600802.100|ERROR|app#producer-1| {refused}",   # its FAIL line not in the paste: kept
+             f"%3|1795600803.100|FAIL|app#producer-1| {fail}",
+             f"%3|1795600803.100|ERROR|app#producer-1| {fail}",
+             f"%3|1795600804.100|ERROR|app#producer-1| [thrd:{B}]: 1/1 brokers are down"]
+    t, c = parse_lines(lines)
+    got = [(r["line_no"], r["facility"], r["event"], r["count"]) for r in t.to_pylist()]
+    assert got == [(1, "FAIL", "fail", 12), (3, "ERROR", "fail", None), (4, "FAIL", "fail", 12),
+                   (6, "ERROR", "app_error", None)]
+    assert (c.parsed, c.skipped) == (4, {"error_copy": 2})
+    # the pair split between two chunks
+    p = RdkafkaLogParser()
+    first, second = p.feed(pa.array(lines[:1])), p.feed(pa.array(lines[1:2]), 2)
+    assert (first.num_rows, second.num_rows, p.counts.skipped) == (1, 0, {"error_copy": 1})
+
+
+def test_error_line_alone_or_far_from_its_fail_line_is_kept():
+    fail = f"[thrd:{B}]: {B}: Receive failed: Disconnected"
+    lines = [f"%3|1795600801.100|FAIL|app#producer-1| {fail}",
+             f"%3|1795600809.100|ERROR|app#producer-1| {fail}",       # 8 s later: another disconnect
+             f"%3|1795600809.200|ERROR|app#producer-1| [thrd:{B}]: kafka-9.example:9092/9: Receive failed: Disconnected"]
+    t, c = parse_lines(lines)
+    assert [r["event"] for r in t.to_pylist()] == ["fail"] * 3 and c.skipped == {}

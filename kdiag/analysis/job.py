@@ -109,7 +109,8 @@ def _judged(spark, inp: _Inputs, q, later: Later) -> dict:
     inp.meta["signals"] = later(lambda: signals(inp.log_writes if any_rows(inp.log_writes) else inp.log))
     # The statistics' windows and counters, by themselves (stats_windows).
     topics = read_table(spark, inp.tables_dir, "stats_topics")
-    inp.meta["stats"] = later(lambda: stats_summary(inp.stats, topics))
+    perf = read_table(spark, inp.tables_dir, "perf_intervals")
+    inp.meta["stats"] = later(lambda: stats_summary(inp.stats, topics, perf))
     inp.meta["evidence_read"] = tables_read(inp.tables_dir)
     way = route(inp.source, inp.syscalls is not None)
     if way is SIGNALS_ONLY:
@@ -174,7 +175,7 @@ def _judge_signals(spark, inp: _Inputs) -> dict:
     from kdiag.analysis.connections import path_rtt_of
 
     return judged_by_signals(inp.version, path_rtt_of(spark, str(inp.tables_dir), inp.conns),
-                             {**inp.meta, "signals": resolved(inp.meta["signals"]),
+                             {**inp.meta, "tables_dir": inp.tables_dir, "signals": resolved(inp.meta["signals"]),
                               "stats": resolved(inp.meta.get("stats"))})
 
 
@@ -197,6 +198,7 @@ def judged_by_signals(version: str | None, path: tuple, meta: dict) -> dict:
         result["unknowns"] = ["no librdkafka Sent/Received lines and no syscalls in the inputs: nothing to analyse"]
     elif result.get("undecided"):
         result["unknowns"] += undecided_unknowns(summary, result.get("evidence_read") or {})
+        result["unknowns"] += syscall_totals_said(meta.get("tables_dir"))
     result["confidence"] = confidence_without_requests(result)
     return result
 
@@ -208,6 +210,7 @@ _CONFIDENCE_BY_EVIDENCE = (
     ("error lines", "low: librdkafka's log lines other than Sent/Received"),
     ("log lines", "low: librdkafka's log lines other than Sent/Received"),
     ("path", "low: the path alone, no request, statistics or log line of the client seen"),
+    ("requests", "low: a connection's opening request, no Produce request seen"),
 )
 
 
@@ -216,6 +219,28 @@ def confidence_without_requests(result: dict) -> str:
         return "none: the evidence given decides no cause"
     top = (result.get("findings") or [{}])[0].get("rests_on") or []
     return next((c for kind, c in _CONFIDENCE_BY_EVIDENCE if kind in top), _CONFIDENCE_BY_EVIDENCE[1][1])
+
+
+def syscall_totals_said(tables_dir) -> list[str]:
+    """What an strace summary (``strace -c``, or calls counted with uniq -c)
+    shows, when it decides nothing: the call that took the most of the
+    traced time (else the most calls), with its count and time per call."""
+    import pyarrow.parquet as pq
+
+    path = Path(tables_dir) / "syscall_totals.parquet" if tables_dir else None
+    if path is None or not path.exists():
+        return []
+    rows = [r for r in pq.read_table(path, columns=["syscall", "calls", "usecs_per_call", "time_pct"]).to_pylist()
+            if r["syscall"] and r["syscall"] != "total"]
+    if not rows:
+        return []
+    top = max(rows, key=lambda r: (r["time_pct"] or 0.0, r["calls"] or 0))
+    said = [f"{top['time_pct']:g}% of the traced time" if top["time_pct"] is not None else None,
+            f"{top['calls']:,} calls" if top["calls"] is not None else None,
+            f"{top['usecs_per_call']} µs a call" if top["usecs_per_call"] is not None else None]
+    return [f"the strace summary: {top['syscall']}: " + ", ".join(x for x in said if x)
+            + (": the thread woke often to wait again; alone this decides no cause"
+               if top["syscall"] in ("poll", "epoll_wait", "select", "futex", "ppoll") else "; alone it decides no cause")]
 
 
 def undecided_unknowns(summary: dict, read: dict) -> list[str]:

@@ -200,6 +200,9 @@ def before_of(pre, path: tuple, has_stats: bool) -> tuple[Before, bool]:
     client_ms = pre.client_ms if pre is not None and has_stats else None
     nagle_possible = not one_write_rules_out_nagle(single["n"], single["wait_p50_ms"], pre.multi_wait if pre else None)
     small = pre.asDict() if pre is not None and "n_small" in pre.asDict() else {}
+    if small.get("n_small") and small.get("m_small") is not None:   # read when no Produce request completed
+        single = {**single, "opener_kind": small.get("small_kind"), "opener_n": small["n_small"],
+                  "opener_p50_ms": rounded(small["m_small"], 3)}
     if nagle_possible and small_request_rules_out_nagle(small.get("n_small") or 0, small.get("m_small"),
                                                         small.get("produce_took")):
         nagle_possible = False
@@ -547,10 +550,25 @@ def from_signals_only(run: Facts, vt, unknowns: list[str]) -> dict:
         read = {t: n for t, n in (run.meta.get("evidence_read") or {}).items() if n}
         if not read:
             return result_of(run.meta, run.version, OTHERWISE, [], run.summary, unknowns, no_data=True)
-        result = result_of(run.meta, run.version, OTHERWISE, [], run.summary, unknowns, undecided=True)
+        result = result_of(run.meta, run.version, OTHERWISE, [], run.summary, unknowns + idle_disconnects(run),
+                           undecided=True)
         result["evidence_read"] = read
         return result
     return result_of(run.meta, run.version, findings[0]["cause"], findings, run.summary, unknowns)
+
+
+def idle_disconnects(run: Facts) -> list[str]:
+    """What disconnects that decide nothing were: connections the broker
+    closed while idle (its connections.max.idle.ms, 10 min by default)."""
+    sig = run.meta.get("signals") or {}
+    n = sig.get("idle_disconnects") or 0
+    if not n:
+        return []
+    up = sig.get("idle_up_max_ms")
+    return [f"{n} disconnect(s) (\"{sig.get('idle_detail')}\""
+            + (f", up to {up / 1000:.0f} s after the connection came up" if up else "")
+            + ") without a failed connect, a timeout or brokers down: idle connections the broker closed "
+              "(connections.max.idle.ms); librdkafka reconnects when it next sends, so they cost nothing"]
 
 
 def finding(cause, facts: Facts, share: float, vt) -> dict:

@@ -13,9 +13,19 @@ import copy
 
 from kdiag.analysis.spark_plumbing import RUN, one_run, quantile, rounded
 
-DOWN_DETAIL = ("(?i)(^Connect to .* failed|Connection refused|Connection reset|Disconnected|Failed to resolve|"
+# A broker the client cannot reach, or a connection that cannot stay up.
+DOWN_DETAIL = ("(?i)(^Connect to .* failed|Connection refused|Connection reset|Failed to resolve|"
                "No route to host|Network is unreachable|Host is unreachable|SSL handshake failed|"
-               "transport failure|Connection setup timed out)")
+               "Connection setup timed out|timed out in CONNECT|SASL|Authentication|brokers are down|"
+               "broker not up)")
+# A connection the broker closed (connections.max.idle.ms, 10 min by
+# default): "Receive failed: Disconnected", "Disconnected (after 600012ms in
+# state UP)", "Connection closed", and the EAGAIN transport failure printed
+# beside it. librdkafka reconnects when it next has a request: it costs
+# nothing, unless the connection dropped within about a second of coming UP.
+IDLE_DETAIL = "(?i)(Disconnected|Connection closed|transport failure: \\(errno: Resource temporarily unavailable)"
+UP_FOR_MS = r"after (\d+)ms in state UP"
+SHORT_UP_MS = 1500.0
 # Errors named in the findings, most frequent first.
 ERRORS_SHOWN = 5
 _NO_STALLS = {"stalled_sends": 0, "send_stall_p50_ms": None, "send_stall_max_ms": None}
@@ -37,6 +47,10 @@ def signals_by_run(events) -> dict:
     from pyspark.sql import functions as F
 
     events = one_run(events)
+    for name in (c for c in ("text", "error") if c not in events.columns):   # an older table's, or strace's
+        events = events.withColumn(name, F.lit(None).cast("string"))
+    if "repeat" not in events.columns:
+        events = events.withColumn("repeat", F.lit(1))
     rows = {r[RUN]: r.asDict() for r in events.groupBy(RUN).agg(*_columns()).collect()}
     stalled = _send_stalls(events.filter(F.col(RUN).isin(*[k for k, r in rows.items() if r["partial_sends"]]))) \
         if any(r["partial_sends"] for r in rows.values()) else {}
@@ -57,13 +71,17 @@ def no_signals(spark) -> dict:
     if not _NOTHING:
         empty = spark.createDataFrame([], "event string, request string, error string, count long, "
                                           "elapsed_ms double, rtt_ms double, detail string, msgs long, "
-                                          "ts_us long, ts_resolution_us long")
+                                          "ts_us long, ts_resolution_us long, text string, repeat int")
         _NOTHING.update(_finished(empty.agg(*_columns()).first().asDict()))
     return copy.deepcopy(_NOTHING)
 
 
 def _finished(row: dict) -> dict:
     row["timed_out"] = max(row["timed_out"] or 0, row["timeout_lines"] or 0, row["fail_timeouts"] or 0)
+    not_up, detail = row.pop("not_up_lines") or 0, row.pop("not_up_detail")
+    if not_up and not row["produce_responses"]:
+        row["down_lines"] = (row["down_lines"] or 0) + not_up
+        row["down_detail"] = row["down_detail"] or detail
     for k in ("timeout_after_ms", "fail_avg_rtt_ms", "batch_msgs_p50"):
         row[k] = rounded(row[k], 3)
     return row
@@ -78,47 +96,80 @@ def _columns() -> list:
     # MetadataRequest failing as the handle is decommissioned: "Local: Broker
     # handle destroyed without termination") is counted apart.
     erred = F.col("error").isNotNull()
-    # A delivery report's "Local: Message timed out" (an application's line,
-    # no request named; .NET's Local_MessageTimedOut) is a produced message's.
-    delivery_timeout = (ev == "app_error") & F.coalesce(F.col("error").rlike("(?i)message ?timed ?out"), F.lit(False))
-    produce_error = erred & ((ev == "msgset") | F.coalesce(produce, F.lit(False)) | delivery_timeout)
+    # A line counted by uniq -c stands for its count's lines.
+    rep = F.coalesce(F.col("repeat"), F.lit(1))
+
+    def lines(cond):
+        return F.coalesce(F.sum(F.when(cond, rep)), F.lit(0))
+
+    # A delivery report or exception saying "Local: Message timed out": a
+    # message's message.timeout.ms ran out, as the application got it (not a
+    # Metadata request's "Metadata request failed: Local: Message timed out").
+    app = ev == "app_error"
+    delivery_timeout = app & F.coalesce(F.col("error").rlike("(?i)Message timed out")
+                                        & ~F.coalesce(F.col("text"), F.lit("")).rlike("(?i)metadata"), F.lit(False))
+    produce_error = erred & ((ev == "msgset") | F.coalesce(produce, F.lit(False)))
     # FAIL lines that say a connection failed, by librdkafka's errstr
     # ("Connect to %s failed: %s", "Disconnected", "Failed to resolve",
     # "SSL handshake failed", errno texts). Not a handle decommissioned at
     # shutdown (_DESTROY) nor a request that timed out ("ApiVersionRequest
     # failed: Local: Timed out").
-    down = (ev == "fail") & F.col("count").isNull() & F.coalesce(F.col("detail").rlike(DOWN_DETAIL), F.lit(False))
+    fail = (ev == "fail") & F.col("count").isNull()
+    # The whole message too: the parser keeps "(after Nms in state UP)" only
+    # as elapsed_ms, and the state only in the text.
+    said = F.concat_ws(" ", F.col("detail"), F.col("error"), F.col("text"))
+    up_ms = F.coalesce(F.col("elapsed_ms"),
+                       F.when(said.rlike(UP_FOR_MS), F.regexp_extract(said, UP_FOR_MS, 1).cast("double")))
+    idle_like = fail & said.rlike(IDLE_DETAIL) & ~said.rlike(DOWN_DETAIL)
+    short_up = idle_like & said.rlike("in state UP") & F.coalesce(up_ms < SHORT_UP_MS, F.lit(False))
+    down = ((fail & said.rlike(DOWN_DETAIL)) | short_up
+            | ((ev == "app_error") & F.coalesce(F.col("error"), F.lit("")).rlike("brokers are down")))
+    idle = idle_like & ~short_up
+    # A FAIL line's error is its disconnect's, counted as one above.
+    other = erred & ~produce_error & (ev != "fail") & ~(app & down) & ~delivery_timeout
+    # TOPPAR's "[3] 1 message(s) queued but broker not up": messages wait for
+    # a leader's connection. Every producer logs it while its first
+    # connection comes up, so it counts as down only in a run where no
+    # Produce request completed (_finished).
+    not_up = F.coalesce(F.col("text").rlike("queued but broker not up"), F.lit(False))
     return [
-        F.count(F.when(ev == "timeout", 1)).alias("timeout_lines"),
+        lines(ev == "timeout").alias("timeout_lines"),
         F.sum(F.when(ev == "timeouts", F.col("count"))).alias("timed_out"),
         quantile(F.when(ev == "timeout", F.col("elapsed_ms")), 0.5).alias("timeout_after_ms"),
         F.max(F.when(ev == "fail", F.col("count"))).alias("fail_timeouts"),
         F.max(F.when(ev == "fail", F.col("rtt_ms"))).alias("fail_avg_rtt_ms"),
-        F.count(F.when(ev == "fail", 1)).alias("disconnects"),
+        lines(ev == "fail").alias("disconnects"),
         F.first(F.when(ev == "fail", F.col("detail")), ignorenulls=True).alias("fail_detail"),
         # A broker the client could not reach or lost, not for a request
         # that timed out: FAIL lines without "N request(s) timed out", and
         # state changes to DOWN.
-        F.count(F.when(down, 1)).alias("down_lines"),
-        F.first(F.when(down & (ev == "fail"), F.col("detail")), ignorenulls=True).alias("down_detail"),
-        F.count(F.when((ev == "retry") & produce, 1)).alias("retries"),
-        F.count(F.when(ev == "retry", 1)).alias("retries_all"),
-        F.count(F.when(produce_error, 1)).alias("errors"),
+        lines(down).alias("down_lines"),
+        F.first(F.when(down, F.coalesce(F.col("detail"), F.col("error"), F.col("text"))), ignorenulls=True)
+        .alias("down_detail"),
+        lines(not_up).alias("not_up_lines"),
+        F.first(F.when(not_up, F.col("text")), ignorenulls=True).alias("not_up_detail"),
+        lines(idle).alias("idle_disconnects"),
+        F.first(F.when(idle, F.col("detail")), ignorenulls=True).alias("idle_detail"),
+        F.max(F.when(idle, up_ms)).alias("idle_up_max_ms"),
+        lines((ev == "retry") & produce).alias("retries"),
+        lines(ev == "retry").alias("retries_all"),
+        lines(produce_error).alias("errors"),
+        lines(delivery_timeout).alias("delivery_timeouts"),
         F.slice(F.sort_array(F.collect_set(F.when(produce_error, F.col("error")))), 1, ERRORS_SHOWN)
         .alias("error_names"),
-        F.count(F.when(erred & ~produce_error, 1)).alias("other_errors"),
-        F.slice(F.sort_array(F.collect_set(F.when(erred & ~produce_error, F.concat_ws(
+        lines(other).alias("other_errors"),
+        F.slice(F.sort_array(F.collect_set(F.when(other, F.concat_ws(
             ": ", F.concat(F.coalesce(F.col("request"), F.lit("?")), F.lit("Request")), F.col("error"))))),
             1, ERRORS_SHOWN).alias("other_error_names"),
-        F.count(F.when(ev == "produce", 1)).alias("batches"),
+        lines(ev == "produce").alias("batches"),
         quantile(F.when(ev == "produce", F.col("msgs")), 0.5).alias("batch_msgs_p50"),
         F.max(F.when(ev == "produce", F.col("msgs"))).alias("batch_msgs_max"),
         F.max(F.when(ev == "xmit_queue", F.col("msgs"))).alias("queued_msgs_max"),
-        F.count(F.when(ev == "send_partial", 1)).alias("partial_sends"),
-        F.count(F.when((ev == "recv") & produce, 1)).alias("produce_responses"),
-        F.count(F.when((ev == "send") & produce, 1)).alias("produce_sends"),
+        lines(ev == "send_partial").alias("partial_sends"),
+        lines((ev == "recv") & produce).alias("produce_responses"),
+        lines((ev == "send") & produce).alias("produce_sends"),
         F.max(F.col("ts_resolution_us")).alias("ts_resolution_us"),
-        F.count(F.when(F.col("ts_us").isNull() & ev.isin("send", "recv"), 1)).alias("untimed"),
+        lines(F.col("ts_us").isNull() & ev.isin("send", "recv")).alias("untimed"),
     ]
 
 

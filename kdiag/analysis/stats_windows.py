@@ -55,16 +55,41 @@ def carrying(stats):
     return stats.filter(up & real)
 
 
-def stats_summary(stats, topics=None) -> dict | None:
+def stats_summary(stats, topics=None, perf=None) -> dict | None:
     """The statistics' evidence: None when the table has no row."""
+    out = _stats_summary(stats, topics)
+    if out is not None and perf is not None:
+        out.update(perf_summary(perf))
+    return out
+
+
+def perf_summary(perf) -> dict:
+    """rdkafka_performance's rows (its producer's): the most messages not
+    yet delivered (outq), produce() calls refused with the queue full
+    (tx_err, the backpressure lines' count), the produce calls and messages
+    they are out of, and the rtt column's first and last measurements."""
     from pyspark.sql import functions as F
 
-    if stats is None:
-        return None
-    key = "snapshot" if _has(stats, "snapshot") else "ts_us"
-    rows_all = stats.count()
+    prod = perf.filter(F.coalesce(F.col("mode"), F.lit("producer")) != "consumer")
+    got = prod.agg(F.count("*").alias("n"), F.max("outq").alias("outq"), F.max("tx_err").alias("tx_err"),
+                   F.max("msgs").alias("msgs"), F.max("produce_calls").alias("calls"),
+                   F.min_by("rtt_ms", F.when(F.col("rtt_ms") > 0, F.col("line_no"))).alias("rtt_first"),
+                   F.max_by("rtt_ms", F.when(F.col("rtt_ms") > 0, F.col("line_no"))).alias("rtt_last"),
+                   F.count(F.when(F.col("rtt_ms") > 0, 1)).alias("rtt_rows")).first()
+    if not got or not got.n:
+        return {}
+    return {"perf_rows": got.n, "perf_outq_max": got.outq, "perf_tx_err": got.tx_err, "perf_msgs": got.msgs,
+            "perf_produce_calls": got.calls, "perf_rtt_rows": got.rtt_rows,
+            "perf_rtt_first_ms": got.rtt_first, "perf_rtt_last_ms": got.rtt_last}
+
+
+def _stats_summary(stats, topics) -> dict | None:
+    from pyspark.sql import functions as F
+
+    rows_all = 0 if stats is None else stats.count()
     if not rows_all:
-        return None
+        return _topics_alone(topics)
+    key = "snapshot" if _has(stats, "snapshot") else "ts_us"
     brokers_df = carrying(stats)
     opt = lambda c, f=F.max: (f(c) if _has(stats, c) else F.lit(None)).alias(c)  # noqa: E731
     per_snap = (brokers_df.groupBy(F.col(key).alias("k")).agg(
@@ -76,8 +101,9 @@ def stats_summary(stats, topics=None) -> dict | None:
         F.max(_window(stats, "outbuf_latency", "p50")).alias("outbuf_latency_p50_ms"),
         F.max("throttle_avg_ms").alias("throttle_avg_ms"),
         F.max("throttle_max_ms").alias("throttle_max_ms"),
-        opt("msg_cnt"), opt("msg_max"), opt("xmit_msgq_cnt", F.sum),
+        opt("xmit_msgq_cnt", F.sum),
         F.count(_window(stats, "rtt", "avg")).alias("answering")).orderBy("k").collect())
+    per_snap = _with_client_counts(stats, key, [r.asDict() for r in per_snap], opt)
     counters = [c for c in ("tx", "txretries", "req_timeouts", "txerrs") if _has(stats, c)]
     per_broker = brokers_df.groupBy("client", "broker").agg(
         *[x for c in counters for x in (F.max(c).alias(f"{c}_max"), F.min(c).alias(f"{c}_min"))]).collect()
@@ -107,10 +133,28 @@ def stats_summary(stats, topics=None) -> dict | None:
     return out
 
 
+def _with_client_counts(stats, key: str, per_snap: list[dict], opt) -> list[dict]:
+    """msg_cnt and msg_max are the client's, not a broker's: read from every
+    row, so an object cut before its first broker that can carry a request
+    (only the bootstrap handle left) still says how full the queue was."""
+    from pyspark.sql import functions as F
+
+    if not (_has(stats, "msg_cnt") or _has(stats, "msg_max")):
+        return [{**r, "msg_cnt": None, "msg_max": None} for r in per_snap]
+    client = {r.k: r for r in stats.groupBy(F.col(key).alias("k")).agg(
+        F.min("ts_us").alias("ts_us"), opt("msg_cnt"), opt("msg_max")).collect()}
+    empty = dict.fromkeys(("rtt_p50_ms", "rtt_p99_ms", "int_latency_p50_ms", "int_latency_p99_ms",
+                           "outbuf_latency_p50_ms", "throttle_avg_ms", "throttle_max_ms", "xmit_msgq_cnt"))
+    by_k = {r["k"]: r for r in per_snap}
+    for k, c in client.items():
+        by_k[k] = {**by_k.get(k, {**empty, "k": k, "ts_us": c.ts_us}), "msg_cnt": c.msg_cnt, "msg_max": c.msg_max}
+    return [by_k[k] for k in sorted(by_k, key=lambda k: (k is None, k))]
+
+
 def _point(key: str, r) -> dict:
-    p = {"snapshot" if key == "snapshot" else "ts_us": r.k}
+    p = {"snapshot" if key == "snapshot" else "ts_us": r["k"]}
     if key == "snapshot":
-        p["ts_us"] = r.ts_us
+        p["ts_us"] = r["ts_us"]
     for f in ("rtt_p50_ms", "rtt_p99_ms", "int_latency_p50_ms", "int_latency_p99_ms", "outbuf_latency_p50_ms",
               "throttle_avg_ms", "throttle_max_ms"):
         p[f] = rounded(r[f], 3)
@@ -134,6 +178,12 @@ def thinned(series: list[dict]) -> list[dict]:
     return [series[i] for i in sorted(keep)]
 
 
+def _topics_alone(topics) -> dict | None:
+    """A paste of the "topics" part alone: its batch windows are all there is."""
+    got = batch_windows(topics) if topics is not None and topics.count() else {}
+    return {"rows": 0, "snapshots": got["batch_windows"], "brokers": 0, **got} if got else None
+
+
 def batch_windows(topics) -> dict:
     """The per-topic batch windows: messages per batch (``batchcnt``) and
     bytes per batch (``batchsize``), medians over the snapshots whose
@@ -150,11 +200,13 @@ def batch_windows(topics) -> dict:
     got = topics.filter(cnt > 0).agg(
         F.count("*").alias("n"), F.percentile_approx(cnt, 0.5).alias("cnt"), F.percentile_approx(size, 0.5).alias("size"),
         (F.max("batchcnt_max") if "batchcnt_max" in cols else F.lit(None)).alias("cnt_max"),
+        (F.sum("batches") if "batches" in topics.columns else F.lit(None)).alias("batches"),
         F.countDistinct("topic").alias("topics")).first()
     if not got or not got.n:
         return {}
     return {"batch_windows": got.n, "batch_topics": got.topics, "batch_msgs_p50": rounded(got.cnt, 3),
-            "batch_bytes_p50": rounded(got.size, 1), "batch_msgs_max": got.cnt_max}
+            "batch_bytes_p50": rounded(got.size, 1), "batch_msgs_max": got.cnt_max,
+            "batch_count": got.batches}
 
 
 def series_lines(st: dict, shown: int = 6) -> list[str]:

@@ -42,6 +42,10 @@ these are read, recognised by content, line by line (a file may mix them):
   by ``uniq -c`` (finds.py): the prefix cut off, the count kept
   (``repeat``).
 
+* records a terminal, a console or a logger broke over lines (joins.py):
+  the pieces joined back, at most joins.MAX_JOINED a record, counted as
+  skipped ``joined``.
+
 * lines that hold only one of librdkafka's errors (wrapped.error_lines):
   ``Local: Message timed out`` in a delivery report or an exception.
 
@@ -58,7 +62,10 @@ Retrying lines without ``prev CorrId`` before 0.11.4; broker names with or
 without a ``proto://`` scheme).
 
 One row per librdkafka line, every line kept (``event`` = ``other`` when it
-is not one of the kinds below):
+is not one of the kinds below), but for an ERROR line that repeats the FAIL
+line just before it (librdkafka logs a broker failure twice when the
+application sets no error_cb): dropped, counted as skipped ``error_copy``,
+so that one disconnect is one ``fail`` row:
 
 ==============  ========  =====================================================
 column          type      meaning (null when the line does not carry it)
@@ -148,7 +155,8 @@ def looks_like(sample: list[str]) -> float:
         return 0.0
     p = RdkafkaLogParser()
     p.feed(pa.array(lines, pa.string()), 1)
-    return (p.counts.parsed + p.counts.skipped.get("record_part", 0) + p.counts.skipped.get("find_header", 0)) / len(lines)
+    whole = ("record_part", "find_header", "joined")
+    return (p.counts.parsed + sum(p.counts.skipped.get(k, 0) for k in whole)) / len(lines)
 
 
 FORMATS = (

@@ -24,6 +24,7 @@ from kdiag.parsers.rdkafka_log.columns import (
     unquote,
 )
 from kdiag.parsers.rdkafka_log.finds import strip_finds
+from kdiag.parsers.rdkafka_log.joins import join_wrapped
 from kdiag.parsers.rdkafka_log.patterns import (
     ANYWHERE,
     BROKER,
@@ -56,7 +57,7 @@ from kdiag.parsers.rdkafka_log.patterns import (
     THREAD_STRIP,
 )
 from kdiag.parsers.rdkafka_log.plain import plain_lines
-from kdiag.parsers.rdkafka_log.wrapped import error_lines, join_continued, unmangle, unquoted, wrapped
+from kdiag.parsers.rdkafka_log.wrapped import error_lines, unmangle, unquoted, wrapped
 from kdiag.parsers.scan import byte_at
 from kdiag.parsers.strings import data_buffer, offsets_data, validity, views, with_valid
 
@@ -78,6 +79,10 @@ _COMPILED_FIELDS = {
     "msgset": ["topic", "partition", "msgs", "error", "detail"],
 }
 _READ_COMPILED = tuple(_COMPILED_FIELDS)
+# An ERROR copy follows its FAIL line within a few fail rows and a few ms
+# (the two are logged one after the other, by different threads).
+_COPY_WINDOW = 4
+_COPY_US = 5_000
 # The events found by a prefix (or a substring: ANYWHERE) of the text.
 _NEEDLES = [(name, prefix) for name, prefix, _ in EVENTS if name not in BY_FACILITY]
 
@@ -231,6 +236,7 @@ class RdkafkaLogParser:
         # False reads every line with the regexes; the tests hold the byte
         # level path for plain lines (plain_lines) to its results.
         self.fast = fast
+        self._last_fails: list = []
 
     def feed(self, lines: pa.Array, first_line_no: int = 1) -> pa.Table:
         if isinstance(lines, pa.ChunkedArray):
@@ -246,14 +252,54 @@ class RdkafkaLogParser:
             self.counts.skip("find_header", int(header.sum()))
             keep = np.flatnonzero(~header)
             lines, line_no = lines.take(pa.array(keep)), line_no[keep]
-        lines, line_no, continued = join_continued(lines, line_no)
-        if continued:
-            self.counts.skip("record_part", continued)
+        lines, keep = join_wrapped(lines)
+        if len(keep) < len(line_no):
+            self.counts.skip("joined", len(line_no) - len(keep))
+            line_no = line_no[keep]
         table = self._feed_lines(lines, line_no)
         if (repeat != 1).any() and table.num_rows:
             at = table["line_no"].to_numpy() - first_line_no
             table = table.set_column(table.schema.get_field_index("repeat"), "repeat", pa.array(repeat[at]))
-        return table
+        return self._without_error_copies(table)
+
+    def _without_error_copies(self, table: pa.Table) -> pa.Table:
+        """The ERROR line that repeats a FAIL line dropped, counted as
+        skipped ``error_copy``: without an error_cb, librdkafka logs the
+        error event rd_kafka_broker_fail() raises again, facility ERROR,
+        same text ("%3|..|FAIL|..| B: 3 request(s) timed out: disconnect"
+        then "%3|..|ERROR|..| B: 3 request(s) timed out: disconnect"), and
+        the judge counts each ``fail`` row as a disconnect. An ERROR line
+        with no such FAIL line before it (the FAIL line not pasted) stays."""
+        if not table.num_rows:
+            return table
+        fail = np.flatnonzero(null_as_false(pc.equal(table["event"], "fail")))
+        if not len(fail):
+            return table
+        sub = table.select(["facility", "broker", "text", "ts_us"]).take(pa.array(fail)).to_pylist()
+        # [row, is an ERROR line, broker, text, ts_us, copied]: the chunk
+        # before's last fail rows first, at row -1.
+        seen = self._last_fails + [[int(i), r["facility"] == "ERROR", r["broker"], r["text"], r["ts_us"], False]
+                                   for i, r in zip(fail, sub)]
+        drop = []
+        for k in range(len(self._last_fails), len(seen)):
+            row, is_error, broker, text, ts, _ = seen[k]
+            if not is_error:
+                continue
+            for before in reversed(seen[max(0, k - _COPY_WINDOW):k]):
+                _, b_error, b_broker, b_text, b_ts, copied = before
+                if (not b_error and not copied and (b_broker, b_text) == (broker, text)
+                        and (ts is None or b_ts is None or abs(ts - b_ts) <= _COPY_US)):
+                    before[5] = True
+                    drop.append(row)
+                    break
+        self._last_fails = [[-1, *f[1:]] for f in seen[-_COPY_WINDOW:]]
+        if not drop:
+            return table
+        keep = np.ones(table.num_rows, dtype=bool)
+        keep[drop] = False
+        self.counts.parsed -= len(drop)
+        self.counts.skip("error_copy", len(drop))
+        return table.filter(pa.array(keep))
 
     def _feed_lines(self, lines: pa.Array, line_no: np.ndarray) -> pa.Table:
         if not self.fast:

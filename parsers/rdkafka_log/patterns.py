@@ -49,12 +49,19 @@ HEADER = r"^[^|{\"']*%[0-7]\|[0-9]{1,12}\.[0-9]{3}\|[A-Za-z0-9_\-]*\|[^|]*\| "
 # for plaintext no scheme at all (rd_kafka_mk_brokername() omits it):
 # "127.0.0.1:9092/1". The stderr format puts a space before the thread; the
 # log callbacks' messages are given one to match.
-THREAD = r"^ \[thrd:(?P<thread>[^\]]*)\]: "
-THREAD_STRIP = r"^ (?:\[thrd:[^\]]*\]: )?"
+# A redacted name may hold "]]" ("kafka-1.[[REDACTED]]:9092/1").
+THREAD = r"^ \[thrd:(?P<thread>(?:[^\]]|\]\])*)\]: "
+THREAD_STRIP = r"^ (?:\[thrd:(?:[^\]]|\]\])*\]: )?"
 # A plaintext host is a name or an address: a prefix such as
 # "name#producer-1:FAC:" or "...|event=" must not pass for part of it.
+# Names users or their tools rewrote are names too: "main/1",
+# "<REDACTED>/2", "kafka-1.[[REDACTED]]:9092/1", a bare "[[REDACTED]]";
+# and the consumer's "GroupCoordinator" (rd_kafka_cgrp's broker). Their
+# host part holds no ":" but before a port, nor "=", ",", ";": a prefix cannot pass.
 BROKER_NAME = (r"(?:[A-Za-z_]*://\S+/(?:-?[0-9]+|bootstrap|internal|[A-Za-z0-9_\-]+)|:[0-9]+/internal"
-                r"|(?:[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\]):[0-9]+/(?:-?[0-9]+|bootstrap|internal))")
+                r"|(?:[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\]):[0-9]+/(?:-?[0-9]+|bootstrap|internal)"
+                r"|[^\s/|:=,;]+(?::[0-9]+)?/(?:-?[0-9]+|bootstrap|internal)"
+                r"|GroupCoordinator|\[\[[A-Za-z_]+\]\]|<[A-Za-z_]+>)")
 BROKER = r"^(?P<broker>" + BROKER_NAME + "): "
 BROKER_STRIP = r"^" + BROKER_NAME + ": "
 

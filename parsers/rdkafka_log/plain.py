@@ -78,7 +78,9 @@ def plain_lines(lines: pa.Array, compiled: bool | None = None) -> tuple[np.ndarr
     ``compiled``: the cut by scan.rdkafka_plain_cut's compiled code (None:
     where built), or its reference."""
     cut = scan.rdkafka_plain_cut(lines, compiled)
-    plain = cut[:, scan.OK] == 1
+    # A thread name with a "]" inside ("[thrd:kafka-1.[[REDACTED]]:9092/1]: ")
+    # is cut at its first one: left to the regexes, which read it whole.
+    plain = (cut[:, scan.OK] == 1) & ~((cut[:, scan.CLOSE] >= 0) & (cut[:, scan.THRD] == 0))
     idx = np.flatnonzero(plain)
     if not len(idx):
         return plain, {}

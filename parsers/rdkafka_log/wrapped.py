@@ -123,60 +123,6 @@ def unmangle(lines: pa.Array) -> pa.Array:
     return pc.replace_with_mask(lines, pa.array(mask), fixed)
 
 
-# A second "%<level>|<E.ms>|" record after spaces on the same line: records
-# joined by a paste (single spaces) or by a terminal wrap undone (a run of
-# spaces). RE2, linear in the line.
-_JOINED = r"\s+(%[0-7]\|\d{9,11}\.\d{3}\|)"
-
-
-def split_joined(lines: pa.Array, line_no: np.ndarray) -> tuple[pa.Array, np.ndarray]:
-    """Records joined on one line split apart, each keeping the line's
-    number; the lines unchanged when none is (a literal check first)."""
-    cheap = null_as_false(pc.match_substring(lines, " %"))
-    if not cheap.any():
-        return lines, line_no
-    hit = null_as_false(pc.match_substring_regex(lines.filter(pa.array(cheap)), _JOINED))
-    if not hit.any():
-        return lines, line_no
-    parts = pc.split_pattern(pc.replace_substring_regex(pc.fill_null(lines, ""), _JOINED, "\n\\1"), "\n")
-    parent = pc.list_parent_indices(parts).to_numpy()
-    return pc.list_flatten(parts), line_no[parent]
-
-
-# A logger or console that breaks records at a fixed width and indents the
-# rest (a mainframe-style job log, 23 spaces; a Windows console): the line
-# after a long one, starting with a run of spaces, continues it mid-word.
-_CONTINUED = r"^ {16,}\S"
-_BROKEN_AT = 60
-
-
-def join_continued(lines: pa.Array, line_no: np.ndarray) -> tuple[pa.Array, np.ndarray, int]:
-    """Records broken at a width joined again (at the first line's
-    number), and how many continuation lines were joined; the lines
-    unchanged when none is (a literal check first)."""
-    cheap = null_as_false(pc.starts_with(lines, " " * 16))
-    if not cheap.any():
-        return lines, line_no, 0
-    cont = cheap & null_as_false(pc.match_substring_regex(lines, _CONTINUED))
-    long_ = null_as_false(pc.greater_equal(pc.utf8_length(lines), _BROKEN_AT))
-    cont[0] = False
-    # A continuation follows a long line or another continuation.
-    for i in np.flatnonzero(cont):
-        cont[i] = long_[i - 1] or cont[i - 1]
-    if not cont.any():
-        return lines, line_no, 0
-    head = np.flatnonzero(~cont)
-    texts = lines.to_pylist()
-    group = np.cumsum(~cont) - 1
-    joined = [texts[i] or "" for i in head]
-    at = np.flatnonzero(cont)
-    # The indent is the narrowest one: a piece may itself begin with a space.
-    indent = min(len(texts[i]) - len(texts[i].lstrip(" ")) for i in at)
-    for i in at:
-        joined[group[i]] += texts[i][indent:]
-    return pa.array(joined, pa.string()), line_no[head], int(cont.sum())
-
-
 def wrapped(lines: pa.Array, idx: np.ndarray, pieces: list) -> np.ndarray:
     """Rows of lines where librdkafka's message stands inside any other
     wrapper, appended to ``pieces`` (the message without the space the

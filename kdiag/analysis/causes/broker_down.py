@@ -18,8 +18,11 @@ PART = None
 SIGNATURE = (
     "librdkafka could not reach a broker or lost its connection (`FAIL` lines other than "
     "`N request(s) timed out: disconnect`: `Connect to ... failed: Connection refused`, "
-    "`Broker transport failure`, `Disconnected`, `Failed to resolve`, `SSL handshake failed`). "
-    "Judged from those lines, so an excerpt of them alone is enough."
+    "`Failed to resolve`, `SSL handshake failed`, SASL failures, `N/N brokers are down`, a connection "
+    "`Disconnected` within about a second of coming UP, `queued but broker not up`). A disconnect after a "
+    "long time UP (`Receive failed: Disconnected`, `Connection closed`) is an idle connection the broker "
+    "closed (connections.max.idle.ms) and is not counted. Judged from those lines, so an excerpt of them "
+    "alone is enough."
 )
 FIX_DOC = (
     "Bring the broker back or fix the route to it (listeners, `advertised.listeners`, "

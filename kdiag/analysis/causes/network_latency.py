@@ -58,7 +58,19 @@ def from_signals(facts) -> dict | None:
     drains one round trip at a time. Without a completed request: the
     statistics' rtt about the path's, or a long path alone."""
     return _send_stall.share(facts, slow_path=True) or _stats.rtt_against_path(facts, slow_path=True) \
-        or _path_alone(facts)
+        or _path_alone(facts) or _slow_opener(facts)
+
+
+def _slow_opener(facts) -> dict | None:
+    """No Produce request completed, but a connection's opening request
+    (an ApiVersionRequest, which any broker answers at once from memory,
+    sent whole in one record) was slow: the time is in the path, or the
+    broker's network stack. Low confidence: one kind of request, no path."""
+    ow = (facts.meta or {}).get("one_write") or {}
+    took = ow.get("opener_p50_ms")
+    if facts.requests or took is None or took < SLOW_MS or facts.path_rtt_ms is not None:
+        return None
+    return {"requests": ow.get("opener_n") or 1, "share": 0.5, "time_share": 0.5, "rests_on": ["requests"]}
 
 
 def _path_alone(facts) -> dict | None:
@@ -77,6 +89,14 @@ def signal_evidence(facts) -> list[str]:
     if sig.get("stalled_sends"):
         return _send_stall.evidence(facts, "the path's round trip paces the send: each window of data waits for "
                                            "the ACKs of the last")
+    ow = (facts.meta or {}).get("one_write") or {}
+    if _slow_opener(facts):
+        return [f"{ow.get('opener_n')} {ow.get('opener_kind')}Request(s), the first request on a connection, took "
+                f"{ow['opener_p50_ms']:g} ms (median): a broker answers it at once from memory, and it leaves whole "
+                f"in one record, so neither the broker's work nor Nagle holds it: the time is in the path (or the "
+                f"broker's network stack)",
+                "no Produce request completed and the path was not measured: a ping or tcptraceroute to the broker "
+                "confirms it"]
     if _stats.of(facts) and (_stats.of(facts) or {}).get("rtt_p50_ms") is not None:
         return _stats.rtt_evidence(facts, "the path explains the rtt: the broker answers at once, the network "
                                           "is what takes the time")

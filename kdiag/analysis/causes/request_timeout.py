@@ -51,6 +51,12 @@ def from_signals(facts) -> dict | None:
         k = sig.get("errors") or 1
         return {"requests": k, "share": 1.0 if not completed else min(1.0, k / completed),
                 "time_share": 1.0 if not completed else min(1.0, k / completed), "rests_on": ["error lines"]}
+    if not k and (sig.get("delivery_timeouts") or 0) > 1 and not sig.get("errors"):
+        # The application's delivery reports say it; one alone is a
+        # message that waited, not yet a pattern.
+        d = sig["delivery_timeouts"]
+        share = 1.0 if not completed else min(1.0, d / completed)
+        return {"requests": d, "share": share, "time_share": share, "rests_on": ["error lines"]}
     if not k:
         return _from_stats(facts)
     spent = k * (sig.get("timeout_after_ms") or 0.0)
@@ -86,6 +92,11 @@ def signal_evidence(facts) -> list[str]:
         names = ", ".join(f'"{e}"' for e in sig.get("error_names") or [])
         return [f"{sig.get('errors')} Produce error line(s) say messages timed out ({names}): message.timeout.ms "
                 f"ran out while they waited for a request to complete",
+                "the broker or the path stalled, or no leader was reachable; librdkafka's log with "
+                "debug=broker,protocol shows which requests were in flight"]
+    if sig.get("delivery_timeouts") and not sig.get("errors"):
+        return [f"{sig['delivery_timeouts']} delivery report(s) or exception(s) in the application's lines say "
+                f"\"Local: Message timed out\": message.timeout.ms ran out while messages waited to be delivered",
                 "the broker or the path stalled, or no leader was reachable; librdkafka's log with "
                 "debug=broker,protocol shows which requests were in flight"]
     from kdiag.analysis.causes import version_tuple

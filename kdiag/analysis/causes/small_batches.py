@@ -33,6 +33,7 @@ rule = None
 SMALL_BATCH_MSGS = 2
 # Requests seen before small batches are a pattern, not one quiet moment.
 MIN_BATCHES = 5
+MANY_BATCHES = 100
 # Messages waiting in the queue while those batches left: more than a batch
 # could have taken.
 QUEUED_MIN_MSGS = 10
@@ -56,10 +57,13 @@ def _from_stats(facts) -> dict | None:
     st = _stats.of(facts)
     if st is None or st.get("batch_msgs_p50") is None or st["batch_msgs_p50"] > SMALL_BATCH_MSGS:
         return None
-    sent = _stats.counted(st, "tx")[0]
+    sent = _stats.counted(st, "tx")[0] or st.get("batch_count") or 0
     waited = max(st.get("msg_cnt_max") or 0, st.get("xmit_msgq_cnt_max") or 0) >= QUEUED_MIN_MSGS or \
         (st.get("int_latency_p50_ms") or 0.0) >= SLOW_MS
-    if sent < MIN_BATCHES or not waited:
+    # Only the topics' windows given: hundreds of batches of one message or
+    # two each are small batches whatever the queue held.
+    alone = not st.get("brokers") and (st.get("batch_count") or 0) >= MANY_BATCHES
+    if sent < MIN_BATCHES or not (waited or alone):
         return None
     rtt = st.get("rtt_p50_ms")
     return _stats.judged(sent, rtt / _stats.message_ms(st) if rtt else 0.5)
@@ -71,10 +75,14 @@ def signal_evidence(facts) -> list[str]:
     if st is None or (sig.get("batches") or 0) >= MIN_BATCHES:
         return evidence(facts)
     queued = max(st.get("msg_cnt_max") or 0, st.get("xmit_msgq_cnt_max") or 0)
+    sent = _stats.counted(st, "tx")[0]
     return [f"batches carried {st['batch_msgs_p50']:g} message(s) (median of the topics' batchcnt windows, "
-            f"{st.get('batch_bytes_p50')} bytes) over {_stats.counted(st, 'tx')[0]} requests, while "
+            f"{st.get('batch_bytes_p50')} bytes) over "
+            + (f"{sent} requests, while " if sent else f"{st.get('batch_count')} batches; ")
             + (f"up to {queued} messages waited in the client" if queued else
-               f"messages waited {st.get('int_latency_p50_ms')} ms in its queue (int_latency p50)")
+               f"messages waited {st.get('int_latency_p50_ms')} ms in its queue (int_latency p50)"
+               if st.get("int_latency_p50_ms") is not None else
+               "only the topics' windows were given, so how long messages waited is not known")
             + f" ({_stats.seen_in(st)}): each message pays a request's round trip",
             "larger batches amortise it: linger.ms lets a batch fill; keyless messages spread over many partitions "
             "make each partition's batch small unless the sticky partitioner keeps them on one"]
