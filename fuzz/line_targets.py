@@ -51,10 +51,11 @@ def _check_counts(c, fed: int) -> None:
     json.dumps(c.to_dict())
 
 
-def _check_line_nos(line_no: list, first: int, n: int, ordered: bool) -> None:
+def _check_line_nos(line_no: list, first: int, n: int, ordered: bool, shared: int = 0) -> None:
+    """``shared``: rows that may repeat a line's number (records joined on one line)."""
     if any(x is None or not first <= x < first + n for x in line_no):
         raise Failure(f"line_no outside [{first}, {first + n})")
-    if len(set(line_no)) != len(line_no):
+    if len(line_no) - len(set(line_no)) > shared:
         raise Failure("a line_no appears twice")
     if ordered and line_no != sorted(line_no):
         raise Failure("rows not in line order")
@@ -131,9 +132,11 @@ class RdkafkaTarget(LineTarget):
         if any(not t.schema.equals(self.parser().SCHEMA) for t in tables):
             raise Failure("schema differs")
         rows = sum(t.num_rows for t in tables)
-        if rows != c.parsed:
+        # Records a paste joined onto one line are rows of that one line.
+        if rows != c.parsed + c.records_after_first:
             raise Failure(f"{rows} rows for {c.parsed} parsed lines")
-        _check_line_nos([x for t in tables for x in t["line_no"].to_pylist()], first, n, ordered)
+        _check_line_nos([x for t in tables for x in t["line_no"].to_pylist()], first, n, ordered,
+                        c.records_after_first)
 
 
 class StraceTarget(LineTarget):

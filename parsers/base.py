@@ -15,6 +15,12 @@ from dataclasses import dataclass, field
 EXAMPLES_KEPT = 5
 
 
+# Skip reasons of lines whose text was read, as part of a record that
+# another line starts (a wrapped record's pieces, a multi-line object's
+# lines) or of a cut statistics object: counted apart from what was not read.
+READ_AS_PART = frozenset({"record_part", "joined", "cut"})
+
+
 @dataclass
 class ParseCounts:
     """Exact accounting of a parser's input: lines == parsed + sum(skipped)."""
@@ -24,6 +30,9 @@ class ParseCounts:
     parsed: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     examples: list[tuple[int, str, str]] = field(default_factory=list)  # (line_no, reason, text)
+    # Records a paste joined onto a line after its first, each read as a row
+    # with the line's number (outside lines == parsed + skipped).
+    records_after_first: int = 0
 
     def skip(self, reason: str, n: int = 1) -> None:
         if n:
@@ -46,13 +55,15 @@ class ParseCounts:
     def merge(self, other: "ParseCounts") -> None:
         self.lines += other.lines
         self.parsed += other.parsed
+        self.records_after_first += other.records_after_first
         for k, v in other.skipped.items():
             self.skip(k, v)
         for ex in other.examples:
             self.example(*ex)
 
     def to_dict(self) -> dict:
-        return {
+        extra = {"records_after_first": self.records_after_first} if self.records_after_first else {}
+        return {**extra,
             "source": self.source,
             "lines": self.lines,
             "parsed": self.parsed,

@@ -119,3 +119,19 @@ def test_console_object_message_left_open_over_lines():
     got = [(r["line_no"], r["event"], r["broker"], r["elapsed_ms"], r["count"]) for r in t.to_pylist()]
     assert got == [(4, "timeout", B, 30050.0, None), (9, "fail", B, 90210.0, 1)]
     assert c.skipped["joined"] == 3
+
+
+def test_records_joined_on_one_line_are_read_apart_and_the_line_counts_once():
+    sent = "%7|1795600801.100|SEND|app#producer-1| [thrd:{b}]: {b}: Sent ProduceRequest (v9, 300 bytes @ 0, CorrId {n})"
+    recv = ("%7|1795600801.140|RECV|app#producer-1| [thrd:{b}]: {b}: Received ProduceResponse (v9, 50 bytes, "
+            "CorrId {n}, rtt 40.02ms)")
+    lines = [sent.format(b=B, n=3) + " " + recv.format(b=B, n=3),            # single space
+             sent.format(b=B, n=4) + "       " + recv.format(b=B, n=4),      # an undone terminal wrap
+             " " + sent.format(b=B, n=5),                                     # a leading space: one record
+             "note %7|1795600801.100|SEND|x#producer-1| a " + sent.format(b=B, n=6)]   # a prefix: not split
+    t, c = parse_lines(lines)
+    got = [(r["line_no"], r["event"], r["corr_id"]) for r in t.to_pylist()]
+    assert got == [(1, "send", 3), (1, "recv", 3), (2, "send", 4), (2, "recv", 4), (3, "send", 5),
+                   (4, "other", None)], got
+    assert c.lines == 4 and c.parsed + c.skipped_total == 4 and c.records_after_first == 2
+    assert c.to_dict()["records_after_first"] == 2

@@ -106,11 +106,31 @@ def _parse_all(paths: list[Path], base: Path | None, out: Parsed, sink: TableSin
             else:
                 counts = _parse_whole(fmt, path, sink, told)
         entry["counts"] = counts
-        if counts["skipped_total"]:
-            out.notes.append(
-                f"{shown}: {counts['skipped_total']} of {counts['lines']} lines not parsed "
-                f"({', '.join(f'{k} {v}' for k, v in sorted(counts['skipped'].items()))})")
+        out.notes.extend(_count_notes(shown, counts))
     return strace_files
+
+
+def _count_notes(shown: str, counts: dict) -> list[str]:
+    """What the input note says of a file's counts: the lines not read,
+    apart from those read as parts of a record, and records a paste joined
+    onto one line."""
+    from kdiag.parsers.base import READ_AS_PART
+
+    def listed(items) -> str:
+        return ", ".join(f"{k} {v}" for k, v in sorted(items))
+
+    skipped = counts["skipped"]
+    unread = [(k, v) for k, v in skipped.items() if k not in READ_AS_PART]
+    part = [(k, v) for k, v in skipped.items() if k in READ_AS_PART]
+    notes = []
+    if unread:
+        notes.append(f"{shown}: {sum(v for _, v in unread)} of {counts['lines']} lines not parsed ({listed(unread)})")
+    if part:
+        notes.append(f"{shown}: {sum(v for _, v in part)} of {counts['lines']} lines read as parts of records "
+                     f"({listed(part)})")
+    if counts.get("records_after_first"):
+        notes.append(f"{shown}: {counts['records_after_first']} records joined onto lines after another, read apart")
+    return notes
 
 
 def _recognised(paths: list[Path], base: Path | None, out: Parsed) -> list[tuple]:

@@ -44,7 +44,9 @@ these are read, recognised by content, line by line (a file may mix them):
 
 * records a terminal, a console or a logger broke over lines (joins.py):
   the pieces joined back, at most joins.MAX_JOINED a record, counted as
-  skipped ``joined``.
+  skipped ``joined``; and the reverse, records a paste joined onto one
+  line with spaces: read apart, each a row with the line's number, the
+  records after a line's first counted as ``records_after_first``.
 
 * lines that hold only one of librdkafka's errors (wrapped.error_lines):
   ``Local: Message timed out`` in a delivery report or an exception.

@@ -153,3 +153,38 @@ def join_wrapped(lines: pa.Array) -> tuple[pa.Array, np.ndarray]:
     mask[np.searchsorted(keep, anchors)] = True
     out = pc.replace_with_mask(out, pa.array(mask), pa.array(joined, out.type))
     return out, keep
+
+
+# A second whole "%<level>|<E.ms>|<FAC>|<name>| " record start after
+# spaces on a line that starts with one, no prefix before it: records a paste joined with
+# single spaces, or with the run of spaces a terminal wrap left. RE2, linear
+# in the line.
+_RECORD_START = r"%[0-7]\|[0-9]{9,12}\.[0-9]{3}\|[A-Za-z0-9_\-]*\|[^|]*\| "
+_NEXT_RECORD = r"(\S)\s+(" + _RECORD_START + ")"
+
+
+def split_joined(lines: pa.Array, line_no: np.ndarray) -> tuple[pa.Array, np.ndarray, int]:
+    """(the records joined on one line apart, each keeping the line's
+    number; how many records came after a line's first). Only a line that
+    starts with one of librdkafka's own records is split, so that every
+    piece is a record the parser reads: the line stays one line read."""
+    cheap = null_as_false(pc.match_substring(lines, " %"))
+    if not cheap.any():
+        return lines, line_no, 0
+    sub = lines.filter(pa.array(cheap))
+    hit = null_as_false(pc.match_substring_regex(sub, "^" + _RECORD_START + ".*" + _NEXT_RECORD))
+    if not hit.any():
+        return lines, line_no, 0
+    at = np.flatnonzero(cheap)[hit]
+    mask = np.zeros(len(lines), dtype=bool)
+    mask[at] = True
+    marked = pc.replace_substring_regex(lines.filter(pa.array(mask)), _NEXT_RECORD, "\\1\n\\2")
+    whole = pc.replace_with_mask(lines, pa.array(mask), marked)
+    parts = pc.split_pattern(pc.fill_null(whole, ""), "\n")
+    parent = pc.list_parent_indices(parts).to_numpy()
+    out = pc.list_flatten(parts)
+    # A null line stays null (it counts as what it was).
+    if lines.null_count:
+        out = pc.if_else(pa.array(~lines.is_null().to_numpy(zero_copy_only=False)[parent]), out,
+                         pa.scalar(None, pa.string()))
+    return out, line_no[parent], len(out) - len(lines)

@@ -24,7 +24,7 @@ from kdiag.parsers.rdkafka_log.columns import (
     unquote,
 )
 from kdiag.parsers.rdkafka_log.finds import strip_finds
-from kdiag.parsers.rdkafka_log.joins import join_wrapped
+from kdiag.parsers.rdkafka_log.joins import join_wrapped, split_joined
 from kdiag.parsers.rdkafka_log.patterns import (
     ANYWHERE,
     BROKER,
@@ -252,11 +252,15 @@ class RdkafkaLogParser:
             self.counts.skip("find_header", int(header.sum()))
             keep = np.flatnonzero(~header)
             lines, line_no = lines.take(pa.array(keep)), line_no[keep]
+        lines, line_no, joined_records = split_joined(lines, line_no)
         lines, keep = join_wrapped(lines)
         if len(keep) < len(line_no):
             self.counts.skip("joined", len(line_no) - len(keep))
             line_no = line_no[keep]
         table = self._feed_lines(lines, line_no)
+        # Each piece of a split line was read as a row: the line counts once.
+        self.counts.parsed -= joined_records
+        self.counts.records_after_first += joined_records
         if (repeat != 1).any() and table.num_rows:
             at = table["line_no"].to_numpy() - first_line_no
             table = table.set_column(table.schema.get_field_index("repeat"), "repeat", pa.array(repeat[at]))
