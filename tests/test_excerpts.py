@@ -2,6 +2,7 @@
 users paste into tickets, read whole or counted, never refused whole."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,26 @@ def case_dirs() -> list[Path]:
 
 def inputs_of(case: Path) -> list[Path]:
     return sorted(p for p in case.iterdir() if p.is_file() and p.name != "CASE")
+
+
+def catalogued_facts() -> list[tuple[str, list[str]]]:
+    """(first words, cases named) of each fact of docs/formats.md's
+    catalogue of pastes."""
+    text = (CASES.parents[1] / "docs" / "formats.md").read_text()
+    section = text[text.index("## Pastes as they reach tickets"):]
+    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
+    facts = re.split(r"\n(?=- )", section)[1:]
+    return [(f[:60], re.findall(r"`([a-z0-9_]+)`", f.split("Cases:", 1)[1]) if "Cases:" in f else [])
+            for f in facts]
+
+
+def test_every_catalogued_structure_has_a_case_that_replays():
+    facts = catalogued_facts()
+    assert len(facts) >= 20, "the catalogue's facts were not found"
+    names = {c.name for c in case_dirs()}
+    for first, cases in facts:
+        assert cases, f"no Cases: for the catalogued fact {first!r}"
+        assert set(cases) <= names, f"{first!r} names cases that do not exist: {sorted(set(cases) - names)}"
 
 
 def test_every_case_declares_format_verdict_and_origin():

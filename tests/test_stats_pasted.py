@@ -61,6 +61,7 @@ WHOLE = {
     "rust_debug.txt": ([0, 1], "prefixed+rust_debug", 0),
     "editor_break.txt": ([0], "prefixed+wrapped", 0),
     "quoted.md": ([3], "pretty", 0),
+    "sorted_elided.txt": ([3], "pretty", 0),
 }
 
 
@@ -112,6 +113,17 @@ def test_an_object_cut_at_its_start_keeps_its_broker_windows():
     # The cut fell after "tx", before "connects".
     assert row["tx"] is None and row["connects"] == b["connects"] and row["disconnects"] == b["disconnects"]
     assert c.skipped == {"cut": 1} and c.parsed == 0
+
+
+def test_v0_9_windows_in_whole_milliseconds_are_read_as_they_stand():
+    """A Windows build of 0.9 gave windows of a millisecond clock: a 0 min
+    is a real 0, not a missing value."""
+    lines, t, c = read("v0_9_windows.txt")
+    (a,) = t.to_pylist()
+    assert a["broker"] == "kafka-1.example:9092/1" and a["int_latency_avg_ms"] == 507.0
+    assert a["int_latency_max_ms"] == 1016.0 and a["rtt_avg_ms"] == 9.0 and a["rtt_min_ms"] == 0.0
+    assert a["throttle_avg_ms"] == 0.0 and a["rtt_p50_ms"] is None and a["msg_cnt"] == 9400
+    assert c.parsed == 1 and c.skipped_total == 0
 
 
 def test_v0_8_objects_fill_avg_and_leave_percentiles_null():
