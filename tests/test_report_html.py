@@ -105,3 +105,21 @@ def test_any_findings_render(findings, sockets):
     html = render_html(findings, sockets)
     assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
     assert "<script" not in html
+
+
+def test_statistics_series_is_a_table_bounded_by_the_page_and_shows_only_numbers():
+    from kdiag.report.page_limits import SHOWN
+
+    series = [{"snapshot": i + 1, "rtt_p50_ms": 2.5, "rtt_p99_ms": 9.0, "int_latency_p50_ms": 400.0 + i,
+               "int_latency_p99_ms": 900.0, "throttle_avg_ms": 0, "msg_cnt": 9000 + i} for i in range(70)]
+    series[1]["rtt_p50_ms"] = HOSTILE
+    html = render_html({"summary": {"statistics": {"snapshots": 70, "brokers": 1, "series": series + [HOSTILE]}}})
+    table = re.search(r'<table id="statistics">(.*?)</table>', html, re.S).group(1)
+    rows = re.findall(r"<tr>(.*?)</tr>", table)
+    assert len(rows) == 1 + SHOWN["statistics"]
+    assert re.findall(r"<td>(.*?)</td>", rows[1]) == ["1", "2.5", "9", "400", "900", "0", "9000"]
+    assert re.findall(r"<td>(.*?)</td>", rows[2])[1] == ""       # not a number: shown empty
+    assert "70 snapshot(s) of 1 broker(s)" in html and "snapshots not shown" in html
+    assert "script" not in table
+    # Without statistics the section is not there.
+    assert 'id="statistics"' not in render_html({"summary": {}})

@@ -90,6 +90,7 @@ def render_html(findings: dict, sockets: list[dict] | None = None, *, source: st
                   head=_head(findings, source), verdict=_verdict(findings, others), figures=_figures(findings),
                   waterfall=_waterfall(findings, rows), over_time=_over_time(findings, rows, others),
                   distribution=_distribution(rows, others), sockets=_sockets(sockets), paths=_paths(findings),
+                  statistics=_statistics(findings),
                   inputs=_inputs(findings), in_findings=IN_FINDINGS, in_probes=IN_PROBES) + "\n"
 
 
@@ -367,6 +368,27 @@ def _paths(f: dict) -> dict:
             "rtt_source": _text(s.get("path_rtt_source")), "columns": cols,
             "rows": [[_cell(p.get(c)) for c in cols] for p in paths], "left_out": more,
             "empty": None if paths else svg.empty("paths", "no path probes in these inputs")}
+
+
+# A point of the statistics series: (column, its key in the findings).
+_STATS_COLUMNS = (("snapshot", "snapshot"), ("rtt p50 ms", "rtt_p50_ms"), ("rtt p99 ms", "rtt_p99_ms"),
+                  ("queue p50 ms", "int_latency_p50_ms"), ("queue p99 ms", "int_latency_p99_ms"),
+                  ("throttle avg ms", "throttle_avg_ms"), ("messages queued", "msg_cnt"))
+
+
+def _statistics(f: dict) -> dict:
+    """librdkafka's statistics, a row a snapshot (the slowest broker's
+    windows): how queueing and rtt moved. The series comes from a file
+    anyone may edit: what is not a number shows empty."""
+    st = dict_or_empty(dict_or_empty(f.get("summary")).get("statistics"))
+    series, more = capped([p for p in _list(st.get("series")) if isinstance(p, dict)], "statistics")
+    cols = [c for c, k in _STATS_COLUMNS if any(num(p.get(k)) is not None for p in series)]
+    keys = dict(_STATS_COLUMNS)
+    head = (f"{fmt(num(st.get('snapshots')) or len(series))} snapshot(s) of {fmt(num(st.get('brokers')) or 0)} "
+            f"broker(s); of each, the slowest broker's windows (their average where the version gives no "
+            f"percentiles)") if series else None
+    return {"head": head, "columns": cols, "rows": [[_cell(num(p.get(keys[c]))) for c in cols] for p in series],
+            "left_out": more}
 
 
 def _cell(v) -> str:

@@ -18,6 +18,7 @@ SHOWN = {
     "input_checks": 50,     # rows of the input checks
     "inputs": 50,           # rows of the files read
     "paths": 200,           # hops, over every target
+    "statistics": 60,       # points of the statistics series (the findings keep as many)
     "requests": 2_500,      # dots of latency over time (findings keep 2,000 and the slowest)
     "causes": 12,           # causes given a colour of their own in a chart; the rest share one
     "connections": 12,      # socket series in a panel
