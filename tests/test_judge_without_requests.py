@@ -425,3 +425,17 @@ def test_an_strace_summary_alone_says_what_it_shows(spark, tmp_path):
     assert rc == 0 and f["verdict"] is None and f["undecided"], f["findings"]
     assert any("poll: 97.1% of the traced time, 60,030 calls, 40 µs a call" in u for u in f["unknowns"]), \
         f["unknowns"]
+
+
+def test_two_statistics_files_are_two_series_of_snapshots_not_one(tmp_path):
+    """Each file numbers its snapshots from 1: a second file's come after
+    the first's instead of being taken for the same snapshots."""
+    from conftest import FIXTURES
+
+    real = FIXTURES / "stats" / "real.jsonl"
+    old = FIXTURES / "stats" / "v0_9_windows.txt"
+    rc, f = replay(real, old)
+    st = f["summary"]["statistics"]
+    assert rc == 0 and st["snapshots"] == len(real.read_text().splitlines()) + 1, st
+    assert [p["snapshot"] for p in st["series"]] == list(range(1, st["snapshots"] + 1))
+    assert st["series"][-1]["int_latency_p50_ms"] == 507.0 and st["series"][0]["int_latency_p50_ms"] < 50

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kdiag import progress
 from kdiag.ingest.detect import detect, kafka_words
@@ -98,13 +99,14 @@ def _parse_all(paths: list[Path], base: Path | None, out: Parsed, sink: TableSin
     found = _recognised(paths, base, out)
     found.sort(key=lambda f: format_named(f[2]).parse_order)
     told = Told()
+    snapshots = _Snapshots()
     for path, shown, kind, entry in found:
         fmt = format_named(kind)
         with progress.current().stage(f"reading {Path(shown).name}", total=entry["bytes"] or None) as stage:
             if fmt.reads == CHUNKS:
-                counts = _parse_chunked(fmt, path, shown, sink, strace_files, stage)
+                counts = _parse_chunked(fmt, path, shown, sink, strace_files, stage, snapshots)
             else:
-                counts = _parse_whole(fmt, path, sink, told)
+                counts = _parse_whole(fmt, path, sink, told, snapshots)
         entry["counts"] = counts
         out.notes.extend(_count_notes(shown, counts))
     return strace_files
@@ -175,8 +177,37 @@ def _recognised(paths: list[Path], base: Path | None, out: Parsed) -> list[tuple
     return found
 
 
+class _Snapshots:
+    """Each file numbers its statistics snapshots from 1: a second file's
+    come after the first's, or two files' first snapshots would be judged
+    as one."""
+
+    def __init__(self) -> None:
+        self.offset = 0
+        self.last = 0
+
+    def renumbered(self, table):
+        if isinstance(table, dict):
+            return {name: self.renumbered(part) for name, part in table.items()}
+        if not isinstance(table, pa.Table) or "snapshot" not in table.column_names or not len(table):
+            return table
+        col = table["snapshot"]
+        top = pc.max(col).as_py()
+        if top is None:
+            return table
+        self.last = max(self.last, self.offset + top)
+        if not self.offset:
+            return table
+        i = table.schema.get_field_index("snapshot")
+        return table.set_column(i, table.schema.field(i), pc.add(col, pa.scalar(self.offset, col.type)))
+
+    def file_done(self) -> None:
+        self.offset = self.last
+
+
 def _parse_chunked(fmt, path: Path, shown: str, sink: TableSink, strace_files: list[StraceFile],
-                   stage=progress.Stage()) -> dict:
+                   stage=progress.Stage(), snapshots: _Snapshots | None = None) -> dict:
+    snapshots = snapshots or _Snapshots()
     parser = fmt.parser()
     sf = None
     if fmt.dated_after_parse:
@@ -193,8 +224,9 @@ def _parse_chunked(fmt, path: Path, shown: str, sink: TableSink, strace_files: l
             stage.update(done, lines=chunk.first_line_no + len(chunk.lines) - 1)
             if sf is not None:
                 sf.clock = parser.clock
-            _emit(sink, fmt, table, sf, ahead)
-        _emit(sink, fmt, parser.finish(), sf, ahead)
+            _emit(sink, fmt, snapshots.renumbered(table), sf, ahead)
+        _emit(sink, fmt, snapshots.renumbered(parser.finish()), sf, ahead)
+        snapshots.file_done()
         if ahead is not None:
             ahead.close()
     finally:
@@ -217,8 +249,9 @@ def _emit(sink: TableSink, fmt, table, sf: StraceFile | None, ahead: LogWritesAh
         write_rows(sink, fmt.table, table, None)
 
 
-def _parse_whole(fmt, path: Path, sink: TableSink, told: Told) -> dict:
+def _parse_whole(fmt, path: Path, sink: TableSink, told: Told, snapshots: _Snapshots) -> dict:
     data = path.read_bytes() if fmt.reads == BYTES else path.read_text(errors="replace").splitlines()
     table, pcounts = fmt.parser(data, told)
-    sink.write(fmt.table, table)
+    sink.write(fmt.table, snapshots.renumbered(table))
+    snapshots.file_done()
     return pcounts.to_dict()
