@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from kdiag.parsers.base import ParseCounts
 from kdiag.parsers.format import BY_LINES, PATH, TEXT, TEXT_SCANNER, Format, Told
-from kdiag.parsers.pasted import MARKUP, PROMPT, clean, cleaned
+from kdiag.parsers.pasted import PROMPT, cleaned, pasted_lines
 from kdiag.parsers.tcp_probe import PROBES_SCHEMA
 
 # mtr 0.9x --report prints "Start: 2026-11-25T15:41:30+0000", then "HOST: vm"
@@ -173,14 +173,8 @@ def parse_report(lines, brokers: dict | None = None) -> tuple[pa.Table, ParseCou
     cols: dict[str, list] = {f.name: [] for f in PROBES_SCHEMA}
     brokers, rep = brokers or {}, _Report()
     json_lines: list[tuple[int, str, str]] = []
-    for no, raw in enumerate(lines, 1):
-        counts.lines += 1
-        text, what = clean(raw)
-        if what == MARKUP:
-            counts.skip("markup")
-        elif not text.strip():
-            counts.skip("empty")
-        elif what == PROMPT:
+    for no, raw, text, what in pasted_lines(lines, counts):
+        if what == PROMPT:
             cmd = _command(text)
             if cmd is None:
                 counts.reject(no, "not_mtr", raw)

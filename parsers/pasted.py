@@ -5,7 +5,8 @@ it: CRLF line ends, trailing spaces, a quote marker (``> ``) in front,
 code fences around it, the shell prompt line that ran the command, and
 addresses made into links (``<10.0.0.1>``, ``[10.0.0.1](http://10.0.0.1)``,
 Slack's ``<http://host|host>``). ``clean`` undoes that; the parsers of the
-user's own tools (traceroute, mtr, ping, ss) read what it returns.
+user's own tools (traceroute, mtr, ping, ss) and of tool output (strace -c,
+uniq -c counts, rdkafka_performance) read what ``pasted_lines`` yields.
 """
 from __future__ import annotations
 
@@ -54,6 +55,22 @@ def clean(raw) -> tuple[str, str | None]:
     if _PROMPT.match(text):
         return text, PROMPT
     return text, None
+
+
+def pasted_lines(lines, counts, first_line_no: int = 1):
+    """(line number, raw line, cleaned text, what) of each line of a paste
+    worth reading, every line counted in ``counts.lines``: the paste's
+    markup and blank lines are skipped there (``markup``, ``empty``) and not
+    yielded. ``what`` is ``None`` or PROMPT, as ``clean`` says."""
+    for no, raw in enumerate(lines, first_line_no):
+        counts.lines += 1
+        text, what = clean(raw)
+        if what == MARKUP:
+            counts.skip("markup")
+        elif not text.strip():
+            counts.skip("empty")
+        else:
+            yield no, raw, text, what
 
 
 def cleaned(sample: list[str]) -> list[str]:

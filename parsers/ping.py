@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from kdiag.parsers.base import ParseCounts
 from kdiag.parsers.format import BY_LINES, PATH, TEXT, TEXT_SCANNER, Format, Told
-from kdiag.parsers.pasted import MARKUP, PROMPT, clean, cleaned
+from kdiag.parsers.pasted import PROMPT, cleaned, pasted_lines
 from kdiag.parsers.tcp_probe import PROBES_SCHEMA
 
 METHOD = "icmp_ping"
@@ -127,15 +127,7 @@ def parse_ping(lines, brokers: dict | None = None) -> tuple[pa.Table, ParseCount
     counts = ParseCounts("ping")
     cols: dict[str, list] = {f.name: [] for f in PROBES_SCHEMA}
     brokers, run = brokers or {}, _Run()
-    for no, raw in enumerate(lines, 1):
-        counts.lines += 1
-        text, what = clean(raw)
-        if what == MARKUP:
-            counts.skip("markup")
-            continue
-        if not text.strip():
-            counts.skip("empty")
-            continue
+    for no, raw, text, what in pasted_lines(lines, counts):
         m = _BANNER.match(text.strip())
         if m or (what == PROMPT and re.search(r"\bping\b", text)):
             if run.rows or run.summary:

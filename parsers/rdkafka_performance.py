@@ -87,7 +87,7 @@ import pyarrow as pa
 from kdiag.parsers import stats
 from kdiag.parsers.base import ParseCounts
 from kdiag.parsers.format import BY_LINES, CHUNKS, CLIENT_QUEUE, TEXT_SCANNER, Format
-from kdiag.parsers.pasted import MARKUP, PROMPT, clean
+from kdiag.parsers.pasted import MARKUP, PROMPT, clean, pasted_lines
 
 CLIENT = "rdkafka_performance"
 
@@ -298,15 +298,7 @@ class PerformanceParser:
         c = self.counts
         if self.runs == 0:
             self.runs = 1
-        for no, raw in enumerate(lines, first_line_no):
-            c.lines += 1
-            text, what = clean(raw)
-            if what == MARKUP:
-                c.skip("markup")
-                continue
-            if not text.strip():
-                c.skip("empty")
-                continue
+        for no, raw, text, what in pasted_lines(lines, c, first_line_no):
             why, row = self.read(no, text, what if what != PROMPT else None)
             if row is not None:
                 self._place(no, row, perf, st)

@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from kdiag.parsers.base import ParseCounts
 from kdiag.parsers.format import BY_LINES, PATH, SOCKET_SAMPLES, TEXT, TEXT_SCANNER, Format, Told
-from kdiag.parsers.pasted import MARKUP, PROMPT, clean, cleaned
+from kdiag.parsers.pasted import PROMPT, cleaned, pasted_lines
 from kdiag.parsers.sockets import SOCKETS_SCHEMA
 
 # iproute2 ss prints the column titles "Netid", "State", "Recv-Q", "Send-Q", "Local Address:Port",
@@ -125,14 +125,8 @@ def parse_ss(lines, brokers: dict | None = None) -> tuple[pa.Table, ParseCounts]
     counts = ParseCounts("ss")
     rows: list[dict] = []
     sample = -1
-    for no, raw in enumerate(lines, 1):
-        counts.lines += 1
-        text, what = clean(raw)
-        if what == MARKUP:
-            counts.skip("markup")
-        elif not text.strip():
-            counts.skip("empty")
-        elif what == PROMPT and re.search(r"\bss\b", text):
+    for no, raw, text, what in pasted_lines(lines, counts):
+        if what == PROMPT and re.search(r"\bss\b", text):
             counts.parsed += 1
         elif _HEADER.match(text):
             sample += 1

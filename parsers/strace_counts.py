@@ -51,7 +51,7 @@ import pyarrow as pa
 
 from kdiag.parsers.base import ParseCounts
 from kdiag.parsers.format import BY_LINES, SYSCALLS, TEXT, TEXT_SCANNER, Format, Told
-from kdiag.parsers.pasted import MARKUP, PROMPT, clean
+from kdiag.parsers.pasted import PROMPT, clean, pasted_lines
 from kdiag.parsers.strace_summary import SCHEMA
 
 MAX_LINE = 4096
@@ -142,15 +142,7 @@ def _count_halves_once(rows: list[dict]) -> None:
 def parse_counts(lines) -> tuple[pa.Table, ParseCounts]:
     counts = ParseCounts("strace_counts")
     rows: list[dict] = []
-    for no, raw in enumerate(lines, 1):
-        counts.lines += 1
-        text, what = clean(raw)
-        if what == MARKUP:
-            counts.skip("markup")
-            continue
-        if not text.strip():
-            counts.skip("empty")
-            continue
+    for no, raw, text, what in pasted_lines(lines, counts):
         if what == PROMPT and "uniq" in text:
             counts.parsed += 1   # the command line that counted them
             continue

@@ -56,7 +56,7 @@ import pyarrow as pa
 
 from kdiag.parsers.base import ParseCounts
 from kdiag.parsers.format import BY_LINES, SYSCALLS, TEXT, TEXT_SCANNER, Format, Told
-from kdiag.parsers.pasted import MARKUP, PROMPT, clean
+from kdiag.parsers.pasted import MARKUP, PROMPT, clean, pasted_lines
 
 SCHEMA = pa.schema([
     ("line_no", pa.int64()),
@@ -195,14 +195,8 @@ class _Reader:
 def parse_summary(lines) -> tuple[pa.Table, ParseCounts]:
     counts = ParseCounts("strace_summary")
     reader = _Reader()
-    for no, raw in enumerate(lines, 1):
-        counts.lines += 1
-        text, what = clean(raw)
-        if what == MARKUP:
-            counts.skip("markup")
-        elif not text.strip():
-            counts.skip("empty")
-        elif (why := reader.read(no, text, what)) is None:
+    for no, raw, text, what in pasted_lines(lines, counts):
+        if (why := reader.read(no, text, what)) is None:
             counts.parsed += 1
         elif why == "strace_message":
             counts.skip(why)

@@ -48,7 +48,7 @@ import pyarrow as pa
 
 from kdiag.parsers.base import ParseCounts
 from kdiag.parsers.format import BY_LINES, PATH, TEXT, TEXT_SCANNER, Format, Told
-from kdiag.parsers.pasted import MARKUP, PROMPT, clean, cleaned
+from kdiag.parsers.pasted import PROMPT, cleaned, pasted_lines
 from kdiag.parsers.tcp_probe import PROBES_SCHEMA
 
 TCP_METHODS = ("tcptraceroute", "traceroute_t")
@@ -193,15 +193,7 @@ def parse_listing(lines, brokers: dict | None = None) -> tuple[pa.Table, ParseCo
     cols: dict[str, list] = {f.name: [] for f in PROBES_SCHEMA}
     brokers = brokers or {}
     listing = _Listing()
-    for no, raw in enumerate(lines, 1):
-        counts.lines += 1
-        text, what = clean(raw)
-        if what == MARKUP:
-            counts.skip("markup")
-            continue
-        if not text.strip():
-            counts.skip("empty")
-            continue
+    for no, raw, text, what in pasted_lines(lines, counts):
         if what == PROMPT:
             method = _method_of_command(text)
             if method is None:
