@@ -73,3 +73,9 @@ def test_case_replays_to_its_verdict(case, spark, tmp_path):
             assert c["parsed"] + c["skipped_total"] >= c["lines"] - c.get("record_parts", 0), f
     got = "undecided" if findings["verdict"] is None and findings.get("undecided") else findings["verdict"]
     assert got == expected, (findings["verdict"], [x["cause"] for x in findings["findings"]], findings.get("unknowns"))
+    # What a user sees of it: the terminal's report and the page.
+    from kdiag.report.html import render_html
+    from kdiag.report.text import render
+
+    assert render(findings).startswith("kdiag: ")
+    assert "Verdict" in render_html(findings)

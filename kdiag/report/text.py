@@ -90,10 +90,11 @@ def _head_lines(findings: dict, probe: dict | None) -> list[str]:
     s = findings.get("summary", {})
     out: list[str] = []
     when = ""
-    if s.get("first_send_us"):
-        t0 = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(s["first_send_us"] / 1e6))
-        span = (s["last_recv_us"] - s["first_send_us"]) / 1e6
-        when = f", {t0} +{span:.1f}s"
+    first, last = s.get("first_send_us"), s.get("last_recv_us")
+    if isinstance(first, (int, float)) and first:
+        t0 = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(first / 1e6))
+        # No response timed (whole-second lines give no latency): the start only.
+        when = f", {t0} +{(last - first) / 1e6:.1f}s" if isinstance(last, (int, float)) else f", {t0}"
     out.append(f"kdiag: {s.get('requests', 0)} Produce requests to {len(s.get('brokers', []))} broker(s){when}"
                f" (librdkafka {findings.get('librdkafka_version') or '?'}; request timing from {s.get('source') or '?'})")
     if findings.get("probe_error"):
