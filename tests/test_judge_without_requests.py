@@ -439,3 +439,25 @@ def test_two_statistics_files_are_two_series_of_snapshots_not_one(tmp_path):
     assert rc == 0 and st["snapshots"] == len(real.read_text().splitlines()) + 1, st
     assert [p["snapshot"] for p in st["series"]] == list(range(1, st["snapshots"] + 1))
     assert st["series"][-1]["int_latency_p50_ms"] == 507.0 and st["series"][0]["int_latency_p50_ms"] < 50
+
+
+def test_whole_second_times_give_a_send_stall_only_as_bounds(tmp_path):
+    """A stall read from whole-second lines is known to a second either
+    way: 30 s of pieces is a stall between 29 and 31 s; pieces within a
+    second or two of each other name nothing."""
+    b = "k1.example:9092/1"
+    pre = "[2026-11-25 10:00:{:02d}] [sink.cpp:61] INFO  - LOG:7SEND" + f"[thrd:{b}]: {b}: "
+
+    def stalled(spread_s: list[int], name: str):
+        lines = [pre.format(s) + f"Sent partial ProduceRequest (v3, {i * 1000}+1000/9000 bytes, CorrId 7)"
+                 for i, s in enumerate(spread_s)]
+        lines.append(pre.format(spread_s[-1]) + "Sent ProduceRequest (v3, 9000 bytes @ 0, CorrId 7)")
+        p = tmp_path / name
+        p.write_text("\n".join(lines) + "\n")
+        return replay(p)
+
+    rc, f = stalled([0, 4, 17, 30], "long.log")
+    assert rc == 0 and f["verdict"] == "broker_slow", f["findings"]
+    assert any("between 29000 and 31000 ms" in e and "only bounds" in e for e in f["findings"][0]["evidence"])
+    rc, f = stalled([0, 1], "short.log")
+    assert rc == 0 and "broker_slow" not in {x["cause"] for x in f["findings"]}, f["findings"]

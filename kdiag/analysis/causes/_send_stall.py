@@ -7,10 +7,18 @@ from __future__ import annotations
 from kdiag.analysis.thresholds import NETWORK_RTT_SHARE, SLOW_MS
 
 
+def _resolution_ms(sig: dict) -> float:
+    """How coarse the log's times are: a stall read from two of them is
+    only known to within this either way (whole seconds: 1000)."""
+    r = sig.get("ts_resolution_us")
+    return r / 1000.0 if isinstance(r, (int, float)) and r > 1000 else 0.0
+
+
 def share(facts, slow_path: bool) -> dict | None:
     sig = facts.meta.get("signals") or {}
     stall = sig.get("send_stall_p50_ms")
-    if not sig.get("stalled_sends") or stall is None or stall < SLOW_MS:
+    # Coarse times give bounds, not a latency: the stall must be slow at its least.
+    if not sig.get("stalled_sends") or stall is None or stall - _resolution_ms(sig) < SLOW_MS:
         return None
     path = facts.path_rtt_ms
     path_slow = path is not None and path >= NETWORK_RTT_SHARE * SLOW_MS
@@ -24,8 +32,12 @@ def share(facts, slow_path: bool) -> dict | None:
 
 def evidence(facts, whose: str) -> list[str]:
     sig, path = facts.meta.get("signals") or {}, facts.path_rtt_ms
-    return [f"{sig['stalled_sends']} Produce request(s) left in pieces (Sent partial lines): {sig['send_stall_p50_ms']} "
-            f"ms (median, worst {sig['send_stall_max_ms']} ms) from the first piece to the whole request sent",
+    r, stall = _resolution_ms(sig), sig["send_stall_p50_ms"]
+    took = (f"{stall} ms (median, worst {sig['send_stall_max_ms']} ms)" if not r else
+            f"between {max(stall - r, 0.0):g} and {stall + r:g} ms (median; the log's times are to the "
+            f"{'second' if r == 1000 else '%g ms' % r}, so only bounds)")
+    return [f"{sig['stalled_sends']} Produce request(s) left in pieces (Sent partial lines): {took} "
+            f"from the first piece to the whole request sent",
             f"the path round trip is {'%.3f ms' % path if path is not None else 'unknown'}"
             + (f" ({facts.summary.get('path_rtt_source')})" if path is not None else
                " (tcptraceroute BROKER PORT would tell the network from the broker)") + f": {whose}"]
