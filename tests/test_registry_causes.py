@@ -207,3 +207,13 @@ def test_classify_gives_each_cause_its_request(spark, cause):
     if label_of(cause) != cause.NAME:   # one rule, two causes: told apart over the run
         got = resolve_slow(df, None).orderBy("corr_id").first().cause
     assert got == cause.NAME
+
+
+def test_the_linger_default_is_the_versions_own():
+    """queue.buffering.max.ms defaulted to a second before v0.11.0: a 0.9
+    client's fix text must not say 0.5 ms."""
+    from kdiag.analysis.causes import client_queueing as cq
+
+    assert [cq.linger_default(v) for v in ((0, 8, 6), (0, 9, 5), (0, 11, 6), (1, 4, 2), (1, 5, 0), (2, 3, 0))] \
+        == ["1000 ms", "1000 ms", "0 ms", "0.5 ms", "5 ms", "5 ms"]
+    assert cq.linger_default(None) is None

@@ -29,11 +29,14 @@ SIGNATURE = (
     "Without a completed request, the statistics decide alone: `int_latency` p50 over 10 ms and "
     "above the `rtt` window's."
 )
-FIX_DOC = "`-X linger.ms=0` (librdkafka's default is 5 ms since v1.5.0)."
+FIX_DOC = ("`-X linger.ms=0` (librdkafka's default is 5 ms since v1.5.0, 0.5 ms from v1.0.0, 0 in v0.11.x and "
+           "1000 ms before v0.11.0).")
 RUN_MEETS = {"requests": 100, "client_ms": 40.0, "summary": {"requests": 100, "latency_p50_ms": 2.0}}
 rule = None
-# librdkafka raised linger.ms (queue.buffering.max.ms) from 0.5 to 5 ms in v1.5.0.
-LINGER_DEFAULT_5MS_FROM = (1, 5, 0)
+# queue.buffering.max.ms (linger.ms) defaulted to 1000 ms up to v0.9.5; v0.11.0
+# lowered it to 0 (librdkafka#1244), v1.0.0 made it 0.5 ms, and v1.5.0
+# raised it to 5 ms (librdkafka#2974).
+LINGER_DEFAULTS = (((1, 5, 0), "5 ms"), ((1, 0, 0), "0.5 ms"), ((0, 11, 0), "0 ms"), ((0,), "1000 ms"))
 
 
 def share_of(client_ms: float | None, summary: dict) -> float | None:
@@ -107,7 +110,9 @@ def fix(version: tuple[int, ...] | None) -> dict[str, str]:
 
 
 def linger_default(version: tuple[int, ...] | None) -> str | None:
-    return None if version is None else ("5 ms" if version >= LINGER_DEFAULT_5MS_FROM else "0.5 ms")
+    if version is None:
+        return None
+    return next(default for since, default in LINGER_DEFAULTS if version >= since)
 
 
 def evidence(facts) -> list[str]:
