@@ -27,7 +27,9 @@ SIGNATURE = (
     "Messages wait in librdkafka's queue (statistics `int_latency`) longer than their request "
     "takes. The cause is batching (`linger.ms`, `batch.num.messages`) or the in-flight limit. "
     "Without a completed request, the statistics decide alone: `int_latency` p50 over 10 ms and "
-    "above the `rtt` window's."
+    "above the `rtt` window's. Without statistics, a log's own times: from the application's line handing a "
+    "message over (\"Sending message\") to librdkafka's first line taking it (a TOPPAR count, a MessageSet, a "
+    "`Sent ProduceRequest`), or, when none follows while other requests are sent, at least that long."
 )
 FIX_DOC = ("`-X linger.ms=0` (librdkafka's default is 5 ms since v1.5.0, 0.5 ms from v1.0.0, 0 in v0.11.x and "
            "1000 ms before v0.11.0).")
@@ -50,15 +52,46 @@ def share_of(client_ms: float | None, summary: dict) -> float | None:
 
 def from_signals(facts) -> dict | None:
     """Judged from the run's statistics, against its requests; without a
-    completed request, against the statistics' rtt window."""
+    completed request, against the statistics' rtt window. Without
+    statistics, from the log's own times: the application's line handing a
+    message over, then librdkafka's first line taking it (``enqueue_wait``)."""
     st = _stats.of(facts)
     if st is not None:
         return _from_stats(st)
+    if facts.client_ms is None:
+        return _from_enqueue_lines(facts)
     share = share_of(facts.client_ms, facts.summary) if facts.requests else None
     if share is None:
         return None
     return {"requests": facts.summary.get("requests"), "share": share, "time_share": share,
             "rests_on": ["requests", _stats.STATISTICS]}
+
+
+def enqueue_wait(facts) -> tuple[float, bool] | None:
+    """How long messages waited in the client by the log's lines: the
+    median from the application's line to librdkafka's taking them, else
+    the shortest bound of the lines never followed by a ProduceRequest
+    (True: a lower bound). None without such lines."""
+    sig = facts.meta.get("signals") or {}
+    if sig.get("enqueue_waits") and sig.get("enqueue_wait_p50_ms") is not None:
+        return sig["enqueue_wait_p50_ms"], False
+    if sig.get("enqueue_waits_unsent") and sig.get("enqueue_wait_unsent_min_ms") is not None:
+        return sig["enqueue_wait_unsent_min_ms"], True
+    return None
+
+
+def _from_enqueue_lines(facts) -> dict | None:
+    got = enqueue_wait(facts)
+    if got is None:
+        return None
+    if not facts.requests:   # no request to weigh it against: its length alone
+        share = 1.0 if got[0] >= SLOW_MS else None
+    else:
+        share = share_of(got[0], facts.summary)
+    if share is None:
+        return None
+    return {"requests": facts.summary.get("requests"), "share": share, "time_share": share,
+            "rests_on": ["log lines"] + (["requests"] if facts.requests else [])}
 
 
 def queue_full(st: dict) -> bool:
@@ -124,10 +157,27 @@ def evidence(facts) -> list[str]:
     ]
 
 
+def _enqueue_evidence(facts, wait_ms: float, bound: bool) -> list[str]:
+    sig = facts.meta.get("signals") or {}
+    req_ms = facts.summary.get("latency_p50_ms")
+    ev = [(f"the application's line handing a message to the client was followed by no ProduceRequest for at least "
+           f"{wait_ms:g} ms, while the log went on showing other requests sent"
+           f" ({sig.get('enqueue_waits_unsent')} such line(s))") if bound else
+          (f"messages waited {wait_ms:g} ms (median of {sig.get('enqueue_waits')}) from the application's line "
+           f"handing them to the client to librdkafka's first line taking them towards a request")]
+    ev.append(f"a Produce request itself took {req_ms} ms (median): the time went before the request was sent"
+              if req_ms is not None else
+              "no Produce request completed in the log: its own time is unknown")
+    ev.append("librdkafka holds a message for queue.buffering.max.ms (linger.ms); before v1.0.0 its broker thread "
+              "also slept up to socket.blocking.max.ms before looking at new messages")
+    return ev
+
+
 def signal_evidence(facts) -> list[str]:
     st = _stats.of(facts)
     if st is None:
-        return evidence(facts)
+        got = enqueue_wait(facts) if facts.client_ms is None else None
+        return _enqueue_evidence(facts, *got) if got else evidence(facts)
     rtt = st.get("rtt_p50_ms")
     ev = [] if st.get("int_latency_p50_ms") is None else [
           f"messages waited {st['int_latency_p50_ms']:g} ms (median of the snapshots' int_latency p50, "
@@ -153,7 +203,10 @@ def signal_evidence(facts) -> list[str]:
 def fix_text(facts) -> str:
     from kdiag.analysis.causes import version_tuple
 
-    default = linger_default(version_tuple(facts.version))
+    vt = version_tuple(facts.version)
+    default = linger_default(vt)
     return ("lower linger.ms (queue.buffering.max.ms) for latency; "
             + (f"librdkafka {facts.version} defaults it to {default}" if default else
-               "librdkafka defaults it to 5 ms since v1.5.0"))
+               "librdkafka defaults it to 5 ms since v1.5.0 (1000 ms before v0.11.0)")
+            + ("" if vt is not None and vt >= (1, 0, 0) else
+               "; before v1.0.0 set socket.blocking.max.ms=1 too, or the broker thread sleeps before sending"))
