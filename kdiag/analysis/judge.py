@@ -550,7 +550,8 @@ def signal_findings(findings: list[dict], run: Facts, vt) -> None:
             continue
         findings.append({"cause": cause.NAME, "share": round(got["share"], 3),
                          "time_share": round(got["time_share"], 3), "requests": got["requests"], "evidence": said,
-                         "fix": cause.fix(vt), "fix_text": cause.fix_text(run), "rests_on": rests})
+                         "fix": getattr(cause, "signal_fix", lambda _: cause.fix(vt))(run),
+                         "fix_text": cause.fix_text(run), "rests_on": rests})
 
 
 def from_signals_only(run: Facts, vt, unknowns: list[str]) -> dict:
