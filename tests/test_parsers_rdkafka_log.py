@@ -125,3 +125,23 @@ def test_mutated_real_lines(cut, junk):
     line = SEND[:cut] + junk.replace("\n", "") + SEND[cut:]
     t, c = parse_lines([line])
     assert c.parsed + c.skipped_total == 1 and len(t) == c.parsed
+
+
+def test_an_applications_produce_line_and_v08_queue_counts():
+    """The application's own timed line handing a message over is an
+    app_produce row; one without a time, or a delivery report, is not.
+    librdkafka 0.8's TOPPAR "topic [p] N+M msgs" is an xmit_queue row."""
+    t, c = parse_lines([
+        "2026-11-22 04:10:03.140 | sending message 7 to payments",
+        "sending message 8 to payments",
+        "2026-11-22 04:10:03.150 | Produced record to payments [0] @ offset 12",
+        "2026-11-22 04:10:04.001|DEBUG|ingest|10.1.1.1:9092/0: payments [3] 2+1 msgs",
+        "%7|1795314017.477|SEND|rdkafka#producer-1| [thrd:h:9092/1]: h:9092/1: Sent ProduceRequest "
+        "(v7, 200 bytes @ 0, CorrId 5)",
+    ])
+    rows = {r["line_no"]: r for r in t.to_pylist()}
+    assert rows[1]["event"] == "app_produce" and rows[1]["ts_us"] is not None and rows[1]["broker"] is None
+    assert 2 not in rows and 3 not in rows and c.skipped.get("not_librdkafka") == 2
+    assert (rows[4]["event"], rows[4]["topic"], rows[4]["partition"], rows[4]["count"], rows[4]["msgs"]) == \
+        ("xmit_queue", "payments", 3, 2, 1)
+    assert rows[5]["event"] == "send"

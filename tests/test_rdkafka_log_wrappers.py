@@ -113,7 +113,9 @@ def test_dotnet_0_11_default_logger_numeric_level():
 
 def test_old_toppar_line_in_an_application_prefix():
     got = rows(["2026-11-25 10:00:01.638|DEBUG|sink|kafka|event=10.0.0.5:9092/0: orders [0] 3+0 msgs,error_code=0"])
-    assert got[0]["broker"] == "10.0.0.5:9092/0" and got[0]["event"] == "other"
+    # v0.8's TOPPAR "%s [%d] %i+%i msgs": the partition queue's count, then the transmit queue's.
+    assert got[0]["broker"] == "10.0.0.5:9092/0" and got[0]["event"] == "xmit_queue"
+    assert (got[0]["topic"], got[0]["partition"], got[0]["count"], got[0]["msgs"]) == ("orders", 0, 3, 0)
     assert got[0]["ts_us"] == 1795600801638000
 
 

@@ -207,3 +207,42 @@ def test_classify_gives_each_cause_its_request(spark, cause):
     if label_of(cause) != cause.NAME:   # one rule, two causes: told apart over the run
         got = resolve_slow(df, None).orderBy("corr_id").first().cause
     assert got == cause.NAME
+
+
+def test_the_linger_default_is_the_versions_own():
+    """queue.buffering.max.ms defaulted to a second before v0.11.0: a 0.9
+    client's fix text must not say 0.5 ms."""
+    from kdiag.analysis.causes import client_queueing as cq
+
+    assert [cq.linger_default(v) for v in ((0, 8, 6), (0, 9, 5), (0, 11, 6), (1, 4, 2), (1, 5, 0), (2, 3, 0))] \
+        == ["1000 ms", "1000 ms", "0 ms", "0.5 ms", "5 ms", "5 ms"]
+    assert cq.linger_default(None) is None
+
+
+def _logged(signals: dict, requests: int = 1, latency_ms: float = 31.0) -> Facts:
+    summary = {"requests": requests, "latency_p50_ms": latency_ms if requests else None}
+    return Facts(None, {}, requests, None, False, None, None, summary, {"signals": signals}, None)
+
+
+def test_the_logs_own_times_decide_client_queueing():
+    """A message's wait from the application's line to librdkafka's taking
+    it, or a backlog of large requests in flight, names client_queueing
+    when it outweighs the request; a short wait, a shallow or small backlog
+    do not."""
+    from kdiag.analysis.causes import client_queueing as cq
+
+    waited = {"enqueue_waits": 3, "enqueue_wait_p50_ms": 990.0}
+    got = cq.from_signals(_logged(waited))
+    assert got and abs(got["share"] - 990 / 1021) < 1e-9 and "log lines" in got["rests_on"]
+    assert cq.from_signals(_logged({"enqueue_waits": 3, "enqueue_wait_p50_ms": 20.0})) is None   # under the request
+    unsent = {"enqueue_waits": 0, "enqueue_waits_unsent": 1, "enqueue_wait_unsent_min_ms": 146.0}
+    assert cq.from_signals(_logged(unsent))["share"] > 0.8
+    assert "at least 146 ms" in cq.signal_evidence(_logged(unsent))[0]
+    assert cq.from_signals(_logged(waited, requests=0))["share"] == 1.0
+    deep = {"in_flight_depth_p50": 24.0, "produce_bytes_p50": 1048204.0, "in_flight_rtt_p50_ms": 600.0,
+            "in_flight_slow": 16}
+    assert cq.from_signals(_logged(deep))["share"] == 24 / 25
+    assert cq.signal_fix(_logged(deep)) == {} and "compression.type" in cq.fix_text(_logged(deep))
+    assert cq.from_signals(_logged({**deep, "produce_bytes_p50": 2000.0})) is None       # 48 KB in flight
+    assert cq.from_signals(_logged({**deep, "in_flight_depth_p50": 3.0})) is None        # shallow
+    assert cq.signal_fix(_logged(waited)) == {"linger.ms": "0"}

@@ -510,8 +510,25 @@ def _findings(per: dict, examples: dict, run: Facts, vt) -> list[dict]:
         f["time_share"] = round(time_share, 3)
         findings.append(f)
     signal_findings(findings, run, vt)
+    before_requests(findings)
     findings.sort(key=lambda f: (-f["share"], f["cause"]))
     return findings
+
+
+def before_requests(findings: list[dict]) -> None:
+    """A cause whose part comes before the request (PART "queue"), judged
+    against the requests' own time, holds its share of each message's time:
+    the requests' causes explain only the rest of it, so their shares are
+    scaled by what is left."""
+    queued = [f for f in findings if BY_NAME[f["cause"]].PART == "queue" and "example" not in f
+              and REQUESTS in (f.get("rests_on") or [])]
+    if not queued:
+        return
+    left = 1.0 - max(f["time_share"] for f in queued)
+    for f in findings:
+        if "example" in f:
+            f["share"] = round(f["share"] * left, 3)
+            f["time_share"] = round((f.get("time_share") or 0.0) * left, 3)
 
 
 def signal_findings(findings: list[dict], run: Facts, vt) -> None:
@@ -533,7 +550,8 @@ def signal_findings(findings: list[dict], run: Facts, vt) -> None:
             continue
         findings.append({"cause": cause.NAME, "share": round(got["share"], 3),
                          "time_share": round(got["time_share"], 3), "requests": got["requests"], "evidence": said,
-                         "fix": cause.fix(vt), "fix_text": cause.fix_text(run), "rests_on": rests})
+                         "fix": getattr(cause, "signal_fix", lambda _: cause.fix(vt))(run),
+                         "fix_text": cause.fix_text(run), "rests_on": rests})
 
 
 def from_signals_only(run: Facts, vt, unknowns: list[str]) -> dict:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 
 from kdiag.analysis.spark_plumbing import RUN, one_run, quantile, rounded
+from kdiag.analysis.thresholds import SLOW_MS
 
 # A broker the client cannot reach, or a connection that cannot stay up.
 DOWN_DETAIL = ("(?i)(^Connect to .* failed|Connection refused|Connection reset|Failed to resolve|"
@@ -29,6 +30,14 @@ SHORT_UP_MS = 1500.0
 # Errors named in the findings, most frequent first.
 ERRORS_SHOWN = 5
 _NO_STALLS = {"stalled_sends": 0, "send_stall_p50_ms": None, "send_stall_max_ms": None}
+# An application's line and librdkafka's this far apart are on clocks that
+# disagree (a local time beside librdkafka's epoch): no wait is taken.
+ENQUEUE_WAIT_MAX_MS = 300_000.0
+# Requests in flight are counted (a sort of a connection's lines) only in a
+# run of at most this many Produce responses: an excerpt or a short log.
+IN_FLIGHT_MAX_RESPONSES = 100_000
+_NO_WAITS = {"enqueue_waits": 0, "enqueue_wait_p50_ms": None, "enqueue_waits_unsent": 0,
+             "enqueue_wait_unsent_min_ms": None}
 
 
 def signals(events) -> dict:
@@ -54,9 +63,16 @@ def signals_by_run(events) -> dict:
     rows = {r[RUN]: r.asDict() for r in events.groupBy(RUN).agg(*_columns()).collect()}
     stalled = _send_stalls(events.filter(F.col(RUN).isin(*[k for k, r in rows.items() if r["partial_sends"]]))) \
         if any(r["partial_sends"] for r in rows.values()) else {}
+    waits = _enqueue_waits(events.filter(F.col(RUN).isin(*[k for k, r in rows.items() if r["app_produces"]]))) \
+        if any(r["app_produces"] for r in rows.values()) else {}
+    deep = [k for k, r in rows.items() if (r["produce_rtt_max_ms"] or 0) >= SLOW_MS
+            and r["produce_responses"] <= IN_FLIGHT_MAX_RESPONSES]
+    in_flight = _in_flight(events.filter(F.col(RUN).isin(*deep))) if deep else {}
     for run, row in rows.items():
         row.pop(RUN)
+        row.update(in_flight.get(run, {}))
         row.update(stalled.get(run, _NO_STALLS) if row["partial_sends"] else {})
+        row.update(waits.get(run, _NO_WAITS) if row["app_produces"] else {})
         _finished(row)
     return rows
 
@@ -168,6 +184,8 @@ def _columns() -> list:
         lines(ev == "send_partial").alias("partial_sends"),
         lines((ev == "recv") & produce).alias("produce_responses"),
         lines((ev == "send") & produce).alias("produce_sends"),
+        lines(ev == "app_produce").alias("app_produces"),
+        F.max(F.when((ev == "recv") & produce, F.col("rtt_ms"))).alias("produce_rtt_max_ms"),
         F.max(F.col("ts_resolution_us")).alias("ts_resolution_us"),
         lines(F.col("ts_us").isNull() & ev.isin("send", "recv")).alias("untimed"),
     ]
@@ -189,3 +207,64 @@ def _send_stalls(events) -> dict:
                                  F.max("stall_ms").alias("max")).collect()
     return {r[RUN]: {"stalled_sends": r.n, "send_stall_p50_ms": rounded(r.p50, 3),
                      "send_stall_max_ms": rounded(r.max, 3)} for r in rows}
+
+
+def _enqueue_waits(events) -> dict:
+    """The time from each of the application's lines saying it hands a
+    message to the client (``app_produce``) to the first later line showing
+    librdkafka took messages towards a request: its broker thread moving
+    them to the transmit queue (a TOPPAR count), a MessageSet built, a
+    ProduceRequest sent. Where none follows, the log's last Sent line of any
+    request after it bounds the wait from below: requests were being sent
+    and logged, not this one. run -> the waits' count and median, the
+    unsent lines' count and their shortest bound."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    ev = F.col("event")
+    took = (((ev == "send") & (F.col("request") == "Produce")) | (ev == "produce")
+            | ((ev == "xmit_queue") & ((F.coalesce("msgs", F.lit(0)) + F.coalesce("count", F.lit(0))) > 0)))
+    rows = (one_run(events).filter(F.col("ts_us").isNotNull() & ((ev == "app_produce") | took | (ev == "send")))
+            .select(RUN, "ts_us", "line_no", (ev == "app_produce").alias("app"),
+                    F.when(took, F.col("ts_us")).alias("took_us"), F.when(ev == "send", F.col("ts_us")).alias("sent_us")))
+    after = Window.partitionBy(RUN).orderBy("ts_us", "line_no").rowsBetween(1, Window.unboundedFollowing)
+    rows = rows.select(RUN, "app", "ts_us", F.min("took_us").over(after).alias("took"),
+                       F.max("sent_us").over(after).alias("last_sent")).filter("app")
+    wait = (F.col("took") - F.col("ts_us")) / 1000.0
+    bound = F.when(F.col("took").isNull(), (F.col("last_sent") - F.col("ts_us")) / 1000.0)
+
+    def fair(c):
+        return F.when((c >= 0) & (c <= ENQUEUE_WAIT_MAX_MS), c)
+
+    got = rows.select(RUN, fair(wait).alias("w"), fair(bound).alias("b")).groupBy(RUN).agg(
+        F.count("w").alias("n"), quantile("w", 0.5).alias("p50"), F.count("b").alias("nb"), F.min("b").alias("bmin"))
+    return {r[RUN]: {"enqueue_waits": r.n, "enqueue_wait_p50_ms": rounded(r.p50, 3), "enqueue_waits_unsent": r.nb,
+                     "enqueue_wait_unsent_min_ms": rounded(r.bmin, 3)} for r in got.collect()}
+
+
+def _in_flight(events) -> dict:
+    """Produce responses that took SLOW_MS or more, against how many
+    requests the client sent on the same connection while each awaited it:
+    the highest CorrId sent before its Received line, less its own
+    (librdkafka numbers a connection's requests in send order, and the
+    broker answers them in that order). run -> the responses' count, their
+    median depth, median rtt, and the median size of the Produce requests
+    sent."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    ev, key = F.col("event"), [RUN, "client", "broker"]
+    rows = one_run(events).filter(F.col("corr_id").isNotNull() & F.col("broker").isNotNull()
+                                  & (((ev == "send") | ((ev == "recv") & (F.col("request") == "Produce")))))
+    before = Window.partitionBy(*key).orderBy(F.col("line_no")).rowsBetween(Window.unboundedPreceding, -1)
+    rows = rows.select(*key, "event", "request", "corr_id", "rtt_ms", "size_bytes",
+                       F.max(F.when(ev == "send", F.col("corr_id"))).over(before).alias("top"))
+    slow = rows.filter((ev == "recv") & (F.col("rtt_ms") >= SLOW_MS) & (F.col("top") > F.col("corr_id")))
+    got = {r[RUN]: r for r in slow.groupBy(RUN).agg(
+        F.count("*").alias("n"), quantile(F.col("top") - F.col("corr_id"), 0.5).alias("depth"),
+        quantile("rtt_ms", 0.5).alias("rtt")).collect()}
+    sizes = {r[RUN]: r.size for r in rows.filter((ev == "send") & (F.col("request") == "Produce"))
+             .groupBy(RUN).agg(quantile("size_bytes", 0.5).alias("size")).collect()}
+    return {run: {"in_flight_slow": r.n, "in_flight_depth_p50": rounded(r.depth, 1),
+                  "in_flight_rtt_p50_ms": rounded(r.rtt, 3), "produce_bytes_p50": rounded(sizes.get(run), 0)}
+            for run, r in got.items()}

@@ -51,6 +51,10 @@ these are read, recognised by content, line by line (a file may mix them):
 * lines that hold only one of librdkafka's errors (wrapped.error_lines):
   ``Local: Message timed out`` in a delivery report or an exception.
 
+* the application's own timed lines saying it hands a message over
+  (``Sending message``, ``produce_msg``: wrapped.app_produce_lines), the
+  start of a message's wait in the client.
+
 * any other wrapper (wrapped.py): Java, Go, C++ and Node loggers, syslog,
   journald JSON, logfmt; librdkafka's message is found by its ``[thrd:...]: ``
   or its broker name and first words, the prefix searched for a timestamp
@@ -103,7 +107,9 @@ event           string    send, send_partial, recv, retry, unknown_corrid,
                           librdkafka's errors as the application got it:
                           a delivery report, an exception, an error
                           callback; ``error`` its string, ``detail`` its
-                          code's name when printed), other
+                          code's name when printed), app_produce (the
+                          application's own timed line handing a message
+                          to the client, ``text`` the whole line), other
 request         string    API name without Request/Response: ``Produce``
 api_version     int16     request/response version (``v10``)
 size_bytes      int64     request or response size

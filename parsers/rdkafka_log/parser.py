@@ -57,7 +57,7 @@ from kdiag.parsers.rdkafka_log.patterns import (
     THREAD_STRIP,
 )
 from kdiag.parsers.rdkafka_log.plain import plain_lines
-from kdiag.parsers.rdkafka_log.wrapped import error_lines, unmangle, unquoted, wrapped
+from kdiag.parsers.rdkafka_log.wrapped import APP_PRODUCE, app_produce_lines, error_lines, unmangle, unquoted, wrapped
 from kdiag.parsers.scan import byte_at
 from kdiag.parsers.strings import data_buffer, offsets_data, validity, views, with_valid
 
@@ -372,7 +372,7 @@ class RdkafkaLogParser:
         the other parts of multi-line records."""
         parts = np.zeros(0, np.int64)
         left = rest
-        for fmt in ("dotnet", "go", "old_print", "json", "inspect", "python", "wrapped", "errors"):
+        for fmt in ("dotnet", "go", "old_print", "json", "inspect", "python", "wrapped", "errors", "app_produce"):
             if not len(left):
                 break
             if fmt == "inspect":
@@ -381,6 +381,8 @@ class RdkafkaLogParser:
                 left = wrapped(lines, left, pieces)
             elif fmt == "errors":    # no log message, only an error of librdkafka's
                 left = error_lines(lines, left, pieces)
+            elif fmt == "app_produce":   # the application's own line, last: nothing of librdkafka's in it
+                left = app_produce_lines(lines, left, pieces)
             else:
                 left = getattr(self, "_" + fmt)(lines, left, pieces)
         return parts
@@ -587,6 +589,7 @@ class RdkafkaLogParser:
                 parts.append((idx[hit], {f: optional_group(got, f) if f in opt else match_group(got, f) for f in got.type.names}))
             codes[idx[hit]] = len(names)
             names.append(name)
+        self._app_produce(cols, codes, names)
         ev_cols = self._event_columns(m, parts, text)
         event = pc.cast(pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(names)), pa.string())
         ts_us, resolution = _coarse_recv_untimed(cols["ts_us"], cols["ts_resolution_us"], codes, names)
@@ -608,6 +611,22 @@ class RdkafkaLogParser:
             },
             schema=SCHEMA,
         )
+
+    @staticmethod
+    def _app_produce(cols: dict, codes: np.ndarray, names: list[str]) -> None:
+        """``app_produce``: a line of none of the kinds above, without a
+        thread or broker name (librdkafka's messages carry one), that says
+        the application hands a message to the client
+        (wrapped.app_produce_lines)."""
+        left = np.flatnonzero(codes == 0)
+        if not len(left) or cols.get("thread") is None or cols.get("broker") is None:
+            return
+        at = pa.array(left)
+        bare = null_as_false(pc.and_(pc.is_null(cols["thread"].take(at)), pc.is_null(cols["broker"].take(at))))
+        said = bare & null_as_false(pc.match_substring_regex(cols["text"].take(at), APP_PRODUCE))
+        if said.any():
+            codes[left[said]] = len(names)
+            names.append("app_produce")
 
     @staticmethod
     def _event_columns(m: int, parts: list[Part], texts: pa.Array) -> dict:

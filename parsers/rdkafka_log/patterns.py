@@ -147,6 +147,12 @@ EVENTS: list[tuple[str, str, str]] = [
     ("xmit_queue", " in xmit queue",
      (r"^(?P<topic>\S+) \[(?P<partition>-?[0-9]{1,10})\] (?P<msgs>[0-9]{1,9}) message\(s\) in xmit queue "
       r"\((?P<count>[0-9]{1,9}) added")),
+    # v0.8's rd_kafka_broker_producer_serve(), TOPPAR: "%.*s [%"PRId32"]
+    # %i+%i msgs" (the partition queue's count, then the transmit queue's),
+    # at every serve of the partition: the first count is what the broker
+    # thread takes into its transmit queue.
+    ("xmit_queue", " msgs",
+     r"^(?P<topic>\S+) \[(?P<partition>-?[0-9]{1,10})\] (?P<count>[0-9]{1,9})\+(?P<msgs>[0-9]{1,9}) msgs\b"),
     # rd_kafka_err_action(), REQERR: "%sRequest failed: %s: actions %s" (and
     # "... explicit actions %s").
     ("reqerr", "Request failed: ",

@@ -44,6 +44,8 @@ Optional hooks (``HOOKS``), each looked up where it is used:
   tests/test_registry_causes.py judges it;
 - ``signal_evidence(facts) -> list[str]``: the sentences of a finding
   ``from_signals`` gave (``evidence`` when absent);
+- ``signal_fix(facts) -> dict``: the properties to set for a finding
+  ``from_signals`` gave, when its evidence calls for other than ``fix``'s;
 - ``ALSO_RESTS_ON``: what a finding its requests gave rests on besides
   them, when the run has it (``STATISTICS``, ``PATH``): what its rule reads;
 - ``likely(thin: ThinEvidence) -> tuple[int, str, str] | None``: when the
@@ -91,7 +93,7 @@ ORDER = (
 )
 REQUIRED = ("NAME", "TAIL", "COLUMNS", "SUMMED", "EXAMPLE_COLUMNS", "MEETS", "rule", "fix", "evidence",
             "fix_text", "COLOUR", "PART", "SIGNATURE", "FIX_DOC")
-HOOKS = ("from_signals", "signal_evidence", "likely")
+HOOKS = ("from_signals", "signal_evidence", "signal_fix", "likely")
 PARTS = ("wait", "queue", None)
 # What a finding rests on (its ``rests_on``), as the reports name them.
 REQUESTS, SYSCALLS, STATISTICS, PATH = "requests", "syscalls", "statistics", "path"

@@ -15,6 +15,10 @@ GREW_TO = 1000
 # produce() calls, or this share of its calls refused, is a full queue.
 BACKLOG_MSGS = 10_000
 REFUSED_SHARE = 0.01
+# A backlog in flight: this many requests sent on a connection while a slow
+# response was awaited (median), holding at least this many bytes.
+IN_FLIGHT_DEPTH = 8
+IN_FLIGHT_BYTES = 1_000_000
 NAME = "client_queueing"
 TAIL = False
 COLUMNS = ()
@@ -27,13 +31,20 @@ SIGNATURE = (
     "Messages wait in librdkafka's queue (statistics `int_latency`) longer than their request "
     "takes. The cause is batching (`linger.ms`, `batch.num.messages`) or the in-flight limit. "
     "Without a completed request, the statistics decide alone: `int_latency` p50 over 10 ms and "
-    "above the `rtt` window's."
+    "above the `rtt` window's. Without statistics, a log's own times: from the application's line handing a "
+    "message over (\"Sending message\") to librdkafka's first line taking it (a TOPPAR count, a MessageSet, a "
+    "`Sent ProduceRequest`), or, when none follows while other requests are sent, at least that long. "
+    "A backlog in flight counts too: 8 or more requests, 1 MB or more, sent on a connection while a slow "
+    "response was awaited (by CorrId) make its rtt mostly the wait behind them."
 )
-FIX_DOC = "`-X linger.ms=0` (librdkafka's default is 5 ms since v1.5.0)."
+FIX_DOC = ("`-X linger.ms=0` (librdkafka's default is 5 ms since v1.5.0, 0.5 ms from v1.0.0, 0 in v0.11.x and "
+           "1000 ms before v0.11.0).")
 RUN_MEETS = {"requests": 100, "client_ms": 40.0, "summary": {"requests": 100, "latency_p50_ms": 2.0}}
 rule = None
-# librdkafka raised linger.ms (queue.buffering.max.ms) from 0.5 to 5 ms in v1.5.0.
-LINGER_DEFAULT_5MS_FROM = (1, 5, 0)
+# queue.buffering.max.ms (linger.ms) defaulted to 1000 ms up to v0.9.5; v0.11.0
+# lowered it to 0 (librdkafka#1244), v1.0.0 made it 0.5 ms, and v1.5.0
+# raised it to 5 ms (librdkafka#2974).
+LINGER_DEFAULTS = (((1, 5, 0), "5 ms"), ((1, 0, 0), "0.5 ms"), ((0, 11, 0), "0 ms"), ((0,), "1000 ms"))
 
 
 def share_of(client_ms: float | None, summary: dict) -> float | None:
@@ -47,15 +58,70 @@ def share_of(client_ms: float | None, summary: dict) -> float | None:
 
 def from_signals(facts) -> dict | None:
     """Judged from the run's statistics, against its requests; without a
-    completed request, against the statistics' rtt window."""
+    completed request, against the statistics' rtt window. Without
+    statistics, from the log's own times: the application's line handing a
+    message over, then librdkafka's first line taking it (``enqueue_wait``)."""
     st = _stats.of(facts)
     if st is not None:
         return _from_stats(st)
+    if facts.client_ms is None:
+        return _from_enqueue_lines(facts) or _from_in_flight(facts)
     share = share_of(facts.client_ms, facts.summary) if facts.requests else None
     if share is None:
         return None
     return {"requests": facts.summary.get("requests"), "share": share, "time_share": share,
             "rests_on": ["requests", _stats.STATISTICS]}
+
+
+def enqueue_wait(facts) -> tuple[float, bool] | None:
+    """How long messages waited in the client by the log's lines: the
+    median from the application's line to librdkafka's taking them, else
+    the shortest bound of the lines never followed by a ProduceRequest
+    (True: a lower bound). None without such lines."""
+    sig = facts.meta.get("signals") or {}
+    if sig.get("enqueue_waits") and sig.get("enqueue_wait_p50_ms") is not None:
+        return sig["enqueue_wait_p50_ms"], False
+    if sig.get("enqueue_waits_unsent") and sig.get("enqueue_wait_unsent_min_ms") is not None:
+        return sig["enqueue_wait_unsent_min_ms"], True
+    return None
+
+
+def backlog_in_flight(facts) -> tuple[float, float, float] | None:
+    """(requests sent while a slow response was awaited, a Produce
+    request's median bytes, that response's rtt) when the client keeps a
+    backlog on a connection: IN_FLIGHT_DEPTH requests or more, holding
+    IN_FLIGHT_BYTES or more. The broker answers a connection's requests in
+    order, so a request's rtt is then mostly its wait behind the ones
+    ahead of it: messages are produced faster than the connection carries."""
+    sig = facts.meta.get("signals") or {}
+    depth, size, rtt = (sig.get(k) for k in ("in_flight_depth_p50", "produce_bytes_p50", "in_flight_rtt_p50_ms"))
+    if not depth or not size or not rtt or depth < IN_FLIGHT_DEPTH or depth * size < IN_FLIGHT_BYTES:
+        return None
+    return depth, size, rtt
+
+
+def _from_in_flight(facts) -> dict | None:
+    got = backlog_in_flight(facts)
+    if got is None:
+        return None
+    # In a steady backlog as many were ahead of it when it was sent.
+    share = got[0] / (got[0] + 1)
+    return {"requests": (facts.meta.get("signals") or {}).get("in_flight_slow"), "share": share,
+            "time_share": share, "rests_on": ["requests"]}
+
+
+def _from_enqueue_lines(facts) -> dict | None:
+    got = enqueue_wait(facts)
+    if got is None:
+        return None
+    if not facts.requests:   # no request to weigh it against: its length alone
+        share = 1.0 if got[0] >= SLOW_MS else None
+    else:
+        share = share_of(got[0], facts.summary)
+    if share is None:
+        return None
+    return {"requests": facts.summary.get("requests"), "share": share, "time_share": share,
+            "rests_on": ["log lines"] + (["requests"] if facts.requests else [])}
 
 
 def queue_full(st: dict) -> bool:
@@ -106,8 +172,21 @@ def fix(version: tuple[int, ...] | None) -> dict[str, str]:
     return {"linger.ms": "0"}
 
 
+def signal_fix(facts) -> dict[str, str]:
+    """A backlog in flight is not fixed by lingering less: its fix is in the
+    fix text (fewer bytes a second, or more carried)."""
+    return {} if _backlog_only(facts) else {"linger.ms": "0"}
+
+
+def _backlog_only(facts) -> bool:
+    return (facts.client_ms is None and _stats.of(facts) is None and enqueue_wait(facts) is None
+            and backlog_in_flight(facts) is not None)
+
+
 def linger_default(version: tuple[int, ...] | None) -> str | None:
-    return None if version is None else ("5 ms" if version >= LINGER_DEFAULT_5MS_FROM else "0.5 ms")
+    if version is None:
+        return None
+    return next(default for since, default in LINGER_DEFAULTS if version >= since)
 
 
 def evidence(facts) -> list[str]:
@@ -119,10 +198,39 @@ def evidence(facts) -> list[str]:
     ]
 
 
+def _enqueue_evidence(facts, wait_ms: float, bound: bool) -> list[str]:
+    sig = facts.meta.get("signals") or {}
+    req_ms = facts.summary.get("latency_p50_ms")
+    ev = [(f"the application's line handing a message to the client was followed by no ProduceRequest for at least "
+           f"{wait_ms:g} ms, while the log went on showing other requests sent"
+           f" ({sig.get('enqueue_waits_unsent')} such line(s))") if bound else
+          (f"messages waited {wait_ms:g} ms (median of {sig.get('enqueue_waits')}) from the application's line "
+           f"handing them to the client to librdkafka's first line taking them towards a request")]
+    ev.append(f"a Produce request itself took {req_ms} ms (median): the time went before the request was sent"
+              if req_ms is not None else
+              "no Produce request completed in the log: its own time is unknown")
+    ev.append("librdkafka holds a message for queue.buffering.max.ms (linger.ms); before v1.0.0 its broker thread "
+              "also slept up to socket.blocking.max.ms before looking at new messages")
+    return ev
+
+
+def _in_flight_evidence(depth: float, size: float, rtt: float) -> list[str]:
+    return [f"{depth:g} requests (median) were sent on the connection while a slow Produce response was awaited, "
+            f"{size / 1e6:.2f} MB each (the median Produce request): {depth * size / 1e6:.1f} MB in flight",
+            f"the broker answers a connection's requests in order, so the response's rtt ({rtt:g} ms) is mostly its "
+            f"wait behind the requests ahead of it, not the path's round trip",
+            f"messages are produced faster than the connection carries them (about "
+            f"{depth * size / rtt / 1e3:.1f} MB/s here): the backlog grows until requests or messages time out"]
+
+
 def signal_evidence(facts) -> list[str]:
     st = _stats.of(facts)
     if st is None:
-        return evidence(facts)
+        got = enqueue_wait(facts) if facts.client_ms is None else None
+        if got:
+            return _enqueue_evidence(facts, *got)
+        backlog = backlog_in_flight(facts) if facts.client_ms is None else None
+        return _in_flight_evidence(*backlog) if backlog else evidence(facts)
     rtt = st.get("rtt_p50_ms")
     ev = [] if st.get("int_latency_p50_ms") is None else [
           f"messages waited {st['int_latency_p50_ms']:g} ms (median of the snapshots' int_latency p50, "
@@ -148,7 +256,13 @@ def signal_evidence(facts) -> list[str]:
 def fix_text(facts) -> str:
     from kdiag.analysis.causes import version_tuple
 
-    default = linger_default(version_tuple(facts.version))
+    vt = version_tuple(facts.version)
+    if _backlog_only(facts):
+        return ("produce fewer bytes a second, or carry more: compression.type=lz4, partitions led by more "
+                "brokers; a lower max.in.flight.requests.per.connection keeps the backlog in the client's queue")
+    default = linger_default(vt)
     return ("lower linger.ms (queue.buffering.max.ms) for latency; "
             + (f"librdkafka {facts.version} defaults it to {default}" if default else
-               "librdkafka defaults it to 5 ms since v1.5.0"))
+               "librdkafka defaults it to 5 ms since v1.5.0 (1000 ms before v0.11.0)")
+            + ("" if vt is not None and vt >= (1, 0, 0) else
+               "; before v1.0.0 set socket.blocking.max.ms=1 too, or the broker thread sleeps before sending"))
