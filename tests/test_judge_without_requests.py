@@ -425,3 +425,35 @@ def test_an_strace_summary_alone_says_what_it_shows(spark, tmp_path):
     assert rc == 0 and f["verdict"] is None and f["undecided"], f["findings"]
     assert any("poll: 97.1% of the traced time, 60,030 calls, 40 µs a call" in u for u in f["unknowns"]), \
         f["unknowns"]
+
+
+def test_a_transport_failure_the_application_got_is_a_broker_it_cannot_reach(spark, tmp_path):
+    """An error callback's RD_KAFKA_RESP_ERR__TRANSPORT printed as its
+    string only (a debug-module logger, stack frames between) with nothing
+    completed is broker_down; beside an idle disconnect it decides nothing."""
+    frames = ("  svc:kafka     at KafkaError.from (/srv/app/node_modules/kafka-client/errors.js:88:12)\n"
+              "  svc:kafka     at Producer.<anonymous> (/srv/app/node_modules/kafka-client/producer.js:120:9) +1ms\n")
+    bare = tmp_path / "bare.log"
+    bare.write_text("".join(f"  svc:kafka Error: Local: Broker transport failure\n{frames}" for _ in range(3))
+                    + "  svc:kafka Error: Local: All broker connections are down\n")
+    rc, f = replay(bare)
+    assert rc == 0 and f["verdict"] == "broker_down", f["findings"]
+    assert f["findings"][0]["rests_on"] == ["error lines"] and f["findings"][0]["requests"] == 4
+    assert any("Broker transport failure" in e for e in f["findings"][0]["evidence"]), f["findings"][0]
+
+    # The same copies beside a connection the broker closed after ten idle minutes.
+    b = "k4.example:9092/4"
+    idle = tmp_path / "idle_and_bare.log"
+    idle.write_text(f"%7|1760000600.000|FAIL|rdkafka#producer-1| [thrd:{b}]: {b}: Disconnected (after 600011ms "
+                    f"in state UP)\n" + bare.read_text())
+    rc, f = replay(idle)
+    assert rc == 0 and f["verdict"] is None and f["undecided"], f["findings"]
+
+    # The application's copy with librdkafka's errstr is read as its FAIL line.
+    said = tmp_path / "said.log"
+    said.write_text("".join(
+        f"2026-11-28 10:00:0{i},100 ERROR app.kafka - error callback: KafkaError{{code=_TRANSPORT,val=-195,"
+        f"str=\"{b}: Connect to ipv4#192.0.2.44:9092 failed: Connection refused (after 0ms in state CONNECT)\"}}\n"
+        for i in range(2)))
+    rc, f = replay(said)
+    assert f["verdict"] == "broker_down" and f["findings"][0]["requests"] == 2, f["findings"]
