@@ -515,3 +515,17 @@ def test_counted_short_polls_and_the_fix_by_version(tmp_path):
                                                                                                    (0, 8, 6))
     assert "upgrade librdkafka to 1.7.0" in spin_fix("empty_pollout", (1, 4, 0))
     assert "report" in spin_fix("empty_pollout", (2, 3, 0)) and "1.7.0" not in spin_fix("empty_pollout", (2, 3, 0))
+
+
+def test_purged_messages_alone_decide_nothing_and_say_so(spark, tmp_path):
+    """The application's purge errors ("Local: Purged in queue") say messages
+    were still queued when it purged them, not why: undecided, the purge
+    described."""
+    log = tmp_path / "sink.log"
+    log.write_text("".join(
+        f"2026-11-28T09:14:0{i}.120044Z ERROR sink{{id=events}}: app::sink: send failed "
+        f"error=Some(KafkaError (Message production error: PurgeQueue (Local: Purged in queue)))\n" for i in range(3)))
+    rc, f = replay(log)
+    assert rc == 0 and f["verdict"] is None and f["undecided"], f["findings"]
+    assert any("purged messages" in u and "Local: Purged in queue" in u and "not why" in u for u in f["unknowns"]), \
+        f["unknowns"]
