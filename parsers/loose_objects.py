@@ -55,6 +55,13 @@ class Unnamed(int):
     """The key of a dict whose own key was cut off before it."""
 
 
+class Leading(int):
+    """The key of a flat object read whole just before the rest of a dict
+    whose start was cut off, with only a comma between
+    (``{ "min":1, "avg":2 }, "rtt": {...}``): a field of that dict, its own
+    key cut off. Its name is for the reader to tell, by the keys after it."""
+
+
 @dataclass
 class Found:
     value: object
@@ -99,6 +106,7 @@ _ELISION = re.compile(r"\s*(?:\.{2,}|\u2026)[\s.,\u2026]*")
 # object's lines hold.
 _PAIR = re.compile(r"""[ \t]*"([^"\\]*)"[ \t]*:[ \t]*(?:(-?\d+)|"([^"\\]*)"|(true|false|null)\b)[ \t]*,""")
 _GOES_ON = re.compile(r"[0-9A-Za-z.+\-]")
+_COMMA_ONLY = re.compile(r"\s*,\s*")
 _WORDS = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None,
           "NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
 _PY_WORDS = {"True", "False"}   # None is Rust's Debug print's too
@@ -234,6 +242,7 @@ class Scanner:
 
     def _top(self, no: int, text: str, pos: int) -> None:
         seg = pos
+        ended = None   # a flat object read whole on this line, and where it ended
         while pos < len(text):
             m = self._start(text, pos)
             if m is None:
@@ -256,9 +265,17 @@ class Scanner:
                 pos = self._fast(no, text, start, forms)
                 if pos is None:
                     pos = self._object(no, text, start, forms)
+                last = self.out[-1] if self.out and not self.frames else None
+                ended = (last, pos) if last is not None and last.last == no and _flat(last.value) else None
             else:
                 self.escaped = False
-                pos = self._headless(no, text, start, forms)
+                lead = None
+                if ended is not None and ended[1] == seg and ended[0] is self.out[-1] \
+                        and _COMMA_ONLY.fullmatch(text, seg, start):
+                    lead = self.out.pop()
+                    forms = set(lead.forms)   # the comma before the rest is no prefix
+                pos = self._headless(no, text, start, forms, lead)
+                ended = None
             seg = pos
 
     @staticmethod
@@ -321,10 +338,13 @@ class Scanner:
         m = _TOKEN.match(text, start)   # the brace itself
         return self._run(no, text, m.end())
 
-    def _headless(self, no: int, text: str, start: int, forms: set) -> int:
+    def _headless(self, no: int, text: str, start: int, forms: set, lead: Found | None = None) -> int:
         self.root, self.headless = {CUT: True}, True
         self.frames = [_Frame(self.root, _KEY)]
         self.forms, self.first, self.last, self.joins, self.wraps = set(forms), no, no, 0, 0
+        if lead is not None:
+            self.root[Leading(0)] = lead.value
+            self.first = lead.first
         return self._run(no, text, start)
 
     # -- inside an object: one token at a time
@@ -490,3 +510,8 @@ class Scanner:
                 self.forms.add(PRETTY)
             self.out.append(Found(self.root, self.first, self.last, cut or self.headless, self.forms))
         self.root = None
+
+
+def _flat(value) -> bool:
+    """A dict of scalars only: a leaf of an object, never a whole one."""
+    return isinstance(value, dict) and bool(value) and not any(isinstance(v, (dict, list)) for v in value.values())

@@ -60,7 +60,9 @@ snapshot                int64     the snapshot's ordinal in the input, from 1
 cut                     bool      read from a snapshot that was cut
 form                    string    how it was written: json, or ``+``-joined
                                   prefixed, concatenated, escaped,
-                                  python_repr, rust_debug, pretty, wrapped
+                                  python_repr, rust_debug, pretty, wrapped;
+                                  ``+key_by_position`` when a window's key
+                                  was cut off and named by its place
 ======================  ========  ==========================================
 
 ``stats_topics``: one row per topic per snapshot (a topic of unknown name
@@ -95,7 +97,7 @@ import pyarrow as pa
 
 from kdiag.parsers.base import ParseCounts, scrub
 from kdiag.parsers.format import BY_LINES, CHUNKS, CLIENT_QUEUE, TEXT_SCANNER, Format
-from kdiag.parsers.loose_objects import CUT, Scanner
+from kdiag.parsers.loose_objects import CUT, Leading, Scanner
 from kdiag.parsers.pasted import MARKUP, clean
 
 _WINDOWS = ("rtt", "int_latency", "outbuf_latency")
@@ -281,6 +283,34 @@ def _role_below(node, snap, role, key):
     return None
 
 
+# A broker's windows in the order rdkafka.c's statistics emitter writes
+# them: before v0.11.5 "int_latency", "rtt", "throttle", each of min, max,
+# avg, sum and cnt only; from v0.11.5 "int_latency", "outbuf_latency",
+# "rtt", "throttle", with stddev and the percentiles. A window pasted with
+# its key cut off (loose_objects.Leading) is named by the key after it and
+# the era its own keys give; the row's form says so.
+_WINDOW_BEFORE_V0_11_5 = {"rtt": "int_latency", "throttle": "rtt"}
+_WINDOW_SINCE_V0_11_5 = {"outbuf_latency": "int_latency", "rtt": "outbuf_latency", "throttle": "rtt"}
+_WINDOW_KEYS = frozenset(("min", "max", "avg", "sum", "cnt", "stddev", "hdrsize", "p50", "p75", "p90", "p95", "p99",
+                          "p99_99", "outofrange"))
+KEY_BY_POSITION = "key_by_position"
+
+
+def _named_leading(b: dict) -> tuple[dict, bool]:
+    """The broker's dict with a window whose key was cut off named, and
+    whether one was."""
+    lead = next((k for k in b if isinstance(k, Leading)), None)
+    if lead is None:
+        return b, False
+    win, after = b[lead], next((k for k in b if isinstance(k, str)), None)
+    if not isinstance(win, dict) or "avg" not in win or not _WINDOW_KEYS.issuperset(win):
+        return b, False
+    name = (_WINDOW_SINCE_V0_11_5 if "p50" in win or "stddev" in win else _WINDOW_BEFORE_V0_11_5).get(after)
+    if name is None or name in b:
+        return b, False
+    return {name: win, **b}, True
+
+
 def _text(v):
     return v if isinstance(v, str) else None
 
@@ -412,6 +442,7 @@ class StatsParser:
         brokers = s.brokers or ([(None, {})] if s.root is not None else [])
         rows = self.rows["stats"]
         for name, b in brokers:
+            b, named = _named_leading(b)
             rows["line_no"].append(line_no)
             rows["ts_us"].append(ts)
             rows["client"].append(client)
@@ -432,7 +463,7 @@ class StatsParser:
                 rows[c].append(_int(root.get(c)))
             rows["snapshot"].append(self.snapshot)
             rows["cut"].append(s.cut)
-            rows["form"].append(form)
+            rows["form"].append(f"{form}+{KEY_BY_POSITION}" if named else form)
 
     def _topic_rows(self, s: _Snapshot, line_no: int, form: str, ts, client) -> None:
         rows = self.rows["stats_topics"]

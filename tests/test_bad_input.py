@@ -370,3 +370,18 @@ def test_a_file_kdiag_cannot_read_is_still_known_to_be_about_a_kafka_client(tmp_
     assert about == {"gdb.txt": ["rkb_"], "stats.txt": ["kafka"], "image.png": None}
     assert any("gdb.txt: not a format kdiag reads, though it is about a Kafka client (rkb_)" in n
                for n in parsed.notes), parsed.notes
+
+
+def test_an_example_producers_output_is_about_a_kafka_client_though_it_never_says_kafka(tmp_path):
+    # librdkafka's examples/producer.c, typed input between its lines: no
+    # timing, and no word naming Kafka.
+    typed = tmp_path / "typed.txt"
+    typed.write_text("% Press Ctrl-C or Ctrl-D to exit\nhello\n% Enqueued message (5 bytes) for topic orders\n"
+                     "% Message delivered (5 bytes, partition 3)\n")
+    failed = tmp_path / "failed.txt"
+    failed.write_text("% Message delivery failed: Local: Message timed out\n")
+    # The same words inside a sentence are not the example's lines.
+    prose = tmp_path / "prose.txt"
+    prose.write_text("50% Enqueued message (rate) for topic orders\n")
+    assert detect_mod.kafka_words(typed) == detect_mod.kafka_words(failed) == [detect_mod.EXAMPLE_OUTPUT]
+    assert detect_mod.kafka_words(prose) == []

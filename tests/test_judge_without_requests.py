@@ -461,3 +461,107 @@ def test_whole_second_times_give_a_send_stall_only_as_bounds(tmp_path):
     assert any("between 29000 and 31000 ms" in e and "only bounds" in e for e in f["findings"][0]["evidence"])
     rc, f = stalled([0, 1], "short.log")
     assert rc == 0 and "broker_slow" not in {x["cause"] for x in f["findings"]}, f["findings"]
+
+
+def test_a_transport_failure_the_application_got_is_a_broker_it_cannot_reach(spark, tmp_path):
+    """An error callback's RD_KAFKA_RESP_ERR__TRANSPORT printed as its
+    string only (a debug-module logger, stack frames between) with nothing
+    completed is broker_down; beside an idle disconnect it decides nothing."""
+    frames = ("  svc:kafka     at KafkaError.from (/srv/app/node_modules/kafka-client/errors.js:88:12)\n"
+              "  svc:kafka     at Producer.<anonymous> (/srv/app/node_modules/kafka-client/producer.js:120:9) +1ms\n")
+    bare = tmp_path / "bare.log"
+    bare.write_text("".join(f"  svc:kafka Error: Local: Broker transport failure\n{frames}" for _ in range(3))
+                    + "  svc:kafka Error: Local: All broker connections are down\n")
+    rc, f = replay(bare)
+    assert rc == 0 and f["verdict"] == "broker_down", f["findings"]
+    assert f["findings"][0]["rests_on"] == ["error lines"] and f["findings"][0]["requests"] == 4
+    assert any("Broker transport failure" in e for e in f["findings"][0]["evidence"]), f["findings"][0]
+
+    # The same copies beside a connection the broker closed after ten idle minutes.
+    b = "k4.example:9092/4"
+    idle = tmp_path / "idle_and_bare.log"
+    idle.write_text(f"%7|1760000600.000|FAIL|rdkafka#producer-1| [thrd:{b}]: {b}: Disconnected (after 600011ms "
+                    f"in state UP)\n" + bare.read_text())
+    rc, f = replay(idle)
+    assert rc == 0 and f["verdict"] is None and f["undecided"], f["findings"]
+
+    # The application's copy with librdkafka's errstr is read as its FAIL line.
+    said = tmp_path / "said.log"
+    said.write_text("".join(
+        f"2026-11-28 10:00:0{i},100 ERROR app.kafka - error callback: KafkaError{{code=_TRANSPORT,val=-195,"
+        f"str=\"{b}: Connect to ipv4#192.0.2.44:9092 failed: Connection refused (after 0ms in state CONNECT)\"}}\n"
+        for i in range(2)))
+    rc, f = replay(said)
+    assert f["verdict"] == "broker_down" and f["findings"][0]["requests"] == 2, f["findings"]
+
+
+def _pollout_loop(path, writes: bool):
+    """A broker thread's poll() answered POLLOUT eight times, each followed
+    by a read that gets EAGAIN and, with ``writes``, the request it sends."""
+    lines = []
+    for i in range(8):
+        lines.append(f"[pid 9120] poll([{{fd=12, events=POLLIN|POLLOUT}}, {{fd=9, events=POLLIN}}], 2, {230 - i // 3}) "
+                     f"= 1 ([{{fd=12, revents=POLLOUT}}])")
+        if writes:
+            lines.append("[pid 9120] sendmsg(12, {msg_name=NULL, msg_namelen=0, msg_iov=[{iov_base=\"\\0\\0\\0\\x52\", "
+                         "iov_len=86}], msg_iovlen=1, msg_controllen=0, msg_flags=0}, MSG_DONTWAIT|MSG_NOSIGNAL) = 86")
+        lines.append("[pid 9120] read(12, 0x7ffd2c0010a0, 4)  = -1 EAGAIN (Resource temporarily unavailable)")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_spinning_client_from_its_strace(spark, tmp_path):
+    """A thread that poll()s for POLLOUT, writes nothing and reads EAGAIN,
+    again and again, is client_cpu from the syscalls; the same loop that
+    sends a request each time is a producer at work and decides nothing."""
+    rc, f = replay(_pollout_loop(tmp_path / "spin.txt", writes=False))
+    assert rc == 0 and f["verdict"] == "client_cpu", (f["findings"], f["unknowns"])
+    top = f["findings"][0]
+    assert top["rests_on"] == ["syscalls"] and top["requests"] == 8
+    assert any("8 times" in e and "POLLOUT" in e for e in top["evidence"]), top["evidence"]
+    assert "1.7.0" in top["fix_text"]
+    rc, f = replay(_pollout_loop(tmp_path / "busy.txt", writes=True))
+    assert "client_cpu" not in {x["cause"] for x in f["findings"]}, f["findings"]
+
+
+def test_counted_short_polls_and_the_fix_by_version(tmp_path):
+    """Counted 1 ms poll timeouts: thousands in a thread that moves almost
+    no data spin; a few hundred, or as many beside as many writes, do not.
+    The fix names the setting for 0.8, the upgrade for the POLLOUT loop."""
+    from kdiag.analysis.causes.client_cpu import spin_fix
+    from kdiag.analysis.spinning import from_counted
+    from kdiag.ingest.tables import parse_paths
+
+    def counted(name, polls, writes):
+        p = tmp_path / name
+        p.write_text(f"   {polls} [pid 700] poll([{{fd=30, events=POLLIN}}], 1, 1 <unfinished ...>\n"
+                     f"   {polls} [pid 701] poll([{{fd=31, events=POLLIN}}], 1, 1 <unfinished ...>\n"
+                     f"   {writes} [pid 700] write(30, \"\\0\\0\\0\\x40\"..., 68) = 68\n"
+                     f"      1 [pid 699] futex(0x5581d2, FUTEX_WAIT_PRIVATE, 0, NULL <unfinished ...>\n")
+        out = tmp_path / (name + ".tables")
+        parse_paths([p], out)
+        return from_counted(out)
+
+    spin = counted("spin.txt", 1500, 3)
+    assert spin["kind"] == "short_timeout" and spin["threads"] == 2 and spin["wakeups"] == 3000, spin
+    assert counted("few.txt", 300, 0) is None
+    busy = counted("busy.txt", 1500, 900)
+    assert busy["threads"] == 1, busy   # pid 700 moved data between its polls; pid 701 did not
+    assert "queue.buffering.max.ms" in spin_fix("short_timeout", (0, 8, 6)) and "0.9" in spin_fix("short_timeout",
+                                                                                                   (0, 8, 6))
+    assert "upgrade librdkafka to 1.7.0" in spin_fix("empty_pollout", (1, 4, 0))
+    assert "report" in spin_fix("empty_pollout", (2, 3, 0)) and "1.7.0" not in spin_fix("empty_pollout", (2, 3, 0))
+
+
+def test_purged_messages_alone_decide_nothing_and_say_so(spark, tmp_path):
+    """The application's purge errors ("Local: Purged in queue") say messages
+    were still queued when it purged them, not why: undecided, the purge
+    described."""
+    log = tmp_path / "sink.log"
+    log.write_text("".join(
+        f"2026-11-28T09:14:0{i}.120044Z ERROR sink{{id=events}}: app::sink: send failed "
+        f"error=Some(KafkaError (Message production error: PurgeQueue (Local: Purged in queue)))\n" for i in range(3)))
+    rc, f = replay(log)
+    assert rc == 0 and f["verdict"] is None and f["undecided"], f["findings"]
+    assert any("purged messages" in u and "Local: Purged in queue" in u and "not why" in u for u in f["unknowns"]), \
+        f["unknowns"]

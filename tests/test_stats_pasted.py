@@ -250,3 +250,42 @@ def test_hostile_input_costs_its_length(name):
     small = min(took(4_000) for _ in range(3))
     # Each size's best of three: one run on a busy host measures the host.
     assert min(took(40_000) for _ in range(3)) < 10 * max(small, 2e-3) * 3
+
+
+def _bare(window: str, after: str) -> str:
+    """A paste that starts at a broker window whose key was cut off, in the
+    old emitter's spacing, then the rest of that broker and the next one."""
+    return (window + ', "' + after + '": { "min":1000, "max":31000, "avg":7000, "sum":350000, "cnt":50 }, '
+            '"throttle": { "min":0, "max":0, "avg":0, "sum":0, "cnt":50 }, "toppars":{ "orders-3": { '
+            '"topic":"orders", "partition":3} } } , "k2.example:9092/2": { "name":"k2.example:9092/2", "nodeid":2, '
+            '"state":"UP", "stateage":120000000, "outbuf_cnt":0, "outbuf_msg_cnt":0, "waitresp_cnt":0, '
+            '"waitresp_msg_cnt":0, "tx":810, "txbytes":250000, "txerrs":0, "txretries":')
+
+
+def _cut_broker(text: str) -> dict:
+    """The row of the broker whose start was cut off (no name read)."""
+    rows = [r for r in parse_lines([text])[0].to_pylist() if r["broker"] is None]
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def test_a_leading_window_whose_key_was_cut_off_is_named_by_the_key_after_it():
+    """Before v0.11.5 a broker's windows are int_latency, rtt, throttle (of
+    min..cnt only); from it int_latency, outbuf_latency, rtt, with the
+    percentiles: the window before "rtt" is int_latency in the first era and
+    outbuf_latency in the second. Before anything else it stays unnamed."""
+    old = '{ "min":12000, "max":880000, "avg":412000, "sum":20600000, "cnt":50 }'
+    first = _cut_broker(_bare(old, "rtt"))
+    assert first["int_latency_avg_ms"] == 412.0 and first["rtt_avg_ms"] == 7.0, first
+    assert first["outbuf_latency_avg_ms"] is None and first["form"].endswith("+key_by_position"), first
+    new = ('{ "min":100, "max":900, "avg":400, "sum":20000, "stddev":80, "p50":390, "p75":500, "p90":700, '
+           '"p95":800, "p99":880, "p99_99":900, "outofrange":0, "hdrsize":11376, "cnt":50 }')
+    row = _cut_broker(_bare(new, "rtt"))
+    assert row["outbuf_latency_p50_ms"] == 0.39 and row["int_latency_avg_ms"] is None, row
+    row = _cut_broker(_bare(new, "outbuf_latency"))
+    assert row["int_latency_p50_ms"] == 0.39 and row["outbuf_latency_avg_ms"] == 7.0, row
+    # Not a window, or a gap other than a comma: nothing named, nothing lost.
+    for text in (_bare('{ "topic":"orders", "partition":3 }', "rtt"), _bare(old, "rtt").replace("}, ", "} x ", 1)):
+        row = _cut_broker(text)
+        assert row["int_latency_avg_ms"] is None and "key_by_position" not in row["form"], row
+        assert row["rtt_avg_ms"] == 7.0

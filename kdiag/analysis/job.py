@@ -173,10 +173,12 @@ def _judge_signals(spark, inp: _Inputs) -> dict:
     """No Sent line and no syscalls: librdkafka's other lines (timeouts,
     disconnects, retries) are judged alone, or there is nothing to judge."""
     from kdiag.analysis.connections import path_rtt_of
+    from kdiag.analysis.spinning import spinning
 
     return judged_by_signals(inp.version, path_rtt_of(spark, str(inp.tables_dir), inp.conns),
                              {**inp.meta, "tables_dir": inp.tables_dir, "signals": resolved(inp.meta["signals"]),
-                              "stats": resolved(inp.meta.get("stats"))})
+                              "stats": resolved(inp.meta.get("stats")),
+                              "spin": spinning(inp.syscalls, inp.tables_dir)})
 
 
 def judged_by_signals(version: str | None, path: tuple, meta: dict) -> dict:
@@ -207,6 +209,7 @@ def judged_by_signals(version: str | None, path: tuple, meta: dict) -> dict:
 # on: the statistics are librdkafka's own measure of every request.
 _CONFIDENCE_BY_EVIDENCE = (
     ("statistics", "medium: librdkafka's statistics, no request seen"),
+    ("syscalls", "medium: the producer's system calls, no request seen"),
     ("error lines", "low: librdkafka's log lines other than Sent/Received"),
     ("log lines", "low: librdkafka's log lines other than Sent/Received"),
     ("path", "low: the path alone, no request, statistics or log line of the client seen"),
@@ -345,9 +348,15 @@ def _checked(spark, reqs, table: str, q, later: Later):
 
 def _judge_exchanges(spark, inp: _Inputs, q, later: Later) -> dict:
     """A producer that logs nothing: its requests inferred from syscalls."""
+    from kdiag.analysis.spinning import spinning
+
     reqs = _checked(spark, requests_from(spark, "syscalls", None, inp.syscalls), "syscalls", q, later)
     conns = inp.conns + sampled_connections(inp.tables_dir, inp.conns)
     unknowns = [INFERRED]
+    # Read only where no request completes (client_cpu.from_signals); a
+    # small input's threads are walked once more for it.
+    if inp.small:
+        inp.meta["spin"] = spinning(inp.syscalls, inp.tables_dir)
     result = judge(spark, reqs, reqs, conns, inp.stats, inp.version, inp.source, unknowns, inp.meta,
                    inp.read.get("syscalls"), inp.small, inp.local)
     result["confidence"] = CONFIDENCE["syscalls"]

@@ -3,6 +3,7 @@ request per cause come back to the driver, however many requests there are.
 The causes' rules and sentences are in ``kdiag.analysis.causes``."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -568,11 +569,31 @@ def from_signals_only(run: Facts, vt, unknowns: list[str]) -> dict:
         read = {t: n for t, n in (run.meta.get("evidence_read") or {}).items() if n}
         if not read:
             return result_of(run.meta, run.version, OTHERWISE, [], run.summary, unknowns, no_data=True)
-        result = result_of(run.meta, run.version, OTHERWISE, [], run.summary, unknowns + idle_disconnects(run),
-                           undecided=True)
+        result = result_of(run.meta, run.version, OTHERWISE, [], run.summary,
+                           unknowns + idle_disconnects(run) + purged(run), undecided=True)
         result["evidence_read"] = read
         return result
     return result_of(run.meta, run.version, findings[0]["cause"], findings, run.summary, unknowns)
+
+
+# rd_kafka_purge()'s errors, as the application gets them for each message
+# it purged: RD_KAFKA_RESP_ERR__PURGE_QUEUE (-152, "Local: Purged in queue")
+# and __PURGE_INFLIGHT (-151, "Local: Purged in flight"). librdkafka purges
+# only when the application asks it to.
+PURGED = re.compile(r"(?i)Purged in (?:queue|flight)|_PURGE_(?:QUEUE|INFLIGHT)\b|Local_Purge(?:Queue|Inflight)")
+
+
+def purged(run: Facts) -> list[str]:
+    """What purge errors that decide nothing say: messages were still
+    waiting when the application purged them, not why they waited."""
+    sig = run.meta.get("signals") or {}
+    names = [n.split(": ", 1)[-1] for n in sig.get("other_error_names") or [] if PURGED.search(n)]
+    if not names:
+        return []
+    return [f"the application purged messages before they were delivered ({', '.join(names)}): rd_kafka_purge() "
+            "fails what is still queued or in flight, as a producer does when it is closed or gives up waiting for "
+            "a flush; it says messages were still waiting, not why (a broker down or slow, or a shutdown with "
+            "messages queued): librdkafka's log with debug=broker,msg around it would say"]
 
 
 def idle_disconnects(run: Facts) -> list[str]:

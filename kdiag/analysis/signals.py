@@ -10,6 +10,7 @@ judged from these alone (the run-level causes' ``from_signals``).
 from __future__ import annotations
 
 import copy
+import re
 
 from kdiag.analysis.spark_plumbing import RUN, one_run, quantile, rounded
 from kdiag.analysis.thresholds import SLOW_MS
@@ -25,6 +26,16 @@ DOWN_DETAIL = ("(?i)(^Connect to .* failed|Connection refused|Connection reset|F
 # beside it. librdkafka reconnects when it next has a request: it costs
 # nothing, unless the connection dropped within about a second of coming UP.
 IDLE_DETAIL = "(?i)(Disconnected|Connection closed|transport failure: \\(errno: Resource temporarily unavailable)"
+# The application's copy of a broker's failure: rd_kafka_broker_fail()
+# sends its error to the error callback at LOG_ERR (connect failures, failed
+# handshakes, send and receive errors), as RD_KAFKA_RESP_ERR__TRANSPORT
+# (-195, "Local: Broker transport failure"); _RESOLVE (-193, "Local: Host
+# resolution failure") and _ALL_BROKERS_DOWN (-187, "Local: All broker
+# connections are down") follow it. Clients that print only the code's
+# string or name ("_TRANSPORT", .NET's "Local_Transport") hide which failure
+# it was: see _finished.
+APP_DOWN_ERROR = ("(?i)(Broker transport failure|Host resolution failure|All broker connections are down|"
+                  "^_(TRANSPORT|RESOLVE|ALL_BROKERS_DOWN)$|^Local_(Transport|Resolve|AllBrokersDown)$)")
 UP_FOR_MS = r"after (\d+)ms in state UP"
 SHORT_UP_MS = 1500.0
 # Errors named in the findings, most frequent first.
@@ -98,6 +109,19 @@ def _finished(row: dict) -> dict:
     if not_up and not row["produce_responses"]:
         row["down_lines"] = (row["down_lines"] or 0) + not_up
         row["down_detail"] = row["down_detail"] or detail
+    # A transport failure the application got with only its code's string:
+    # rd_kafka_broker_conn_closed() logs a connection the broker closed while
+    # idle at debug, so it never reaches the application (older versions
+    # sent it, and their FAIL lines beside it say so). With no Produce request completed and no
+    # sign of an idle disconnect, it is a broker the client cannot reach;
+    # else it stays among the other errors.
+    bare, detail = row.pop("bare_transport_lines") or 0, row.pop("bare_transport_detail")
+    if bare and not row["produce_responses"] and not row["idle_disconnects"]:
+        row["down_lines"] = (row["down_lines"] or 0) + bare
+        row["down_detail"] = row["down_detail"] or detail
+        row["other_errors"] = max(0, (row["other_errors"] or 0) - bare)
+        row["other_error_names"] = [n for n in row["other_error_names"] or []
+                                    if not re.search(APP_DOWN_ERROR, n.split(": ", 1)[-1])]
     for k in ("timeout_after_ms", "fail_avg_rtt_ms", "batch_msgs_p50"):
         row[k] = rounded(row[k], 3)
     return row
@@ -134,15 +158,22 @@ def _columns() -> list:
     # The whole message too: the parser keeps "(after Nms in state UP)" only
     # as elapsed_ms, and the state only in the text.
     said = F.concat_ws(" ", F.col("detail"), F.col("error"), F.col("text"))
+    # An application's copy of a failure that carries librdkafka's errstr
+    # (confluent-kafka's str="...: Connect to ... failed: ...") is read as
+    # its FAIL line is.
+    app_fail = app & F.coalesce(F.col("error").rlike(APP_DOWN_ERROR), F.lit(False))
+    failed = fail | app_fail
     up_ms = F.coalesce(F.col("elapsed_ms"),
                        F.when(said.rlike(UP_FOR_MS), F.regexp_extract(said, UP_FOR_MS, 1).cast("double")))
-    idle_like = fail & said.rlike(IDLE_DETAIL) & ~said.rlike(DOWN_DETAIL)
+    idle_like = failed & said.rlike(IDLE_DETAIL) & ~said.rlike(DOWN_DETAIL)
     short_up = idle_like & said.rlike("in state UP") & F.coalesce(up_ms < SHORT_UP_MS, F.lit(False))
-    down = ((fail & said.rlike(DOWN_DETAIL)) | short_up
+    down = ((failed & said.rlike(DOWN_DETAIL)) | short_up
             | ((ev == "app_error") & F.coalesce(F.col("error"), F.lit("")).rlike("brokers are down")))
     idle = idle_like & ~short_up
+    # Neither: only the code's string, decided over the run (_finished).
+    bare = app_fail & ~said.rlike(DOWN_DETAIL) & ~said.rlike(IDLE_DETAIL)
     # A FAIL line's error is its disconnect's, counted as one above.
-    other = erred & ~produce_error & (ev != "fail") & ~(app & down) & ~delivery_timeout
+    other = erred & ~produce_error & (ev != "fail") & ~(app & (down | idle)) & ~delivery_timeout
     # TOPPAR's "[3] 1 message(s) queued but broker not up": messages wait for
     # a leader's connection. Every producer logs it while its first
     # connection comes up, so it counts as down only in a run where no
@@ -164,6 +195,8 @@ def _columns() -> list:
         .alias("down_detail"),
         lines(not_up).alias("not_up_lines"),
         F.first(F.when(not_up, F.col("text")), ignorenulls=True).alias("not_up_detail"),
+        lines(bare).alias("bare_transport_lines"),
+        F.first(F.when(bare, F.col("error")), ignorenulls=True).alias("bare_transport_detail"),
         lines(idle).alias("idle_disconnects"),
         F.first(F.when(idle, F.col("detail")), ignorenulls=True).alias("idle_detail"),
         F.max(F.when(idle, up_ms)).alias("idle_up_max_ms"),

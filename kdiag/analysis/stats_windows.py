@@ -20,6 +20,7 @@ findings is thinned to ``SERIES_MAX`` points.
 from __future__ import annotations
 
 from kdiag.analysis.spark_plumbing import pctl, rounded
+from kdiag.parsers.stats import KEY_BY_POSITION
 
 # Points of the per-snapshot series kept in the findings: the first, the
 # last, the worst and an even sample between.
@@ -102,12 +103,16 @@ def _stats_summary(stats, topics) -> dict | None:
         F.max("throttle_avg_ms").alias("throttle_avg_ms"),
         F.max("throttle_max_ms").alias("throttle_max_ms"),
         opt("xmit_msgq_cnt", F.sum),
+        # Rows with a window whose key was cut off, named by its place (parsers.stats).
+        (F.count(F.when(F.col("form").contains(KEY_BY_POSITION), 1)) if _has(stats, "form") else F.lit(0))
+        .alias("named_by_position"),
         F.count(_window(stats, "rtt", "avg")).alias("answering")).orderBy("k").collect())
     per_snap = _with_client_counts(stats, key, [r.asDict() for r in per_snap], opt)
     counters = [c for c in ("tx", "txretries", "req_timeouts", "txerrs") if _has(stats, c)]
     per_broker = brokers_df.groupBy("client", "broker").agg(
         *[x for c in counters for x in (F.max(c).alias(f"{c}_max"), F.min(c).alias(f"{c}_min"))]).collect()
-    out = {"rows": rows_all, "snapshots": len(per_snap), "brokers": len(per_broker)}
+    out = {"rows": rows_all, "snapshots": len(per_snap), "brokers": len(per_broker),
+           "windows_named_by_position": sum(r.get("named_by_position") or 0 for r in per_snap)}
     if not per_snap:
         return out
     series = [_point(key, r) for r in per_snap]

@@ -21,8 +21,10 @@ SIGNATURE = (
     "`Failed to resolve`, `SSL handshake failed`, SASL failures, `N/N brokers are down`, a connection "
     "`Disconnected` within about a second of coming UP, `queued but broker not up`). A disconnect after a "
     "long time UP (`Receive failed: Disconnected`, `Connection closed`) is an idle connection the broker "
-    "closed (connections.max.idle.ms) and is not counted. Judged from those lines, so an excerpt of them "
-    "alone is enough."
+    "closed (connections.max.idle.ms) and is not counted. The application's copy of such an error counts as its "
+    "line does; one that says only `Local: Broker transport failure` or `Local: All broker connections are "
+    "down` counts when no Produce request completed and no idle disconnect is in the input. Judged from those "
+    "lines, so an excerpt of them alone is enough."
 )
 FIX_DOC = (
     "Bring the broker back or fix the route to it (listeners, `advertised.listeners`, "

@@ -21,11 +21,17 @@ SIGNATURE = (
     "fast, and the thread that sent each one was runnable but without a core for at least half of"
     " it (run-queue wait from `/proc/PID/task/TID/schedstat`, sampled every 100 ms). The evidence"
     " adds the producer cgroup's CPU limit and how often it was throttled (`cpu.stat`). Named the"
-    " verdict, like `packet_loss`, when its requests take 25 % of the time."
+    " verdict, like `packet_loss`, when its requests take 25 % of the time. Without a completed request,"
+    " an strace of the producer's own threads spinning: a poll() that asks POLLOUT, returns at once and is"
+    " followed by a read that gets EAGAIN, 5 times or more in a row in a thread, or thousands of polls with a"
+    " timeout of 1 ms or less that time out while the thread moves almost no data (strace lines, or lines"
+    " counted by `uniq -c`)."
 )
 FIX_DOC = (
     "Give the producer CPU: raise or remove its CPU limit (Kubernetes `limits.cpu`, `cpu.max`), "
-    "move busy neighbours off its cores. No librdkafka property fixes a starved thread."
+    "move busy neighbours off its cores. No librdkafka property fixes a starved thread. A client that spins"
+    " is fixed in the client: with 1 ms polls, `queue.buffering.max.ms` (`linger.ms`) of 5 ms or more (0.8"
+    " polled its sockets with it as the timeout); with empty POLLOUT wake-ups, librdkafka 1.7.0 or later."
 )
 
 
@@ -39,7 +45,69 @@ def rule(x):
 
 
 def fix(version: tuple[int, ...] | None) -> dict[str, str]:
-    return {}   # no librdkafka property fixes a starved thread
+    return {}   # no librdkafka property fixes a starved thread; a spinning one's is in fix_text
+
+
+# The release whose CHANGELOG says it fixed a busy loop with POLLOUT set
+# while a TLS handshake waited to read (rdkafka_transport.c).
+POLLOUT_LOOP_FIXED = (1, 7, 0)
+# 0.9 waits on a wake-up fd beside the socket instead of a linger-long poll.
+WAKEUP_FD_SINCE = (0, 9)
+
+
+# An excerpt of an strace whose broker thread spins on a writable socket.
+RUN_MEETS = {"requests": 0, "meta": {"spin": {
+    "kind": "empty_pollout", "source": "strace", "threads": 1, "wakeups": 40, "per_thread_max": 40,
+    "timeout_ms": None, "per_s": None, "iterations_per_ms": 3.0, "read_bytes": 5, "example": None}}}
+
+
+def from_signals(facts) -> dict | None:
+    """No completed request: the producer's threads spinning, from the
+    strace (kdiag.analysis.spinning) judged as all the excerpt shows."""
+    spin = facts.meta.get("spin")
+    if not spin or facts.requests:   # beside completed requests, their own rule decides
+        return None
+    return {"requests": spin["wakeups"], "share": 1.0, "time_share": 1.0, "rests_on": ["syscalls"]}
+
+
+def signal_evidence(facts) -> list[str]:
+    spin = facts.meta.get("spin") or {}
+    counted = " (lines counted by uniq -c)" if spin.get("source") == "counted" else ""
+    threads = f"{spin['threads']} thread(s)" if spin.get("threads", 1) > 1 else "a thread"
+    if spin.get("kind") == "empty_pollout":
+        ev = [f"{threads} of the producer came back from poll() {spin['wakeups']:,} times with the broker "
+              f"socket writable (POLLOUT), then read it and got EAGAIN, writing nothing{counted}: poll() "
+              f"returns at once for a writable socket, so the thread spins"]
+        if spin.get("iterations_per_ms"):
+            ev.append(f"the poll timeout librdkafka passed fell by about a millisecond over those calls: "
+                      f"{spin['iterations_per_ms']:g} wake-ups a millisecond")
+        if spin.get("read_bytes") == 5:
+            ev.append("each read asks 5 bytes, the size OpenSSL reads a TLS record header in: likely a TLS "
+                      "connection")
+    else:
+        ev = [f"{threads} of the producer returned from poll() with a timeout of {spin.get('timeout_ms')} ms "
+              f"{spin['wakeups']:,} times in all (up to {spin['per_thread_max']:,} in one){counted}, moving almost "
+              f"no data between them: each wakes about a thousand times a second to wait again"]
+    if spin.get("per_s"):
+        ev.append(f"about {spin['per_s']:,} wake-ups a second in the busiest thread, by the strace's clock")
+    ev.append("no request completed in the excerpt: the client's own threads use the CPU its requests and "
+              "delivery reports need")
+    return ev
+
+
+def spin_fix(kind: str | None, version: tuple[int, ...] | None) -> str:
+    if kind == "empty_pollout":
+        if version is not None and version >= POLLOUT_LOOP_FIXED:
+            return ("the broker thread spins on a writable socket with nothing to write: capture librdkafka's log "
+                    "with debug=broker,protocol and report it with the strace")
+        return ("upgrade librdkafka to 1.7.0 or later (it fixed a busy loop of the broker threads with POLLOUT set "
+                "while a TLS handshake waited to read); if it persists, report it with debug=broker,protocol")
+    if version is not None and version < WAKEUP_FD_SINCE:
+        return ("set queue.buffering.max.ms to 5 ms or more: this librdkafka polls its broker sockets with it as "
+                "the timeout, so 1 ms wakes every broker thread a thousand times a second; or upgrade (0.9 and "
+                "later wait on a wake-up fd)")
+    return ("raise queue.buffering.max.ms (linger.ms) to 5 ms or more (librdkafka 0.8 polls its broker sockets with "
+            "it as the timeout), or upgrade librdkafka")
 
 
 def evidence(facts) -> list[str]:
@@ -75,6 +143,11 @@ def _cpu_samples(cpu: dict | None) -> list[str]:
 
 
 def fix_text(facts) -> str:
+    spin = facts.meta.get("spin")
+    if spin:
+        from kdiag.analysis.causes import version_tuple
+
+        return spin_fix(spin.get("kind"), version_tuple(facts.version))
     return ("give the producer CPU: raise or remove its CPU limit (Kubernetes limits.cpu, cgroup "
             "cpu.max / cpu.cfs_quota_us), or move busy neighbours off its cores; no librdkafka "
             "property fixes a starved thread")

@@ -238,6 +238,9 @@ def signal_evidence(facts) -> list[str]:
           + _stats.moved(st, "int_latency_p50_ms")
           + (f", while a request's round trip took {rtt:g} ms (rtt p50)" if rtt is not None else
              "; no broker's rtt window held a request")]
+    if ev and st.get("windows_named_by_position"):
+        ev.append(f"{st['windows_named_by_position']} broker window(s) had their key cut off in the paste: named "
+                  f"by the key after them in the order librdkafka writes a broker's windows")
     ev += [f"from the {_stats.seen_in(st)}; no completed request was seen, so the split is librdkafka's own",
           "batching (linger.ms, batch.num.messages, batch.size) or the in-flight limit holds them in the client"]
     if perf_backlog(st):
