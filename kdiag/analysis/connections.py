@@ -12,6 +12,10 @@ from kdiag.analysis.spark_plumbing import RUN, one_run, pctl, quantile, read_tab
 # A wait after connect() times its handshake only this soon after it.
 HANDSHAKE_WINDOW_US = 10_000_000
 MAX_HANDSHAKE_SPANS = 100
+DNS_PORT = 53
+# The first SYN is retransmitted after TCP_TIMEOUT_INIT (1 s): a handshake
+# this long held at least one retransmit (Linux: 1 s, then 3 s, 7 s, ...).
+SYN_RETRANSMIT_MS = 900.0
 
 _PEER = re.compile(r'sin6?_port=htons\((\d+)\).*?(?:inet_addr\("([^"]+)"\)|inet_pton\(AF_INET6, "([^"]+)")')
 
@@ -111,6 +115,9 @@ def _walk(rows: list) -> list[dict]:
         if name == "close" and fd is not None:
             last_close[fd] = row.ts_us
             nodelay_at.pop(fd, None)
+            c = _open_conn(conns, row.pid, fd, row.ts_us)
+            if c is not None and c.get("closed_us") is None:
+                c["closed_us"] = row.ts_us
         elif name == "setsockopt" and fd is not None and "TCP_NODELAY" in args:
             nodelay_at[fd] = (row.ts_us, row.line_no, "[0]" not in args)
         elif name == "connect" and fd is not None and "AF_INET" in args:
@@ -122,17 +129,20 @@ def _walk(rows: list) -> list[dict]:
                 "nodelay": nd[2] if nd else False,
                 "nodelay_line": nd[1] if nd else None,
                 "handshake_ms": None,
+                # The resolver's socket (getaddrinfo() connect()s a UDP or
+                # TCP socket to port 53): a lookup, not a broker's handshake.
+                "dns": bool(m) and m.group(1) == str(DNS_PORT),
             })
         elif name == "getsockopt" and fd is not None and "SO_ERROR" in args:
             # librdkafka asks SO_ERROR once the connecting socket is writable:
             # the handshake ended with the last POLLOUT wait before it. (Its
             # first wait may have woken for the wake-up pipe instead.)
             c = _open_conn(conns, row.pid, fd, row.ts_us)
-            if c is not None and c["handshake_ms"] is None:
+            if c is not None and c["handshake_ms"] is None and not c["dns"]:
                 _set_handshake(c, c.pop("_last_wait", None), row.ts_us)
         elif row.dur_us is not None:
             for c in reversed(conns):
-                if c["pid"] == row.pid and c["handshake_ms"] is None and row.ts_us >= c["connect_us"] \
+                if c["pid"] == row.pid and c["handshake_ms"] is None and not c["dns"] and row.ts_us >= c["connect_us"] \
                         and row.ts_us - c["connect_us"] < HANDSHAKE_WINDOW_US and f"fd={c['fd']}" in args:
                     c["_last_wait"] = (row.ts_us, row.dur_us)
                     c.setdefault("_first_wait", (row.ts_us, row.dur_us))
@@ -290,7 +300,9 @@ def path_choice(hs: tuple | None, by_method: dict, conns: list[dict], ss) -> tup
     tcp = _user_path(by_method, USER_TCP_METHODS, "answers from the broker's port")
     if tcp:
         return tcp
-    measured = [c for c in conns if c.get("handshake_ms") is not None]
+    # A handshake that held a SYN retransmit times the retransmit, not the
+    # path.
+    measured = [c for c in conns if c.get("handshake_ms") is not None and c["handshake_ms"] < SYN_RETRANSMIT_MS]
     bound = bool(measured) and all(c.get("handshake_upper_bound") for c in measured)
     if measured and not bound:
         return pctl([c["handshake_ms"] for c in measured], 0.5), "strace: connect() to writable", False

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from kdiag.analysis.connections import connections, path_rows, sampled_connections
 from kdiag.analysis.judge import judge
+from kdiag.analysis.life import life, life_shown
 from kdiag.analysis.per_request import requests_from
 from kdiag.analysis.signals import signals
 from kdiag.analysis.spark_plumbing import Later, any_rows, at_once, cached, fits_in_plan, read_table, release, resolved
@@ -107,6 +108,8 @@ def _judged(spark, inp: _Inputs, q, later: Later) -> dict:
     # What librdkafka said besides Sent/Received: timeouts, retries, batches.
     # The judge reads it with its findings (see resolved).
     inp.meta["signals"] = later(lambda: signals(inp.log_writes if any_rows(inp.log_writes) else inp.log))
+    # Each connection's phases before its first request (life.py).
+    inp.meta["life"] = later(lambda: life(inp.log_writes if any_rows(inp.log_writes) else inp.log, inp.conns))
     # The statistics' windows and counters, by themselves (stats_windows).
     topics = read_table(spark, inp.tables_dir, "stats_topics")
     perf = read_table(spark, inp.tables_dir, "perf_intervals")
@@ -118,6 +121,7 @@ def _judged(spark, inp: _Inputs, q, later: Later) -> dict:
             quality.exclude_spanning(spark, None, table, q, name)
         result = _judge_signals(spark, inp)
         result["signals"] = resolved(inp.meta["signals"])
+        result["life"] = life_shown(resolved(inp.meta["life"]))
         rank_when_thin(result)
         return result
     timing = later(lambda: timing_unknowns(inp.syscalls))
@@ -131,6 +135,7 @@ def _judged(spark, inp: _Inputs, q, later: Later) -> dict:
     result["unknowns"] += other_run()
     result["paths"] = paths()
     result["signals"] = resolved(inp.meta["signals"])
+    result["life"] = life_shown(resolved(inp.meta["life"]))
     rank_when_thin(result)
     return result
 
@@ -177,6 +182,7 @@ def _judge_signals(spark, inp: _Inputs) -> dict:
 
     return judged_by_signals(inp.version, path_rtt_of(spark, str(inp.tables_dir), inp.conns),
                              {**inp.meta, "tables_dir": inp.tables_dir, "signals": resolved(inp.meta["signals"]),
+                              "life": resolved(inp.meta.get("life")),
                               "stats": resolved(inp.meta.get("stats")),
                               "spin": spinning(inp.syscalls, inp.tables_dir)})
 

@@ -158,7 +158,8 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
     pre, path = _before_causes(spark, reqs, stats, conns, meta, parallel)
     before, nagle_possible = before_of(pre, path, stats is not None)
     meta = {**meta, "one_write": before.one_write, "nagle_possible": nagle_possible, "has_stats": stats is not None,
-            "signals": resolved(meta.get("signals")), "stats": resolved(meta.get("stats"))}
+            "signals": resolved(meta.get("signals")), "stats": resolved(meta.get("stats")),
+            "life": resolved(meta.get("life"))}
     # Statistics without one throttle time add nothing but a join.
     throttles = stats if stats is not None and pre.throttled else None
     rq, held = _classified(spark, produce, conns, throttles, before.path_rtt_ms, nagle_possible, meta, local)

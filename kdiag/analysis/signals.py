@@ -12,14 +12,17 @@ from __future__ import annotations
 import copy
 import re
 
+from kdiag.analysis.life import RESOLVE_DETAIL
 from kdiag.analysis.spark_plumbing import RUN, one_run, quantile, rounded
 from kdiag.analysis.thresholds import SLOW_MS
 
 # A broker the client cannot reach, or a connection that cannot stay up.
-DOWN_DETAIL = ("(?i)(^Connect to .* failed|Connection refused|Connection reset|Failed to resolve|"
+# A name that does not resolve, or a connect that timed out, is a phase of
+# the connection's life that failed (life.py: dns_slow, connect_slow), not a
+# broker that refused it.
+DOWN_DETAIL = ("(?i)(^Connect to .* failed|Connection refused|Connection reset|"
                "No route to host|Network is unreachable|Host is unreachable|SSL handshake failed|"
-               "Connection setup timed out|timed out in CONNECT|SASL|Authentication|brokers are down|"
-               "broker not up)")
+               "SASL|Authentication|brokers are down|broker not up)")
 # A connection the broker closed (connections.max.idle.ms, 10 min by
 # default): "Receive failed: Disconnected", "Disconnected (after 600012ms in
 # state UP)", "Connection closed", and the EAGAIN transport failure printed
@@ -171,7 +174,7 @@ def _columns() -> list:
             | ((ev == "app_error") & F.coalesce(F.col("error"), F.lit("")).rlike("brokers are down")))
     idle = idle_like & ~short_up
     # Neither: only the code's string, decided over the run (_finished).
-    bare = app_fail & ~said.rlike(DOWN_DETAIL) & ~said.rlike(IDLE_DETAIL)
+    bare = app_fail & ~said.rlike(DOWN_DETAIL) & ~said.rlike(IDLE_DETAIL) & ~said.rlike(RESOLVE_DETAIL)
     # A FAIL line's error is its disconnect's, counted as one above.
     other = erred & ~produce_error & (ev != "fail") & ~(app & (down | idle)) & ~delivery_timeout
     # TOPPAR's "[3] 1 message(s) queued but broker not up": messages wait for

@@ -86,7 +86,14 @@ ORDER = (
     # Judged over the run from librdkafka's other lines (signals.py), not
     # per completed request: an excerpt may hold no completed request.
     "request_timeout",
+    # A connection's life (life.py), judged over the run: what held the
+    # messages before any request existed.
+    "dns_slow",
+    "connect_slow",
+    "tls_handshake_slow",
+    "sasl_slow",
     "broker_down",
+    "metadata_wait",
     "retry_backoff",
     "small_batches",
     "healthy",
