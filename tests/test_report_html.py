@@ -123,3 +123,28 @@ def test_statistics_series_is_a_table_bounded_by_the_page_and_shows_only_numbers
     assert "script" not in table
     # Without statistics the section is not there.
     assert 'id="statistics"' not in render_html({"summary": {}})
+
+
+def test_connection_timeline_in_chromium(tmp_path):
+    """The connections' phases (life.py) drawn one attempt a row, a broker's
+    name from a stranger's log staying text."""
+    from test_life import healthy
+
+    from kdiag.analysis import life
+
+    hostile_broker = f"ssl://{HOSTILE}:9093/1"
+    rows = healthy(resolve=2007) + healthy(start=3000, tls=1500, broker=hostile_broker, line=20)
+    got = life.summed(life.walk(rows), [], None, len(rows), 0)
+    with tarfile.open(BUNDLE) as t:
+        f = json.load(t.extractfile("findings.json"))
+    f["life"] = got
+    page = tmp_path / "life.html"
+    page.write_text(render_html(f))
+    html = page.read_text()
+    assert "<script" not in html and "onerror=alert" not in html.replace("onerror=alert(2)&gt;", "")
+    opened = open_page(page, "report-connections.png")
+    assert not [e for e in opened.console if e["level"] in ("SEVERE", "WARNING")], opened.console
+    said, width, height, tag, drawn = opened.charts["connections"]
+    assert said == 2 and drawn >= 2 * 5 and width > 300 and height > 40
+    assert "slowest ms" in opened.text and "tls 2 1500" in " ".join(opened.text.split())
+    assert "resolve" in opened.text and "2007" in opened.text and HOSTILE.split(">")[0] in opened.text

@@ -51,6 +51,10 @@ from kdiag.analysis.connections import SYN_RETRANSMIT_MS
 from kdiag.analysis.spark_plumbing import rounded
 
 PHASES = ("backoff", "resolve", "connect", "tls", "apiversion", "sasl", "metadata")
+# The cause a phase's stall is named (its colour in the report's timeline);
+# apiversion has none of its own.
+PHASE_CAUSE = {"backoff": "broker_down", "resolve": "dns_slow", "connect": "connect_slow", "tls": "tls_handshake_slow",
+               "apiversion": None, "sasl": "sasl_slow", "metadata": "metadata_wait"}
 STATE_PHASE = {"TRY_CONNECT": "backoff", "CONNECT": "resolve", "SSL_HANDSHAKE": "tls",
                "APIVERSION_QUERY": "apiversion", "AUTH_LEGACY": "sasl", "AUTH_HANDSHAKE": "sasl",
                "AUTH_REQ": "sasl", "REAUTH": "sasl"}

@@ -90,7 +90,7 @@ def render_html(findings: dict, sockets: list[dict] | None = None, *, source: st
                   head=_head(findings, source), verdict=_verdict(findings, others), figures=_figures(findings),
                   waterfall=_waterfall(findings, rows), over_time=_over_time(findings, rows, others),
                   distribution=_distribution(rows, others), sockets=_sockets(sockets), paths=_paths(findings),
-                  statistics=_statistics(findings),
+                  statistics=_statistics(findings), connections=_connections(findings),
                   inputs=_inputs(findings), in_findings=IN_FINDINGS, in_probes=IN_PROBES) + "\n"
 
 
@@ -194,6 +194,10 @@ def _waterfall(f: dict, rows: list[dict]) -> Markup:
 
 
 OTHER_CAUSES = "other causes"
+# Attempts drawn in the connection timeline; the findings keep more.
+CONNECTION_ROWS = 20
+# A phase no cause is named for (apiversion).
+UNSPLIT_COLOUR = "#c7c7c7"
 
 
 def _cause(r: dict) -> str:
@@ -413,3 +417,48 @@ def _inputs(f: dict) -> dict:
                        *(_cell(dict_or_empty(x.get("counts")).get(k)) for k in ("lines", "parsed", "skipped_total"))]
                       for x in files],
             "files_left_out": more_files}
+
+
+def _connections(f: dict) -> dict:
+    """Each connection attempt a row of its phases on one time scale (life.py),
+    and the phases summed: where messages waited before any request.
+    From a bundle anyone may have edited: any field may be anything."""
+    from kdiag.analysis.life import PHASE_CAUSE, PHASES
+
+    life = dict_or_empty(f.get("life"))
+    phases = dict_or_empty(life.get("phases"))
+    rows = []
+    for name in PHASES:
+        p = dict_or_empty(phases.get(name))
+        if p:
+            rows.append([name, fmt(num(p.get("n")) or 0), _cell(num(p.get("max_ms"))), _cell(num(p.get("total_ms"))),
+                         _text(dict_or_empty(p.get("slowest")).get("broker")) or ""])
+    attempts = [dict_or_empty(a) for a in _list(life.get("shown"))][:CONNECTION_ROWS]
+    timed = [a for a in attempts if num(a.get("start_us")) is not None]
+    colours = {ph: colour_of(c) if c else UNSPLIT_COLOUR for ph, c in PHASE_CAUSE.items()}
+    if not timed:
+        return {"rows": rows, "chart": None}
+    t0 = min(num(a["start_us"]) for a in timed)
+    ends = [num(a["start_us"]) - t0 + sum(num(dict_or_empty(p).get("ms")) or 0.0 for p in _list(a.get("phases"))) * 1e3
+            for a in timed]
+    span_us = max(ends) or 1.0
+    w, row_h, left, right = svg.W, 26, 260, 20
+    scale = (w - left - right) / span_us
+    marks, y = [], 6
+    for a in timed:
+        x = left + (num(a["start_us"]) - t0) * scale
+        for p in (dict_or_empty(p) for p in _list(a.get("phases"))):
+            ms = num(p.get("ms")) or 0.0
+            ph = _text(p.get("phase"))
+            marks.append(svg.rect(x, y, max(ms * 1e3 * scale, 1.0), row_h - 10, colours.get(ph, UNSPLIT_COLOUR),
+                                  f"{ph}: {fmt(ms)} ms ({_text(a.get('broker'))})"))
+            x += ms * 1e3 * scale
+        broker = _text(a.get("broker"))
+        broker = broker if len(broker) <= 26 else broker[:12] + "…" + broker[-13:]
+        label = f"+{fmt((num(a['start_us']) - t0) / 1e6)} s {broker} ({_text(a.get('outcome'))[:8]})"
+        marks.append(svg.label(label, left - 8, y + 12, anchor="end", tip=_text(a.get("broker"))))
+        y += row_h
+    legend = [(ph, colours[ph]) for ph in PHASES]
+    chart = (svg.chart("connections", w, y + 4, "connection attempts, phase by phase", marks, len(timed))
+             + svg.legend(legend) + _parts().meta(f"Time from the first attempt, {fmt(span_us / 1e3)} ms in all."))
+    return {"rows": rows, "chart": chart}

@@ -37,6 +37,7 @@ def _path_title(paths: list[dict]) -> str:
 def render(findings: dict, *, bundle: str | None = None, probe: dict | None = None) -> str:
     out = _head_lines(findings, probe)
     out += _path_lines(findings.get("paths"))
+    out += life_lines(findings.get("life"))
     out.append("")
     out.append(f"VERDICT: {verdict_text(findings)}")
     for f in findings.get("findings", []):
@@ -128,6 +129,56 @@ def _path_lines(paths: list | None) -> list[str]:
     out.extend("    " + ln for ln in table.splitlines())
     if more:
         out.append(f"    ... and {more:,} more hops not shown; {IN_PROBES}")
+    return out
+
+
+# Attempts listed one a line; the findings keep more (life.SHOWN_ATTEMPTS).
+ATTEMPT_LINES = 8
+_NUM = (int, float)
+
+
+def _ms(v) -> str:
+    return f"{v:g}" if isinstance(v, _NUM) and not isinstance(v, bool) else "?"
+
+
+def life_lines(life) -> list[str]:
+    """The connections' phases (life.py): per phase its count, slowest and
+    total, then the attempts one a line. From a bundle anyone may have
+    edited: any field may be missing or of another type."""
+    if not isinstance(life, dict):
+        return []
+    from kdiag.analysis.life import PHASES
+
+    out = [f"  CONNECTIONS {_ms(life.get('attempts'))} attempt(s), {_ms(life.get('up'))} up, "
+           f"{_ms(life.get('failed'))} failed (librdkafka's broker state changes; ms)"]
+    phases = life.get("phases") if isinstance(life.get("phases"), dict) else {}
+    for name in PHASES:
+        p = phases.get(name)
+        if not isinstance(p, dict):
+            continue
+        slow = p.get("slowest") if isinstance(p.get("slowest"), dict) else {}
+        where = f"  slowest to {slow.get('broker')}" if slow.get("broker") else ""
+        failed = f", {_ms(p.get('failed'))} failed" if p.get("failed") else ""
+        out.append(f"    {name:<11} {_ms(p.get('n')):>4} x  slowest {_ms(p.get('max_ms')):>9}  "
+                   f"total {_ms(p.get('total_ms')):>9}{failed}{where}")
+    meta = life.get("metadata")
+    if isinstance(meta, dict) and meta.get("requests"):
+        out.append(f"    metadata    {_ms(meta.get('requests'))} MetadataRequest(s) in a row; the first "
+                   f"ProduceRequest {_ms(meta.get('ms'))} ms after the first of them")
+    for d in (life.get("dns") if isinstance(life.get("dns"), list) else [])[:ATTEMPT_LINES]:
+        if isinstance(d, dict):
+            out.append(f"    resolver    {d.get('server')}: a lookup of {_ms(d.get('ms'))} ms (syscalls, line "
+                       f"{d.get('line')})")
+    shown = [a for a in (life.get("shown") if isinstance(life.get("shown"), list) else []) if isinstance(a, dict)]
+    t0 = next((a["start_us"] for a in shown if isinstance(a.get("start_us"), _NUM)), None)
+    for a in shown[:ATTEMPT_LINES]:
+        at = f"+{(a['start_us'] - t0) / 1e6:.3f}s" if isinstance(a.get("start_us"), _NUM) and t0 is not None \
+            else "(untimed)"
+        parts = " | ".join(f"{p.get('phase')} {_ms(p.get('ms'))}" for p in a.get("phases") or []
+                           if isinstance(p, dict))
+        out.append(f"    {at} {a.get('broker')}: {parts or '-'} -> {a.get('outcome')}")
+    if len(shown) > ATTEMPT_LINES:
+        out.append(f"    ... and {len(shown) - ATTEMPT_LINES} more attempt(s) in findings.json (\"life\")")
     return out
 
 

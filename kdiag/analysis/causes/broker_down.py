@@ -46,7 +46,13 @@ def from_signals(facts) -> dict | None:
     # requests timed out in flight: the broker was reached and stalled,
     # and the failures to reconnect follow from that.
     share = (0.5 if sig.get("timed_out") else 1.0) if not facts.requests else k / (k + facts.requests)
-    return {"requests": k, "share": share, "time_share": share, "rests_on": ["error lines"]}
+    # The time the client could not reach the broker (life.py), against
+    # what the completed requests took: messages produced meanwhile waited
+    # through every failed attempt and reconnect.backoff.ms between them.
+    down_ms = (facts.meta.get("life") or {}).get("down_ms") or 0.0
+    if facts.requests and down_ms:
+        share = max(share, down_ms / (down_ms + (facts.meta.get("completed_ms") or 0.0)))
+    return {"requests": k, "share": round(share, 3), "time_share": round(share, 3), "rests_on": ["error lines"]}
 
 
 def fix(version: tuple[int, ...] | None) -> dict[str, str]:
@@ -57,6 +63,13 @@ def evidence(facts) -> list[str]:
     sig = facts.meta.get("signals") or {}
     ev = [f"{sig.get('down_lines')} line(s) say librdkafka could not reach a broker or lost it"
           + (f": \"{sig['down_detail']}\"" if sig.get("down_detail") else "")]
+    life = facts.meta.get("life") or {}
+    if life.get("down_ms"):
+        backoffs = life.get("backoffs_ms") or []
+        waits = (f"; librdkafka waited {', '.join(f'{b:g}' for b in backoffs[:8])} ms between attempts "
+                 "(reconnect.backoff.ms, doubling with jitter up to reconnect.backoff.max.ms)") if backoffs else ""
+        ev.append(f"the client could not reach the broker for {life['down_ms']:g} ms over {life.get('failed')} "
+                  f"failed connection attempt(s){waits}")
     if facts.requests:
         ev.append(f"{facts.requests} Produce request(s) completed in the capture besides")
     else:
