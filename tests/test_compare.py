@@ -13,7 +13,7 @@ import pytest
 from browser import open_page
 from conftest import need
 from kdiag.cli import Environment, main
-from kdiag.report.compare import PREDICTION_TOLERANCE, compare, quantile_ci, rate_ci
+from kdiag.report.compare import PREDICTION_TOLERANCE, compare, quantile_ci, rate_ci, render_text
 
 
 def test_the_median_interval_holds_its_level():
@@ -71,6 +71,29 @@ def test_a_fix_a_partial_fix_and_no_fix():
     assert worse["fixed"] is False and "worse" in worse["sentence"]
     healthy = compare(_findings(fast, "x", 0.0), _findings(fast, "x", 0.0))
     assert healthy["fixed"] is None and "nothing to fix" in healthy["sentence"]
+
+
+def _with_life(findings, resolve_ms, down_ms=None):
+    return {**findings, "life": {"attempts": 1, "phases": {"resolve": {"n": 1, "max_ms": resolve_ms,
+                                                                      "total_ms": resolve_ms}}, "down_ms": down_ms}}
+
+
+def test_a_connection_phase_fixed_shortened_or_not():
+    """A connection cause is judged by its phase: the requests' latency does
+    not hold the time messages waited for the connection."""
+    rng = random.Random(3)
+    fast = [0.7 + rng.random() / 10 for _ in range(30)]
+    before = _with_life(_findings(fast, "dns_slow", 0.0) | {"verdict": "dns_slow"}, 2007.0)
+    fixed = compare(before, _with_life(_findings(fast, "x", 0.0), 3.0))
+    assert fixed["fixed"] is True and "dns_slow is gone" in fixed["sentence"]
+    assert fixed["phases"]["resolve"] == [2007.0, 3.0] and "CONNECTION PHASES" in render_text(fixed)
+    shorter = compare(before, _with_life(_findings(fast, "x", 0.0), 1500.0))
+    assert shorter["fixed"] is False and shorter["sentence"].startswith("Shorter, not fixed")
+    unseen = compare(before, _findings(fast, "x", 0.0))
+    assert unseen["fixed"] is None and "no resolve phase" in unseen["sentence"]
+    down = compare(_with_life(_findings(fast, "broker_down", 0.0) | {"verdict": "broker_down"}, 1.0, 3000.0),
+                   _with_life(_findings(fast, "x", 0.0), 1.0, None))
+    assert down["fixed"] is True and "could not be reached 3000 ms before, 0 ms after" in down["sentence"]
 
 
 def test_two_runs_of_one_name_stay_apart():

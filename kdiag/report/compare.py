@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from kdiag.analysis.causes import OTHERWISE, part_of
+from kdiag.analysis.causes import BY_NAME, OTHERWISE, part_of
 from kdiag.report.html import dict_or_empty, request_rows
 from kdiag.report.svg import fmt, num
 from kdiag.visible import visible, visible_text
@@ -112,10 +112,55 @@ def compare(before: dict, after: dict, names: tuple[str, str] = ("before", "afte
         and a["delivery_p50_ms"]["value"] is not None else "p50_ms"
     out = {"before": b, "after": a, "cause": cause, "metric": metric,
            "prediction": _prediction(before, b, a, cause, metric)}
-    out["fixed"], out["sentence"] = _judged(b, a, cause, metric)
+    out["phases"] = phases_compared(before, after)
+    phase = getattr(BY_NAME.get(cause), "PHASE", None)
+    if phase is not None:
+        # A connection's phase held the messages, not the requests: the fix
+        # shows in that phase, which the requests' latency does not hold.
+        out["fixed"], out["sentence"] = _phase_judged(out["phases"], cause, phase)
+    else:
+        out["fixed"], out["sentence"] = _judged(b, a, cause, metric)
     out["distributions"] = {name: [r["total_ms"] for r in rows if num(r.get("total_ms")) is not None]
                             for name, rows in zip(names, (rows_b, rows_a))}
     return out
+
+
+def phase_ms(findings: dict, phase: str) -> float | None:
+    """A run's figure for a connection phase (life.py): its slowest instance,
+    the metadata wait, or (``down``) the time a broker could not be reached.
+    From findings anyone may have edited."""
+    life = dict_or_empty(findings.get("life"))
+    if phase == "down":
+        # Attempts and none failed: reached at once.
+        return num(life.get("down_ms")) if life.get("down_ms") is not None or not num(life.get("attempts")) else 0.0
+    if phase == "metadata":
+        return num(dict_or_empty(life.get("metadata")).get("ms"))
+    return num(dict_or_empty(dict_or_empty(life.get("phases")).get(phase)).get("max_ms"))
+
+
+def phases_compared(before: dict, after: dict) -> dict:
+    """Each phase either run timed: [before, after], slowest ms."""
+    from kdiag.analysis.life import PHASES
+
+    got = {ph: [phase_ms(before, ph), phase_ms(after, ph)] for ph in (*PHASES, "down")}
+    return {ph: v for ph, v in got.items() if v != [None, None]}
+
+
+def _phase_judged(phases: dict, cause: str, phase: str) -> tuple[bool | None, str]:
+    slow = BY_NAME[cause].SLOW_MS
+    b, a = phases.get(phase, [None, None])
+    what = "the time a broker could not be reached" if phase == "down" else f"the slowest {phase} phase"
+    if b is None:
+        return None, f"Cannot tell: the run before shows no {phase} phase to compare."
+    if a is None:
+        return None, (f"Cannot tell: the run after shows no {phase} phase ({what} was {fmt(b)} ms before); "
+                      "its log needs debug=broker from the producer's start.")
+    moved = f"{what} {fmt(b)} ms before, {fmt(a)} ms after"
+    if a <= slow if slow else a == 0:
+        return True, f"The change fixed it: {cause} is gone; {moved}."
+    if a < b:
+        return False, f"Shorter, not fixed: {moved}, still {cause}."
+    return False, f"The change did not shorten it: {moved}."
 
 
 def _prediction(before: dict, b: dict, a: dict, cause: str | None, metric: str) -> dict | None:
@@ -193,6 +238,10 @@ def render_text(c: dict) -> str:
              f"  {'VERDICT':<14}{b_verdict:>28}{a_verdict:>28}", "", "  CAUSES (share of requests)"]
     for cause in sorted(set(b["shares"]) | set(a["shares"])):
         lines.append(f"    {visible(cause):<24}{pct(b['shares'].get(cause)):>8} -> {pct(a['shares'].get(cause))}")
+    if c.get("phases"):
+        lines += ["", "  CONNECTION PHASES (slowest, ms)"]
+        for ph, (pb, pa) in c["phases"].items():
+            lines.append(f"    {visible(ph):<24}{'?' if pb is None else fmt(pb):>8} -> {'?' if pa is None else fmt(pa)}")
     p = c.get("prediction")
     if p:
         ok = {True: "within", False: "outside", None: "?"}[p["within_tolerance"]]

@@ -29,6 +29,8 @@ def _figures(c: dict) -> list[list[str]]:
             ("message delivery p50 (ms)", ci_text(b["delivery_p50_ms"]), ci_text(a["delivery_p50_ms"])),
             ("requests", str(b["requests"]), str(a["requests"])),
             ("verdict", str(b["verdict"]), str(a["verdict"]))]
+    rows += [(f"{ph} phase, slowest (ms)", "?" if pb is None else fmt(pb), "?" if pa is None else fmt(pa))
+             for ph, (pb, pa) in (c.get("phases") or {}).items()]
     return [list(r) for r in rows]
 
 

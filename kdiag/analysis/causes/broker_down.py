@@ -34,6 +34,10 @@ FIX_DOC = (
 RUN_MEETS = {"requests": 0, "meta": {"signals": {
     "down_lines": 4, "down_detail": "Connect to ipv4#192.0.2.10:9092 failed: Connection refused"}}}
 rule = None
+# What `kdiag compare` reads: the time the client could not reach a broker
+# (life.py's down_ms), with no threshold: any is the broker's.
+PHASE = "down"
+SLOW_MS = 0.0
 
 
 def from_signals(facts) -> dict | None:

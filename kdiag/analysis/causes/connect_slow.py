@@ -32,6 +32,10 @@ RUN_MEETS = {"requests": 10, "meta": {"completed_ms": 20.0, "life": {"phases": {
     "n": 2, "total_ms": 3004.0, "max_ms": 3003.0,
     "slowest": {"broker": "ssl://10.0.0.5:9093/bootstrap", "line": 9, "end_line": 10}}}}}}
 rule = None
+SLOW_MS = SYN_RETRANSMIT_MS
+# The phase of the connection timeline (life.py) it is named for: what
+# `kdiag compare` reads to tell whether a fix shortened it.
+PHASE = "connect"
 # socket.connection.setup.timeout.ms came in v1.7.0.
 SETUP_TIMEOUT_FROM = (1, 7, 0)
 

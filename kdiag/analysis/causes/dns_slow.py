@@ -37,6 +37,9 @@ RUN_MEETS = {"requests": 10, "meta": {"completed_ms": 20.0, "life": {"phases": {
     "n": 2, "total_ms": 4012.0, "max_ms": 2007.0,
     "slowest": {"broker": "ssl://broker.example:9093/bootstrap", "line": 8, "end_line": 9}}}}}}
 rule = None
+# The phase of the connection timeline (life.py) it is named for: what
+# `kdiag compare` reads to tell whether a fix shortened it.
+PHASE = "resolve"
 
 
 def _exchanges(facts) -> list[dict]:

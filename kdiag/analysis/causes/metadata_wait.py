@@ -32,6 +32,9 @@ FIX_DOC = (
 RUN_MEETS = {"requests": 10, "meta": {"completed_ms": 20.0, "life": {"metadata": {
     "requests": 12, "error_lines": 0, "error": None, "start_us": 1_000_000, "produced": True, "ms": 3012.0}}}}
 rule = None
+# The phase of the connection timeline (life.py) it is named for: what
+# `kdiag compare` reads to tell whether a fix shortened it.
+PHASE = "metadata"
 
 
 def _wait(facts) -> dict:

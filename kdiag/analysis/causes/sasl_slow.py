@@ -31,6 +31,9 @@ RUN_MEETS = {"requests": 10, "meta": {"completed_ms": 20.0, "life": {"phases": {
     "n": 1, "total_ms": 900.0, "max_ms": 900.0,
     "slowest": {"broker": "sasl_ssl://10.0.0.5:9093/1", "line": 20, "end_line": 24}}}}}}
 rule = None
+# The phase of the connection timeline (life.py) it is named for: what
+# `kdiag compare` reads to tell whether a fix shortened it.
+PHASE = "sasl"
 
 
 def from_signals(facts) -> dict | None:

@@ -30,6 +30,9 @@ RUN_MEETS = {"requests": 10, "meta": {"completed_ms": 20.0, "life": {"phases": {
     "n": 2, "total_ms": 3010.0, "max_ms": 1508.0,
     "slowest": {"broker": "ssl://10.0.0.5:9093/bootstrap", "line": 11, "end_line": 16}}}}}}
 rule = None
+# The phase of the connection timeline (life.py) it is named for: what
+# `kdiag compare` reads to tell whether a fix shortened it.
+PHASE = "tls"
 
 
 def from_signals(facts) -> dict | None:
