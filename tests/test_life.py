@@ -56,8 +56,18 @@ def test_a_failed_attempt_then_one_that_comes_up_after_the_backoff():
     assert first["outcome"] == "failed" and "Connection refused" in first["error"]
     assert second["outcome"] == "up" and phases(second)["backoff"] == 248.0
     s = life.summed([first, second], [], None, len(rows), 0)
-    assert s["failed"] == 1 and s["up"] == 1 and s["down_ms"] == 256.0 and s["backoffs_ms"] == [248.0]
+    assert s["failed"] == 1 and s["up"] == 1 and s["down_ms"] == 256.0 and s["backoffs_ms"] == [249.0]
     assert s["resolve_failures"] == 0
+
+
+def test_a_failure_logged_twice_is_one_attempt():
+    """At debug, then at LOG_ERR when the application sets no error callback."""
+    text = "Connect to ipv4#10.0.0.5:9093 failed: Connection refused (after 0ms in state CONNECT)"
+    rows = [state(1, 0, "INIT", "TRY_CONNECT"), state(2, 0, "TRY_CONNECT", "CONNECT"),
+            row(3, 0, "fail", "Connect to ipv4#10.0.0.5:9093 failed", text + " (_TRANSPORT)"),
+            row(4, 0, "fail", "Connect to ipv4#10.0.0.5:9093 failed", text), state(5, 0, "CONNECT", "DOWN")]
+    (att,) = life.walk(rows)
+    assert att["outcome"] == "failed" and phases(att) == {"backoff": 0.0, "connect": 0.0}
 
 
 def test_a_fail_line_alone_gives_the_phase_it_ended():
@@ -108,3 +118,39 @@ def test_the_resolver_exchanges_and_retransmitted_handshakes_from_the_syscalls()
     s = life.summed([], conns, None, 0, 0)
     assert s["dns"] == [{"pid": 7, "server": "10.0.0.53:53", "line": 40, "ms": 2004.0}]
     assert [h["peer"] for h in s["slow_handshakes"]] == ["10.0.0.5:9093"]
+
+
+def test_where_timed_out_messages_were():
+    """One line per kind: queued for a connection (the broker's failures'
+    cause), for metadata (no partition while a broker was up), in flight,
+    queued while up, and the delivery reports no line places."""
+    from kdiag.analysis import timed_out
+
+    b2 = "ssl://broker.example:9093/2"
+    down = [state(1, 0, "INIT", "TRY_CONNECT"), state(2, 0, "TRY_CONNECT", "CONNECT"),
+            row(3, 2, "fail", "Failed to resolve 'broker.example:9093'",
+                "Failed to resolve 'broker.example:9093': Name or service not known (after 2ms in state CONNECT)"),
+            state(4, 2, "CONNECT", "DOWN")]
+    up = healthy(broker=b2, line=10)
+    attempts = life.walk(down + up)
+    causes = timed_out.cause_of_failures(attempts)
+    assert causes == {B: "dns_slow"}
+
+    def timeout(n, ms, text, broker):
+        return {**row(n, ms, "other", None, text, broker), "facility": "TIMEOUT"}
+    rows = [timeout(20, 9000, "t [0]: timed out 2+3 message(s) (MsgId 1..5): message.timeout.ms exceeded", B),
+            timeout(21, 9000, "t [1]: timed out 0+4 message(s) (MsgId 1..4): message.timeout.ms exceeded", b2),
+            timeout(22, 9000, "u: 6 message(s) timed out", None),
+            {**row(23, 9000, "timeout", None, "Timed out ProduceRequest in flight", b2), "request": "Produce"},
+            {**row(24, 9001, "msgset", None, "t [1]: MessageSet with 7 message(s) (MsgId 5, BaseSeq -1) encountered "
+                   "error: Local: Message timed out", b2), "msgs": 7}]
+    rows += [{**row(30 + i, 9002, "app_error"), "error": "Local: Message timed out"} for i in range(25)]
+    got = timed_out.where(rows, attempts, causes)
+    kinds = {k["kind"]: (k["messages"], k["cause"], k["brokers"]) for k in got["kinds"]}
+    assert kinds == {"queued for a connection": (5, "dns_slow", [B]),
+                     "queued for metadata or a leader": (6, "metadata_wait", []),
+                     "in flight unanswered": (7, "request_timeout", [b2]),
+                     "queued while the broker was up": (4, None, [b2]),
+                     "where unknown": (3, None, [])}
+    assert got["messages"] == 25 == got["delivery_reports"]
+    assert timed_out.where([], attempts, causes) is None

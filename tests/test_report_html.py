@@ -137,7 +137,8 @@ def test_connection_timeline_in_chromium(tmp_path):
     got = life.summed(life.walk(rows), [], None, len(rows), 0)
     with tarfile.open(BUNDLE) as t:
         f = json.load(t.extractfile("findings.json"))
-    f["life"] = got
+    f["life"] = {**got, "timed_out": {"kinds": [{"kind": "queued for a connection", "messages": 5,
+                                                 "brokers": [hostile_broker], "cause": "dns_slow"}]}}
     page = tmp_path / "life.html"
     page.write_text(render_html(f))
     html = page.read_text()
@@ -147,4 +148,5 @@ def test_connection_timeline_in_chromium(tmp_path):
     said, width, height, tag, drawn = opened.charts["connections"]
     assert said == 2 and drawn >= 2 * 5 and width > 300 and height > 40
     assert "slowest ms" in opened.text and "tls 2 1500" in " ".join(opened.text.split())
+    assert "5 queued for a connection on ssl://<script>" in opened.text
     assert "resolve" in opened.text and "2007" in opened.text and HOSTILE.split(">")[0] in opened.text

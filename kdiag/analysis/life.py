@@ -84,6 +84,9 @@ METADATA_ERROR = (r"(?i)(Unknown topic or partition|UNKNOWN_TOPIC|Leader not ava
 # '%s': %s", rdkafka_broker.c) and the application's copy of its code
 # (RD_KAFKA_RESP_ERR__RESOLVE, -193, "Local: Host resolution failure").
 RESOLVE_DETAIL = r"(?i)(Failed to resolve|Host resolution failure|^_RESOLVE$|^Local_Resolve$)"
+# A FAIL line this soon after the one that ended an attempt, naming the
+# same state, is its copy.
+COPY_US = 5_000
 _STATE = re.compile(r"([A-Z_]+) -> ([A-Z_]+)")
 _IN_STATE = re.compile(r"\(after (\d{1,12})ms in state ([A-Z_]+)")
 
@@ -92,9 +95,14 @@ def life(events, conns: list[dict] | None = None) -> dict:
     """The run's connection attempts, their phases and what they add up to,
     from an rdkafka_events-shaped DataFrame (None: the syscalls alone)."""
     rows, cut, first_produce = _rows(events) if events is not None else ([], 0, None)
+    from kdiag.analysis import timed_out
+
     attempts = walk(rows)
     meta = metadata_wait([r for r in rows if r["event"] == "send" or r["event"] == "meta_error"], first_produce)
-    return summed(attempts, conns or [], meta, len(rows), cut)
+    got = summed(attempts, conns or [], meta, len(rows), cut)
+    if events is not None:
+        got["timed_out"] = timed_out.where(timed_out.rows_of(events), attempts, timed_out.cause_of_failures(attempts))
+    return got
 
 
 def _rows(events) -> tuple[list[dict], int, int | None]:
@@ -204,7 +212,7 @@ def _state(r: dict, att: dict | None, key, attempts: list) -> dict | None:
     if to == "UP":
         att["up_us"], att["outcome"] = r["ts_us"], "up"
     elif to in ENDS:
-        att["outcome"] = "failed"
+        att["outcome"], att["end_us"] = "failed", r["ts_us"]
     elif to in STATE_PHASE:
         _open(att, STATE_PHASE[to], r)
     return att
@@ -213,6 +221,12 @@ def _state(r: dict, att: dict | None, key, attempts: list) -> dict | None:
 def _fail(r: dict, att: dict | None, last: dict | None, key, attempts: list) -> dict | None:
     text = r.get("text") or r.get("detail") or ""
     m = _IN_STATE.search(text)
+    if att is None and last is not None and last["outcome"] == "failed" and last.get("end_us") is not None \
+            and r["ts_us"] - last["end_us"] <= COPY_US and last["error"] and m \
+            and m.group(0) in last["error"]:
+        # The same failure logged twice (at debug, then at its own level
+        # when the application sets no error callback).
+        return last
     if att is None and last is not None and last["outcome"] == "failed" and last["error"] is None:
         # The state went DOWN before its FAIL line was printed.
         last["error"] = text
@@ -232,7 +246,7 @@ def _fail(r: dict, att: dict | None, last: dict | None, key, attempts: list) -> 
     if _open_phase(att) == "resolve" and not re.search(r"(?i)resolve", text):
         att["_open"]["phase"], att["_open"]["with_resolve"] = "connect", True
     _close(att, r, text)
-    att["outcome"], att["error"] = "failed", text
+    att["outcome"], att["error"], att["end_us"] = "failed", text, r["ts_us"]
     return att
 
 
@@ -313,16 +327,31 @@ def summed(attempts: list[dict], conns: list[dict], meta: dict | None, lines: in
     failed = [a for a in attempts if a["outcome"] == "failed"]
     up = [a for a in attempts if a["outcome"] == "up"]
     down_ms = _down_ms(attempts)
-    # The waits between failed attempts, in order: reconnect.backoff.ms
-    # growing towards reconnect.backoff.max.ms.
-    backoffs = [p["ms"] for a in attempts for p in a["phases"]
-                if p["phase"] == "backoff" and p["ms"] is not None and a is not attempts[0]][:20]
+    backoffs = _waits_after_failures(attempts)
     return {"attempts": len(attempts), "up": len(up), "failed": len(failed), "phases": phases,
             "resolve_failures": _resolve_failures(failed),
             "down_ms": down_ms, "backoffs_ms": backoffs if failed else [], "metadata": meta, "dns": dns_exchanges(conns),
             "slow_handshakes": [c for c in conns if (c.get("handshake_ms") or 0) >= SYN_RETRANSMIT_MS
                                 and not c.get("dns")],
             "shown": shown(attempts), "lines": lines, "lines_cut": cut}
+
+
+def _waits_after_failures(attempts: list[dict]) -> list[float]:
+    """Per handle, from a failed attempt's end to the next attempt's start,
+    in order (the first 20): reconnect.backoff.ms growing towards
+    reconnect.backoff.max.ms, and the wait until a connection is wanted."""
+    waits, last = [], {}
+    for a in attempts:
+        if a["start_us"] is None:
+            continue
+        key = (a["client"], a["broker"])
+        prev = last.get(key)
+        if prev is not None and prev["outcome"] == "failed" and prev.get("end_us") is not None:
+            # Until it connects again: its backoff state included.
+            again = next((p["start_us"] for p in a["phases"] if p["phase"] != "backoff"), a["start_us"])
+            waits.append(round((again - prev["end_us"]) / 1000.0, 3))
+        last[key] = a
+    return waits[:20]
 
 
 def _resolve_failures(failed: list[dict]) -> int:
@@ -387,6 +416,7 @@ def shown(attempts: list[dict]) -> list[dict]:
 def life_shown(got: dict | None) -> dict | None:
     """What the findings carry of it: every figure, and the attempts to
     draw; None for a run without one connection line."""
-    if not got or not (got.get("attempts") or got.get("dns") or got.get("slow_handshakes") or got.get("metadata")):
+    if not got or not (got.get("attempts") or got.get("dns") or got.get("slow_handshakes") or got.get("metadata")
+                       or got.get("timed_out")):
         return None
     return got

@@ -433,11 +433,16 @@ def _connections(f: dict) -> dict:
         if p:
             rows.append([name, fmt(num(p.get("n")) or 0), _cell(num(p.get("max_ms"))), _cell(num(p.get("total_ms"))),
                          _text(dict_or_empty(p.get("slowest")).get("broker")) or ""])
+    tout = dict_or_empty(life.get("timed_out"))
+    timed_out = [f"{fmt(num(k.get('messages')) or 0)} {_text(k.get('kind'))}"
+                 + (f" on {', '.join(b for b in _list(k.get('brokers')) if isinstance(b, str))}" if _list(k.get("brokers"))
+                    else "") + (f" ({_text(k.get('cause'))})" if _text(k.get("cause")) else "")
+                 for k in (dict_or_empty(x) for x in _list(tout.get("kinds")))]
     attempts = [dict_or_empty(a) for a in _list(life.get("shown"))][:CONNECTION_ROWS]
     timed = [a for a in attempts if num(a.get("start_us")) is not None]
     colours = {ph: colour_of(c) if c else UNSPLIT_COLOUR for ph, c in PHASE_CAUSE.items()}
     if not timed:
-        return {"rows": rows, "chart": None}
+        return {"rows": rows, "chart": None, "timed_out": timed_out}
     t0 = min(num(a["start_us"]) for a in timed)
     ends = [num(a["start_us"]) - t0 + sum(num(dict_or_empty(p).get("ms")) or 0.0 for p in _list(a.get("phases"))) * 1e3
             for a in timed]
@@ -461,4 +466,4 @@ def _connections(f: dict) -> dict:
     legend = [(ph, colours[ph]) for ph in PHASES]
     chart = (svg.chart("connections", w, y + 4, "connection attempts, phase by phase", marks, len(timed))
              + svg.legend(legend) + _parts().meta(f"Time from the first attempt, {fmt(span_us / 1e3)} ms in all."))
-    return {"rows": rows, "chart": chart}
+    return {"rows": rows, "chart": chart, "timed_out": timed_out}

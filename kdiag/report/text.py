@@ -179,6 +179,22 @@ def life_lines(life) -> list[str]:
         out.append(f"    {at} {a.get('broker')}: {parts or '-'} -> {a.get('outcome')}")
     if len(shown) > ATTEMPT_LINES:
         out.append(f"    ... and {len(shown) - ATTEMPT_LINES} more attempt(s) in findings.json (\"life\")")
+    return out + timed_out_lines(life.get("timed_out"))
+
+
+def timed_out_lines(got) -> list[str]:
+    """Where the messages that timed out were (timed_out.py), one line a
+    kind. From a bundle: any field may be anything."""
+    if not isinstance(got, dict) or not isinstance(got.get("kinds"), list):
+        return []
+    out = [f"  TIMED OUT {_ms(got.get('messages'))} message(s) (message.timeout.ms ran out), where they were:"]
+    for k in got["kinds"]:
+        if not isinstance(k, dict):
+            continue
+        brokers = k.get("brokers") if isinstance(k.get("brokers"), list) else []
+        on = f" on {', '.join(str(b) for b in brokers)}" if brokers else ""
+        cause = f" ({k.get('cause')})" if k.get("cause") else ""
+        out.append(f"    {_ms(k.get('messages')):>6}  {k.get('kind')}{on}{cause}")
     return out
 
 
