@@ -490,17 +490,6 @@ def _arm_syn_drops(b: _Build, n: int, tools: _Tools) -> None:
              "net.ipv4.tcp_syn_linear_timeouts=0"])
 
 
-def syn_drops_counted(lab: NetLab) -> int | None:
-    """How many SYNs the lab's nftables rule has dropped so far, or None
-    without the rule."""
-    try:
-        out = run([*lab.exec_prefix("broker"), "nft", "list", "table", "inet", "kdiag_syn_drops"])
-    except NetLabError:
-        return None
-    m = re.search(r"counter packets (\d+)", out)
-    return int(m.group(1)) if m else None
-
-
 def _teardown(b: _Build) -> None:
     procs = []
     for role in STOP_ORDER:

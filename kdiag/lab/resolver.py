@@ -81,11 +81,13 @@ def answer(query: bytes, name: str, address: str) -> tuple[bytes, str] | None:
     except Exception:
         return None
     ours = qname == _canonical(name)
-    records = [DNSRR(rrname=qd[0].qname, type="A", ttl=TTL_S, rdata=address)] if ours and qtype == TYPE_A else []
+    record = DNSRR(rrname=qd[0].qname, type="A", ttl=TTL_S, rdata=address) if ours and qtype == TYPE_A else None
     rcode = 0 if ours else RCODE_NXDOMAIN
-    reply = DNS(id=q.id, qr=1, opcode=0, aa=1, rd=q.rd, ra=1, rcode=rcode, qd=qd, an=records or None)
+    # One packet, not a list, for qd and an: scapy before 2.6 took only that.
+    reply = DNS(id=q.id, qr=1, opcode=0, aa=1, rd=q.rd, ra=1, rcode=rcode, qd=qd[0],
+                **({"an": record} if record is not None else {}))
     what = f"{dnstypes.get(qtype, qtype)} {qname}: " + (
-        f"{len(records)} record(s)" if rcode == 0 else "NXDOMAIN")
+        "NXDOMAIN" if rcode else "1 record" if record is not None else "no records")
     return bytes(reply), what
 
 
