@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import socket
+import subprocess
+import sys
 import tarfile
 import threading
 import time
@@ -116,6 +119,56 @@ def test_connect_slow_connect_waits_for_the_syn_retransmits(tmp_path, spark):
     # (the broker's own, after the bootstrap one) connect at once.
     assert later and all(g < 0.5 for _, g in later), later
     assert_nothing_left(bundle)
+
+
+_CHILD = """
+import json, time
+from kdiag.lab import network as netlab, scenarios
+with netlab.running("dns-slow", scenarios.network_paths()["dns-slow"], topics=()) as lab:
+    print(json.dumps(lab.to_dict()), flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.e2e
+def test_the_client_namespace_resolves_late_and_a_killed_lab_is_swept(tmp_path):
+    """`ip netns exec` gives the client namespace the lab's resolv.conf; a
+    lab whose owner was SIGKILLed leaves it behind until the next sweep."""
+    need("ip", root=True)
+    for tool in ("stunnel4", "ethtool", "openssl", "getent"):
+        need(tool)
+    need_tansu()
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    child = subprocess.Popen([sys.executable, "-c", _CHILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env, cwd=root)
+    try:
+        line = child.stdout.readline()
+        if not line:
+            child.wait(10)
+            pytest.fail(f"the child started no lab: {child.stderr.read()[-2000:]}")
+        info = json.loads(line)
+        client = info["namespaces"]["client"]
+        resolv = netns.netns_etc(client) / "resolv.conf"
+        assert f"nameserver {netlab.RESOLVER_ADDR}" in resolv.read_text()
+        started = time.monotonic()
+        out = subprocess.run(["ip", "netns", "exec", client, "getent", "ahostsv4", netlab.BROKER_HOSTNAME],
+                             capture_output=True, text=True, timeout=30)
+        took = time.monotonic() - started
+        assert out.returncode == 0 and info["broker_addr"] in out.stdout, out
+        delay_s = PATHS["dns-slow"].dns_delay_ms / 1000
+        assert 0.8 * delay_s <= took < delay_s + 1.0, took
+        child.kill()
+        child.wait(10)
+        assert wait_gone(info["pids"].values(), 5.0) == []
+        assert resolv.exists(), "the owner's death alone removes no file"
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+        netlab.sweep_stale()
+    assert not netns.netns_etc(client).exists()
+    assert not set(netlab.list_netns()) & set(info["namespaces"].values())
 
 
 # --- the resolver on its own, on loopback (no root) ---------------------------
