@@ -123,16 +123,23 @@ def netns_etc(ns: str) -> Path:
 def write_resolv_conf(ns: str, nameserver: str, timeout_s: int) -> Path:
     """The resolv.conf that commands under `ip netns exec ns` read."""
     d = netns_etc(ns)
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        path = d / "resolv.conf"
-        # One server, no search list: every lookup is one query per address
-        # family to the lab's resolver, and a late answer is waited for
-        # (timeout) rather than asked again.
-        path.write_text(f"nameserver {nameserver}\noptions timeout:{timeout_s} attempts:1\n")
-    except OSError as e:
-        raise NetLabError(f"cannot write {d}/resolv.conf: {e.strerror}") from None
-    return path
+    path = d / "resolv.conf"
+    # One server, no search list: every lookup is one query per address
+    # family to the lab's resolver, and a late answer is waited for
+    # (timeout) rather than asked again.
+    text = f"nameserver {nameserver}\noptions timeout:{timeout_s} attempts:1\n"
+    for _ in range(3):
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            return path
+        except FileNotFoundError:
+            # Another lab's teardown removed an empty /etc/netns between
+            # the two mkdirs: make it again.
+            continue
+        except OSError as e:
+            raise NetLabError(f"cannot write {path}: {e.strerror}") from None
+    raise NetLabError(f"cannot write {path}: {NETNS_ETC} keeps disappearing")
 
 
 def remove_netns_etc(names: Sequence[str]) -> None:

@@ -12,6 +12,14 @@ hop 1 and the broker as hop 2. The broker namespace runs the same Tansu and
 stunnel4 pair as `kdiag.lab.broker`, with Tansu advertising the TLS address, so
 every client connection crosses the whole path.
 
+A scenario may also stand in the way of a new connection. With a DNS delay,
+the router runs `kdiag.lab.resolver` on 10.201.1.1:53 for the name
+broker.kdiag.lab, the client namespace gets its own resolv.conf
+(/etc/netns/<ns>/resolv.conf, which `ip netns exec` mounts over
+/etc/resolv.conf) and the client config bootstraps by that name. With SYN
+drops, nftables in the broker namespace drops the first SYNs to the TLS port
+once the lab is ready.
+
 The kernel here has no netem qdisc, hence the user-space delay line; it
 needs GRO/GSO/TSO and TX checksum offload off on the veths that feed it.
 
