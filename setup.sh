@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything kdiag and its tests need on a fresh Debian machine:
 # the real strace and bpftrace, TLS terminator, tcpdump (the tests read
-# kdiag's probe captures with it), mtr and ping (the path tools whose output
+# kdiag's probe captures with it), nftables (the network lab drops SYNs
+# with it), mtr and ping (the path tools whose output
 # kdiag reads; fixtures/path/ was made with them), Java for Spark and Chromium with
 # its driver (the tests open the HTML report in it), tmux (a terminal the
 # tests read a screen from), gcc for kdiag's compiled
@@ -12,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 need=()
-for tool in strace:strace bpftrace:bpftrace stunnel4:stunnel4 socat:socat openssl:openssl java:openjdk-17-jre-headless ip:iproute2 ethtool:ethtool traceroute:traceroute tcpdump:tcpdump mtr:mtr-tiny ping:iputils-ping chromium:chromium chromedriver:chromium-driver gcc:gcc clang:clang tmux:tmux; do
+for tool in strace:strace bpftrace:bpftrace stunnel4:stunnel4 socat:socat openssl:openssl java:openjdk-17-jre-headless ip:iproute2 ethtool:ethtool nft:nftables traceroute:traceroute tcpdump:tcpdump mtr:mtr-tiny ping:iputils-ping chromium:chromium chromedriver:chromium-driver gcc:gcc clang:clang tmux:tmux; do
     command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
 done
 [ -f /usr/include/bpf/libbpf.h ] || need+=(libbpf-dev)

@@ -41,6 +41,7 @@ HEAVY_BOUNDARIES = {
     "scapy": {
         "kdiag.collectors.tcp_probe",       # the probe's requirements check
         "kdiag.collectors._path_probers",   # the packets it sends
+        "kdiag.lab.resolver",               # the network lab's slow DNS server
     },
     "confluent_kafka": {
         "kdiag.capture.probe_producer",   # the probe producer

@@ -94,7 +94,7 @@ def test_the_labs_start_what_the_scenarios_declare():
 
 
 LAB_MODULES = ("broker", "broker_start", "loopback", "network", "slowproxy", "variants", "netns", "delayline",
-               "tls", "cpulimit", "processes")
+               "tls", "cpulimit", "processes", "resolver")
 
 
 @pytest.mark.parametrize("module", LAB_MODULES)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import socket
 import ssl
 import subprocess
@@ -108,6 +109,47 @@ def delete_netns(names: Sequence[str]) -> None:
         if ns in present:
             with contextlib.suppress(NetLabError):
                 run(["ip", "netns", "del", ns])
+
+
+# `ip netns exec NS` bind-mounts each file of /etc/netns/NS/ over its
+# namesake in /etc for the command it runs: a namespace's own resolv.conf.
+NETNS_ETC = Path("/etc/netns")
+
+
+def netns_etc(ns: str) -> Path:
+    return NETNS_ETC / ns
+
+
+def write_resolv_conf(ns: str, nameserver: str, timeout_s: int) -> Path:
+    """The resolv.conf that commands under `ip netns exec ns` read."""
+    d = netns_etc(ns)
+    path = d / "resolv.conf"
+    # One server, no search list: every lookup is one query per address
+    # family to the lab's resolver, and a late answer is waited for
+    # (timeout) rather than asked again.
+    text = f"nameserver {nameserver}\noptions timeout:{timeout_s} attempts:1\n"
+    for _ in range(3):
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            return path
+        except FileNotFoundError:
+            # Another lab's teardown removed an empty /etc/netns between
+            # the two mkdirs: make it again.
+            continue
+        except OSError as e:
+            raise NetLabError(f"cannot write {path}: {e.strerror}") from None
+    raise NetLabError(f"cannot write {path}: {NETNS_ETC} keeps disappearing")
+
+
+def remove_netns_etc(names: Sequence[str]) -> None:
+    """Remove the /etc/netns directories of these namespaces, and
+    /etc/netns itself once nothing is left in it."""
+    for ns in names:
+        if ns and "/" not in ns and ns not in (".", ".."):
+            shutil.rmtree(netns_etc(ns), ignore_errors=True)
+    with contextlib.suppress(OSError):
+        NETNS_ETC.rmdir()
 
 
 def netns_pids(ns: str) -> list[int]:

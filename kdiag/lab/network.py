@@ -12,6 +12,14 @@ hop 1 and the broker as hop 2. The broker namespace runs the same Tansu and
 stunnel4 pair as `kdiag.lab.broker`, with Tansu advertising the TLS address, so
 every client connection crosses the whole path.
 
+A scenario may also stand in the way of a new connection. With a DNS delay,
+the router runs `kdiag.lab.resolver` on 10.201.1.1:53 for the name
+broker.kdiag.lab, the client namespace gets its own resolv.conf
+(/etc/netns/<ns>/resolv.conf, which `ip netns exec` mounts over
+/etc/resolv.conf) and the client config bootstraps by that name. With SYN
+drops, nftables in the broker namespace drops the first SYNs to the TLS port
+once the lab is ready.
+
 The kernel here has no netem qdisc, hence the user-space delay line; it
 needs GRO/GSO/TSO and TX checksum offload off on the veths that feed it.
 
@@ -31,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import re
 import secrets
@@ -44,7 +53,7 @@ from typing import Any, Iterator, Sequence
 import psutil
 
 import kdiag
-from kdiag.lab import delayline, processes, state_file, tls
+from kdiag.lab import delayline, processes, resolver, state_file, tls
 from kdiag.lab import loopback as kl
 from kdiag.lab.broker_start import ensure_topics
 from kdiag.lab.netns import (  # noqa: F401 (CLIENT_ADDR...: this module's API too)
@@ -58,9 +67,12 @@ from kdiag.lab.netns import (  # noqa: F401 (CLIENT_ADDR...: this module's API t
     delete_netns,
     ifnames,
     list_netns,
+    netns_etc,
     netns_pids,
+    remove_netns_etc,
     run,
     tls_handshake,
+    write_resolv_conf,
 )
 from kdiag.lab.variants import NetworkPath
 
@@ -73,7 +85,17 @@ BROKER_PORT = 9092
 READY_TIMEOUT = 30.0
 DELAYLINE_LOG = "delayline.log"
 DELAYLINE_STATS = "delayline.json"
+RESOLVER_LOG = "resolver.log"
+RESOLVER_READY = "resolver.ready"
+SYN_DROPS_RULES = "syn_drops.nft"
 STATE_FORMAT = 1
+# The name the client knows the broker by when the scenario has a resolver,
+# and where that resolver listens: the router's side facing the client.
+BROKER_HOSTNAME = "broker.kdiag.lab"
+RESOLVER_ADDR = ROUTER_ADDRS[0]
+# The order processes stop in. The terminator first: once it has closed its
+# connections to Tansu, Tansu's SIGTERM no longer hangs.
+STOP_ORDER = ("terminator", "tansu", "resolver", "delayline")
 
 
 @dataclass(frozen=True)
@@ -83,6 +105,8 @@ class Scenario:
     loss_pct: float  # per frame, each direction
     jitter_ms: float = 0.0
     description: str = ""
+    dns_delay_ms: float | None = None
+    syn_drops: int = 0
 
 
 @dataclass(frozen=True)
@@ -99,12 +123,13 @@ class NetLab:
     state_dir: Path
     tansu_version: str
     terminator_version: str
-    pids: dict[str, int] = dataclasses.field(default_factory=dict)  # tansu, terminator, delayline
+    pids: dict[str, int] = dataclasses.field(default_factory=dict)  # tansu, terminator, delayline, resolver
     seed: int | None = None
+    hostname: str | None = None   # the broker's name in the client's bootstrap list, if it has one
 
     @property
     def bootstrap(self) -> str:
-        return f"{self.broker_addr}:{self.tls_port}"
+        return f"{self.hostname or self.broker_addr}:{self.tls_port}"
 
     @property
     def link_stats_path(self) -> Path:
@@ -149,6 +174,7 @@ class NetLab:
             "terminator": kl.TERMINATOR,
             "pids": dict(self.pids),
             "seed": self.seed,
+            "hostname": self.hostname,
         }
 
 
@@ -156,7 +182,12 @@ def get_scenario(name: str, path: NetworkPath) -> Scenario:
     """The lab's record of a scenario: its name and the link it declares."""
     if not isinstance(path, NetworkPath):
         raise NetLabError(f"scenario {name!r}: the network lab takes a NetworkPath, not {path!r}")
-    return Scenario(name, path.delay_ms, path.loss_pct, path.jitter_ms, path.description)
+    if path.dns_delay_ms is not None and not 0 <= path.dns_delay_ms < 3_600_000:
+        raise NetLabError(f"scenario {name!r}: dns_delay_ms out of range: {path.dns_delay_ms!r}")
+    if not (isinstance(path.syn_drops, int) and 0 <= path.syn_drops < 1000):
+        raise NetLabError(f"scenario {name!r}: syn_drops out of range: {path.syn_drops!r}")
+    return Scenario(name, path.delay_ms, path.loss_pct, path.jitter_ms, path.description,
+                    path.dns_delay_ms, path.syn_drops)
 
 
 # --- state and the stale-lab sweep ----------------------------------------------
@@ -181,9 +212,7 @@ def _owner_alive(owner: dict | None) -> bool:
 def _recorded_procs(state: dict) -> list[psutil.Process]:
     procs = state.get("processes") or {}
     found = []
-    # The terminator first: once it has closed its connections to Tansu,
-    # Tansu's SIGTERM no longer hangs.
-    for role in ("terminator", "tansu", "delayline"):
+    for role in STOP_ORDER:
         ident = procs.get(role)
         p = processes.verified(ident, str(ident.get("name", ""))) if isinstance(ident, dict) else None
         if p is not None:
@@ -196,6 +225,7 @@ def _destroy(state_dir: Path, state: dict) -> None:
     ours = [ns for ns in state.get("namespaces") or ()
             if (m := NS_RE.fullmatch(str(ns))) and m.group(1) == state_dir.name]
     delete_netns(ours)
+    remove_netns_etc(ours)
     shutil.rmtree(state_dir, ignore_errors=True)
 
 
@@ -224,8 +254,16 @@ def sweep_stale(root: Path = STATE_ROOT) -> list[str]:
             if m and not (root / m.group(1)).exists() and not netns_pids(ns):
                 with contextlib.suppress(NetLabError):
                     run(["ip", "netns", "del", ns])
+                remove_netns_etc([ns])
                 if m.group(1) not in removed:
                     removed.append(m.group(1))
+        # A resolv.conf whose lab has neither namespaces nor state left.
+        present = set(list_netns())
+        with contextlib.suppress(OSError):
+            for d in netns_etc("").iterdir():
+                m = NS_RE.fullmatch(d.name)
+                if m and d.name not in present and not (root / m.group(1)).exists():
+                    remove_netns_etc([d.name])
     return removed
 
 
@@ -260,7 +298,9 @@ def _wait_ready(lab: NetLab, procs: dict[str, subprocess.Popen], logs: dict[str,
         for role, proc in procs.items():
             if proc.poll() is not None:
                 raise NetLabError(f"{role} exited with code {proc.returncode}: {processes.log_tail(logs[role])}")
-        link_up = link_up or lab.link_stats_path.exists()
+        # The resolver is not asked: each answer would cost the whole delay.
+        link_up = link_up or (lab.link_stats_path.exists()
+                              and ("resolver" not in procs or (lab.state_dir / RESOLVER_READY).exists()))
         tansu_up = tansu_up or call_in_netns(ns["broker"], tls.accepts_tcp, lab.broker_port)
         if link_up and tansu_up:
             left = max(0.5, deadline - time.monotonic())
@@ -270,7 +310,8 @@ def _wait_ready(lab: NetLab, procs: dict[str, subprocess.Popen], logs: dict[str,
                 return
         if time.monotonic() > deadline:
             if not link_up:
-                what = f"the delay line did not start: {processes.log_tail(logs['delayline'])}"
+                what = (f"the delay line or the resolver did not start: {processes.log_tail(logs['delayline'])} "
+                        f"{processes.log_tail(logs['resolver']) if 'resolver' in logs else ''}")
             elif not tansu_up:
                 what = f"tansu did not accept on 127.0.0.1:{lab.broker_port}: {processes.log_tail(logs['tansu'])}"
             else:
@@ -298,9 +339,10 @@ class _Tools:
     openssl: str
     tansu_version: str
     terminator_version: str
+    nft: str | None
 
 
-def _tools() -> _Tools:
+def _tools(sc: Scenario) -> _Tools:
     if os.geteuid() != 0:
         raise NetLabError("the network lab needs root (network namespaces, raw sockets)")
     try:
@@ -314,6 +356,7 @@ def _tools() -> _Tools:
             openssl=processes.tool("openssl", "apt-get install openssl"),
             tansu_version=processes.version_line([tansu, "--version"], r"\d+\.\d+"),
             terminator_version=processes.version_line([stunnel, "-version"], r"^stunnel \d"),
+            nft=processes.tool("nft", "apt-get install nftables") if sc.syn_drops else None,
         )
     except processes.LabError as e:
         raise NetLabError(str(e)) from None
@@ -344,7 +387,8 @@ def _bring_up(b: _Build, sc: Scenario, topics: Sequence[str], seed: int | None, 
     ifs = ifnames(b.prefix)
     build_network(b.namespaces, ifs)
     try:
-        cert, key = tls.make_cert(tools.openssl, b.state_dir, ips=(BROKER_ADDR, "127.0.0.1"))
+        cert, key = tls.make_cert(tools.openssl, b.state_dir, ips=(BROKER_ADDR, "127.0.0.1"),
+                                  names=(BROKER_HOSTNAME,))
     except processes.LabError as e:
         raise NetLabError(str(e)) from None
     conf = tls.stunnel_conf(b.state_dir, TLS_PORT, BROKER_PORT, cert, key, accept_host=BROKER_ADDR)
@@ -367,6 +411,7 @@ def _bring_up(b: _Build, sc: Scenario, topics: Sequence[str], seed: int | None, 
         tansu_version=tools.tansu_version,
         terminator_version=tools.terminator_version,
         seed=seed,
+        hostname=BROKER_HOSTNAME if sc.dns_delay_ms is not None else None,
     )
 
     ns = b.namespaces
@@ -386,6 +431,9 @@ def _bring_up(b: _Build, sc: Scenario, topics: Sequence[str], seed: int | None, 
         logs["tansu"], env,
     )
     b.procs["terminator"] = _spawn_in(ns["broker"], [tools.stunnel, str(conf)], logs["terminator"], env)
+    if sc.dns_delay_ms is not None:
+        logs["resolver"] = b.state_dir / RESOLVER_LOG
+        b.procs["resolver"] = _start_resolver(b, sc.dns_delay_ms, logs["resolver"], env)
     _wait_ready(lab, b.procs, logs, deadline)
 
     # Only now are the identities the programs' own rather than those of
@@ -397,17 +445,62 @@ def _bring_up(b: _Build, sc: Scenario, topics: Sequence[str], seed: int | None, 
     state_file.write_state(b.state_dir, b.state)
 
     try:
-        call_in_netns(ns["client"], ensure_topics, lab, topics, deadline)
+        # By address: this process reads the host's resolv.conf, not the
+        # client namespace's (only `ip netns exec` mounts that one), and the
+        # lab's own start should not wait for the slow resolver anyway.
+        # Tansu advertises the address too, so after the bootstrap
+        # connection no client resolves the name again.
+        call_in_netns(ns["client"], ensure_topics, dataclasses.replace(lab, hostname=None), topics, deadline)
     except processes.LabError as e:
         raise NetLabError(str(e)) from None
+    if sc.syn_drops:
+        # Armed last, so that the lab's own connections (the readiness
+        # handshake, the topics) are not the ones that lose their SYNs.
+        _arm_syn_drops(b, sc.syn_drops, tools)
     return lab
+
+
+def _start_resolver(b: _Build, delay_ms: float, log: Path, env: dict[str, str]) -> subprocess.Popen:
+    """The slow resolver in the router namespace, and the client
+    namespace's resolv.conf pointing at it."""
+    # glibc gives up on a server after `timeout` seconds (30 at most): above
+    # the delay, so the lookup measures the delay and not a retry.
+    write_resolv_conf(b.namespaces["client"], RESOLVER_ADDR, min(30, max(5, math.ceil(delay_ms / 1000) + 2)))
+    return _spawn_in(
+        b.namespaces["router"],
+        [*kdiag.python_m(resolver), "--listen", RESOLVER_ADDR, "--name", BROKER_HOSTNAME,
+         "--address", BROKER_ADDR, "--delay-ms", f"{delay_ms:g}", "--ready", str(b.state_dir / RESOLVER_READY)],
+        log, env,
+    )
+
+
+def _arm_syn_drops(b: _Build, n: int, tools: _Tools) -> None:
+    """nftables in the broker namespace drops the next n SYNs to the TLS
+    port, then none: ``numgen inc`` numbers the SYNs that reach the rule
+    0, 1, 2... in the kernel, so exactly the first n match, whatever their
+    timing or size (a byte quota would depend on the SYN's options)."""
+    rules = b.state_dir / SYN_DROPS_RULES
+    rules.write_text(
+        "table inet kdiag_syn_drops {\n"
+        "\tchain input {\n"
+        "\t\ttype filter hook input priority filter; policy accept;\n"
+        f"\t\ttcp dport {TLS_PORT} tcp flags & (syn | ack) == syn numgen inc mod 1000000000 < {n} counter drop\n"
+        "\t}\n"
+        "}\n")
+    run(["ip", "netns", "exec", b.namespaces["broker"], tools.nft or "nft", "-f", str(rules)],
+        what="loading the SYN-dropping nftables rule")
+    # Linux 6.5+ retransmits the first SYNs after 1 s each
+    # (tcp_syn_linear_timeouts, default 4); the client namespace gets the
+    # exponential backoff of older kernels and most clients' hosts
+    # (1 s, then 2 s more), which the connect phase is judged against.
+    with contextlib.suppress(NetLabError):
+        run(["ip", "netns", "exec", b.namespaces["client"], "sysctl", "-q", "-w",
+             "net.ipv4.tcp_syn_linear_timeouts=0"])
 
 
 def _teardown(b: _Build) -> None:
     procs = []
-    # The terminator first: once it has closed its connections to Tansu,
-    # Tansu's SIGTERM no longer hangs.
-    for role in ("terminator", "tansu", "delayline"):
+    for role in STOP_ORDER:
         p = b.procs.get(role)
         if p is not None and p.poll() is None:
             with contextlib.suppress(psutil.Error):
@@ -416,6 +509,7 @@ def _teardown(b: _Build) -> None:
     for p in b.procs.values():
         processes.reap(p.pid)
     delete_netns(list(b.namespaces.values()))
+    remove_netns_etc(list(b.namespaces.values()))
     shutil.rmtree(b.state_dir, ignore_errors=True)
 
 
@@ -437,7 +531,7 @@ def running(
     block. name is the scenario's, path the link it declares. seed fixes
     the delay line's loss and jitter sequence."""
     sc = get_scenario(name, path)
-    tools = _tools()
+    tools = _tools(sc)
     with processes.sigterm_exits() as hold_sigterm:
         build: _Build | None = None
         try:

@@ -17,9 +17,10 @@ CERT_FILE = "cert.pem"
 KEY_FILE = "key.pem"
 
 
-def make_cert(openssl: str, state_dir: Path, ips: Sequence[str] = ("127.0.0.1",)) -> tuple[Path, Path]:
+def make_cert(openssl: str, state_dir: Path, ips: Sequence[str] = ("127.0.0.1",),
+              names: Sequence[str] = ()) -> tuple[Path, Path]:
     cert, key = state_dir / CERT_FILE, state_dir / KEY_FILE
-    san = ",".join([*(f"IP:{ip}" for ip in ips), "DNS:localhost"])
+    san = ",".join([*(f"IP:{ip}" for ip in ips), "DNS:localhost", *(f"DNS:{n}" for n in names)])
     # EC keeps generation to a few milliseconds; the SAN carries every name a
     # client might verify against (librdkafka checks the host by default).
     cmd = [

@@ -58,9 +58,18 @@ class Loopback:
 @dataclass(frozen=True)
 class NetworkPath:
     """Client, delay line, router and broker in network namespaces
-    (``kdiag.lab.network``): the link the delay line makes."""
+    (``kdiag.lab.network``): the link the delay line makes, and what stands
+    in the way of a new connection.
+
+    With ``dns_delay_ms`` set, the client reaches the broker by a host name
+    that a resolver in the router namespace (kdiag.lab.resolver) answers
+    that long after each query. ``syn_drops`` is how many of the run's
+    first SYNs to the broker's TLS port nftables drops, so that connect()
+    waits for the client's SYN retransmits."""
 
     delay_ms: float      # one way, both directions
     loss_pct: float      # per frame, each direction
     jitter_ms: float = 0.0
     description: str = ""
+    dns_delay_ms: float | None = None   # the resolver answers each query this late; None: no name, no resolver
+    syn_drops: int = 0                  # the first SYNs of the run to the TLS port that are dropped

@@ -12,7 +12,8 @@ A scenario module declares, as module-level data, everything about it:
     RATE             messages a second for an asynchronous probe, or None
     LAB              what it needs of the lab, as data (``kdiag.lab.variants``):
                      ``Loopback(...)`` (terminator, proxy delay or quota,
-                     nodelay, CPU limit) or ``NetworkPath(...)`` (the link)
+                     nodelay, CPU limit) or ``NetworkPath(...)`` (the link,
+                     a slow resolver, SYNs dropped)
 
 Adding a scenario is one new module here plus its name in ``ORDER``.
 ``kdiag trace``, ``kdiag lab matrix``, the command line's help and
@@ -47,6 +48,8 @@ ORDER = (
     "client_cpu",
     "network_latency",
     "packet_loss",
+    "dns_slow",
+    "connect_slow",
     "clean",
 )
 # ``kdiag trace`` without --scenario or -b: the embedded default lab.
