@@ -147,6 +147,76 @@ def test_the_relay_refuses_connections_for_its_outage_then_listens_again():
         assert 0.55 < time.monotonic() - t0 < 1.5
 
 
+# --- the loopback lab's part --------------------------------------------------
+
+def _topics(lab) -> set[str]:
+    from confluent_kafka.admin import AdminClient
+
+    return set(AdminClient(lab.client_config()).list_topics(timeout=5).topics)
+
+
+@pytest.mark.e2e
+def test_an_outage_begins_when_the_run_starts_and_teardown_during_it_leaves_nothing(state_dir):
+    from kdiag.lab import broker as kl
+
+    logged: list[str] = []
+    with kl.running(state_dir, topics=("t1",), lab=Loopback(variant="down", outage_ms=60_000.0)) as lab, \
+            kl.faults(lab, ("t1",), logged.append) as start:
+        assert lab.bootstrap == f"127.0.0.1:{lab.relay_port}" and "t1" in _topics(lab)
+        socket.create_connection(("127.0.0.1", lab.relay_port), timeout=1).close()
+        start()
+        start()    # a second call does nothing
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", lab.relay_port), timeout=1).close()
+            except ConnectionRefusedError:
+                break
+            assert time.monotonic() < deadline, "the relay still listens"
+            time.sleep(0.02)
+        assert sum("is down" in m for m in logged) == 1
+        pids = [lab.tansu_pid, lab.terminator_pid, lab.relay_pid]
+    assert wait_gone(pids, 5.0) == []
+    assert not (state_dir / "state.json").exists()
+
+
+@pytest.mark.e2e
+def test_a_detached_relay_lab_is_found_and_stopped(state_dir):
+    from kdiag.lab import broker as kl
+
+    declared = Loopback(variant="held", first_flight_delay_ms=1500.0)
+    lab = kl.up(state_dir, lab=declared)
+    assert (lab.relay, lab.first_flight_delay_ms) == (relay.PROCESS_NAME, 1500.0)
+    assert kl.status(state_dir) == lab and kl.up(state_dir, lab=declared) == lab
+    with pytest.raises(kl.LabError, match="already running"):
+        kl.up(state_dir, lab=dataclasses.replace(declared, first_flight_delay_ms=100.0))
+    assert kl.down(state_dir) is True
+    assert wait_gone([lab.tansu_pid, lab.terminator_pid, lab.relay_pid], 5.0) == []
+
+
+@pytest.mark.e2e
+def test_a_late_topic_is_created_after_its_delay_and_not_after_the_run(state_dir, tmp_path):
+    from kdiag.lab import broker as kl
+
+    declared = Loopback(variant="late", topic_delay_ms=1000.0)
+    with kl.running(state_dir, topics=("late",), lab=declared) as lab:
+        assert lab.relay is None and "late" not in _topics(lab)
+        with kl.faults(lab, ("late",), lambda m: None) as start:
+            t0 = time.monotonic()
+            start()
+            time.sleep(0.5)
+            assert "late" not in _topics(lab)
+            while "late" not in _topics(lab):
+                assert time.monotonic() - t0 < 8
+                time.sleep(0.1)
+            assert time.monotonic() - t0 > 0.95
+        # Left before its delay: the creation never happens.
+        with kl.faults(lab, ("never",), lambda m: None) as start:
+            start()
+        time.sleep(1.5)
+        assert "never" not in _topics(lab)
+
+
 # --- traced for real ---------------------------------------------------------
 
 @dataclasses.dataclass
