@@ -44,6 +44,8 @@ def _lab_pids(lab: kl.Lab) -> list[int]:
     pids = [lab.tansu_pid, lab.terminator_pid]
     if lab.proxy_pid is not None:
         pids.append(lab.proxy_pid)
+    if lab.relay_pid is not None:
+        pids.append(lab.relay_pid)
     for pid in list(pids):
         try:
             pids += [c.pid for c in psutil.Process(pid).children(recursive=True)]
@@ -251,7 +253,7 @@ def test_throttled_broker_holds_a_pipelining_producer_to_its_quota(state_dir):
     assert elapsed < 2 * payload / quota, elapsed
 
 
-@pytest.mark.parametrize("variant", ["nagle-proxy", "slow-broker", "throttled"])
+@pytest.mark.parametrize("variant", ["nagle-proxy", "slow-broker", "throttled", "tls-slow"])
 def test_teardown_leaves_no_process(state_dir, variant):
     from confluent_kafka import Producer
 

@@ -78,7 +78,7 @@ def test_unknown_name_is_a_usage_error_listing_the_known_ones():
 
 
 def test_the_labs_start_what_the_scenarios_declare():
-    from kdiag.lab import network, slowproxy, variants
+    from kdiag.lab import network, relay, slowproxy, variants
 
     for sc in scenarios.all_scenarios():
         if isinstance(sc.lab, scenarios.Loopback):
@@ -87,14 +87,17 @@ def test_the_labs_start_what_the_scenarios_declare():
             assert sc.lab.proxy in (None, slowproxy.PROCESS_NAME)
             assert (sc.lab.proxy is not None) == (sc.lab.response_delay_ms is not None
                                                   or sc.lab.quota_bytes_per_s is not None), sc.name
+            assert sc.lab.relay in (None, relay.PROCESS_NAME)
+            assert (sc.lab.relay is not None) == (sc.lab.first_flight_delay_ms is not None
+                                                  or sc.lab.outage_ms is not None), sc.name
         else:
             path = network.get_scenario(sc.name, sc.lab)
             assert (path.name, path.delay_ms, path.loss_pct, path.jitter_ms, path.description) == (
                 sc.name, sc.lab.delay_ms, sc.lab.loss_pct, sc.lab.jitter_ms, sc.lab.description)
 
 
-LAB_MODULES = ("broker", "broker_start", "loopback", "network", "slowproxy", "variants", "netns", "delayline",
-               "tls", "cpulimit", "processes", "resolver")
+LAB_MODULES = ("broker", "broker_start", "loopback", "network", "slowproxy", "relay", "variants", "netns",
+               "delayline", "tls", "cpulimit", "processes", "resolver")
 
 
 @pytest.mark.parametrize("module", LAB_MODULES)

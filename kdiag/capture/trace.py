@@ -46,6 +46,7 @@ class LabTarget(Protocol):
     info: dict                  # the manifest's "lab" record
     exec_prefix: list[str]      # runs the producer and the path probes where the lab's client is
     cgroup: Path | None         # the cgroup the probe producer joins, else None
+    start: Callable[[], None]   # called as the producer starts: the lab's faults that start with it begin
 
 
 @dataclass
@@ -135,9 +136,9 @@ def _run(opts: TraceOptions, staging: Path, out: Path, log) -> TraceResult:
     with contextlib.ExitStack() as stack:
         with progress.current().stage("starting the lab" if opts.lab is not None and not opts.brokers
                                       else "connecting"):
-            lab_info, cgroup = _brokers(opts, capture, active, stack, log)
+            lab_info, cgroup, lab_start = _brokers(opts, capture, active, stack, log)
         _record_start(staging, opts, capture.producer_config, lab_info)
-        run = _run_producer(opts, capture, active, cgroup, log)
+        run = _run_producer(opts, capture, active, cgroup, log, lab_start)
         probe = probe_output.read_summary(capture.raw)
         if opts.path_probe and run.stopped is None:
             with progress.current().stage("probing the path"):
@@ -170,17 +171,17 @@ def _run(opts: TraceOptions, staging: Path, out: Path, log) -> TraceResult:
 
 
 def _brokers(opts: TraceOptions, capture: Capture, active: list[Collector], stack: contextlib.ExitStack,
-             log) -> tuple[dict | None, Path | None]:
+             log) -> tuple[dict | None, Path | None, Callable[[], None]]:
     """The brokers the probe produces to: the user's, or a lab started on
     ``stack``. Sets the capture's producer config (with what the collectors
-    need) and where the producer runs; returns the lab's manifest record and
-    the cgroup the probe joins."""
-    lab_info, cgroup = None, None
+    need) and where the producer runs; returns the lab's manifest record,
+    the cgroup the probe joins and what to call as the producer starts."""
+    lab_info, cgroup, lab_start = None, None, (lambda: None)
     if opts.brokers:
         base = {"bootstrap.servers": opts.brokers}
     elif opts.lab is not None:
         target = stack.enter_context(opts.lab(opts.topic, log))
-        base, lab_info, cgroup = target.config, target.info, target.cgroup
+        base, lab_info, cgroup, lab_start = target.config, target.info, target.cgroup, target.start
         capture.exec_prefix = list(target.exec_prefix)
     else:
         raise UsageError("no brokers to trace against: give -b BROKERS or run a lab scenario")
@@ -188,7 +189,7 @@ def _brokers(opts: TraceOptions, capture: Capture, active: list[Collector], stac
     for c in active:
         config = c.producer_config(config)
     capture.producer_config = config
-    return lab_info, cgroup
+    return lab_info, cgroup, lab_start
 
 
 def _record_start(staging: Path, opts: TraceOptions, config: dict, lab_info: dict | None) -> None:
@@ -202,7 +203,7 @@ def _record_start(staging: Path, opts: TraceOptions, config: dict, lab_info: dic
 
 
 def _run_producer(opts: TraceOptions, capture: Capture, active: list[Collector], cgroup: Path | None,
-                  log) -> ProbeRun:
+                  log, lab_start: Callable[[], None] = lambda: None) -> ProbeRun:
     """kdiag's probe producer under the collectors, from its start to its
     end (or to Ctrl-C, the timeout or the disk budget)."""
     tracer = _ProbeTracer.choose(opts, active, log)
@@ -230,6 +231,8 @@ def _run_producer(opts: TraceOptions, capture: Capture, active: list[Collector],
             if not c.skipped and not c.syscall_tracer:
                 c.start(pid)
         tracer.start(pid)
+        # The tracer has released the probe: its producer starts now.
+        lab_start()
 
     with progress.current().stage(f"probe: {opts.messages} messages", total=opts.messages) as stage:
         answered = _Answered(stderr_path)

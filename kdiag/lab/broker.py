@@ -28,6 +28,14 @@ What runs between the client and Tansu is what a scenario declares
   fast path with a late broker, the `broker_slow` cause) or a produce quota
   (enforced as a Kafka 2.0+ broker does: ThrottleTimeMs in the Produce
   response, then nothing read from that connection for as long).
+- a relay (kdiag.lab.relay) in front of the terminator, when the
+  declaration sets a first-flight delay (the server's first TLS flight on
+  each connection held that long: a slow handshake, the
+  `tls_handshake_slow` cause) or an outage (nothing listens on the client's
+  port for that long: a broker that is down, then up, `broker_down`).
+And a declaration may have the run's topic created late (a topic missing,
+then created: `metadata_wait`). These connection faults begin when the run's
+producer starts (`faults()`), not while the lab starts.
 Tansu advertises the client-facing port in every variant. This module
 never looks at a scenario's name.
 
@@ -46,18 +54,25 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import shutil
+import signal
 import tempfile
+import threading
+import time
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
+
+import psutil
 
 from kdiag.lab import state_file
-from kdiag.lab.broker_start import up_locked
+from kdiag.lab.broker_start import ensure_topics, up_locked
 
 # Re-exported: callers and tests know them as kdiag.lab.broker's.
 from kdiag.lab.loopback import (  # noqa: F401
     DEFAULT_TOPICS,
     READY_TIMEOUT,
+    RELAY_LOG,
     SLOWPROXY_LOG,
     SOCAT_LOG,
     STATE_FORMAT,
@@ -163,3 +178,66 @@ def running(
             down(d)
             if private:
                 shutil.rmtree(d, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def faults(lab: Lab, topics: Sequence[str], log: Callable[[str], None]) -> Iterator[Callable[[], None]]:
+    """The lab's connection faults, as a callable that begins them: the run
+    calls it as its producer starts, so that the producer meets them from
+    its first connection (a tracer that takes seconds to load does not use
+    them up). It arms the relay (its first-flight hold and its outage start
+    then), and a lab that creates the run's topics late creates them
+    ``topic_delay_ms`` later. Leaving the block stops a creation still to
+    come; calling it again does nothing."""
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    begun = threading.Lock()
+
+    def begin() -> None:
+        if not begun.acquire(blocking=False):
+            return
+        if lab.relay_pid is not None:
+            _arm_relay(lab)
+            if lab.first_flight_delay_ms is not None:
+                log(f"the relay holds the server's first TLS flight {lab.first_flight_delay_ms:g} ms "
+                    "on each connection")
+            if lab.outage_ms is not None:
+                log(f"the broker is down (nothing listens on {lab.bootstrap}) for {lab.outage_ms:g} ms from now")
+        if lab.topic_delay_ms is not None and topics:
+            log(f"topic {', '.join(topics)} does not exist yet; the lab creates it {lab.topic_delay_ms:g} ms "
+                "from now")
+            t = threading.Thread(target=_create_late, args=(lab, tuple(topics), stop, log),
+                                 name="kdiag-lab-topics", daemon=True)
+            threads.append(t)
+            t.start()
+
+    try:
+        yield begin
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(READY_TIMEOUT + 5)
+
+
+def _arm_relay(lab: Lab) -> None:
+    try:
+        proc = psutil.Process(lab.relay_pid)
+        # A recorded pid is signalled only while it is still the relay.
+        if proc.name() != lab.relay:
+            raise LabError(f"pid {lab.relay_pid} is no longer the lab's {lab.relay}")
+        os.kill(proc.pid, signal.SIGUSR1)
+    except psutil.Error as e:
+        raise LabError(f"the lab's {lab.relay} is gone: {e}") from None
+
+
+def _create_late(lab: Lab, topics: tuple[str, ...], stop: threading.Event, log: Callable[[str], None]) -> None:
+    if stop.wait(lab.topic_delay_ms / 1000.0):
+        return
+    try:
+        ensure_topics(lab, topics, time.monotonic() + READY_TIMEOUT)
+    except LabError as e:
+        # The run goes on; its messages then wait out their own timeout,
+        # which is what the run reports.
+        log(f"the lab could not create topic {', '.join(topics)}: {e}")
+        return
+    log(f"the lab created topic {', '.join(topics)}, {lab.topic_delay_ms:g} ms after the run started")

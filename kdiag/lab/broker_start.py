@@ -24,22 +24,24 @@ from kdiag.lab.variants import Loopback
 
 
 def wait_ready(procs: dict[str, tuple[subprocess.Popen, Path]], lab: kl.Lab, deadline: float) -> None:
-    """Wait until Tansu, the proxy (if any) and the TLS terminator all serve.
+    """Wait until Tansu, the proxy (if any), the TLS terminator and the
+    relay (if any) all serve.
 
-    procs maps each role ("tansu", "proxy", "terminator") to its process and
-    log."""
-    tansu_up = proxy_up = tls_up = False
+    procs maps each role ("tansu", "proxy", "terminator", "relay") to its
+    process and log."""
+    tansu_up = proxy_up = tls_up = relay_up = False
+    names = {"tansu": "tansu", "proxy": lab.proxy, "terminator": lab.terminator, "relay": lab.relay}
     while True:
         for role, (proc, log) in procs.items():
             if proc.poll() is not None:
-                name = {"tansu": "tansu", "proxy": lab.proxy, "terminator": lab.terminator}.get(role, role)
-                raise LabError(f"{name} exited with code {proc.returncode}: {log_tail(log)}")
+                raise LabError(f"{names.get(role, role)} exited with code {proc.returncode}: {log_tail(log)}")
         tansu_up = tansu_up or tls.accepts_tcp(lab.broker_port)
         proxy_up = lab.proxy_port is None or (tansu_up and (proxy_up or tls.accepts_tcp(lab.proxy_port)))
         # A full handshake, not just a connect: proves the certificate loads
         # and that the terminator reaches Tansu.
         tls_up = tansu_up and proxy_up and (tls_up or tls.accepts_tls(lab.tls_port, lab.ca_path))
-        if tls_up:
+        relay_up = lab.relay_port is None or (tls_up and (relay_up or tls.accepts_tls(lab.relay_port, lab.ca_path)))
+        if relay_up:
             return
         if time.monotonic() > deadline:
             if not tansu_up:
@@ -52,9 +54,14 @@ def wait_ready(procs: dict[str, tuple[subprocess.Popen, Path]], lab: kl.Lab, dea
                     f"{lab.proxy} did not accept on 127.0.0.1:{lab.proxy_port} within {kl.READY_TIMEOUT:g}s: "
                     f"{log_tail(procs['proxy'][1])}"
                 )
+            if not tls_up:
+                raise LabError(
+                    f"{lab.terminator} did not complete a TLS handshake on 127.0.0.1:{lab.tls_port} "
+                    f"within {kl.READY_TIMEOUT:g}s: {log_tail(procs['terminator'][1])}"
+                )
             raise LabError(
-                f"{lab.terminator} did not complete a TLS handshake on 127.0.0.1:{lab.tls_port} "
-                f"within {kl.READY_TIMEOUT:g}s: {log_tail(procs['terminator'][1])}"
+                f"{lab.relay} did not relay a TLS handshake on 127.0.0.1:{lab.relay_port} "
+                f"within {kl.READY_TIMEOUT:g}s: {log_tail(procs['relay'][1])}"
             )
         time.sleep(0.01)
 
@@ -113,6 +120,20 @@ def _slowproxy_cmd(
     return cmd
 
 
+def _relay_cmd(relay_port: int, tls_port: int, parts: Loopback) -> list[str]:
+    python = sys.executable or processes.tool("python3", "apt-get install python3")
+    from kdiag.lab import relay
+
+    cmd = [python, "-m", relay.__spec__.name, "--listen", f"127.0.0.1:{relay_port}",
+           "--connect", f"127.0.0.1:{tls_port}"]
+    # repr: a float's shortest exact text, where :g would round.
+    if parts.first_flight_delay_ms is not None:
+        cmd += ["--first-flight-delay-ms", repr(float(parts.first_flight_delay_ms))]
+    if parts.outage_ms is not None:
+        cmd += ["--outage-ms", repr(float(parts.outage_ms))]
+    return cmd
+
+
 def _kdiag_env() -> dict[str, str]:
     """The environment for a `python -m kdiag...` child: this kdiag first on
     its path, installed or not."""
@@ -132,17 +153,25 @@ class _Plan:
     envs: dict[str, dict[str, str] | None]
 
 
-def _reuse(state_dir: Path, topics: Sequence[str], wanted: tuple, deadline: float) -> kl.Lab | None:
+def _declared(lab: kl.Lab | Loopback) -> tuple:
+    """What tells one declared lab from another, of a running lab or a
+    declaration."""
+    return (lab.variant, lab.response_delay_ms, lab.quota_bytes_per_s, lab.first_flight_delay_ms, lab.outage_ms,
+            lab.topic_delay_ms)
+
+
+def _reuse(state_dir: Path, topics: Sequence[str], parts: Loopback, deadline: float) -> kl.Lab | None:
     """The lab already running in state_dir if it is the one wanted; what
     is left of a half-dead one is stopped."""
     running_lab = kl.status_locked(state_dir)
     if running_lab is not None:
-        if (running_lab.variant, running_lab.response_delay_ms, running_lab.quota_bytes_per_s) != wanted:
+        if _declared(running_lab) != _declared(parts):
             delay, quota = running_lab.response_delay_ms, running_lab.quota_bytes_per_s
             what = running_lab.variant + (f" ({delay:g} ms)" if delay is not None else "")
             what += f" ({quota:g} bytes/s)" if quota is not None else ""
             raise LabError(f"a {what} lab is already running in {state_dir}; stop it first or use another state dir")
-        ensure_topics(running_lab, topics, deadline)
+        if parts.topic_delay_ms is None:
+            ensure_topics(running_lab, topics, deadline)
         return running_lab
     # A lab with one process dead is useless; stop what is left of it.
     kl.down_locked(state_dir)
@@ -167,14 +196,19 @@ def _plan(state_dir: Path, parts: Loopback) -> _Plan:
     tansu_version = processes.version_line([tansu, "--version"], r"\d+\.\d+")
     term_tool, terminator_version, term_log = _terminator_tool(terminator)
     cert, key = tls.make_cert(openssl, state_dir)
-    ports = tls.free_ports(3 if proxy is not None else 2)
+    relay = parts.relay
+    ports = tls.free_ports(2 + (proxy is not None) + (relay is not None))
     broker_port, tls_port = ports[:2]
     proxy_port = ports[2] if proxy is not None else None
+    relay_port = ports[-1] if relay is not None else None
+    # Tansu advertises the port clients meet first, so that the connections
+    # a client makes after metadata cross the relay as the bootstrap did.
+    advertised = relay_port if relay_port is not None else tls_port
     # The terminator forwards to the proxy when there is one, else to Tansu.
     term_target = proxy_port if proxy_port is not None else broker_port
     cmds = {"tansu": [tansu, "broker",
                       "--listener-url", f"tcp://127.0.0.1:{broker_port}",
-                      "--advertised-listener-url", f"tcp://127.0.0.1:{tls_port}",
+                      "--advertised-listener-url", f"tcp://127.0.0.1:{advertised}",
                       "--storage-engine", "memory://tansu/"]}
     logs = {"tansu": state_dir / kl.TANSU_LOG}
     envs: dict[str, dict[str, str] | None] = {"tansu": {k: v for k, v in os.environ.items() if k not in kl.TANSU_ENV}}
@@ -186,11 +220,16 @@ def _plan(state_dir: Path, parts: Loopback) -> _Plan:
     else:
         cmds["terminator"] = [term_tool, str(tls.stunnel_conf(state_dir, tls_port, term_target, cert, key))]
     logs["terminator"], envs["terminator"] = state_dir / term_log, None
+    if relay is not None:
+        cmds["relay"] = _relay_cmd(relay_port, tls_port, parts)
+        logs["relay"], envs["relay"] = state_dir / kl.RELAY_LOG, _kdiag_env()
     lab = kl.Lab(state_dir=state_dir.resolve(), broker_port=broker_port, tls_port=tls_port, ca_path=cert.resolve(),
                  tansu_pid=0, terminator_pid=0, terminator=terminator, tansu_version=tansu_version,
                  terminator_version=terminator_version, variant=parts.variant, proxy=proxy,
                  proxy_port=proxy_port, proxy_version=f"{proxy} {kdiag.__version__}" if proxy else None,
-                 response_delay_ms=response_delay_ms, quota_bytes_per_s=quota_bytes_per_s)
+                 response_delay_ms=response_delay_ms, quota_bytes_per_s=quota_bytes_per_s, relay=relay,
+                 relay_port=relay_port, first_flight_delay_ms=parts.first_flight_delay_ms,
+                 outage_ms=parts.outage_ms, topic_delay_ms=parts.topic_delay_ms)
     return _Plan(lab, cmds, logs, envs)
 
 
@@ -199,17 +238,20 @@ def _record(state_dir: Path, plan: _Plan, started: dict[str, subprocess.Popen], 
     an interrupted up() leaves something down() can act on."""
     lab = kl.Lab(**{**vars(plan.lab), "tansu_pid": started["tansu"].pid,
                     "terminator_pid": started["terminator"].pid,
-                    "proxy_pid": started["proxy"].pid if "proxy" in started else None})
+                    "proxy_pid": started["proxy"].pid if "proxy" in started else None,
+                    "relay_pid": started["relay"].pid if "relay" in started else None})
     try:
         idents: dict[str, dict[str, Any]] | None = {
             role: processes.identity(proc.pid) for role, proc in started.items()
         }
     except psutil.Error:
         return lab
+    # The proxy and the relay rename themselves as they start; record the
+    # name each will have when down() looks for it.
     if "proxy" in idents:
-        # The proxy renames itself as it starts; record the name it will
-        # have when down() looks for it.
         idents["proxy"]["name"] = lab.proxy
+    if "relay" in idents:
+        idents["relay"]["name"] = lab.relay
     state_file.write_state(state_dir, {"format": kl.STATE_FORMAT, "lab": lab.to_dict(), "terminator": lab.terminator,
                                        "processes": idents, "detached": detach, "started_at": time.time()})
     return lab
@@ -230,7 +272,7 @@ def _stop_spawned(state_dir: Path, spawned: list[subprocess.Popen]) -> None:
 
 def up_locked(state_dir: Path, detach: bool, topics: Sequence[str], parts: Loopback) -> kl.Lab:
     deadline = time.monotonic() + kl.READY_TIMEOUT
-    found = _reuse(state_dir, topics, (parts.variant, parts.response_delay_ms, parts.quota_bytes_per_s), deadline)
+    found = _reuse(state_dir, topics, parts, deadline)
     if found is not None:
         return found
     plan = _plan(state_dir, parts)
@@ -239,14 +281,17 @@ def up_locked(state_dir: Path, detach: bool, topics: Sequence[str], parts: Loopb
     spawned: list[subprocess.Popen] = []
     try:
         for role, cmd in plan.cmds.items():
-            # The proxy's working directory is the state dir so that `-m`
+            # The proxy's and the relay's working directory is the state dir so that `-m`
             # cannot pick up another kdiag from the caller's.
-            cwd = state_dir if role == "proxy" else None
+            cwd = state_dir if role in ("proxy", "relay") else None
             spawned.append(processes.spawn(cmd, plan.logs[role], detach, plan.envs[role], cwd=cwd))
         started = dict(zip(plan.cmds, spawned))
         lab = _record(state_dir, plan, started, detach)
         wait_ready({role: (proc, plan.logs[role]) for role, proc in started.items()}, lab, deadline)
-        ensure_topics(lab, topics, deadline)
+        # A lab that creates the run's topics late creates none now
+        # (kdiag.lab.broker.handed_over does, when the run starts).
+        if parts.topic_delay_ms is None:
+            ensure_topics(lab, topics, deadline)
     except BaseException:
         _stop_spawned(state_dir, spawned)
         raise

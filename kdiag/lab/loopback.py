@@ -21,6 +21,7 @@ TANSU_LOG = "tansu.log"
 STUNNEL_LOG = "stunnel.log"
 SOCAT_LOG = "socat.log"
 SLOWPROXY_LOG = "slowproxy.log"
+RELAY_LOG = "relay.log"
 
 TERMINATOR = "stunnel4"
 READY_TIMEOUT = 10.0
@@ -57,10 +58,22 @@ class Lab:
     proxy_version: str | None = None
     response_delay_ms: float | None = None
     quota_bytes_per_s: float | None = None
+    relay: str | None = None
+    relay_pid: int | None = None
+    relay_port: int | None = None
+    first_flight_delay_ms: float | None = None
+    outage_ms: float | None = None
+    topic_delay_ms: float | None = None
+
+    @property
+    def client_port(self) -> int:
+        """The port clients connect to and Tansu advertises: the relay's
+        when there is one, else the terminator's."""
+        return self.relay_port if self.relay_port is not None else self.tls_port
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.tls_port}"
+        return f"127.0.0.1:{self.client_port}"
 
     def client_config(self) -> dict[str, str]:
         return {
@@ -88,6 +101,12 @@ class Lab:
             "proxy_version": self.proxy_version,
             "response_delay_ms": self.response_delay_ms,
             "quota_bytes_per_s": self.quota_bytes_per_s,
+            "relay": self.relay,
+            "relay_pid": self.relay_pid,
+            "relay_port": self.relay_port,
+            "first_flight_delay_ms": self.first_flight_delay_ms,
+            "outage_ms": self.outage_ms,
+            "topic_delay_ms": self.topic_delay_ms,
         }
 
     @classmethod
@@ -110,7 +129,17 @@ class Lab:
             proxy_version=None if d.get("proxy_version") is None else str(d["proxy_version"]),
             response_delay_ms=None if d.get("response_delay_ms") is None else float(d["response_delay_ms"]),
             quota_bytes_per_s=None if d.get("quota_bytes_per_s") is None else float(d["quota_bytes_per_s"]),
+            relay=None if d.get("relay") is None else str(d["relay"]),
+            relay_pid=None if d.get("relay_pid") is None else int(d["relay_pid"]),
+            relay_port=None if d.get("relay_port") is None else int(d["relay_port"]),
+            first_flight_delay_ms=_ms(d.get("first_flight_delay_ms")),
+            outage_ms=_ms(d.get("outage_ms")),
+            topic_delay_ms=_ms(d.get("topic_delay_ms")),
         )
+
+
+def _ms(value) -> float | None:
+    return None if value is None else float(value)
 
 
 def default_state_dir() -> Path:
@@ -133,7 +162,8 @@ def tansu_path() -> Path:
 def _expected_names(lab: dict) -> dict[str, str]:
     """Process name by role, in the order down() stops them, as the lab
     recorded them (a state file from before the proxy existed has none)."""
-    names = {"terminator": str(lab.get("terminator") or TERMINATOR)}
+    names = {"relay": str(lab["relay"])} if lab.get("relay") is not None else {}
+    names["terminator"] = str(lab.get("terminator") or TERMINATOR)
     if lab.get("proxy") is not None:
         names["proxy"] = str(lab["proxy"])
     names["tansu"] = "tansu"
@@ -169,7 +199,7 @@ def down_locked(state_dir: Path) -> bool:
     state = state_file.read_state(state_dir)
     if state is None:
         return False
-    # The terminator goes first, then the proxy: once they have closed their
+    # The relay goes first, then the terminator, then the proxy: once they have closed their
     # connections to Tansu, Tansu's own SIGTERM no longer hangs.
     procs: list[psutil.Process] = []
     for p in _state_procs(state).values():

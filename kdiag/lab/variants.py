@@ -15,6 +15,10 @@ from dataclasses import dataclass
 TERMINATORS = ("stunnel4", "socat")
 # The process kdiag.lab.slowproxy names itself; the one proxy the lab has.
 SLOWPROXY = "kdiag-slowproxy"
+# The process kdiag.lab.relay names itself: the relay in front of the terminator.
+RELAY = "kdiag-relay"
+# The longest fault a declaration may ask for.
+MAX_MS = 3_600_000
 
 
 @dataclass(frozen=True)
@@ -26,7 +30,16 @@ class Loopback:
     every response that long, or enforces that produce quota as a Kafka
     broker does. ``nodelay`` applies to socat (stunnel4 always sets
     TCP_NODELAY); ``cpu_limit_cores`` puts the probe and a busy neighbour in
-    a cgroup of that size."""
+    a cgroup of that size.
+
+    The connection faults begin when the lab hands its target to a run
+    (``kdiag.lab.broker.handed_over``), not while the lab starts. With
+    ``first_flight_delay_ms`` or ``outage_ms`` set, the relay
+    (kdiag.lab.relay) runs in front of the terminator and Tansu advertises
+    its port, so every client connection crosses it: it holds the server's
+    first TLS flight on each connection that long, or refuses connections
+    (nothing listens) for that long. With ``topic_delay_ms`` the run's topic
+    does not exist when the run starts and is created that long after."""
 
     variant: str = "tls"                     # its name in the lab's state file and the manifest
     terminator: str = "stunnel4"             # one of TERMINATORS
@@ -34,11 +47,19 @@ class Loopback:
     response_delay_ms: float | None = None   # the proxy holds every response this long
     quota_bytes_per_s: float | None = None   # the proxy enforces this produce quota (KIP-219)
     cpu_limit_cores: float | None = None     # the probe and a busy neighbour in a cgroup this size
+    first_flight_delay_ms: float | None = None  # the relay holds the server's first TLS flight this long
+    outage_ms: float | None = None           # nothing listens on the client's port this long
+    topic_delay_ms: float | None = None      # the run's topic is created this long after the run starts
 
     @property
     def proxy(self) -> str | None:
         """The process between the terminator and Tansu, if any."""
         return SLOWPROXY if self.response_delay_ms is not None or self.quota_bytes_per_s is not None else None
+
+    @property
+    def relay(self) -> str | None:
+        """The process in front of the terminator, if any."""
+        return RELAY if self.first_flight_delay_ms is not None or self.outage_ms is not None else None
 
     def problem(self) -> str | None:
         """What makes this declaration one the lab cannot start, or None."""
@@ -46,12 +67,16 @@ class Loopback:
             return f"terminator {self.terminator!r} is not one of {', '.join(TERMINATORS)}"
         if self.nodelay and self.terminator != "socat":
             return "nodelay applies to socat (stunnel4 always sets TCP_NODELAY)"
-        if self.response_delay_ms is not None and not 0 <= self.response_delay_ms < 3_600_000:
+        if self.response_delay_ms is not None and not 0 <= self.response_delay_ms < MAX_MS:
             return f"response_delay_ms out of range: {self.response_delay_ms!r}"
         if self.quota_bytes_per_s is not None and not 0 < self.quota_bytes_per_s <= 1e12:
             return f"quota_bytes_per_s out of range: {self.quota_bytes_per_s!r}"
         if self.cpu_limit_cores is not None and not 0 < self.cpu_limit_cores:
             return f"cpu_limit_cores out of range: {self.cpu_limit_cores!r}"
+        for name in ("first_flight_delay_ms", "outage_ms", "topic_delay_ms"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and 0 < value < MAX_MS):
+                return f"{name} out of range: {value!r}"
         return None
 
 

@@ -12,8 +12,9 @@ A scenario module declares, as module-level data, everything about it:
     RATE             messages a second for an asynchronous probe, or None
     LAB              what it needs of the lab, as data (``kdiag.lab.variants``):
                      ``Loopback(...)`` (terminator, proxy delay or quota,
-                     nodelay, CPU limit) or ``NetworkPath(...)`` (the link,
-                     a slow resolver, SYNs dropped)
+                     nodelay, CPU limit, the relay's first-flight hold or
+                     outage, a topic created late) or ``NetworkPath(...)``
+                     (the link, a slow resolver, SYNs dropped)
 
 Adding a scenario is one new module here plus its name in ``ORDER``.
 ``kdiag trace``, ``kdiag lab matrix``, the command line's help and
@@ -44,6 +45,9 @@ ORDER = (
     "proxy_nodelay",
     "slow_broker",
     "throttled",
+    "tls_slow",
+    "broker_down",
+    "metadata_wait",
     "client_queueing",
     "client_cpu",
     "network_latency",
@@ -83,6 +87,9 @@ class LabTarget:
     info: dict                # what the manifest records as "lab"
     exec_prefix: list[str]    # runs the producer and the path probes in the lab's client namespace
     cgroup: Path | None       # the cgroup the probe producer joins, else None
+    # Called as the producer starts: begins the faults the lab declares to
+    # start with it (a relay's outage, a topic created late).
+    start: Callable[[], None] = lambda: None
 
 
 def from_module(module: types.ModuleType) -> Scenario:
@@ -175,7 +182,8 @@ def _loopback(sc: Scenario, topic: str, log, default: bool) -> Iterator[LabTarge
             log(f"the probe and a busy neighbour run in {cgroup}, limited to {cores:g} of a "
                 f"core per {cpulimit.DEFAULT_PERIOD_US // 1000} ms")
             info = {**info, "cpu_limit_cores": cores, "cgroup": str(cgroup)}
-        yield LabTarget({**the_lab.client_config(), **sc.props}, info, [], cgroup)
+        start = stack.enter_context(broker.faults(the_lab, (topic,), log))
+        yield LabTarget({**the_lab.client_config(), **sc.props}, info, [], cgroup, start)
 
 
 @contextlib.contextmanager
