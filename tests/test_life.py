@@ -133,7 +133,7 @@ def test_where_timed_out_messages_were():
             state(4, 2, "CONNECT", "DOWN")]
     up = healthy(broker=b2, line=10)
     attempts = life.walk(down + up)
-    causes = timed_out.cause_of_failures(attempts)
+    causes = life.cause_of_failures(attempts)
     assert causes == {B: "dns_slow"}
 
     def timeout(n, ms, text, broker):

@@ -101,7 +101,7 @@ def life(events, conns: list[dict] | None = None) -> dict:
     meta = metadata_wait([r for r in rows if r["event"] == "send" or r["event"] == "meta_error"], first_produce)
     got = summed(attempts, conns or [], meta, len(rows), cut)
     if events is not None:
-        got["timed_out"] = timed_out.where(timed_out.rows_of(events), attempts, timed_out.cause_of_failures(attempts))
+        got["timed_out"] = timed_out.where(timed_out.rows_of(events), attempts, cause_of_failures(attempts))
     return got
 
 
@@ -420,3 +420,17 @@ def life_shown(got: dict | None) -> dict | None:
                        or got.get("timed_out")):
         return None
     return got
+
+
+def cause_of_failures(attempts: list[dict]) -> dict:
+    """broker -> the cause its failed attempts are named: the phase they
+    failed in (a name that did not resolve, a connect that timed out, a
+    handshake), else a broker down."""
+    out: dict = {}
+    for a in attempts:
+        if a.get("outcome") != "failed" or not a.get("phases"):
+            continue
+        ph = a["phases"][-1]["phase"]
+        refused = re.search(r"(?i)refused|unreachable|no route", a.get("error") or "")
+        out[a.get("broker")] = "broker_down" if refused or ph in ("backoff", "apiversion") else PHASE_CAUSE[ph]
+    return out

@@ -152,18 +152,3 @@ def _queued(r: dict, up_at: dict, causes: dict, retried: bool) -> tuple[str, str
         return "queued for a connection", causes.get(r.get("broker")) or "broker_down"
     return "queued while the broker was up", "retry_backoff" if retried else None
 
-
-def cause_of_failures(attempts: list[dict]) -> dict:
-    """broker -> the cause its failed attempts are named: the phase they
-    failed in (a name that did not resolve, a connect that timed out, a
-    handshake), else a broker down."""
-    from kdiag.analysis.life import PHASE_CAUSE
-
-    out: dict = {}
-    for a in attempts:
-        if a.get("outcome") != "failed" or not a.get("phases"):
-            continue
-        ph = a["phases"][-1]["phase"]
-        refused = re.search(r"(?i)refused|unreachable|no route", a.get("error") or "")
-        out[a.get("broker")] = "broker_down" if refused or ph in ("backoff", "apiversion") else PHASE_CAUSE[ph]
-    return out
