@@ -16,8 +16,10 @@ from kdiag.collectors.base import COMMAND, MODES, PROBE, Collector, CollectorSta
 
 NAME = "rdkafka_log"
 # protocol: Sent/Received/CorrId/rtt; broker: connects and state changes;
-# msg: per-message batching decisions.
-DEBUG_CONTEXTS = "protocol,broker,msg"
+# msg: per-message batching decisions and where expired messages were;
+# metadata: the errors in a metadata reply ("Topic t with 0 partitions:
+# Broker: Unknown topic or partition") while messages wait for a topic.
+DEBUG_CONTEXTS = "protocol,broker,msg,metadata"
 STATS_INTERVAL_MS = 500
 
 

@@ -83,7 +83,12 @@ def assert_nothing_left(bundle: Path) -> None:
 def test_dns_slow_resolution_takes_the_resolver_delay(tmp_path, spark):
     delay_s = PATHS["dns-slow"].dns_delay_ms / 1000
     assert delay_s >= 1.0, "the scenario must inject a delay the test can see"
-    _, bundle = trace(tmp_path, "dns-slow")
+    found, bundle = trace(tmp_path, "dns-slow")
+    assert found["verdict"] == "dns_slow", json.dumps(found["findings"], indent=1)
+    resolve = found["life"]["phases"]["resolve"]
+    assert 0.8 * delay_s * 1000 <= resolve["max_ms"] < (delay_s + 1.0) * 1000, resolve
+    (dns,) = [f for f in found["findings"] if f["cause"] == "dns_slow"]
+    assert "syscalls" in dns["rests_on"] and any(f"resolver at {netlab.RESOLVER_ADDR}:53" in e for e in dns["evidence"])
     lab = json.loads((bundle / "manifest.json").read_text())["lab"]
     assert lab["bootstrap"] == f"{netlab.BROKER_HOSTNAME}:{netlab.TLS_PORT}" and lab["hostname"]
 
@@ -112,7 +117,12 @@ def test_connect_slow_connect_waits_for_the_syn_retransmits(tmp_path, spark):
     assert drops >= 1, "the scenario must drop a SYN for the test to see"
     # The client namespace retransmits a SYN after 1 s, then 2 s more, ...
     expected_s = sum(2 ** i for i in range(drops))
-    _, bundle = trace(tmp_path, "connect-slow")
+    found, bundle = trace(tmp_path, "connect-slow")
+    assert found["verdict"] == "connect_slow", json.dumps(found["findings"], indent=1)
+    (cs,) = [f for f in found["findings"] if f["cause"] == "connect_slow"]
+    # The log's phase and the syscalls' connect() to writable both say it.
+    assert cs["rests_on"] == ["log lines", "syscalls"] and any(f"about {drops} SYN retransmit" in e
+                                                                 for e in cs["evidence"]), cs
     (_, gap), *later = gaps(log_lines(bundle), "Connecting to ", "Connected to ")
     assert 0.8 * expected_s <= gap < expected_s + 1.0, gap
     # Only the run's first SYNs are dropped: the connections after it

@@ -225,6 +225,7 @@ class Traced:
     summary: dict
     messages: list[dict]
     lab: dict
+    findings: dict
 
 
 def _trace(tmp_path: Path, scenario: str) -> Traced:
@@ -247,7 +248,7 @@ def _trace(tmp_path: Path, scenario: str) -> Traced:
         summary = json.loads(text("raw/probe/summary.json"))
         messages = [json.loads(ln) for ln in text("raw/probe/messages.jsonl").splitlines() if ln.strip()]
         lab = json.loads(text("manifest.json"))["lab"]
-    return Traced(log, summary, messages, lab)
+    return Traced(log, summary, messages, lab, json.loads(out.getvalue()))
 
 
 def _all_delivered(t: Traced) -> None:
@@ -271,8 +272,9 @@ def _state_changes(t: Traced, change: str) -> dict[str, float]:
 
 
 @pytest.mark.e2e
-def test_tls_slow_each_handshake_takes_the_held_first_flight(tmp_path):
+def test_tls_slow_each_handshake_takes_the_held_first_flight(tmp_path, spark):
     t = _trace(tmp_path, "tls-slow")
+    assert t.findings["verdict"] == "tls_handshake_slow", json.dumps(t.findings["findings"], indent=1)
     delay_s = scenarios.get("tls-slow").lab.first_flight_delay_ms / 1000
     begun = _state_changes(t, "CONNECT -> SSL_HANDSHAKE")
     done = _state_changes(t, "SSL_HANDSHAKE -> APIVERSION_QUERY")
@@ -287,9 +289,11 @@ def test_tls_slow_each_handshake_takes_the_held_first_flight(tmp_path):
 
 
 @pytest.mark.e2e
-def test_broker_down_connects_are_refused_until_it_is_up(tmp_path):
+def test_broker_down_connects_are_refused_until_it_is_up(tmp_path, spark):
     t = _trace(tmp_path, "broker-down")
     outage_s = scenarios.get("broker-down").lab.outage_ms / 1000
+    assert t.findings["verdict"] == "broker_down", json.dumps(t.findings["findings"], indent=1)
+    assert outage_s - 0.8 < t.findings["life"]["down_ms"] / 1000 < outage_s + 1.5, t.findings["life"]["down_ms"]
     refused = [ts for ts, fac, _, text in t.log if fac == "FAIL" and "failed: Connection refused" in text]
     up = min(_state_changes(t, "APIVERSION_QUERY -> UP").values())
     assert len(refused) >= 3 and refused[-1] < up
@@ -302,9 +306,12 @@ def test_broker_down_connects_are_refused_until_it_is_up(tmp_path):
 
 
 @pytest.mark.e2e
-def test_metadata_wait_the_first_message_waits_for_the_topic(tmp_path):
+def test_metadata_wait_the_first_message_waits_for_the_topic(tmp_path, spark):
     t = _trace(tmp_path, "metadata-wait")
     delay_s = scenarios.get("metadata-wait").lab.topic_delay_ms / 1000
+    assert t.findings["verdict"] == "metadata_wait", json.dumps(t.findings["findings"], indent=1)
+    meta = t.findings["life"]["metadata"]
+    assert meta["requests"] >= 3 and delay_s - 0.8 < meta["ms"] / 1000 < delay_s + 1.5, meta
     _all_delivered(t)
     first = t.messages[0]
     waited = (first["delivered_us"] - first["produce_us"]) / 1e6

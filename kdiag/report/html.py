@@ -130,7 +130,12 @@ def _finding(fd: dict, others: dict, summary: dict) -> dict:
     share, ts = num(fd.get("share")) or 0.0, num(fd.get("time_share"))
     evidence, more = capped([e for e in _list(fd.get("evidence")) if isinstance(e, str)], "evidence")
     fix = dict_or_empty(fd.get("fix"))
+    rests = _list(fd.get("rests_on"))
+    by_requests = "requests" in rests or (bool(num(summary.get("requests"))) and (not rests or "example" in fd))
     return {"color": color_of(_text(fd.get("cause")), others), "cause": _text(fd.get("cause")),
+            "count": (f"{fmt(num(fd.get('requests')) or 0)} requests ({share * 100:.0f}%"
+                      + (f", {ts * 100:.0f}% of the time)" if ts is not None and abs(ts - share) >= 0.05 else ")"))
+            if by_requests else f"about {max(share, ts or 0.0) * 100:.0f}% of the time",
             "requests": fmt(num(fd.get("requests")) or 0), "share": f"{share * 100:.0f}",
             "of_time": f", {ts * 100:.0f}% of the time" if ts is not None and abs(ts - share) >= 0.05 else "",
             "evidence": evidence, "evidence_left_out": more, "rests_on": rests_on_text(fd, summary),

@@ -202,7 +202,10 @@ def _finding_lines(f: dict, s: dict) -> list[str]:
     share, ts = f.get("share", 0), f.get("time_share")
     # A tail cause is named for its share of the time, not of the requests.
     of_time = f", {ts * 100:.0f}% of the time" if ts is not None and abs(ts - share) >= 0.05 else ""
-    if s.get("requests") or "requests" in (f.get("rests_on") or []):
+    # A cause judged over the run from other evidence (a connection's phase,
+    # error lines) counts no requests even where requests completed.
+    rests = f.get("rests_on") if isinstance(f.get("rests_on"), list) else []
+    if "requests" in rests or (s.get("requests") and (not rests or "example" in f)):
         out = [f"  {f['cause']}: {f.get('requests', 0)} requests ({share * 100:.0f}%{of_time})"]
     else:   # no request to count: its share of a message's time
         out = [f"  {f['cause']}: about {max(share, ts or 0) * 100:.0f}% of the time"]

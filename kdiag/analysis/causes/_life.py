@@ -46,17 +46,19 @@ def slowest_said(facts, name: str, what: str) -> str:
     p = phase(facts, name)
     s = p.get("slowest") or {}
     lines = f"lines {s['line']}-{s['end_line']}" if s.get("end_line") else f"line {s.get('line')}"
-    said = (f"{what} took {p.get('max_ms'):g} ms to {s.get('broker') or 'a broker'} ({lines}); "
-            f"{p.get('n')} {what}(s) took {p.get('total_ms'):g} ms in all")
+    n = p.get("n") or 1
+    said = f"{what} took {p.get('max_ms'):g} ms to {s.get('broker') or 'a broker'} ({lines})"
+    if n > 1:
+        said += f"; the {n} of them took {p.get('total_ms'):g} ms in all"
     if s.get("error"):
         said += f", and it ended in \"{s['error']}\""
     return said
 
 
-def first_messages(facts, saved_ms: float | None) -> str | None:
+def first_messages(facts, saved_ms: float | None, waiting_for: str = "the connection was being set up") -> str | None:
     """The predicted effect of a fix that takes a connection phase out."""
     if not saved_ms:
         return None
-    return (f"predicted: messages produced while the connection was being set up would be delivered about "
-            f"{saved_ms:g} ms sooner; messages produced on an established connection are not affected")
+    return (f"predicted: messages produced while {waiting_for} would be delivered about {saved_ms:g} ms sooner; "
+            "messages produced once it was there are not affected")
 

@@ -65,6 +65,16 @@ def from_signals(facts) -> dict | None:
     return got
 
 
+def retransmits(ms: float) -> str:
+    """How many SYN retransmits a handshake this long held: Linux resends
+    after 1 s, then doubles (1, 3, 7, 15 s after the first SYN)."""
+    k, at = 0, 1000.0
+    while ms >= at * 0.9 and k < 8:
+        k, at = k + 1, at * 2 + 1000.0
+    return (f"about {k} SYN retransmit(s): Linux resends the SYN after 1 s, then after 2 s, 4 s, ... more"
+            if k else "a handshake that long held a SYN retransmit")
+
+
 def fix(version: tuple[int, ...] | None) -> dict[str, str]:
     if version is not None and version < SETUP_TIMEOUT_FROM:
         return {}
@@ -77,7 +87,7 @@ def evidence(facts) -> list[str]:
         ev.append(_life.slowest_said(facts, "connect", "the TCP connect"))
     for h in _slow_handshakes(facts)[:3]:
         ev.append(f"connect() to {h.get('peer')} took {h['handshake_ms']:g} ms to become writable (line "
-                  f"{h.get('connect_line')}): at least one SYN was retransmitted (the first after 1 s)")
+                  f"{h.get('connect_line')}): {retransmits(h['handshake_ms'])}")
     said = _life.first_messages(facts, _life.phase(facts, "connect").get("total_ms") if _slow_connect(facts)
                                 else sum(h["handshake_ms"] for h in _slow_handshakes(facts)))
     return ev + ([said] if said else [])

@@ -69,7 +69,7 @@ def evidence(facts) -> list[str]:
                   f"which came {m['ms']:g} ms after the first of them")
     if m.get("error_lines"):
         ev.append(f"{m['error_lines']} line(s) name a missing topic or leader: \"{m.get('error')}\"")
-    said = _life.first_messages(facts, m.get("ms") if _waited(m) else None)
+    said = _life.first_messages(facts, m.get("ms") if _waited(m) else None, "the topic's metadata was missing")
     return ev + ([said] if said else [])
 
 
