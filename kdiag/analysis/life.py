@@ -113,7 +113,9 @@ def _rows(events) -> tuple[list[dict], int, int | None]:
     text = F.col("text") if "text" in events.columns else F.lit(None).cast("string")
     err = F.col("error") if "error" in events.columns else F.lit(None).cast("string")
     ev = F.col("event")
-    is_meta_err = text.rlike(METADATA_ERROR) | err.rlike(METADATA_ERROR)
+    # Sent/Received lines are most of a large log: the patterns below are
+    # never run on them.
+    is_meta_err = ~ev.isin("send", "recv") & (text.rlike(METADATA_ERROR) | err.rlike(METADATA_ERROR))
     app_resolve = (ev == "app_error") & (err.rlike(RESOLVE_DETAIL) | text.rlike(RESOLVE_DETAIL))
     wanted = (ev.isin("state", "connect", "connected", "fail") | ((ev == "send") & (F.col("request") == "Metadata"))
               | is_meta_err | app_resolve)
