@@ -154,3 +154,38 @@ def test_where_timed_out_messages_were():
                      "where unknown": (3, None, [])}
     assert got["messages"] == 25 == got["delivery_reports"]
     assert timed_out.where([], attempts, causes) is None
+
+
+def test_what_a_failure_says_decides_its_phase():
+    """"Failed to resolve" is the lookup and "SSL handshake failed" the
+    handshake whatever state is named; an age counted from no time at all
+    gives no length."""
+    (dns,) = life.walk([row(1, 50, "fail", "Failed to resolve 'k:9092'",
+                            "Failed to resolve 'k:9092': Temporary failure in name resolution "
+                            "(after 3461538871ms in state INIT)")])
+    assert [(p["phase"], p["ms"]) for p in dns["phases"]] == [("resolve", None)]
+    assert life.summed([dns], [], None, 1, 0)["resolve_failures"] == 1
+    old = [state(1, 0, "INIT", "CONNECT"),
+           row(2, 6, "fail", "SSL handshake failed", "SSL handshake failed: error:1416F086:SSL routines: "
+               "certificate verify failed (after 6ms in state CONNECT)")]
+    (tls,) = life.walk(old)
+    assert phases(tls) == {"tls": 6.0} and tls["outcome"] == "failed"
+    # Without "(after ...)" (librdkafka 0.9, 0.11), a copy 1 ms later is the same failure.
+    text = "Failed to resolve 'k:9092': Name or service not known"
+    (once,) = life.walk([row(1, 5, "fail", text, text), row(2, 6, "fail", text, text)])
+    assert once["phases"][0]["phase"] == "resolve"
+
+
+def test_queued_but_not_up_beside_attempts_that_did_not_fail_is_a_start():
+    """Every producer logs "queued but broker not up" while its first
+    connection comes up: with the timeline's attempts none of which failed,
+    it names no broker_down."""
+    from kdiag.analysis.causes import Facts, broker_down
+
+    def facts(failed):
+        return Facts(None, {}, 0, None, False, None, None, {},
+                     {"signals": {"down_lines": 3, "down_not_up_lines": 3,
+                                  "down_detail": "t [0] 1 message(s) queued but broker not up"},
+                      "life": {"attempts": 2, "failed": failed}})
+    assert broker_down.from_signals(facts(0)) is None
+    assert broker_down.from_signals(facts(1))["requests"] == 3

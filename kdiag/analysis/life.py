@@ -84,9 +84,13 @@ METADATA_ERROR = (r"(?i)(Unknown topic or partition|UNKNOWN_TOPIC|Leader not ava
 # '%s': %s", rdkafka_broker.c) and the application's copy of its code
 # (RD_KAFKA_RESP_ERR__RESOLVE, -193, "Local: Host resolution failure").
 RESOLVE_DETAIL = r"(?i)(Failed to resolve|Host resolution failure|^_RESOLVE$|^Local_Resolve$)"
+# A state's age beyond a day is one counted from a time never set (seen as
+# 40 days "in state INIT"): the phase's length is then unknown.
+PLAUSIBLE_STATE_MS = 86_400_000
 # A FAIL line this soon after the one that ended an attempt, naming the
 # same state, is its copy.
 COPY_US = 5_000
+ERROR_COPY = r"in state [A-Z_]+\)|Failed to resolve|SSL handshake failed"
 _STATE = re.compile(r"([A-Z_]+) -> ([A-Z_]+)")
 _IN_STATE = re.compile(r"\(after (\d{1,12})ms in state ([A-Z_]+)")
 
@@ -117,11 +121,17 @@ def _rows(events) -> tuple[list[dict], int, int | None]:
     # never run on them.
     is_meta_err = ~ev.isin("send", "recv") & (text.rlike(METADATA_ERROR) | err.rlike(METADATA_ERROR))
     app_resolve = (ev == "app_error") & (err.rlike(RESOLVE_DETAIL) | text.rlike(RESOLVE_DETAIL))
+    # librdkafka's ERROR copy of a broker failure, where no FAIL line was
+    # logged beside it (older versions, debug off): read as its FAIL line
+    # (a copy beside one is dropped as one, _copy_of).
+    fac = F.col("facility") if "facility" in events.columns else F.lit(None).cast("string")
+    error_copy = (fac == "ERROR") & ~ev.isin("send", "recv") & text.rlike(ERROR_COPY)
     wanted = (ev.isin("state", "connect", "connected", "fail") | ((ev == "send") & (F.col("request") == "Metadata"))
-              | is_meta_err | app_resolve)
+              | is_meta_err | app_resolve | error_copy)
     picked = events.filter(wanted).select(*cols, F.when(~ev.isin("state", "connect", "connected", "fail", "send")
                                                         & is_meta_err, 1).alias("_meta_err"),
-                                          F.when(app_resolve, 1).alias("_app_resolve"))
+                                          F.when(app_resolve, 1).alias("_app_resolve"),
+                                          F.when(error_copy & ~ev.isin("fail"), 1).alias("_error_copy"))
     got = picked.orderBy(F.col("ts_us").asc_nulls_first(), "line_no").limit(MAX_LINES + 1).collect()
     cut = 0
     if len(got) > MAX_LINES:
@@ -135,6 +145,8 @@ def _rows(events) -> tuple[list[dict], int, int | None]:
             d["event"] = "meta_error"
         if d.pop("_app_resolve"):
             d["event"] = "app_resolve"
+        if d.pop("_error_copy"):
+            d["event"] = "fail"
         rows.append(d)
     return rows, cut, first.t if first else None
 
@@ -222,10 +234,7 @@ def _state(r: dict, att: dict | None, key, attempts: list) -> dict | None:
 
 def _fail(r: dict, att: dict | None, last: dict | None, key, attempts: list) -> dict | None:
     text = r.get("text") or r.get("detail") or ""
-    m = _IN_STATE.search(text)
-    if att is None and last is not None and last["outcome"] == "failed" and last.get("end_us") is not None \
-            and r["ts_us"] - last["end_us"] <= COPY_US and last["error"] and m \
-            and m.group(0) in last["error"]:
+    if att is None and _copy_of(last, r, text):
         # The same failure logged twice (at debug, then at its own level
         # when the application sets no error callback).
         return last
@@ -236,20 +245,64 @@ def _fail(r: dict, att: dict | None, last: dict | None, key, attempts: list) -> 
             last["phases"][-1]["error"] = text
         return last
     if att is None:
-        # An excerpt that starts at the failure: the line says how long the
-        # state lasted.
-        if not m or m.group(2) not in STATE_PHASE:
+        # An excerpt that starts at the failure: the line says which phase
+        # failed and, mostly, how long its state lasted.
+        failed = _failed_phase(text)
+        if failed is None:
             return None
-        start = {**r, "ts_us": r["ts_us"] - int(m.group(1)) * 1000}
+        phase, ms = failed
+        start = {**r, "ts_us": r["ts_us"] - int(ms * 1000) if ms is not None else r["ts_us"]}
         att = _new(key, start, attempts)
-        _open(att, _phase_of_failure(m.group(2), text), start)
+        _open(att, phase, start)
+        if ms is None:
+            att["_open"]["unknown_length"] = True
     if att["outcome"] is not None:
         return att
-    if _open_phase(att) == "resolve" and not re.search(r"(?i)resolve", text):
-        att["_open"]["phase"], att["_open"]["with_resolve"] = "connect", True
+    if att.get("_open"):
+        named = _failed_phase(text)
+        if named and named[0] in ("resolve", "tls"):
+            # The text says what failed (before v1.x the TLS handshake ran
+            # in the CONNECT state).
+            att["_open"]["phase"] = named[0]
+        elif _open_phase(att) == "resolve":
+            att["_open"]["phase"], att["_open"]["with_resolve"] = "connect", True
     _close(att, r, text)
+    if att["phases"] and att["phases"][-1].pop("unknown_length", False):
+        att["phases"][-1]["ms"] = None
     att["outcome"], att["error"], att["end_us"] = "failed", text, r["ts_us"]
     return att
+
+
+def _copy_of(last: dict | None, r: dict, text: str) -> bool:
+    """A FAIL line that repeats the one that ended ``last`` (printed again
+    within COPY_US, the same failure)."""
+    if last is None or last["outcome"] != "failed" or last.get("end_us") is None or not last["error"]:
+        return False
+    if r["ts_us"] - last["end_us"] > COPY_US:
+        return False
+    m = _IN_STATE.search(text)
+    same = m.group(0) in last["error"] if m else (text in last["error"] or last["error"] in text)
+    return bool(same)
+
+
+def _failed_phase(text: str) -> tuple[str, float | None] | None:
+    """The phase a FAIL line's errstr failed in, and how long its state
+    lasted when the line says so: "Failed to resolve" is the lookup and
+    "SSL handshake failed" the handshake whatever state is named (the
+    resolve failure was logged "in state INIT" by some versions, with an
+    age counted from no time at all; the handshake ran in CONNECT before
+    v1.x), else the state named in "(after Nms in state X)"."""
+    m = _IN_STATE.search(text)
+    state, ms = (m.group(2), float(m.group(1))) if m else (None, None)
+    if ms is not None and ms > PLAUSIBLE_STATE_MS:
+        ms = None
+    if re.search(r"(?i)Failed to resolve", text):
+        return "resolve", ms if state == "CONNECT" else None
+    if re.search(r"(?i)SSL handshake failed", text):
+        return "tls", ms if state in ("CONNECT", "SSL_HANDSHAKE") else None
+    if state not in STATE_PHASE:
+        return None
+    return _phase_of_failure(state, text), ms
 
 
 def _untimed_fail(r: dict, attempts: list) -> None:
@@ -263,15 +316,10 @@ def _untimed_fail(r: dict, attempts: list) -> None:
                          "line": r.get("line_no"), "up_us": None, "outcome": "failed", "error": text or "resolve",
                          "phases": [], "_open": None, "app": True})
         return
-    if r["event"] != "fail":
+    failed = _failed_phase(text) if r["event"] == "fail" else None
+    if failed is None:
         return
-    m = _IN_STATE.search(text)
-    if m and m.group(2) not in STATE_PHASE:
-        return
-    if not m and not re.search(r"(?i)Failed to resolve", text):
-        return
-    ph = {"phase": _phase_of_failure(m.group(2) if m else "CONNECT", text), "start_us": None,
-          "line": r.get("line_no"), "ms": float(m.group(1)) if m else None, "error": text}
+    ph = {"phase": failed[0], "start_us": None, "line": r.get("line_no"), "ms": failed[1], "error": text}
     attempts.append({"client": r.get("client"), "broker": r.get("broker"), "start_us": None,
                      "line": r.get("line_no"), "up_us": None, "outcome": "failed", "error": text, "phases": [ph],
                      "_open": None})

@@ -109,9 +109,11 @@ def no_signals(spark) -> dict:
 def _finished(row: dict) -> dict:
     row["timed_out"] = max(row["timed_out"] or 0, row["timeout_lines"] or 0, row["fail_timeouts"] or 0)
     not_up, detail = row.pop("not_up_lines") or 0, row.pop("not_up_detail")
+    row["down_not_up_lines"] = 0
     if not_up and not row["produce_responses"]:
         row["down_lines"] = (row["down_lines"] or 0) + not_up
         row["down_detail"] = row["down_detail"] or detail
+        row["down_not_up_lines"] = not_up
     # A transport failure the application got with only its code's string:
     # rd_kafka_broker_conn_closed() logs a connection the broker closed while
     # idle at debug, so it never reaches the application (older versions

@@ -163,8 +163,9 @@ def life_lines(life) -> list[str]:
                    f"total {_ms(p.get('total_ms')):>9}{failed}{where}")
     meta = life.get("metadata")
     if isinstance(meta, dict) and meta.get("requests"):
-        out.append(f"    metadata    {_ms(meta.get('requests'))} MetadataRequest(s) in a row; the first "
-                   f"ProduceRequest {_ms(meta.get('ms'))} ms after the first of them")
+        out.append(f"    metadata    {_ms(meta.get('requests'))} MetadataRequest(s) in a row; "
+                   + (f"the first ProduceRequest {_ms(meta.get('ms'))} ms after the first of them" if meta.get("produced")
+                      else f"over {_ms(meta.get('ms'))} ms, and no ProduceRequest in the input"))
     for d in (life.get("dns") if isinstance(life.get("dns"), list) else [])[:ATTEMPT_LINES]:
         if isinstance(d, dict):
             out.append(f"    resolver    {d.get('server')}: a lookup of {_ms(d.get('ms'))} ms (syscalls, line "

@@ -43,7 +43,13 @@ SLOW_MS = 0.0
 def from_signals(facts) -> dict | None:
     sig = facts.meta.get("signals") or {}
     k = sig.get("down_lines") or 0
-    if not k:
+    life = facts.meta.get("life") or {}
+    if life.get("attempts") and not life.get("failed"):
+        # "queued but broker not up" is printed by every producer while its
+        # first connection comes up: beside connection attempts none of
+        # which failed, it is that start, not a broker down.
+        k -= sig.get("down_not_up_lines") or 0
+    if k <= 0:
         return None
     # Beside completed requests, a reconnect costs only the requests it
     # held; with none completed, it is all the excerpt shows, unless
@@ -65,9 +71,11 @@ def fix(version: tuple[int, ...] | None) -> dict[str, str]:
 
 def evidence(facts) -> list[str]:
     sig = facts.meta.get("signals") or {}
-    ev = [f"{sig.get('down_lines')} line(s) say librdkafka could not reach a broker or lost it"
-          + (f": \"{sig['down_detail']}\"" if sig.get("down_detail") else "")]
     life = facts.meta.get("life") or {}
+    k = (sig.get("down_lines") or 0) - ((sig.get("down_not_up_lines") or 0)
+                                        if life.get("attempts") and not life.get("failed") else 0)
+    ev = [f"{k} line(s) say librdkafka could not reach a broker or lost it"
+          + (f": \"{sig['down_detail']}\"" if sig.get("down_detail") else "")]
     if life.get("down_ms"):
         backoffs = life.get("backoffs_ms") or []
         waits = (f"; librdkafka waited {', '.join(f'{b:g}' for b in backoffs[:8])} ms between attempts "

@@ -78,8 +78,9 @@ def evidence(facts) -> list[str]:
         ev.append(f"the resolver at {d.get('server')} took {d['ms']:g} ms to answer a lookup (strace line "
                   f"{d.get('line')}: connect() to port 53 until its close); {len(slow_dns)} lookup(s) of 1 s or more")
     if life.get("resolve_failures"):
-        ev.append(f"{life['resolve_failures']} connection attempt(s) failed to resolve the broker's name, and "
-                  "librdkafka tried again after reconnect.backoff.ms")
+        again = ", and librdkafka tried again after reconnect.backoff.ms" if life["resolve_failures"] > 1 or \
+            (life.get("attempts") or 0) > life["resolve_failures"] else ""
+        ev.append(f"{life['resolve_failures']} connection attempt(s) failed to resolve the broker's name{again}")
     said = _life.first_messages(facts, _life.phase(facts, "resolve").get("total_ms")
                                 or sum(d["ms"] for d in slow_dns) or None)
     return ev + ([said] if said else [])

@@ -42,8 +42,10 @@ def _wait(facts) -> dict:
 
 
 def _waited(m: dict) -> bool:
-    return (m.get("ms") or 0) >= SLOW_MS and ((m.get("requests") or 0) >= METADATA_WAIT_REQUESTS
-                                              or (m.get("error_lines") or 0) > 0)
+    # Only before a ProduceRequest: what else asks for metadata (a
+    # consumer, an admin client) holds no message back.
+    return bool(m.get("produced")) and (m.get("ms") or 0) >= SLOW_MS and (
+        (m.get("requests") or 0) >= METADATA_WAIT_REQUESTS or (m.get("error_lines") or 0) > 0)
 
 
 def from_signals(facts) -> dict | None:
