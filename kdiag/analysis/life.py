@@ -122,10 +122,11 @@ def _rows(events) -> tuple[list[dict], int, int | None]:
     is_meta_err = ~ev.isin("send", "recv") & (text.rlike(METADATA_ERROR) | err.rlike(METADATA_ERROR))
     app_resolve = (ev == "app_error") & (err.rlike(RESOLVE_DETAIL) | text.rlike(RESOLVE_DETAIL))
     # librdkafka's ERROR copy of a broker failure, where no FAIL line was
-    # logged beside it (older versions, debug off): read as its FAIL line
-    # (a copy beside one is dropped as one, _copy_of).
+    # logged beside it (older versions, debug off), and a wrapper's line
+    # that prints no facility: read as its FAIL line (a copy beside one is
+    # dropped as one, _copy_of).
     fac = F.col("facility") if "facility" in events.columns else F.lit(None).cast("string")
-    error_copy = (fac == "ERROR") & ~ev.isin("send", "recv") & text.rlike(ERROR_COPY)
+    error_copy = ((fac == "ERROR") | fac.isNull()) & (ev == "other") & text.rlike(ERROR_COPY)
     wanted = (ev.isin("state", "connect", "connected", "fail") | ((ev == "send") & (F.col("request") == "Metadata"))
               | is_meta_err | app_resolve | error_copy)
     picked = events.filter(wanted).select(*cols, F.when(~ev.isin("state", "connect", "connected", "fail", "send")
@@ -380,6 +381,7 @@ def summed(attempts: list[dict], conns: list[dict], meta: dict | None, lines: in
     backoffs = _waits_after_failures(attempts)
     return {"attempts": len(attempts), "up": len(up), "failed": len(failed), "phases": phases,
             "resolve_failures": _resolve_failures(failed),
+            "slow_connect_failures": sum(1 for a in failed if _slow_connect_failure(a)),
             "down_ms": down_ms, "backoffs_ms": backoffs if failed else [], "metadata": meta, "dns": dns_exchanges(conns),
             "slow_handshakes": [c for c in conns if (c.get("handshake_ms") or 0) >= SYN_RETRANSMIT_MS
                                 and not c.get("dns")],
@@ -402,6 +404,15 @@ def _waits_after_failures(attempts: list[dict]) -> list[float]:
             waits.append(round((again - prev["end_us"]) / 1000.0, 3))
         last[key] = a
     return waits[:20]
+
+
+def _slow_connect_failure(a: dict) -> bool:
+    """An attempt whose connect waited out SYN retransmits and failed
+    (timed out: "Operation timed out", "Connection setup timed out"), not
+    one refused or unreachable at once."""
+    last = a["phases"][-1] if a["phases"] else None
+    return (last is not None and last["phase"] == "connect" and (last["ms"] or 0) >= SYN_RETRANSMIT_MS
+            and not re.search(r"(?i)refused|unreachable|no route", a["error"] or ""))
 
 
 def _resolve_failures(failed: list[dict]) -> int:

@@ -49,6 +49,12 @@ def from_signals(facts) -> dict | None:
         # first connection comes up: beside connection attempts none of
         # which failed, it is that start, not a broker down.
         k -= sig.get("down_not_up_lines") or 0
+    failed = life.get("failed") or 0
+    if failed and failed <= (life.get("resolve_failures") or 0) + (life.get("slow_connect_failures") or 0):
+        # Every failed attempt is a name that did not resolve or a connect
+        # that waited out its SYNs: dns_slow's and connect_slow's, no broker
+        # that refused the client.
+        return None
     if k <= 0:
         return None
     # Beside completed requests, a reconnect costs only the requests it
