@@ -189,3 +189,13 @@ def test_queued_but_not_up_beside_attempts_that_did_not_fail_is_a_start():
                       "life": {"attempts": 2, "failed": failed}})
     assert broker_down.from_signals(facts(0)) is None
     assert broker_down.from_signals(facts(1))["requests"] == 3
+
+
+def test_an_excerpt_that_starts_inside_an_attempt():
+    """From its "Connecting to" line, or from a state change past CONNECT:
+    the phases from there on, the attempt said to be partial."""
+    rows = healthy(resolve=1, connect=1500)[2:]
+    (att,) = life.walk(rows)
+    assert att["partial"] and phases(att) == {"connect": 1500.0, "tls": 3.0, "apiversion": 1.0}
+    (late,) = life.walk(healthy()[5:])
+    assert late["partial"] and late["outcome"] == "up" and phases(late) == {"apiversion": 1.0}

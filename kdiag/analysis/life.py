@@ -173,6 +173,11 @@ def walk(rows: list[dict]) -> list[dict]:
         elif r["event"] == "connect" and att is not None and _open_phase(att) == "resolve":
             _close(att, r)
             _open(att, "connect", r)
+        elif r["event"] == "connect" and att is None:
+            # An excerpt that starts inside an attempt: from here on.
+            att = _new(key, r, attempts)
+            att["partial"] = True
+            _open(att, "connect", r)
         elif r["event"] == "fail":
             att = _fail(r, att, last_by.get(key), key, attempts)
         open_by[key] = att if att is not None and att["outcome"] is None else None
@@ -218,6 +223,10 @@ def _state(r: dict, att: dict | None, key, attempts: list) -> dict | None:
     frm, to = m.groups()
     if att is None and to in STARTS:
         att = _new(key, r, attempts)
+    elif att is None and frm in STATE_PHASE and (to in STATE_PHASE or to == "UP"):
+        # An excerpt that starts inside an attempt: its phases from here.
+        att = _new(key, r, attempts)
+        att["partial"] = True
     if att is None:
         return None
     if _open_phase(att) == "resolve" and frm == "CONNECT":
