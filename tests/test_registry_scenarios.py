@@ -97,7 +97,7 @@ def test_the_labs_start_what_the_scenarios_declare():
 
 
 LAB_MODULES = ("broker", "broker_start", "loopback", "network", "slowproxy", "relay", "variants", "netns",
-               "delayline", "tls", "cpulimit", "processes", "resolver")
+               "delayline", "tls", "cpulimit", "processes", "resolver", "own_process")
 
 
 @pytest.mark.parametrize("module", LAB_MODULES)

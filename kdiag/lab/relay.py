@@ -29,13 +29,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
 import signal
 import socket
 import sys
 import time
 
 from kdiag import __version__
+from kdiag.lab.own_process import host_port, milliseconds, set_name
 from kdiag.lab.variants import RELAY
 
 PROCESS_NAME = RELAY
@@ -43,39 +43,13 @@ CHUNK = 65536
 # A server's first flight is a few kilobytes; past this the relay stops
 # reading until the hold is over, so a server cannot fill its memory.
 MAX_HELD = 1 << 20
-PR_SET_NAME = 15
 # The port may still be held by a connection in TIME_WAIT or taken for a
 # moment; listening again is retried this long.
 REBIND_S = 5.0
 
 
-def _addr(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
-    return host.strip("[]"), int(port)
-
-
-def _ms(text: str) -> float:
-    try:
-        ms = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= ms < 3_600_000:
-        raise argparse.ArgumentTypeError(f"out of range: {text!r}")
-    return ms
-
-
 def _say(text: str) -> None:
     print(f"relay: {time.time():.3f} {text}", file=sys.stderr, flush=True)
-
-
-def _set_process_name() -> None:
-    # The lab recognises the relay by this name (with its start time) before
-    # it signals a recorded pid.
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_NAME, PROCESS_NAME.encode(), 0, 0, 0)
 
 
 def _nodelay(writer: asyncio.StreamWriter) -> None:
@@ -249,15 +223,15 @@ async def serve(listen: tuple[str, int], upstream: tuple[str, int], first_flight
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kdiag.lab.relay", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--listen", type=_addr, required=True, metavar="HOST:PORT")
-    ap.add_argument("--connect", type=_addr, required=True, metavar="HOST:PORT")
-    ap.add_argument("--first-flight-delay-ms", type=_ms, metavar="D",
+    ap.add_argument("--listen", type=host_port, required=True, metavar="HOST:PORT")
+    ap.add_argument("--connect", type=host_port, required=True, metavar="HOST:PORT")
+    ap.add_argument("--first-flight-delay-ms", type=milliseconds, metavar="D",
                     help="once armed (SIGUSR1), hold the server's first flight on each new connection D ms")
-    ap.add_argument("--outage-ms", type=_ms, metavar="O",
+    ap.add_argument("--outage-ms", type=milliseconds, metavar="O",
                     help="once armed (SIGUSR1), refuse connections for O ms, then listen again")
     ap.add_argument("--version", action="version", version=f"{PROCESS_NAME} {__version__}")
     args = ap.parse_args(argv)
-    _set_process_name()
+    set_name(PROCESS_NAME)
     try:
         asyncio.run(serve(args.listen, args.connect, args.first_flight_delay_ms, args.outage_ms))
     except OSError as e:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import heapq
 import ipaddress
 import json
@@ -40,8 +39,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kdiag.lab.own_process import milliseconds, set_name
+
 PROCESS_NAME = "kdiag-resolver"
-PR_SET_NAME = 15
 MAX_QUERY_BYTES = 4096
 MAX_PENDING = 10_000
 TTL_S = 5
@@ -133,23 +133,6 @@ def serve(sock: socket.socket, name: str, address: str, delay_s: float, counts: 
         heapq.heappush(pending, (came + delay_s, seq, peer, reply))
 
 
-def _set_process_name() -> None:
-    # The lab recognises the resolver by this name (with its start time)
-    # before it signals a recorded pid; "python3" would match any interpreter.
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, PROCESS_NAME.encode(), 0, 0, 0)
-
-
-def _delay_ms(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value < 3_600_000:
-        raise argparse.ArgumentTypeError(f"delay out of range: {text!r}")
-    return value
-
-
 def _ipv4(text: str) -> str:
     try:
         return str(ipaddress.IPv4Address(text))
@@ -163,10 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=53)
     ap.add_argument("--name", required=True)
     ap.add_argument("--address", type=_ipv4, required=True)
-    ap.add_argument("--delay-ms", type=_delay_ms, required=True)
+    ap.add_argument("--delay-ms", type=milliseconds, required=True)
     ap.add_argument("--ready", type=Path)
     args = ap.parse_args(argv)
-    _set_process_name()
+    set_name(PROCESS_NAME)
     # scapy's import takes a second: done before the socket is announced,
     # so the first query does not pay for it.
     import scapy.layers.dns  # noqa: F401

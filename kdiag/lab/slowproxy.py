@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
 import functools
 import signal
 import socket
@@ -38,6 +37,7 @@ import sys
 from typing import AsyncIterator, Callable
 
 from kdiag import __version__
+from kdiag.lab.own_process import host_port, milliseconds, set_name
 
 # The framing and the quota, re-exported: tests and callers know them as this module's.
 from kdiag.lab.produce_quota import MAX_FRAME, PRODUCE, FrameError, Quota, produce_acks, throttle_offset, with_throttle  # noqa: F401
@@ -50,30 +50,12 @@ CHUNK = 65536
 # Chunks read from the server but not yet due; beyond this the proxy stops
 # reading, so a fast server cannot fill its memory.
 MAX_PENDING = 256
-PR_SET_NAME = 15
 DEFAULT_RESPONSE_DELAY_MS = 50.0
 # What to do once a frame has been written to the client, if anything.
 _Then = Callable[[], None] | None
 
 # Requests waiting for their response on one connection.
 MAX_INFLIGHT = 100_000
-
-
-def _addr(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
-    return host.strip("[]"), int(port)
-
-
-def _delay(text: str) -> float:
-    try:
-        ms = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= ms < 3_600_000:
-        raise argparse.ArgumentTypeError(f"delay out of range: {text!r}")
-    return ms
 
 
 def _rate(text: str) -> float:
@@ -84,14 +66,6 @@ def _rate(text: str) -> float:
     if not 0 < rate <= 1e12:
         raise argparse.ArgumentTypeError(f"quota out of range: {text!r}")
     return rate
-
-
-def _set_process_name() -> None:
-    # The lab recognises the proxy by this name (with its start time) before
-    # it signals a recorded pid; "python3" would match any interpreter.
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_NAME, PROCESS_NAME.encode(), 0, 0, 0)
 
 
 def _nodelay(writer: asyncio.StreamWriter) -> None:
@@ -392,10 +366,10 @@ async def serve(
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kdiag.lab.slowproxy", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--listen", type=_addr, required=True, metavar="HOST:PORT")
-    ap.add_argument("--connect", type=_addr, required=True, metavar="HOST:PORT")
+    ap.add_argument("--listen", type=host_port, required=True, metavar="HOST:PORT")
+    ap.add_argument("--connect", type=host_port, required=True, metavar="HOST:PORT")
     ap.add_argument(
-        "--response-delay-ms", type=_delay, metavar="D",
+        "--response-delay-ms", type=milliseconds, metavar="D",
         help=f"default {DEFAULT_RESPONSE_DELAY_MS:g}, or 0 with --quota-bytes-per-s",
     )
     ap.add_argument("--quota-bytes-per-s", type=_rate, metavar="Q", help="throttle Produce requests to Q bytes/s")
@@ -404,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     delay = args.response_delay_ms
     if delay is None:
         delay = 0.0 if args.quota_bytes_per_s is not None else DEFAULT_RESPONSE_DELAY_MS
-    _set_process_name()
+    set_name(PROCESS_NAME)
     try:
         asyncio.run(serve(args.listen, args.connect, delay, args.quota_bytes_per_s))
     except OSError as e:
