@@ -30,12 +30,11 @@ import argparse
 import asyncio
 import contextlib
 import signal
-import socket
 import sys
 import time
 
 from kdiag import __version__
-from kdiag.lab.own_process import host_port, milliseconds, set_name
+from kdiag.lab.own_process import forward, host_port, milliseconds, nodelay, set_name
 from kdiag.lab.variants import RELAY
 
 PROCESS_NAME = RELAY
@@ -50,21 +49,6 @@ REBIND_S = 5.0
 
 def _say(text: str) -> None:
     print(f"relay: {time.time():.3f} {text}", file=sys.stderr, flush=True)
-
-
-def _nodelay(writer: asyncio.StreamWriter) -> None:
-    sock = writer.get_extra_info("socket")
-    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    while data := await reader.read(CHUNK):
-        writer.write(data)
-        await writer.drain()
-    with contextlib.suppress(OSError):
-        if writer.can_write_eof():
-            writer.write_eof()
 
 
 async def _held_first(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hold_s: float, peer) -> None:
@@ -101,7 +85,7 @@ async def _held_first(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
         with contextlib.suppress(OSError):
             writer.write_eof()
         return
-    await _pipe(reader, writer)
+    await forward(reader, writer, CHUNK)
 
 
 async def _together(*coros) -> None:
@@ -134,15 +118,15 @@ class Relay:
         peer = c_writer.get_extra_info("peername")
         s_writer = None
         try:
-            _nodelay(c_writer)
+            nodelay(c_writer)
             try:
                 s_reader, s_writer = await asyncio.open_connection(*self.upstream)
             except OSError as e:
                 _say(f"{peer} -> {self.upstream[0]}:{self.upstream[1]}: {e}")
                 return
-            _nodelay(s_writer)
-            back = _pipe(s_reader, c_writer) if hold is None else _held_first(s_reader, c_writer, hold, peer)
-            await _together(_pipe(c_reader, s_writer), back)
+            nodelay(s_writer)
+            back = forward(s_reader, c_writer, CHUNK) if hold is None else _held_first(s_reader, c_writer, hold, peer)
+            await _together(forward(c_reader, s_writer, CHUNK), back)
         except OSError:
             pass
         except asyncio.CancelledError:

@@ -31,13 +31,12 @@ import asyncio
 import contextlib
 import functools
 import signal
-import socket
 import struct
 import sys
 from typing import AsyncIterator, Callable
 
 from kdiag import __version__
-from kdiag.lab.own_process import host_port, milliseconds, set_name
+from kdiag.lab.own_process import forward, host_port, milliseconds, nodelay, set_name
 
 # The framing and the quota, re-exported: tests and callers know them as this module's.
 from kdiag.lab.produce_quota import MAX_FRAME, PRODUCE, FrameError, Quota, produce_acks, throttle_offset, with_throttle  # noqa: F401
@@ -68,12 +67,6 @@ def _rate(text: str) -> float:
     return rate
 
 
-def _nodelay(writer: asyncio.StreamWriter) -> None:
-    sock = writer.get_extra_info("socket")
-    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
 async def _together(*coros) -> None:
     """Run the coroutines until all have finished or one has failed; a
     failure cancels the rest and is raised."""
@@ -87,15 +80,6 @@ async def _together(*coros) -> None:
     for t in done:
         if not t.cancelled() and t.exception() is not None:
             raise t.exception()
-
-
-async def _forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    while data := await reader.read(CHUNK):
-        writer.write(data)
-        await writer.drain()
-    with contextlib.suppress(OSError):
-        if writer.can_write_eof():
-            writer.write_eof()
 
 
 async def _forward_late(
@@ -297,15 +281,15 @@ class Proxy:
         session = None
         peer = c_writer.get_extra_info("peername")
         try:
-            _nodelay(c_writer)
+            nodelay(c_writer)
             try:
                 s_reader, s_writer = await asyncio.open_connection(*self.upstream)
             except OSError as e:
                 print(f"slowproxy: {peer} -> {self.upstream[0]}:{self.upstream[1]}: {e}", file=sys.stderr, flush=True)
                 return
-            _nodelay(s_writer)
+            nodelay(s_writer)
             if self.quota is None:
-                await _together(_forward(c_reader, s_writer), _forward_late(s_reader, c_writer, self.delay))
+                await _together(forward(c_reader, s_writer, CHUNK), _forward_late(s_reader, c_writer, self.delay))
             else:
                 session = _Session(self.quota, c_writer)
                 await _together(
