@@ -199,3 +199,21 @@ def test_an_excerpt_that_starts_inside_an_attempt():
     assert att["partial"] and phases(att) == {"connect": 1500.0, "tls": 3.0, "apiversion": 1.0}
     (late,) = life.walk(healthy()[5:])
     assert late["partial"] and late["outcome"] == "up" and phases(late) == {"apiversion": 1.0}
+
+
+def test_a_real_run_whose_name_does_not_resolve_says_where_its_messages_were(spark, tmp_path):
+    """fixtures/excerpts/log_conn_resolve_failed: a producer here whose
+    bootstrap name does not resolve, replayed from its log alone."""
+    from conftest import FIXTURES
+
+    from kdiag.analysis.pipeline import analyse
+
+    log = FIXTURES / "excerpts" / "log_conn_resolve_failed" / "producer.log"
+    found, _ = analyse([log], tmp_path / "tables", {}, spark=spark)
+    assert found["verdict"] == "dns_slow"
+    got = found["life"]
+    assert got["failed"] == got["resolve_failures"] == got["attempts"] >= 5 and got["up"] == 0
+    (kind,) = got["timed_out"]["kinds"]
+    assert (kind["kind"], kind["messages"], kind["cause"]) == ("queued for a connection", 5, "dns_slow")
+    (dns,) = found["findings"]
+    assert any("failed to resolve the broker's name, and librdkafka tried again" in e for e in dns["evidence"])
