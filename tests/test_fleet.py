@@ -32,6 +32,9 @@ def _bundles(folder):
     for name, case, files in (("retries.tar.gz", "log_retries_not_leader", {"rdkafka_log": "producer.log"}),
                               ("timeouts.tar.gz", "log_reqtmout_only", {"rdkafka_log": "producer.log"}),
                               ("inferred.tar.gz", "strace_healthy_nagle_off", {"strace": "strace.txt"}),
+                              # Connections, phase by phase (analysis.life), each run's walked apart.
+                              ("resolve.tar.gz", "log_conn_resolve_failed", {"rdkafka_log": "producer.log"}),
+                              ("connect.tar.gz", "log_conn_connect_timed_out", {"rdkafka_log": "rdkafka.log"}),
                               ("other-run.tar.gz", "strace_plus_log_other_run",
                                {"rdkafka_log": "rdkafka.log", "strace": "strace.txt"})):
         bundle_of(folder, name, {f"raw/{d}/{f}": EXCERPTS / case / f for d, f in files.items()})
@@ -87,7 +90,7 @@ def test_each_bundle_is_judged_as_its_replay_alone(fleet_run, spark):
     by_name = {r.source.rsplit("/", 1)[-1]: r for r in rows.itertuples()}
     assert set(by_name) == {p.name for p in folder.glob("*.tar.gz")}
     judged = ["on.tar.gz", "off.tar.gz", "throttled.tar.gz", "retries.tar.gz", "timeouts.tar.gz", "inferred.tar.gz",
-              "copies.tar.gz"]
+              "copies.tar.gz", "resolve.tar.gz", "connect.tar.gz"]
     verdicts = {}
     for name in judged:
         r = by_name[name]
@@ -103,9 +106,12 @@ def test_each_bundle_is_judged_as_its_replay_alone(fleet_run, spark):
     assert verdicts["timeouts.tar.gz"] == "request_timeout"
     assert {json.loads(by_name[n].findings_json)["confidence"].split(":")[0] for n in judged} >= {"high", "low"}
     assert verdicts["copies.tar.gz"] == "nagle_delayed_ack"
+    assert verdicts["resolve.tar.gz"] == "dns_slow" and verdicts["connect.tar.gz"] == "connect_slow"
+    resolve = json.loads(by_name["resolve.tar.gz"].findings_json)
+    assert resolve["life"]["timed_out"]["kinds"][0]["cause"] == "dns_slow"
     on = json.loads(by_name["on.tar.gz"].findings_json)
     assert on["request_rows"]["rows"] and on["findings"][0]["predicted"]["saves_p50_ms"] > 30
-    assert summary["judged"] == len(judged) and summary["bundles"] == 9
+    assert summary["judged"] == len(judged) and summary["bundles"] == 11
 
 
 def test_what_the_fleet_cannot_judge_or_read_is_said(fleet_run):

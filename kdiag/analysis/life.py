@@ -48,7 +48,7 @@ from __future__ import annotations
 import re
 
 from kdiag.analysis.connections import SYN_RETRANSMIT_MS
-from kdiag.analysis.spark_plumbing import rounded
+from kdiag.analysis.spark_plumbing import RUN, one_run, rounded
 
 PHASES = ("backoff", "resolve", "connect", "tls", "apiversion", "sasl", "metadata")
 # The cause a phase's stall is named (its colour in the report's timeline);
@@ -98,22 +98,43 @@ _IN_STATE = re.compile(r"\(after (\d{1,12})ms in state ([A-Z_]+)")
 def life(events, conns: list[dict] | None = None) -> dict:
     """The run's connection attempts, their phases and what they add up to,
     from an rdkafka_events-shaped DataFrame (None: the syscalls alone)."""
-    rows, cut, first_produce = _rows(events) if events is not None else ([], 0, None)
+    if events is None:
+        return summed([], conns or [], None, 0, 0)
+    got = life_by_run(one_run(events), {})
+    mine = next(iter(got.values())) if got else summed([], [], None, 0, 0)
+    if conns:
+        mine = {**mine, "dns": dns_exchanges(conns),
+                "slow_handshakes": [c for c in conns if (c.get("handshake_ms") or 0) >= SYN_RETRANSMIT_MS
+                                    and not c.get("dns")]}
+    return mine
+
+
+def life_by_run(events, conns_by_run: dict) -> dict:
+    """run -> its life, for every run of ``events`` (one run's, or a
+    fleet's in one pass): each run's rows walked apart, as broker names
+    repeat across runs. ``conns_by_run``: run -> its connections."""
     from kdiag.analysis import timed_out
 
-    attempts = walk(rows)
-    meta = metadata_wait([r for r in rows if r["event"] == "send" or r["event"] == "meta_error"], first_produce)
-    got = summed(attempts, conns or [], meta, len(rows), cut)
-    if events is not None:
-        got["timed_out"] = timed_out.where(timed_out.rows_of(events), attempts, cause_of_failures(attempts))
-    return got
+    rows, cut, firsts = _rows(events)
+    expired = timed_out.rows_of(events)
+    runs = {r[RUN] for r in rows} | set(firsts) | {r[RUN] for r in expired} | set(conns_by_run)
+    out = {}
+    for run in runs:
+        mine = [r for r in rows if r[RUN] == run]
+        attempts = walk(mine)
+        meta = metadata_wait([r for r in mine if r["event"] in ("send", "meta_error")], firsts.get(run))
+        got = summed(attempts, conns_by_run.get(run) or [], meta, len(mine), cut)
+        got["timed_out"] = timed_out.where([r for r in expired if r[RUN] == run], attempts,
+                                           cause_of_failures(attempts))
+        out[run] = got
+    return out
 
 
-def _rows(events) -> tuple[list[dict], int, int | None]:
+def _rows(events) -> tuple[list[dict], int, dict]:
     from pyspark.sql import functions as F
 
-    cols = [c for c in ("line_no", "ts_us", "client", "broker", "event", "request", "detail", "text", "elapsed_ms")
-            if c in events.columns]
+    cols = [c for c in (RUN, "line_no", "ts_us", "client", "broker", "event", "request", "detail", "text",
+                        "elapsed_ms") if c in events.columns]
     text = F.col("text") if "text" in events.columns else F.lit(None).cast("string")
     err = F.col("error") if "error" in events.columns else F.lit(None).cast("string")
     ev = F.col("event")
@@ -138,7 +159,8 @@ def _rows(events) -> tuple[list[dict], int, int | None]:
     if len(got) > MAX_LINES:
         cut = picked.count() - MAX_LINES
         got = got[:MAX_LINES]
-    first = events.filter((ev == "send") & (F.col("request") == "Produce")).agg(F.min("ts_us").alias("t")).first()
+    firsts = {r[RUN]: r.t for r in events.filter((ev == "send") & (F.col("request") == "Produce"))
+              .groupBy(RUN).agg(F.min("ts_us").alias("t")).collect()}
     rows = []
     for r in got:
         d = r.asDict()
@@ -149,7 +171,7 @@ def _rows(events) -> tuple[list[dict], int, int | None]:
         if d.pop("_error_copy"):
             d["event"] = "fail"
         rows.append(d)
-    return rows, cut, first.t if first else None
+    return rows, cut, firsts
 
 
 def walk(rows: list[dict]) -> list[dict]:

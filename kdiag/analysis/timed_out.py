@@ -28,6 +28,8 @@ from __future__ import annotations
 import bisect
 import re
 
+from kdiag.analysis.spark_plumbing import RUN
+
 # "%s [%d]: timed out %d+%d message(s) (MsgId ...)" and the UA scan's
 # "%s: %d message(s) timed out".
 _QUEUED = re.compile(r"^(?P<topic>\S+) \[(?P<partition>-?\d{1,10})\]: timed out (?P<x>\d{1,9})\+(?P<q>\d{1,9}) "
@@ -44,8 +46,8 @@ def rows_of(events) -> list[dict]:
     count them, collected (few: one a partition a scan)."""
     from pyspark.sql import functions as F
 
-    cols = [c for c in ("line_no", "ts_us", "client", "broker", "facility", "event", "request", "text", "error",
-                        "msgs", "topic", "partition", "repeat") if c in events.columns]
+    cols = [c for c in (RUN, "line_no", "ts_us", "client", "broker", "facility", "event", "request", "text",
+                        "error", "msgs", "topic", "partition", "repeat") if c in events.columns]
     ev = F.col("event")
     err = F.coalesce(F.col("error"), F.lit("")) if "error" in events.columns else F.lit("")
     fac = F.col("facility") if "facility" in events.columns else F.lit(None).cast("string")

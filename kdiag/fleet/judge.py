@@ -38,6 +38,7 @@ class Run:
     topics: tuple = ()          # named by its MessageSet lines (debug=msg)
     copies_in: tuple = ()       # the tables its parse found copies in
     samples: object = None      # its analysis.samples.RunSamples
+    life: dict | None = None    # its connections, phase by phase (analysis.life)
 
     @property
     def tables(self) -> set:
@@ -78,6 +79,7 @@ def _judged(spark, tables: dict, runs: dict, q, kdiag_version) -> dict[str, dict
     from pyspark.sql import functions as F
 
     from kdiag.analysis.job import judged_by_signals, rank_when_thin
+    from kdiag.analysis.life import life_by_run, life_shown
     from kdiag.analysis.signals import no_signals, signals_by_run
     from kdiag.analysis.steps import fleet_omits, route
     from kdiag.fleet.samples import run_samples
@@ -95,6 +97,10 @@ def _judged(spark, tables: dict, runs: dict, q, kdiag_version) -> dict[str, dict
     # no log has none.
     signals = {b: sig.get(b, dict(empty) if "rdkafka_events" in r.tables else {}) for b, r in runs.items()}
     conns = _connections(t, runs)
+    # Each run's connections, phase by phase (life.py), walked apart.
+    lives = life_by_run(events, conns)
+    for b, r in runs.items():
+        r.life = lives.get(b)
     paths = _paths(t, runs, conns)
     sampled = run_samples(t, runs)
     for b, r in runs.items():
@@ -116,6 +122,7 @@ def _judged(spark, tables: dict, runs: dict, q, kdiag_version) -> dict[str, dict
     for b, res in out.items():
         res.setdefault("judged", True)
         res["signals"] = signals[b]
+        res["life"] = life_shown(runs[b].life)
         res["fleet_omits"] = fleet_omits(runs[b].inputs)
         res["topics"] = list(runs[b].topics)
         if res["judged"]:
@@ -124,7 +131,7 @@ def _judged(spark, tables: dict, runs: dict, q, kdiag_version) -> dict[str, dict
 
 
 def _meta(r: Run, signals: dict, kdiag_version) -> dict:
-    meta = {"kdiag_version": kdiag_version, "signals": signals[r.bundle_id], "samples": r.samples}
+    meta = {"kdiag_version": kdiag_version, "signals": signals[r.bundle_id], "samples": r.samples, "life": r.life}
     if r.tcp_retrans is not None:
         meta["tcp_retrans"] = r.tcp_retrans
     return meta
