@@ -103,9 +103,7 @@ def life(events, conns: list[dict] | None = None) -> dict:
     got = life_by_run(one_run(events), {})
     mine = next(iter(got.values())) if got else summed([], [], None, 0, 0)
     if conns:
-        mine = {**mine, "dns": dns_exchanges(conns),
-                "slow_handshakes": [c for c in conns if (c.get("handshake_ms") or 0) >= SYN_RETRANSMIT_MS
-                                    and not c.get("dns")]}
+        mine = {**mine, "dns": dns_exchanges(conns), "slow_handshakes": slow_handshakes(conns)}
     return mine
 
 
@@ -117,15 +115,20 @@ def life_by_run(events, conns_by_run: dict) -> dict:
 
     rows, cut, firsts = _rows(events)
     expired = timed_out.rows_of(events)
-    runs = {r[RUN] for r in rows} | set(firsts) | {r[RUN] for r in expired} | set(conns_by_run)
+    # Each run's rows, grouped once: a fleet has many runs.
+    by_run: dict = {}
+    for r in rows:
+        by_run.setdefault(r[RUN], []).append(r)
+    expired_by: dict = {}
+    for r in expired:
+        expired_by.setdefault(r[RUN], []).append(r)
     out = {}
-    for run in runs:
-        mine = [r for r in rows if r[RUN] == run]
+    for run in set(by_run) | set(firsts) | set(expired_by) | set(conns_by_run):
+        mine = by_run.get(run, [])
         attempts = walk(mine)
         meta = metadata_wait([r for r in mine if r["event"] in ("send", "meta_error")], firsts.get(run))
         got = summed(attempts, conns_by_run.get(run) or [], meta, len(mine), cut)
-        got["timed_out"] = timed_out.where([r for r in expired if r[RUN] == run], attempts,
-                                           cause_of_failures(attempts))
+        got["timed_out"] = timed_out.where(expired_by.get(run, []), attempts, cause_of_failures(attempts))
         out[run] = got
     return out
 
@@ -414,8 +417,7 @@ def summed(attempts: list[dict], conns: list[dict], meta: dict | None, lines: in
             "resolve_failures": _resolve_failures(failed),
             "slow_connect_failures": sum(1 for a in failed if _slow_connect_failure(a)),
             "down_ms": down_ms, "backoffs_ms": backoffs if failed else [], "metadata": meta, "dns": dns_exchanges(conns),
-            "slow_handshakes": [c for c in conns if (c.get("handshake_ms") or 0) >= SYN_RETRANSMIT_MS
-                                and not c.get("dns")],
+            "slow_handshakes": slow_handshakes(conns),
             "shown": shown(attempts), "lines": lines, "lines_cut": cut}
 
 
@@ -474,6 +476,11 @@ def _down_ms(attempts: list[dict]) -> float | None:
         ms = (end - first_fail["start_us"]) / 1000.0
         worst = ms if worst is None else max(worst, ms)
     return rounded(worst, 3)
+
+
+def slow_handshakes(conns: list[dict]) -> list[dict]:
+    """The TCP handshakes long enough to hold a SYN retransmit."""
+    return [c for c in conns if (c.get("handshake_ms") or 0) >= SYN_RETRANSMIT_MS and not c.get("dns")]
 
 
 def dns_exchanges(conns: list[dict]) -> list[dict]:
