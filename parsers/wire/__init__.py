@@ -1,0 +1,1 @@
+"""Packets, TCP streams and the Kafka protocol from packet captures."""
