@@ -93,8 +93,8 @@ from typing import NamedTuple
 import pyarrow as pa
 
 from kdiag.parsers.base import ParseCounts, json_lines, scrub
-from kdiag.parsers.format import BY_JSON_KEYS, BY_MAGIC, BYTES, PACKET_REWRITER, PATH, TEXT, TEXT_SCANNER, Format, Told
-from kdiag.parsers.pcap import capture_records, looks_like_pcap
+from kdiag.parsers.format import BY_JSON_KEYS, PATH, TEXT, TEXT_SCANNER, Format, Told
+from kdiag.parsers.pcap import capture_records
 
 # Re-exported: the collector and the report read them here.
 from kdiag.parsers.tcp_path import FINAL_ANSWERS, PATH_SCHEMA, format_path_table, path_table  # noqa: F401
@@ -445,17 +445,9 @@ def _handshakes_file(lines: list[str], told: Told) -> tuple[pa.Table, ParseCount
     return table, counts
 
 
-def _pcap_file(data: bytes, told: Told) -> tuple[pa.Table, ParseCounts]:
-    table, counts = parse_pcap(data, told.brokers or None)
-    told.packets |= len(table) > 0
-    return table, counts
-
-
+# A capture's format ("pcap") is declared by kdiag.parsers.wire.parser,
+# which reads its probes with parse_pcap beside the producer's connections.
 FORMATS = (
-    Format(name="pcap", recognised_by=BY_MAGIC, recognise=looks_like_pcap, tables={"probes": PROBES_SCHEMA},
-           schema_version=1, reads=BYTES, parser=_pcap_file,
-           title="probe packets (pcap, pcapng)", pseudonymised=PACKET_REWRITER, feeds={"probes": (PATH,)},
-           bundle_dir="tcp_probe", parse_order=-1),
     Format(name="probes_jsonl", recognised_by=BY_JSON_KEYS, recognise=_probe_result_keys,
            tables={"probes": PROBES_SCHEMA}, schema_version=1, reads=TEXT, parser=_probes_file,
            title="probe results", pseudonymised=TEXT_SCANNER, feeds={"probes": (PATH,)}, bundle_dir="tcp_probe"),
