@@ -297,11 +297,12 @@ def path_choice(hs: tuple | None, by_method: dict, conns: list[dict], ss) -> tup
     if None in by_method:
         k, m = by_method[None]
         return m, f"SYN probes answered by the broker port ({k})", False
-    from kdiag.analysis import wire
-
-    seen = wire.path(conns, SYN_RETRANSMIT_MS)
-    if seen is not None:
-        return seen[1], f"{wire.PATH_SOURCE} ({seen[0]})", False
+    # A packet capture's producer connections (analysis.wire): SYN to
+    # SYN-ACK where the capture was taken, the producer's host at best.
+    seen = [c["handshake_ms"] for c in conns if c.get("wire") and c.get("handshake_ms") is not None
+            and c["handshake_ms"] < SYN_RETRANSMIT_MS]
+    if seen:
+        return pctl(seen, 0.5), f"TCP handshakes in the packet capture ({len(seen)})", False
     tcp = _user_path(by_method, USER_TCP_METHODS, "answers from the broker's port")
     if tcp:
         return tcp

@@ -110,7 +110,7 @@ def _judged(spark, inp: _Inputs, q, later: Later) -> dict:
     # The judge reads it with its findings (see resolved).
     inp.meta["signals"] = later(lambda: signals(inp.log_writes if any_rows(inp.log_writes) else inp.log))
     # Each connection's phases before its first request (life.py).
-    inp.meta["life"] = later(lambda: life(inp.log_writes if any_rows(inp.log_writes) else inp.log, inp.conns))
+    inp.meta["life"] = later(lambda: _life_of(inp))
     # The statistics' windows and counters, by themselves (stats_windows).
     topics = read_table(spark, inp.tables_dir, "stats_topics")
     perf = read_table(spark, inp.tables_dir, "perf_intervals")
@@ -145,6 +145,17 @@ def _judged(spark, inp: _Inputs, q, later: Later) -> dict:
     result["life"] = life_shown(resolved(inp.meta["life"]))
     rank_when_thin(result)
     return result
+
+
+def _life_of(inp: _Inputs) -> dict:
+    """Each connection's phases: from librdkafka's lines (life.py), or, where
+    they show no attempt, from a packet capture's connections (wire.life)."""
+    got = life(inp.log_writes if any_rows(inp.log_writes) else inp.log, inp.conns)
+    if not got.get("attempts") and not got.get("metadata"):
+        seen = wire.life(inp.tables_dir)
+        if seen is not None:
+            return seen
+    return got
 
 
 def tables_read(tables_dir: Path) -> dict[str, int]:
@@ -222,6 +233,7 @@ def judged_by_signals(version: str | None, path: tuple, meta: dict) -> dict:
 # What a finding judged without a request is as sure as, by what it rests
 # on: the statistics are librdkafka's own measure of every request.
 _CONFIDENCE_BY_EVIDENCE = (
+    ("packets", "high: the producer's connections in a packet capture"),
     ("statistics", "medium: librdkafka's statistics, no request seen"),
     ("syscalls", "medium: the producer's system calls, no request seen"),
     ("error lines", "low: librdkafka's log lines other than Sent/Received"),
@@ -385,7 +397,8 @@ def _judge_wire(spark, inp: _Inputs) -> dict:
     conns = wire.connections(inp.tables_dir)
     inp.meta["tcp_retrans"] = wire.retransmits(conns)
     inp.meta["wire"] = wire.summary(inp.tables_dir)
-    reqs = wire.requests(spark, inp.tables_dir)
+    inp.meta["wire_waits"] = wire.client_waits(inp.tables_dir)
+    reqs = wire.requests(spark, inp.tables_dir, inp.meta["wire_waits"])
     decoded = any_rows(reqs.filter(F.col("request") != "exchange"))
     # Over TLS alone a request's kind is not seen: every exchange stands for
     # one, as the syscalls' exchanges do.

@@ -29,7 +29,6 @@ from kdiag.analysis.spark_plumbing import RUN, read_table
 
 CLIENT_HOP = "client"
 SOURCE = "wire"
-PATH_SOURCE = "TCP handshakes in the packet capture"
 # The wire is the record of what the producer's socket did: with Kafka's
 # own headers read, a request's kind and id are known as from librdkafka's
 # lines; over TLS alone they are not.
@@ -99,13 +98,61 @@ def retransmits(conns: list[dict]) -> int | None:
     return sum(c["retransmits"] for c in wire) if wire else None
 
 
-def requests(spark, tables_dir: Path):
+# A record's CreateTime further from its request's send than this is the
+# application's own timestamp (an event's time), not its produce() call's;
+# a little before it is the millisecond the timestamp was cut to.
+CREATED_BEFORE_MAX_MS = 300_000.0
+CREATED_AFTER_MAX_MS = 2.0
+
+
+def client_waits(tables_dir: Path | None) -> dict | None:
+    """How long the Produce requests' messages waited in the client: from
+    their CreateTime (the record batch's timestamps, set when the
+    application produced them, on the capture's clock when captured on the
+    producer's host) to the request's first byte. ``first_p50_ms``: the
+    oldest message of each request, ``last_p50_ms``: the newest; None when
+    no request's batches were read."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    path = Path(tables_dir) / "wire_requests.parquet" if tables_dir is not None else None
+    if path is None or not path.exists():
+        return None
+    t = pq.read_table(path, columns=["hop", "api", "first_us", "first_record_ms", "last_record_ms", "records"])
+    t = t.filter(pc.and_(pc.equal(t["hop"], CLIENT_HOP), pc.equal(t["api"], "Produce")))
+    sent = pc.divide(pc.cast(t["first_us"], "double"), 1000.0)
+    first, last = (pc.subtract(sent, pc.cast(t[c], "double")) for c in ("first_record_ms", "last_record_ms"))
+    ok = pc.fill_null(pc.and_(pc.greater_equal(first, -CREATED_AFTER_MAX_MS),
+                              pc.less_equal(first, CREATED_BEFORE_MAX_MS)), False)
+    if not pc.any(ok).as_py():
+        return None
+    first, last, records = first.filter(ok), last.filter(ok), t["records"].filter(ok)
+    median = lambda a: pc.quantile(a, q=0.5, interpolation="midpoint")[0].as_py()  # noqa: E731
+    return {"n": len(first), "of": t.num_rows, "first_p50_ms": round(median(first), 3),
+            "last_p50_ms": round(median(last), 3), "records_p50": median(records)}
+
+
+def requests(spark, tables_dir: Path, waits: dict | None = None):
     """The producer's exchanges as request rows (see ``per_request.exchanges``
     for the columns): decoded where the connection, or a relay's onward
-    connection, is plaintext Kafka."""
+    connection, is plaintext Kafka.
+
+    ``waits`` (``client_waits``): where the messages of most requests left
+    at once, a request whose newest message waited SLOW_MS or more before
+    it left was held in the client (``stalled_ms``), and that wait is part
+    of its time: nothing in batching holds the newest message of a batch.
+    Where most waited, that is batching (client_queueing), judged over the
+    run."""
     from pyspark.sql import functions as F
 
+    from kdiag.analysis.thresholds import SLOW_MS
+
     df = read_table(spark, Path(tables_dir), "wire_requests")
+    stall = F.col("first_us") / 1000.0 - F.col("last_record_ms")
+    if waits is not None and waits["first_p50_ms"] < SLOW_MS:
+        stalled = F.when((stall >= SLOW_MS) & (stall <= CREATED_BEFORE_MAX_MS), stall).otherwise(F.lit(0.0))
+    else:
+        stalled = F.lit(None).cast("double")
     tls = F.col("protocol") == "tls"
     ms = lambda a, b: (F.col(a) - F.col(b)) / 1000.0  # noqa: E731
     return (df.filter((F.col("hop") == CLIENT_HOP) & F.col("response_first_us").isNotNull())
@@ -125,16 +172,129 @@ def requests(spark, tables_dir: Path):
                       F.col("throttle_ms").cast("double").alias("throttle_ms"),
                       F.lit(0.0).alias("send_ms"), ms("response_first_us", "first_us").alias("wait_ms"),
                       ms("response_last_us", "response_first_us").alias("read_ms"),
-                      ms("response_last_us", "first_us").alias("total_ms")))
+                      stalled.alias("stalled_ms"),
+                      (ms("response_last_us", "first_us") + F.coalesce(stalled, F.lit(0.0))).alias("total_ms")))
 
 
-def path(conns: list[dict], below_ms: float) -> tuple[int, float] | None:
-    """(count, median) of the producer's TCP handshakes in the capture
-    shorter than ``below_ms`` (one that held a SYN retransmit times the
-    retransmit): the path's round trip as the client's host saw it, SYN to
-    SYN-ACK."""
-    from kdiag.analysis.spark_plumbing import pctl
+# ---------------------------------------------------------------- a connection's life
 
-    got = [c["handshake_ms"] for c in conns if c.get("wire") and c.get("handshake_ms") is not None
-           and c["handshake_ms"] < below_ms]
-    return (len(got), pctl(got, 0.5)) if got else None
+# librdkafka connects right after its lookup returns (rdkafka_broker.c:
+# rd_kafka_broker_connect() resolves, then connects on the same thread): a
+# lookup answered this long before a SYN is not that connection's.
+RESOLVE_BEFORE_CONNECT_US = 1_000_000
+# The requests of a connection's opening, each a phase of its own.
+OPENING = {"ApiVersions": "apiversion", "SaslHandshake": "sasl", "SaslAuthenticate": "sasl"}
+
+
+# The connections whose first Produce request the metadata wait is weighed
+# before, at most.
+FIRST_PRODUCES = 50
+
+
+def _opening_requests(tables_dir: Path | None) -> tuple[dict, list[int], list[int]]:
+    """The opening requests of each producer connection (flow -> rows), the
+    Metadata requests' send times and each connection's first Produce
+    request's, read with filters: a capture's millions of Produce rows are
+    not walked."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    path = Path(tables_dir) / "wire_requests.parquet" if tables_dir is not None else None
+    if path is None or not path.exists():
+        return {}, [], []
+    t = pq.read_table(path, columns=["flow", "hop", "api", "first_us", "response_last_us"])
+    t = t.filter(pc.equal(t["hop"], CLIENT_HOP))
+    produce = t.filter(pc.equal(t["api"], "Produce")).group_by("flow").aggregate([("first_us", "min")])
+    firsts = sorted(x for x in produce["first_us_min"].to_pylist() if x is not None)
+    opening: dict[int, list[dict]] = {}
+    for r in t.filter(pc.is_in(t["api"], pa.array(list(OPENING), pa.string()))).to_pylist():
+        opening.setdefault(r["flow"], []).append(r)
+    meta = t.filter(pc.equal(t["api"], "Metadata"))["first_us"]
+    return opening, sorted(x for x in meta.to_pylist() if x is not None), firsts
+
+
+def _attempt(c: dict, lookup: dict | None, opening: list[dict]) -> dict:
+    """One connection as life.py's attempt: its phases from the packets."""
+    phases = []
+    if lookup is not None:
+        phases.append({"phase": "resolve", "start_us": lookup["query_us"], "ms": lookup["ms"], "line": None,
+                       "error": None})
+    failed = c["synack_us"] is None
+    if c["syn_us"] is not None:
+        end = c["synack_us"] if not failed else (c["rst_us"] or c["last_us"])
+        error = None if not failed else ("refused: the server answered the SYN with a reset" if c["rst_by"] == "server"
+                                         else "no answer to the SYN")
+        phases.append({"phase": "connect", "start_us": c["syn_us"],
+                       "ms": None if end is None else round((end - c["syn_us"]) / 1000.0, 3), "line": None,
+                       "error": error})
+    if c["tls_hello_us"] is not None and c["tls_handshake_ms"] is not None:
+        phases.append({"phase": "tls", "start_us": c["tls_hello_us"], "ms": round(c["tls_handshake_ms"], 3),
+                       "line": None, "error": None})
+    for phase in ("apiversion", "sasl"):
+        mine = [r for r in opening if OPENING[r["api"]] == phase and r["first_us"] is not None]
+        ends = [r["response_last_us"] for r in mine if r["response_last_us"] is not None]
+        if mine and ends:
+            start = min(r["first_us"] for r in mine)
+            phases.append({"phase": phase, "start_us": start, "ms": round((max(ends) - start) / 1000.0, 3),
+                           "line": None, "error": None})
+    starts = [p["start_us"] for p in phases if p["start_us"] is not None]
+    scheme = {"tls": "ssl://", "kafka": "plaintext://"}.get(c["protocol"], "")
+    up = not failed and c["syn_us"] is not None and (c["requests"] or 0) > 0
+    last = phases[-1] if phases else None
+    done = None if last is None or last["ms"] is None else last["start_us"] + int(last["ms"] * 1000)
+    return {"client": c["client"].rsplit(":", 1)[0], "broker": scheme + c["server"],
+            "start_us": min(starts) if starts else c["first_us"], "line": None, "up_us": done if up else None,
+            "end_us": None if up else (c["rst_us"] or c["last_us"]),
+            "outcome": "up" if up else "failed", "error": None if up else (last or {}).get("error"),
+            "phases": phases, "app": False}
+
+
+def life(tables_dir: Path | None) -> dict | None:
+    """The producer's connection attempts as the capture shows them, in the
+    shape life.py gives the log's: the lookup before each SYN, the TCP
+    handshake (its SYN retransmits, or the reset that refused it), the TLS
+    handshake, the opening requests; and the Metadata requests asked again
+    and again before the first Produce request. None without a capture."""
+    from kdiag.analysis import life as timeline
+
+    cols = ["flow", "client", "server", "protocol", "hop", "first_us", "last_us", "syn_us", "synack_us",
+            "rst_us", "rst_by", "tls_hello_us", "tls_handshake_ms", "requests"]
+    conns = _rows(tables_dir, "wire_connections", cols)
+    if not conns:
+        return None
+    servers = {c["server"] for c in conns if c["hop"] == CLIENT_HOP}
+    # A connection that carried no request to a server the producer talks
+    # to is an attempt that failed (or was left unused); one to another
+    # server, or of another protocol, is not the producer's.
+    mine = [c for c in conns if c["hop"] == CLIENT_HOP
+            or (c["protocol"] is None and not c["requests"] and c["server"] in servers and c["syn_us"] is not None)]
+    lookups = sorted((d for d in _rows(tables_dir, "wire_dns", ["client", "server", "name", "query_us", "answer_us",
+                                                                "ms", "rcode"])
+                      if d["query_us"] is not None), key=lambda d: d["query_us"])
+    opening, meta_sends, firsts = _opening_requests(tables_dir)
+    attempts, used = [], set()
+    for c in sorted(mine, key=lambda c: (c["syn_us"] or c["first_us"] or 0)):
+        host = c["client"].rsplit(":", 1)[0]
+        lookup = None
+        if c["syn_us"] is not None:
+            near = [i for i, d in enumerate(lookups) if i not in used and d["answer_us"] is not None
+                    and d["client"].rsplit(":", 1)[0] == host
+                    and 0 <= c["syn_us"] - d["answer_us"] <= RESOLVE_BEFORE_CONNECT_US]
+            if near:
+                used.add(near[-1])
+                lookup = lookups[near[-1]]
+        attempts.append(_attempt(c, lookup, opening.get(c["flow"], [])))
+    rows = [{"event": "send", "ts_us": t} for t in meta_sends]
+    # Metadata is asked on any connection, and produced on the leader's: the
+    # longest wait before some connection's first Produce request (another
+    # client in the capture has its own, often none).
+    waits = [w for w in (timeline.metadata_wait(rows, p) for p in firsts[:FIRST_PRODUCES] or [None]) if w]
+    meta = max(waits, key=lambda w: w.get("ms") or 0.0) if waits else None
+    got = timeline.summed(attempts, [], meta, 0, 0)
+    got["source"] = SOURCE
+    # Lookups no connection followed: a name that did not resolve, or an
+    # answer the client gave up waiting for.
+    got["lookups"] = [{k: d[k] for k in ("client", "server", "name", "ms", "rcode")}
+                      for i, d in enumerate(lookups) if i not in used][:20]
+    return got

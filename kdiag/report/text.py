@@ -150,7 +150,9 @@ def life_lines(life) -> list[str]:
     from kdiag.analysis.life import PHASES
 
     out = [f"  CONNECTIONS {_ms(life.get('attempts'))} attempt(s), {_ms(life.get('up'))} up, "
-           f"{_ms(life.get('failed'))} failed (librdkafka's broker state changes; ms)"]
+           f"{_ms(life.get('failed'))} failed ("
+           + ("the packet capture's connections" if life.get("source") == "wire" else
+              "librdkafka's broker state changes") + "; ms)"]
     phases = life.get("phases") if isinstance(life.get("phases"), dict) else {}
     for name in PHASES:
         p = phases.get(name)

@@ -72,9 +72,11 @@ WIRE_CONNECTIONS_SCHEMA = pa.schema([
     ("mid_connection", pa.bool_()),    # its SYN was not captured
     ("first_us", pa.int64()),
     ("last_us", pa.int64()),
-    ("syn_us", pa.int64()),
+    ("syn_us", pa.int64()),            # the first SYN
+    ("synack_us", pa.int64()),
     ("handshake_ms", pa.float64()),    # the last SYN to the SYN-ACK, where captured
     ("syn_retransmits", pa.int32()),
+    ("tls_hello_us", pa.int64()),      # the ClientHello
     ("tls_handshake_ms", pa.float64()),  # ClientHello to the client's first application data
     ("rst_us", pa.int64()),
     ("rst_by", pa.string()),           # "client" or "server"
@@ -122,12 +124,96 @@ WIRE_REQUESTS_SCHEMA = pa.schema([
     ("records", pa.int64()),
     ("codec", pa.string()),            # the first batch's: none, gzip, snappy, lz4, zstd
     ("batch_bytes", pa.int64()),
+    # The earliest and latest record timestamps of its batches, epoch ms, as
+    # the client set them (CreateTime) when the application produced them;
+    # null for magic 0 and for LogAppendTime batches.
+    ("first_record_ms", pa.int64()),
+    ("last_record_ms", pa.int64()),
     ("error_code", pa.int16()),        # the response's first non-zero partition error, else 0
     ("errors", pa.int32()),            # partitions answered with an error
     ("throttle_ms", pa.int32()),       # the response's ThrottleTimeMs
     ("cut", pa.string()),              # where a frame the capture cut short ended, else null
     ("decoded_from", pa.int32()),      # the relay flow whose exchange named this one, else null
 ])
+
+
+WIRE_DNS_SCHEMA = pa.schema([
+    ("client", pa.string()),           # "addr:port" that asked
+    ("server", pa.string()),           # the resolver, "addr:53"
+    ("name", pa.string()),             # the first question's name; null when cut or compressed
+    ("qtype", pa.int32()),             # 1 A, 28 AAAA, ...
+    ("query_us", pa.int64()),          # the first query of this id
+    ("answer_us", pa.int64()),         # null: no answer in the capture
+    ("ms", pa.float64()),
+    ("queries", pa.int32()),           # 1, or more when the query was sent again (same id)
+    ("rcode", pa.int16()),             # 0 NOERROR, 2 SERVFAIL, 3 NXDOMAIN, ...
+    ("answers", pa.int32()),
+])
+DNS_PORT = 53
+# RFC 1035 3.1: a name is at most 255 bytes. A question's name is written
+# out whole, so compression pointers are not followed.
+MAX_DNS_NAME = 255
+
+
+def dns_name(msg: bytes, at: int) -> tuple[str | None, int]:
+    """The name at ``at`` of a DNS message and where it ends; None when cut,
+    compressed or longer than a name can be."""
+    labels, n = [], 0
+    while at < len(msg):
+        size = msg[at]
+        if size == 0:
+            return ".".join(labels), at + 1
+        if size & 0xC0 or at + 1 + size > len(msg):
+            return None, at
+        n += size + 1
+        if n > MAX_DNS_NAME:
+            return None, at
+        labels.append(msg[at + 1:at + 1 + size].decode("ascii", "replace"))
+        at += 1 + size
+    return None, at
+
+
+class _Lookups:
+    """The DNS exchanges among the segments, gathered as they pass (RFC 1035
+    4.1.1: id; flags, QR the top bit and RCODE the low 4; QDCOUNT; ANCOUNT;
+    then the question)."""
+
+    def __init__(self):
+        self.open: dict[tuple, dict] = {}
+        self.rows: list[dict] = []
+
+    def seen(self, seg) -> None:
+        if seg.proto != "udp" or DNS_PORT not in (seg.sport, seg.dport) or len(seg.data) < 12:
+            return
+        msg = seg.data
+        qid, flags = int.from_bytes(msg[0:2], "big"), msg[2] << 8 | msg[3]
+        if not flags & 0x8000 and seg.dport == DNS_PORT:
+            self._query(seg, qid, msg)
+        elif flags & 0x8000 and seg.sport == DNS_PORT:
+            row = self.open.get((seg.dst, seg.dport, seg.src, qid))
+            if row is not None and row["answer_us"] is None:
+                row.update(answer_us=_us(seg.ts_ns), rcode=flags & 0x0F, answers=int.from_bytes(msg[6:8], "big"))
+                if row["query_us"] is not None and row["answer_us"] is not None:
+                    row["ms"] = (row["answer_us"] - row["query_us"]) / 1000.0
+
+    def _query(self, seg, qid: int, msg: bytes) -> None:
+        key = (seg.src, seg.sport, seg.dst, qid)
+        row = self.open.get(key)
+        if row is not None and row["answer_us"] is None:
+            row["queries"] += 1
+            return
+        name, end = dns_name(msg, 12) if int.from_bytes(msg[4:6], "big") else (None, 12)
+        qtype = int.from_bytes(msg[end:end + 2], "big") if name is not None and end + 2 <= len(msg) else None
+        row = {"client": _addr((seg.src, seg.sport)), "server": _addr((seg.dst, seg.dport)), "name": name,
+               "qtype": qtype, "query_us": _us(seg.ts_ns), "answer_us": None, "ms": None, "queries": 1,
+               "rcode": None, "answers": None}
+        self.open[key] = row
+        self.rows.append(row)
+
+    def through(self, segs):
+        for seg in segs:
+            self.seen(seg)
+            yield seg
 
 
 def _addr(a: tuple[str, int]) -> str:
@@ -151,9 +237,17 @@ def _produce_facts(frame: bytes, header, complete: bool) -> dict:
     batches = [b for p in parts for b in p.get("records") or ()]
     counts = [b["record_count"] for b in batches if b.get("record_count") is not None]
     sizes = [b["size_bytes"] for b in batches if b.get("size_bytes") and b["size_bytes"] > 0]
+    # Magic 2 keeps the first record's time and the batch's latest (max
+    # timestamp); magic 1 one per message, the first of its run here. A
+    # producer's batch is always CreateTime (the broker applies a topic's
+    # LogAppendTime on its side).
+    created = [b for b in batches if b.get("magic") in (1, 2) and b.get("base_timestamp_ms") is not None]
+    first = [b["base_timestamp_ms"] for b in created if b["base_timestamp_ms"] >= 0]
+    last = [b.get("max_timestamp_ms") or b["base_timestamp_ms"] for b in created if b["base_timestamp_ms"] >= 0]
     return {"acks": body.get("acks"), "timeout_ms": body.get("timeout_ms"), "partitions": len(parts) if parts else None,
             "records": sum(counts) if counts else None, "codec": batches[0].get("codec") if batches else None,
-            "batch_bytes": sum(sizes) if sizes else None, "cut": body.get("cut_at") if body.get("cut") else None}
+            "batch_bytes": sum(sizes) if sizes else None, "cut": body.get("cut_at") if body.get("cut") else None,
+            "first_record_ms": min(first) if first else None, "last_record_ms": max(last) if last else None}
 
 
 def _produce_answer(frame: bytes, header, complete: bool) -> dict:
@@ -332,7 +426,7 @@ def _lend(outer: list[dict], inner: list[dict], inner_flow: int) -> None:
     """The decoded facts of the relay's exchanges to the producer's ones
     they lie inside (the first one inside each, the relay nearest it)."""
     keep = ("client_id", "corr_id", "api", "api_key", "api_version", "acks", "timeout_ms", "partitions", "records",
-            "codec", "batch_bytes", "error_code", "errors", "throttle_ms")
+            "codec", "batch_bytes", "first_record_ms", "last_record_ms", "error_code", "errors", "throttle_ms")
     timed = [r for r in inner if r["response_last_us"] is not None]
     for r, j in zip(timed, _inside(timed, outer)):
         if j is None or r["api"] is None:
@@ -351,8 +445,9 @@ def parse_capture(data: bytes) -> tuple[dict[str, pa.Table], ParseCounts, int]:
     if recs is None:
         counts.lines += 1
         counts.skip("not_pcap")
-        return _tables([], []), counts, 0
-    flows = tcp.flows(segments(recs, counts), counts)
+        return _tables([], [], []), counts, 0
+    lookups = _Lookups()
+    flows = tcp.flows(lookups.through(segments(recs, counts)), counts)
     conns: list[dict] = []
     exchanges: dict[int, list[dict]] = {}
     read_packets = 0
@@ -377,7 +472,7 @@ def parse_capture(data: bytes) -> tuple[dict[str, pa.Table], ParseCounts, int]:
             r["hop"] = hop
     for i, j in sorted(relayed.items(), key=lambda kv: exchanges[kv[0]][0]["first_us"] or 0):
         _lend(exchanges[j], exchanges[i], i)
-    return _tables(conns, [r for i in sorted(exchanges) for r in exchanges[i]]), counts, read_packets
+    return _tables(conns, [r for i in sorted(exchanges) for r in exchanges[i]], lookups.rows), counts, read_packets
 
 
 def _connection(i: int, flow, proto: str | None, rows: list[dict]) -> dict:
@@ -387,9 +482,9 @@ def _connection(i: int, flow, proto: str | None, rows: list[dict]) -> dict:
     return {
         "flow": i, "client": _addr(flow.client), "server": _addr(flow.server), "protocol": proto, "hop": None,
         "relayed_by": None, "mid_connection": flow.mid_connection, "first_us": _us(flow.first_ns),
-        "last_us": _us(flow.last_ns), "syn_us": _us(flow.syn_ns),
+        "last_us": _us(flow.last_ns), "syn_us": _us(flow.syn_ns), "synack_us": _us(flow.synack_ns),
         "handshake_ms": None if flow.handshake_rtt_us is None else flow.handshake_rtt_us / 1000,
-        "syn_retransmits": flow.syn_retransmits, "tls_handshake_ms": hs.get("handshake_ms"), "rst_us": _us(flow.rst_ns),
+        "syn_retransmits": flow.syn_retransmits, "tls_hello_us": _us(hs.get("client_hello_ns")), "tls_handshake_ms": hs.get("handshake_ms"), "rst_us": _us(flow.rst_ns),
         "rst_by": flow.rst_by, "fin_us": _us(flow.fin_ns), "client_bytes": c.bytes, "server_bytes": s.bytes,
         "retransmits": c.retransmits, "server_retransmits": s.retransmits, "zero_windows": c.zero_windows,
         "missing_bytes": c.missing_bytes + s.missing_bytes, "delayed_acks": c.delayed_acks,
@@ -397,9 +492,10 @@ def _connection(i: int, flow, proto: str | None, rows: list[dict]) -> dict:
         "requests": len(rows)}
 
 
-def _tables(conns: list[dict], reqs: list[dict]) -> dict[str, pa.Table]:
+def _tables(conns: list[dict], reqs: list[dict], dns: list[dict]) -> dict[str, pa.Table]:
     return {"wire_connections": pa.Table.from_pylist(conns, WIRE_CONNECTIONS_SCHEMA),
-            "wire_requests": pa.Table.from_pylist(reqs, WIRE_REQUESTS_SCHEMA)}
+            "wire_requests": pa.Table.from_pylist(reqs, WIRE_REQUESTS_SCHEMA),
+            "wire_dns": pa.Table.from_pylist(dns, WIRE_DNS_SCHEMA)}
 
 
 # ---------------------------------------------------------------- the format
@@ -425,9 +521,9 @@ def _capture_file(data: bytes, told: Told) -> tuple[dict[str, pa.Table], ParseCo
 FORMATS = (
     Format(name="pcap", recognised_by=BY_MAGIC, recognise=looks_like_pcap,
            tables={"probes": PROBES_SCHEMA, "wire_connections": WIRE_CONNECTIONS_SCHEMA,
-                   "wire_requests": WIRE_REQUESTS_SCHEMA},
+                   "wire_requests": WIRE_REQUESTS_SCHEMA, "wire_dns": WIRE_DNS_SCHEMA},
            schema_version=1, reads=BYTES, parser=_capture_file,
            title="packet capture (pcap, pcapng)", pseudonymised=PACKET_REWRITER,
-           feeds={"probes": (PATH,), "wire_connections": (WIRE,), "wire_requests": (WIRE,)},
+           feeds={"probes": (PATH,), "wire_connections": (WIRE,), "wire_requests": (WIRE,), "wire_dns": (WIRE,)},
            bundle_dir="tcp_probe", parse_order=-1),
 )

@@ -104,8 +104,8 @@ HOOKS = ("from_signals", "signal_evidence", "signal_fix", "likely")
 PARTS = ("wait", "queue", None)
 # What a finding rests on (its ``rests_on``), as the reports name them.
 REQUESTS, SYSCALLS, STATISTICS, PATH = "requests", "syscalls", "statistics", "path"
-ERROR_LINES, LOG_LINES, SOCKET_SAMPLES = "error lines", "log lines", "socket samples"
-EVIDENCE = (REQUESTS, SYSCALLS, STATISTICS, PATH, ERROR_LINES, LOG_LINES, SOCKET_SAMPLES)
+ERROR_LINES, LOG_LINES, SOCKET_SAMPLES, PACKETS = "error lines", "log lines", "socket samples", "packets"
+EVIDENCE = (REQUESTS, SYSCALLS, STATISTICS, PATH, ERROR_LINES, LOG_LINES, SOCKET_SAMPLES, PACKETS)
 # The captures that decide (``_captures``), for what an undecided run says
 # to capture next.
 CAPTURE_PATH, CAPTURE_STATS, CAPTURE_LOG = _captures.PATH, _captures.STATS, _captures.DEBUG_MSG

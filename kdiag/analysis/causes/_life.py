@@ -9,11 +9,22 @@ lookup before 100 requests of 1 ms is most of what those messages waited,
 while the same lookup in an hour of traffic is not."""
 from __future__ import annotations
 
-from kdiag.analysis.causes import LOG_LINES
+from kdiag.analysis.causes import LOG_LINES, PACKETS
 
 
 def of(facts) -> dict:
     return facts.meta.get("life") or {}
+
+
+def from_wire(facts) -> bool:
+    """The timeline was read off a packet capture (analysis.wire.life), not
+    librdkafka's lines: its phases have times, not line numbers."""
+    return of(facts).get("source") == "wire"
+
+
+def kind(facts) -> str:
+    """What a finding of the timeline rests on."""
+    return PACKETS if from_wire(facts) else LOG_LINES
 
 
 def phase(facts, name: str) -> dict:
@@ -38,14 +49,15 @@ def slow_phase(facts, name: str, threshold_ms: float) -> dict | None:
     p = phase(facts, name)
     if (p.get("max_ms") or 0) < threshold_ms:
         return None
-    return judged(facts, p.get("total_ms") or 0.0, p.get("n") or 1, [LOG_LINES])
+    return judged(facts, p.get("total_ms") or 0.0, p.get("n") or 1, [kind(facts)])
 
 
 def slowest_said(facts, name: str, what: str) -> str:
     """The sentence of a phase's slowest instance, with the lines it spans."""
     p = phase(facts, name)
     s = p.get("slowest") or {}
-    lines = f"lines {s['line']}-{s['end_line']}" if s.get("end_line") else f"line {s.get('line')}"
+    lines = ("in the packet capture" if from_wire(facts) else
+             f"lines {s['line']}-{s['end_line']}" if s.get("end_line") else f"line {s.get('line')}")
     n = p.get("n") or 1
     said = f"{what} took {p.get('max_ms'):g} ms to {s.get('broker') or 'a broker'} ({lines})"
     if n > 1:

@@ -5,6 +5,7 @@ excerpt of such lines holds no completed request, and while a partition's
 leader is unreachable its messages wait in the client."""
 from __future__ import annotations
 
+from kdiag.analysis.causes import _life
 from kdiag.analysis.causes._captures import DEBUG_MSG, SAID_BY_LINES
 
 NAME = "broker_down"
@@ -44,6 +45,9 @@ def from_signals(facts) -> dict | None:
     sig = facts.meta.get("signals") or {}
     k = sig.get("down_lines") or 0
     life = facts.meta.get("life") or {}
+    if _life.from_wire(facts):
+        # A capture: each refused or unanswered connection is a failed attempt.
+        k = life.get("failed") or 0
     if life.get("attempts") and not life.get("failed"):
         # "queued but broker not up" is printed by every producer while its
         # first connection comes up: beside connection attempts none of
@@ -68,7 +72,8 @@ def from_signals(facts) -> dict | None:
     down_ms = (facts.meta.get("life") or {}).get("down_ms") or 0.0
     if facts.requests and down_ms:
         share = max(share, down_ms / (down_ms + (facts.meta.get("completed_ms") or 0.0)))
-    return {"requests": k, "share": round(share, 3), "time_share": round(share, 3), "rests_on": ["error lines"]}
+    return {"requests": k, "share": round(share, 3), "time_share": round(share, 3),
+            "rests_on": [_life.kind(facts) if _life.from_wire(facts) else "error lines"]}
 
 
 def fix(version: tuple[int, ...] | None) -> dict[str, str]:

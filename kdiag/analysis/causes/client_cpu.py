@@ -10,8 +10,8 @@ from kdiag.analysis.thresholds import CPU_STARVED_SHARE, SLOW_MS
 NAME = "client_cpu"
 # A CPU limit stalls a few requests for long (the rest of a CFS period).
 TAIL = True
-COLUMNS = ("total_ms", "runq_ms")
-SUMMED = ("runq_ms",)
+COLUMNS = ("total_ms", "runq_ms", "stalled_ms")
+SUMMED = ("runq_ms", "stalled_ms")
 EXAMPLE_COLUMNS = ("pid", "runq_ms")
 MEETS = {"wait_ms": 80.0, "total_ms": 80.5, "n_writes": 3, "runq_ms": 75.0}
 COLOUR = "#bcbd22"
@@ -41,7 +41,10 @@ def rule(x):
     # Against the whole request: a thread can lose its core while writing or
     # after reading the response, not only while it waits.
     starved = F.coalesce(x.col("runq_ms") >= CPU_STARVED_SHARE * x.total, F.lit(False))
-    return (x.total > SLOW_MS) & starved
+    # A packet capture: the request left long after its newest message was
+    # produced, where most left at once (analysis.wire.requests).
+    held = F.coalesce(x.col("stalled_ms") >= CPU_STARVED_SHARE * x.total, F.lit(False))
+    return (x.total > SLOW_MS) & (starved | held)
 
 
 def fix(version: tuple[int, ...] | None) -> dict[str, str]:
@@ -110,8 +113,23 @@ def spin_fix(kind: str | None, version: tuple[int, ...] | None) -> str:
             "it as the timeout), or upgrade librdkafka")
 
 
+def _wire_evidence(facts) -> list[str]:
+    agg, n, waits = facts.agg, facts.requests, facts.meta.get("wire_waits") or {}
+    path_rtt = facts.path_rtt_ms
+    return [f"{agg.k} of {n} Produce requests left the client {agg.p50['stalled_ms']:.1f} ms (median; up to "
+            f"{agg.max['stalled_ms']:.1f} ms) after their newest message was produced, by the record batches' "
+            f"timestamps (CreateTime), while most left {waits.get('last_p50_ms')} ms after it: the producer "
+            f"could not run to send them (a CPU limit, a busy host, a runtime's pause)",
+            f"the path ({rounded(path_rtt, 3) if path_rtt is not None else '?'} ms) and the broker answer fast "
+            f"(median request {facts.summary['latency_p50_ms']} ms on the wire): the time is lost in the client",
+            "the capture cannot see the producer's threads: its CPU samples (kdiag trace --pid PID) say whether "
+            "they waited for a core"]
+
+
 def evidence(facts) -> list[str]:
     agg, n = facts.agg, facts.requests
+    if facts.summary.get("source") == "wire":
+        return _wire_evidence(facts)
     ev = [f"{agg.k} of {n} Produce requests stalled: median {agg.total:.1f} ms from first write to "
           f"response, while the median request took {facts.summary['latency_p50_ms']} ms",
           f"their thread was runnable but waiting for a core for up to {agg.p50['runq_ms']:.1f} ms of that "

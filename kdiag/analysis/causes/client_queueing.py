@@ -65,7 +65,7 @@ def from_signals(facts) -> dict | None:
     if st is not None:
         return _from_stats(st)
     if facts.client_ms is None:
-        return _from_enqueue_lines(facts) or _from_in_flight(facts)
+        return _from_wire(facts) or _from_enqueue_lines(facts) or _from_in_flight(facts)
     share = share_of(facts.client_ms, facts.summary) if facts.requests else None
     if share is None:
         return None
@@ -98,6 +98,31 @@ def backlog_in_flight(facts) -> tuple[float, float, float] | None:
     if not depth or not size or not rtt or depth < IN_FLIGHT_DEPTH or depth * size < IN_FLIGHT_BYTES:
         return None
     return depth, size, rtt
+
+
+def wire_wait(facts) -> float | None:
+    """A packet capture: the median time the oldest message of a Produce
+    request waited from its CreateTime to the request's first byte
+    (analysis.wire.client_waits)."""
+    return (facts.meta.get("wire_waits") or {}).get("first_p50_ms")
+
+
+def _from_wire(facts) -> dict | None:
+    share = share_of(wire_wait(facts), facts.summary) if facts.requests else None
+    if share is None:
+        return None
+    return {"requests": facts.summary.get("requests"), "share": share, "time_share": share,
+            "rests_on": ["packets", "requests"]}
+
+
+def _wire_evidence(facts) -> list[str]:
+    w = facts.meta.get("wire_waits") or {}
+    return [f"the oldest message of each Produce request waited {w['first_p50_ms']:g} ms (median of {w['n']}) from "
+            f"its CreateTime to the request's first byte on the wire, the newest {w['last_p50_ms']:g} ms (record "
+            f"batches' timestamps in the packet capture), while a request took "
+            f"{facts.summary.get('latency_p50_ms')} ms",
+            f"{w['records_p50']:g} messages a request (median): batching (linger.ms, batch.num.messages, batch.size) "
+            f"or the in-flight limit holds them in the client"]
 
 
 def _from_in_flight(facts) -> dict | None:
@@ -225,6 +250,8 @@ def _in_flight_evidence(depth: float, size: float, rtt: float) -> list[str]:
 
 def signal_evidence(facts) -> list[str]:
     st = _stats.of(facts)
+    if st is None and facts.client_ms is None and wire_wait(facts) is not None:
+        return _wire_evidence(facts)
     if st is None:
         got = enqueue_wait(facts) if facts.client_ms is None else None
         if got:

@@ -53,7 +53,7 @@ def _slow_connect(facts) -> bool:
 
 def from_signals(facts) -> dict | None:
     p = _life.phase(facts, "connect")
-    got = _life.judged(facts, p.get("total_ms") or 0.0, p.get("n") or 1, ["log lines"]) \
+    got = _life.judged(facts, p.get("total_ms") or 0.0, p.get("n") or 1, [_life.kind(facts)]) \
         if _slow_connect(facts) else None
     hs = _slow_handshakes(facts)
     if hs:

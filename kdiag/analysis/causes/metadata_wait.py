@@ -51,7 +51,7 @@ def _waited(m: dict) -> bool:
 def from_signals(facts) -> dict | None:
     m = _wait(facts)
     if _waited(m):
-        return _life.judged(facts, m["ms"], m.get("requests") or 1, ["log lines"])
+        return _life.judged(facts, m["ms"], m.get("requests") or 1, [_life.kind(facts)])
     if (m.get("error_lines") or 0) and not facts.requests:
         # Errors about the topic and nothing produced: what held the
         # messages, though not for how long.
