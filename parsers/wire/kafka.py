@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+import zlib
 from typing import NamedTuple
 
 from kdiag.parsers.wire import kafka_specs as ks
@@ -28,6 +29,8 @@ from kdiag.parsers.wire import kafka_specs as ks
 # The largest message kdiag takes a size field at its word for; the
 # brokers' socket.request.max.bytes defaults to 100 MiB.
 MAX_MESSAGE = 100 * 1024 * 1024
+# The most a gzip wrapper of magic 0/1 is inflated to, to count its messages.
+MAX_INFLATE = 16 * 1024 * 1024
 
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
@@ -412,6 +415,7 @@ def _message_set(buf: bytes, pos: int, end: int, magic: int) -> dict:
     first = pos
     batch = {"magic": magic, "base_offset": _I64.unpack_from(buf, pos)[0], "size_bytes": 0, "record_count": 0,
              "codec": "none", "base_timestamp_ms": None, "cut": False}
+    count: int | None = 0
     while pos < end:
         if end - pos <= ks.MAGIC_AT + 1:
             batch["cut"] = True
@@ -420,19 +424,56 @@ def _message_set(buf: bytes, pos: int, end: int, magic: int) -> dict:
         if buf[pos + ks.MAGIC_AT] != magic:
             break
         msize = _I32.unpack_from(buf, pos + 8)[0]
-        if msize < 6 + (8 if magic else 0):
+        if msize < ks.MESSAGE_MIN[magic]:
             batch["size_bytes"] = -1
             return batch
         codec = buf[pos + ks.MAGIC_AT + 1] & 0x07
         if codec:
             batch["codec"] = ks.CODECS.get(codec, "unknown")
-            batch["record_count"] = None
-        elif batch["record_count"] is not None:
-            batch["record_count"] += 1
+            inner = _gzip_count(buf, pos, msize, end, magic) if codec == 1 else None
+            count = None if count is None or inner is None else count + inner
+        elif count is not None:
+            count += 1
         if magic == 1 and batch["base_timestamp_ms"] is None and end - pos >= 26:
             batch["base_timestamp_ms"] = _I64.unpack_from(buf, pos + 18)[0]
         pos += 12 + msize
         if pos > end:
             batch["cut"] = True
     batch["size_bytes"] = pos - first
+    batch["record_count"] = count
     return batch
+
+
+def _gzip_count(buf: bytes, pos: int, msize: int, end: int, magic: int) -> int | None:
+    """The messages inside a gzip wrapper, its value inflated to at most
+    ``MAX_INFLATE`` bytes; None when the wrapper is cut, inflates to more
+    or to something other than whole messages. Other codecs are not in the
+    standard library: their counts stay unknown."""
+    entry_end = pos + 12 + msize
+    if entry_end > end:
+        return None
+    # The key's length: after offset, size, crc, magic, attributes, [timestamp].
+    at = pos + 18 + (8 if magic else 0)
+    key_len = _I32.unpack_from(buf, at)[0]
+    at += 4 + max(key_len, 0)
+    if at + 4 > entry_end:
+        return None
+    value_len = _I32.unpack_from(buf, at)[0]
+    at += 4
+    if value_len < 0 or at + value_len > entry_end:
+        return None
+    inflate = zlib.decompressobj(32 + zlib.MAX_WBITS)  # gzip or zlib header, told apart by zlib
+    try:
+        inner = inflate.decompress(bytes(buf[at:at + value_len]), MAX_INFLATE)
+    except zlib.error:
+        return None
+    if inflate.unconsumed_tail:
+        return None
+    n = p = 0
+    while p + 12 <= len(inner):
+        size = _I32.unpack_from(inner, p + 8)[0]
+        if size < ks.MESSAGE_MIN[0]:
+            return None
+        p += 12 + size
+        n += 1
+    return n if p == len(inner) else None

@@ -196,6 +196,9 @@ MAGIC_AT = 16
 # crc int32, magic int8, attributes int8, timestamp int64 (magic 1 only), key
 # bytes, value bytes.
 MESSAGE_ENTRY_HEADER = 12
+# The shortest message (after message_size) by magic: crc, magic,
+# attributes, [timestamp], key length, value length.
+MESSAGE_MIN = {0: 14, 1: 22}
 # attributes & 0x07, in every magic.
 CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
