@@ -324,6 +324,23 @@ def test_a_length_that_lies_is_malformed_in_a_whole_frame():
         assert (got["malformed"], got["malformed_at"]) == (why, "topics.0.partitions.0.records")
 
 
+def test_gzip_wrappers_inflate_within_a_budget_per_frame(monkeypatch):
+    """Counting inside gzip wrappers costs at most MAX_INFLATE per frame:
+    past it the count is unknown, never guessed."""
+    wrapper = kf.message_set(0, 50, "gzip")
+    inner = len(kf.message_set(0, 50))
+    monkeypatch.setattr(k, "MAX_INFLATE", inner + inner // 2)
+    value = {"transactional_id": None, "acks": 1, "timeout_ms": 1000, "topics": [{"name": "t", "topic_id": None,
+             "partitions": [{"index": 0, "records": wrapper}, {"index": 1, "records": wrapper}]}]}
+    frame = kf.request_frame(0, 1, 1, "c", kf.struct_bytes(ks.PRODUCE_REQUEST, value, 1, False))
+    got = k.produce_request(frame, k.request_header(frame), complete=True)
+    counts = [p["records"][0]["record_count"] for p in got["topics"][0]["partitions"]]
+    assert counts == [50, None] and got["malformed"] is None
+    # Not gzip at all: unknown, not an error.
+    fake = wrapper[:-40] + bytes(40)
+    assert k.record_batches(fake, 0, len(fake))[0][0]["record_count"] is None
+
+
 def test_trailing_bytes_are_counted():
     frame, h = _request(3)
     assert k.produce_request(frame + b"\x00\x01", h, complete=True)["trailing_bytes"] == 2

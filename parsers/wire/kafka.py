@@ -29,7 +29,8 @@ from kdiag.parsers.wire import kafka_specs as ks
 # The largest message kdiag takes a size field at its word for; the
 # brokers' socket.request.max.bytes defaults to 100 MiB.
 MAX_MESSAGE = 100 * 1024 * 1024
-# The most a gzip wrapper of magic 0/1 is inflated to, to count its messages.
+# The most the gzip wrappers (magic 0/1) of one frame are inflated to, to
+# count their messages.
 MAX_INFLATE = 16 * 1024 * 1024
 
 _I8 = struct.Struct(">b")
@@ -77,10 +78,12 @@ class _Reader:
     """A bounded cursor over ``buf[pos:end]``. ``complete``: the frame is
     whole, so running out of bytes means a length lied (malformed), not
     that the capture lost the rest (cut)."""
-    __slots__ = ("buf", "pos", "end", "complete", "path")
+    __slots__ = ("buf", "pos", "end", "complete", "path", "inflate_budget")
 
     def __init__(self, buf: bytes, pos: int, end: int, complete: bool, path: list[str]):
         self.buf, self.pos, self.end, self.complete, self.path = buf, pos, end, complete, path
+        # Shared by every gzip wrapper of one frame: see record_batches.
+        self.inflate_budget = [MAX_INFLATE]
 
     def need(self, n: int) -> int:
         at = self.pos
@@ -243,7 +246,7 @@ def _records(r: _Reader, f: ks.Field, flexible: bool, out: dict) -> None:
     if n <= 0:
         return
     avail = min(n, r.end - r.pos)
-    batches, problem = record_batches(r.buf, r.pos, r.pos + avail)
+    batches, problem = record_batches(r.buf, r.pos, r.pos + avail, r.inflate_budget)
     out[f.name] = batches
     if problem:
         raise _Bad(problem)
@@ -356,7 +359,8 @@ def produce_response(frame: bytes, header: ResponseHeader, complete: bool = Fals
 
 # -- record batches -----------------------------------------------------------
 
-def record_batches(buf: bytes, start: int, end: int) -> tuple[list[dict], str | None]:
+def record_batches(buf: bytes, start: int, end: int, inflate_budget: list[int] | None = None,
+                   ) -> tuple[list[dict], str | None]:
     """The record batches in ``buf[start:end]`` (a Produce partition's
     Records), and a problem or None.
 
@@ -367,7 +371,12 @@ def record_batches(buf: bytes, start: int, end: int) -> tuple[list[dict], str | 
     ``cut`` (the batch runs past ``end``). Magic 0 and 1 (message sets):
     one dict per run of entries of one magic, ``record_count`` the entries
     (None when one is a compressed wrapper, whose inner messages are not
-    decompressed), ``codec`` of the first compressed entry or "none"."""
+    decompressed), ``codec`` of the first compressed entry or "none".
+
+    ``inflate_budget``: ``[bytes]`` that gzip wrappers may still inflate to,
+    shared by the caller across a frame so that a frame of many small,
+    highly compressed wrappers costs at most ``MAX_INFLATE`` of inflating."""
+    budget = inflate_budget if inflate_budget is not None else [MAX_INFLATE]
     batches: list[dict] = []
     pos = start
     while pos < end:
@@ -378,7 +387,7 @@ def record_batches(buf: bytes, start: int, end: int) -> tuple[list[dict], str | 
         if magic == 2:
             batch = _batch_v2(buf, pos, end)
         elif magic in (0, 1):
-            batch = _message_set(buf, pos, end, magic)
+            batch = _message_set(buf, pos, end, magic, budget)
         else:
             return batches, "record_magic"
         if batch["size_bytes"] <= 0:
@@ -409,7 +418,7 @@ def _batch_v2(buf: bytes, pos: int, end: int) -> dict:
     return batch
 
 
-def _message_set(buf: bytes, pos: int, end: int, magic: int) -> dict:
+def _message_set(buf: bytes, pos: int, end: int, magic: int, budget: list[int]) -> dict:
     """A run of magic 0/1 entries: offset int64, message_size int32, crc
     int32, magic int8, attributes int8, [timestamp int64], key, value."""
     first = pos
@@ -430,7 +439,7 @@ def _message_set(buf: bytes, pos: int, end: int, magic: int) -> dict:
         codec = buf[pos + ks.MAGIC_AT + 1] & 0x07
         if codec:
             batch["codec"] = ks.CODECS.get(codec, "unknown")
-            inner = _gzip_count(buf, pos, msize, end, magic) if codec == 1 else None
+            inner = _gzip_count(buf, pos, msize, end, magic, budget) if codec == 1 else None
             count = None if count is None or inner is None else count + inner
         elif count is not None:
             count += 1
@@ -444,9 +453,9 @@ def _message_set(buf: bytes, pos: int, end: int, magic: int) -> dict:
     return batch
 
 
-def _gzip_count(buf: bytes, pos: int, msize: int, end: int, magic: int) -> int | None:
-    """The messages inside a gzip wrapper, its value inflated to at most
-    ``MAX_INFLATE`` bytes; None when the wrapper is cut, inflates to more
+def _gzip_count(buf: bytes, pos: int, msize: int, end: int, magic: int, budget: list[int]) -> int | None:
+    """The messages inside a gzip wrapper, its value inflated within what
+    is left of ``budget``; None when the wrapper is cut, inflates to more
     or to something other than whole messages. Other codecs are not in the
     standard library: their counts stay unknown."""
     entry_end = pos + 12 + msize
@@ -464,10 +473,11 @@ def _gzip_count(buf: bytes, pos: int, msize: int, end: int, magic: int) -> int |
         return None
     inflate = zlib.decompressobj(32 + zlib.MAX_WBITS)  # gzip or zlib header, told apart by zlib
     try:
-        inner = inflate.decompress(bytes(buf[at:at + value_len]), MAX_INFLATE)
+        inner = inflate.decompress(bytes(buf[at:at + value_len]), max(budget[0], 1))
     except zlib.error:
         return None
-    if inflate.unconsumed_tail:
+    budget[0] -= len(inner)
+    if inflate.unconsumed_tail or budget[0] < 0:
         return None
     n = p = 0
     while p + 12 <= len(inner):
