@@ -198,6 +198,25 @@ HAND_RESPONSE_V10 = bytes.fromhex(
 )
 
 
+# ProduceRequest v13: each topic by its id (uuid), not its name.
+HAND_REQUEST_V13 = bytes.fromhex(
+    "0000" "000d" "00000009" "ffff" "00"   # version 13, correlation id 9, client id null
+    "00" "0001" "000003e8"            # transactional id null, acks 1, timeout 1000 ms
+    "02" "3f2a0b7c1d4e4f5a8b6c7d8e9f0a1b2c"  # 1 topic: its id
+    "02" "00000004" "01" "00"         # 1 partition, index 4, records empty (compact: 1)
+    "00" "00"                         # tagged fields: topic, request
+)
+
+
+def test_hand_written_v13_request():
+    h = k.request_header(HAND_REQUEST_V13)
+    assert h == k.RequestHeader(0, "Produce", 13, 9, None, 2, 11, False)
+    got = k.produce_request(HAND_REQUEST_V13, h, complete=True)
+    (t,) = got["topics"]
+    assert (t["name"], t["topic_id"], got["malformed"], got.get("trailing_bytes")) == (None, TOPIC_ID, None, None)
+    assert t["partitions"] == [{"index": 4, "records": [], "records_bytes": 0}]
+
+
 def test_hand_written_v0_request():
     h = k.request_header(HAND_REQUEST_V0)
     assert h == k.RequestHeader(0, "Produce", 0, 7, "kd", 1, 12, False)
@@ -247,6 +266,20 @@ def test_the_encoder_writes_the_hand_written_bytes():
          "record_errors": [], "error_message": None, "current_leader": {"leader_id": 3, "leader_epoch": 5}}]}],
         "throttle_time_ms": 100, "node_endpoints": [{"node_id": 3, "host": "h", "port": 9092, "rack": None}]}
     assert kf.response_frame(0, 10, 8, kf.struct_bytes(ks.PRODUCE_RESPONSE, r10, 10, True)) == HAND_RESPONSE_V10
+
+
+def test_totals():
+    frame, h = _request(7)
+    assert k.produce_totals(k.produce_request(frame, h)) == {
+        "partitions": 3, "batches": 3, "record_count": 9, "records_bytes": len(b"".join(_records(7))),
+        "codecs": ["gzip", "none", "zstd"]}
+    frame, h = _request(2)
+    assert k.produce_totals(k.produce_request(frame, h))["record_count"] is None  # a snappy wrapper
+    frame, rh = _response(9)
+    assert k.response_totals(k.produce_response(frame, rh)) == {
+        "partitions": 2, "error_codes": [6], "throttle_time_ms": 250}
+    assert k.produce_totals(k.produce_request(frame[:3], h)) == {
+        "partitions": 0, "batches": 0, "record_count": 0, "records_bytes": 0, "codecs": []}
 
 
 # ------------------------------------------------------ cut and malformed

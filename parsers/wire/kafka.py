@@ -342,7 +342,8 @@ def produce_request(frame: bytes, header: RequestHeader, complete: bool = False)
     keys ``cut``, ``cut_at``, ``malformed``, ``malformed_at``.
 
     ``complete``: the frame holds the whole message (its size field's
-    worth), so a length past its end is malformed rather than cut."""
+    worth), so a length past its end is malformed rather than cut. A
+    request with ``acks`` 0 gets no response."""
     return _body(frame, header.body_offset, ks.PRODUCE_REQUEST, ks.PRODUCE, header.api_version, complete)
 
 
@@ -355,6 +356,42 @@ def produce_response(frame: bytes, header: ResponseHeader, complete: bool = Fals
     {``leader_id``, ``leader_epoch``}}]}], ``node_endpoints``; a field the
     version lacks is None. Outcome keys as ``produce_request``."""
     return _body(frame, header.body_offset, ks.PRODUCE_RESPONSE, ks.PRODUCE, header.api_version, complete)
+
+
+def produce_totals(request: dict) -> dict:
+    """One row's worth of a decoded Produce request: ``partitions``,
+    ``batches``, ``record_count`` (None when a batch's count is unknown or
+    cut), ``records_bytes`` (as the request states them) and ``codecs``
+    (sorted, distinct)."""
+    partitions = batches = records_bytes = 0
+    record_count: int | None = 0
+    codecs: set[str] = set()
+    for topic in request.get("topics") or ():
+        for p in topic.get("partitions") or ():
+            partitions += 1
+            records_bytes += p.get("records_bytes") or 0
+            for b in p.get("records") or ():
+                batches += 1
+                if b.get("codec"):
+                    codecs.add(b["codec"])
+                n = b.get("record_count")
+                record_count = None if n is None or record_count is None or b.get("cut") else record_count + n
+    return {"partitions": partitions, "batches": batches, "record_count": record_count,
+            "records_bytes": records_bytes, "codecs": sorted(codecs)}
+
+
+def response_totals(response: dict) -> dict:
+    """One row's worth of a decoded Produce response: ``partitions``,
+    ``error_codes`` (sorted, distinct, 0 left out), ``throttle_time_ms``."""
+    partitions = 0
+    errors: set[int] = set()
+    for topic in response.get("topics") or ():
+        for p in topic.get("partitions") or ():
+            partitions += 1
+            if p.get("error_code"):
+                errors.add(p["error_code"])
+    return {"partitions": partitions, "error_codes": sorted(errors),
+            "throttle_time_ms": response.get("throttle_time_ms")}
 
 
 # -- record batches -----------------------------------------------------------
