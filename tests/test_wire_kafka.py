@@ -282,6 +282,17 @@ def test_totals():
         "partitions": 0, "batches": 0, "record_count": 0, "records_bytes": 0, "codecs": []}
 
 
+def test_bytes_like_frames_decode_alike():
+    """A stream may hand out a bytearray or a memoryview of its buffer."""
+    frame, h = _request(1)
+    want = k.produce_request(frame, h)
+    for view in (bytearray(frame), memoryview(frame)):
+        assert k.request_header(view) == h and k.produce_request(view, k.request_header(view)) == want
+        assert k.looks_like_request(memoryview(kf.sized(bytes(view))))
+    frame, rh = _response(10)
+    assert k.produce_response(memoryview(frame), rh) == k.produce_response(frame, rh)
+
+
 # ------------------------------------------------------ cut and malformed
 
 def _leaves(d, prefix=()):

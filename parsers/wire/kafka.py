@@ -118,7 +118,7 @@ class _Reader:
 
     def text(self, n: int) -> str:
         at = self.need(n)
-        return self.buf[at:at + n].decode("utf-8", "replace")
+        return bytes(self.buf[at:at + n]).decode("utf-8", "replace")
 
 
 def _fail(out: dict, r: _Reader, e: Exception) -> dict:
