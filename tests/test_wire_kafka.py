@@ -610,24 +610,35 @@ def test_a_real_capture_decodes_to_what_was_produced(tansu, tmp_path, codec):
     _check_produced(rows, messages, reports, codec, acks, 12345)
 
 
-def test_an_old_produce_version_from_a_real_client(tansu, tmp_path):
-    """librdkafka told the broker is 0.8.2 sends Produce v0 with a message
-    set of magic 0. Tansu does not answer it (it closes the connection), so
-    only the requests are checked."""
+@pytest.mark.parametrize("fallback, codec, version, error_code", [
+    ("0.8.2.2", "none", 0, None),
+    ("0.9.0", "gzip", 1, 59),
+])
+def test_an_old_produce_version_from_a_real_client(tansu, tmp_path, fallback, codec, version, error_code):
+    """librdkafka told the broker is older than 0.10 sends Produce v0 (0.8)
+    or v1 (0.9) with message sets of magic 0. Tansu closes the connection
+    on v0 without an answer, and answers gzip message sets of v1 with
+    UNKNOWN_PRODUCER_ID (59)."""
     cap = tmp_path / "old.pcap"
     messages = [("wire-old", 0, b"m%d" % i) for i in range(4)]
     capture_produce(tansu, cap, {"client.id": "kdiag-wire", "api.version.request": False,
-                                 "broker.version.fallback": "0.8.2.2", "message.send.max.retries": 0,
-                                 "message.timeout.ms": 1500}, messages, flush_s=2.5)
+                                 "broker.version.fallback": fallback, "compression.type": codec,
+                                 "message.send.max.retries": 0, "message.timeout.ms": 1500}, messages, flush_s=2.5)
     rows = decode_capture(cap.read_bytes())
     assert rows
     for row in rows:
         h, req = row["header"], row["request"]
-        assert (h.api_version, h.header_version, h.client_id) == (0, 1, "kdiag-wire")
+        assert (h.api_version, h.header_version, h.client_id) == (version, 1, "kdiag-wire")
         (t,) = req["topics"]
         (p,) = t["partitions"]
         assert (t["name"], p["index"], req["malformed"]) == ("wire-old", 0, None)
-        assert [(b["magic"], b["record_count"], b["codec"]) for b in p["records"]] == [(0, 4, "none")]
+        assert [(b["magic"], b["record_count"], b["codec"]) for b in p["records"]] == [(0, 4, codec)]
+        if error_code is None:
+            assert row["response"] is None
+        else:
+            resp = row["response"]
+            assert resp["throttle_time_ms"] == 0 and resp["malformed"] is None
+            assert [(p["index"], p["error_code"]) for p in resp["topics"][0]["partitions"]] == [(0, error_code)]
 
 
 # The stored captures (fixtures/wire/, how each was taken in its .json):
