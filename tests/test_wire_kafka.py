@@ -426,6 +426,7 @@ def test_api_table():
         assert name and low <= high, key
         assert flexible is None or low <= flexible <= high or key == ks.PRODUCE, key
     assert ks.APIS[0] == ("Produce", 0, 13, 9) and ks.APIS[18] == ("ApiVersions", 0, 4, 3)
+    assert len(ks.APIS) == 93 and ks.APIS[92][0] == "DeleteShareGroupOffsets"
 
 
 def test_header_versions():
