@@ -33,6 +33,8 @@ def _length(n: int, flexible: bool, wide: bool) -> bytes:
 
 
 def _value(f: ks.Field, v, version: int, flexible: bool) -> bytes:
+    if v is None and not f.nullable:
+        raise ValueError(f"{f.name} is not nullable")
     if f.type in _FMT:
         return struct.pack(_FMT[f.type], v)
     if f.type == "uuid":
@@ -72,7 +74,7 @@ def request_frame(api_key: int, version: int, correlation_id: int, client_id: st
     hv = ks.request_header_version(api_key, version)
     head = struct.pack(">hhi", api_key, version, correlation_id)
     if hv >= 1:
-        head += _value(ks.Field("client_id", "string"), client_id, version, False)
+        head += _value(ks.Field("client_id", "string", nullable=True), client_id, version, False)
     if hv >= 2:
         head += uvarint(0)
     return head + body
