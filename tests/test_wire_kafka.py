@@ -666,6 +666,19 @@ def test_a_stored_capture(pcap):
         assert errors == [facts["error_code"]] * len(errors)
 
 
+@pytest.mark.parametrize("pcap", STORED, ids=[p.stem for p in STORED])
+def test_the_first_bytes_of_each_client_write_name_its_request(pcap):
+    """As a tracer sees a client's writes (strace -s 64 keeps 64 bytes)."""
+    n = 0
+    for c2s, _ in kf.loopback_streams(pcap.read_bytes()).values():
+        for frame in kf.frames(c2s):
+            h = k.request_of_write(kf.sized(frame)[:64])
+            assert h == k.request_header(frame) and h.api_name
+            n += 1
+    assert n >= 3
+    assert k.request_of_write(b"\x17\x03\x03\x00\x40" + bytes(59)) is None  # TLS application data
+
+
 def test_stored_captures_exist():
     assert len(STORED) >= 3
     assert all(p.stat().st_size < 200_000 for p in STORED)

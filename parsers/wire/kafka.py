@@ -193,6 +193,17 @@ def request_header(frame: bytes) -> RequestHeader | None:
     return RequestHeader(api_key, name, api_version, correlation_id, client_id, hv, r.pos, False)
 
 
+def request_of_write(head: bytes) -> RequestHeader | None:
+    """The request a client's socket write starts with, from the write's
+    first bytes as a tracer keeps them (the size field first, the rest
+    possibly cut); None when they do not read as a request. A broker's
+    writes are responses, whose first bytes can pass for a request: read
+    only a client's."""
+    if not looks_like_request(head):
+        return None
+    return request_header(head[4:])
+
+
 def response_header(frame: bytes, api_key: int, api_version: int) -> ResponseHeader | None:
     """The header of a response frame to a request of ``api_key`` at
     ``api_version``; None when its correlation id was not captured."""
