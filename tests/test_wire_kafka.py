@@ -385,6 +385,14 @@ def test_gzip_wrappers_inflate_within_a_budget_per_frame(monkeypatch):
     assert k.record_batches(fake, 0, len(fake))[0][0]["record_count"] is None
 
 
+def test_a_header_of_another_api_or_version_is_refused():
+    frame, h = _request(3)
+    assert k.produce_request(frame, h._replace(api_key=3))["malformed"] == "other_api"
+    assert k.produce_request(frame, h._replace(api_version=14))["malformed"] == "unknown_version"
+    frame, rh = _response(3)
+    assert k.produce_response(frame, rh._replace(api_key=18))["malformed"] == "other_api"
+
+
 def test_trailing_bytes_are_counted():
     frame, h = _request(3)
     assert k.produce_request(frame + b"\x00\x01", h, complete=True)["trailing_bytes"] == 2

@@ -326,8 +326,12 @@ def _tagged(r: _Reader, fields: tuple, version: int, out: dict) -> None:
     r.path.pop()
 
 
-def _body(frame: bytes, start: int | None, layout: tuple, api_key: int, version: int, complete: bool) -> dict:
+def _body(frame: bytes, header, layout: tuple, api_key: int, complete: bool) -> dict:
     out: dict = {}
+    start, version = header.body_offset, header.api_version
+    if header.api_key != api_key:
+        out["malformed"], out["malformed_at"] = "other_api", "header"
+        return _outcome(out)
     if start is None:
         out["cut"], out["cut_at"] = True, "header"
         return _outcome(out)
@@ -355,7 +359,7 @@ def produce_request(frame: bytes, header: RequestHeader, complete: bool = False)
     ``complete``: the frame holds the whole message (its size field's
     worth), so a length past its end is malformed rather than cut. A
     request with ``acks`` 0 gets no response."""
-    return _body(frame, header.body_offset, ks.PRODUCE_REQUEST, ks.PRODUCE, header.api_version, complete)
+    return _body(frame, header, ks.PRODUCE_REQUEST, ks.PRODUCE, complete)
 
 
 def produce_response(frame: bytes, header: ResponseHeader, complete: bool = False) -> dict:
@@ -366,7 +370,7 @@ def produce_response(frame: bytes, header: ResponseHeader, complete: bool = Fals
     ``batch_index_error_message``}], ``error_message``, ``current_leader``
     {``leader_id``, ``leader_epoch``}}]}], ``node_endpoints``; a field the
     version lacks is None. Outcome keys as ``produce_request``."""
-    return _body(frame, header.body_offset, ks.PRODUCE_RESPONSE, ks.PRODUCE, header.api_version, complete)
+    return _body(frame, header, ks.PRODUCE_RESPONSE, ks.PRODUCE, complete)
 
 
 def produce_totals(request: dict) -> dict:
