@@ -147,12 +147,9 @@ class PcapTarget:
         return {"brokers": rng.random() < 0.5}
 
     def run(self, data: bytes, variant: dict | None = None):
-        from kdiag.parsers.tcp_probe import (
-            PROBES_SCHEMA,
-            looks_like_pcap,
-            parse_pcap,
-            path_table,
-        )
+        from kdiag.parsers.pcap import looks_like_pcap
+        from kdiag.parsers.tcp_probe import PROBES_SCHEMA, parse_pcap, path_table
+        from kdiag.parsers.wire.parser import WIRE_CONNECTIONS_SCHEMA, WIRE_REQUESTS_SCHEMA, parse_capture
 
         looks_like_pcap(data[:12])
         brokers = {("10.203.2.2", 9092): "srv:9092/1"} if (variant or {}).get("brokers") else None
@@ -165,4 +162,11 @@ class PcapTarget:
             raise Failure(f"{t.num_rows} rows for {c.parsed} parsed records")
         json.dumps(c.to_dict())
         path_table(t)
+        # The same records read as connections: every record counted once.
+        tables, wc, _ = parse_capture(data)
+        if not (tables["wire_connections"].schema.equals(WIRE_CONNECTIONS_SCHEMA)
+                and tables["wire_requests"].schema.equals(WIRE_REQUESTS_SCHEMA)):
+            raise Failure("wire schema differs")
+        if wc.parsed + wc.skipped_total != wc.lines or any(v <= 0 for v in wc.skipped.values()):
+            raise Failure(f"wire: parsed {wc.parsed} + skipped {wc.skipped_total} != records {wc.lines}")
         return max(c.lines, 1), c

@@ -68,7 +68,8 @@ class LeftAsIs:
 # syscalls, which split a request's time and show the connections;
 # librdkafka's other lines (timeouts, retries, batches); the client queue
 # and throttles from librdkafka's statistics; the network path's RTT and
-# hops; live samples of the producer's sockets, threads and host.
+# hops; live samples of the producer's sockets, threads and host; the
+# connections and requests a packet capture shows.
 REQUESTS = "requests"
 SYSCALLS = "syscalls"
 SIGNALS = "signals"
@@ -76,7 +77,8 @@ CLIENT_QUEUE = "client queue"
 PATH = "path"
 SOCKET_SAMPLES = "socket samples"
 THREAD_SAMPLES = "thread samples"
-ANALYSIS_INPUTS = (REQUESTS, SYSCALLS, SIGNALS, CLIENT_QUEUE, PATH, SOCKET_SAMPLES, THREAD_SAMPLES)
+WIRE = "wire"
+ANALYSIS_INPUTS = (REQUESTS, SYSCALLS, SIGNALS, CLIENT_QUEUE, PATH, SOCKET_SAMPLES, THREAD_SAMPLES, WIRE)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from kdiag.parsers.format import Format
 # each way in this order; of equal line scores the earlier module wins, so
 # rdkafka_log goes before strace, stats and sockets.
 FORMAT_MODULES = (
-    "tcp_probe",     # pcap (magic), probes_jsonl, handshakes_jsonl (JSON keys)
+    "wire.parser",   # pcap, pcapng (magic): kdiag's probes and the producer's connections
+    "tcp_probe",     # probes_jsonl, handshakes_jsonl (JSON keys)
     "rdkafka_log",
     "strace",
     "strace_summary",  # strace -c / -C / -w tables -> syscall_totals

@@ -93,11 +93,14 @@ from typing import NamedTuple
 import pyarrow as pa
 
 from kdiag.parsers.base import ParseCounts, json_lines, scrub
-from kdiag.parsers.format import BY_JSON_KEYS, BY_MAGIC, BYTES, PACKET_REWRITER, PATH, TEXT, TEXT_SCANNER, Format, Told
-from kdiag.parsers.pcap import capture_records, looks_like_pcap
+from kdiag.parsers.format import BY_JSON_KEYS, PATH, TEXT, TEXT_SCANNER, Format, Told
+from kdiag.parsers.pcap import capture_records
 
 # Re-exported: the collector and the report read them here.
 from kdiag.parsers.tcp_path import FINAL_ANSWERS, PATH_SCHEMA, format_path_table, path_table  # noqa: F401
+
+# LINKTYPE_RAW re-exported: the collector writes its captures with it.
+from kdiag.parsers.wire.packets import LINKTYPE_RAW, network_offset  # noqa: F401
 
 PROBES_SCHEMA = pa.schema(
     [
@@ -205,29 +208,15 @@ def dissect_ipv4(ip: bytes) -> Packet | str:
     return Packet(src, dst, 1, icmp_type=body[0], quoted=(_addr(q[12:16]), _addr(q[16:20]), qs, qd, qseq))
 
 
-# Link-layer types (tcpdump.org/linktypes.html) whose IPv4 payload we find.
-LINKTYPE_NULL, LINKTYPE_ETHERNET, LINKTYPE_RAW, LINKTYPE_LOOP = 0, 1, 101, 108
-LINKTYPE_LINUX_SLL, LINKTYPE_IPV4, LINKTYPE_LINUX_SLL2 = 113, 228, 276
-_RAW_TYPES = (LINKTYPE_RAW, 12, 14, LINKTYPE_IPV4)  # 12, 14: DLT_RAW on some BSDs
-
-
 def _ip_of_frame(linktype: int, frame: bytes) -> bytes | str:
-    if linktype in _RAW_TYPES:
-        return frame
-    if linktype == LINKTYPE_ETHERNET:
-        off = 12
-        while len(frame) >= off + 2 and frame[off:off + 2] in (b"\x81\x00", b"\x88\xa8"):
-            off += 4
-        return frame[off + 2:] if frame[off:off + 2] == b"\x08\x00" else "not_ipv4"
-    if linktype == LINKTYPE_LINUX_SLL:
-        return frame[16:] if frame[14:16] == b"\x08\x00" else "not_ipv4"
-    if linktype == LINKTYPE_LINUX_SLL2:
-        return frame[20:] if frame[0:2] == b"\x08\x00" else "not_ipv4"
-    if linktype in (LINKTYPE_NULL, LINKTYPE_LOOP):
-        # AF_INET is 2 everywhere; NULL stores it in the writer's byte order.
-        fam = frame[:4]
-        return frame[4:] if fam in (b"\x02\x00\x00\x00", b"\x00\x00\x00\x02") else "not_ipv4"
-    return "unsupported_link"
+    """The IP packet of a frame (its version is dissect_ipv4's to check),
+    or the skip reason: probes are IPv4, so every frame that is not is
+    ``not_ipv4``."""
+    off = network_offset(linktype, frame)
+    if isinstance(off, str):
+        return off if off == "unsupported_link" else "not_ipv4"
+    return frame[off:] if off else frame
+
 
 def _sent_probes(records, counts: ParseCounts) -> tuple[dict, dict, list]:
     """The probes sent, by (src, sport, dst, dport, seq); each flow's
@@ -456,17 +445,9 @@ def _handshakes_file(lines: list[str], told: Told) -> tuple[pa.Table, ParseCount
     return table, counts
 
 
-def _pcap_file(data: bytes, told: Told) -> tuple[pa.Table, ParseCounts]:
-    table, counts = parse_pcap(data, told.brokers or None)
-    told.packets |= len(table) > 0
-    return table, counts
-
-
+# A capture's format ("pcap") is declared by kdiag.parsers.wire.parser,
+# which reads its probes with parse_pcap beside the producer's connections.
 FORMATS = (
-    Format(name="pcap", recognised_by=BY_MAGIC, recognise=looks_like_pcap, tables={"probes": PROBES_SCHEMA},
-           schema_version=1, reads=BYTES, parser=_pcap_file,
-           title="probe packets (pcap, pcapng)", pseudonymised=PACKET_REWRITER, feeds={"probes": (PATH,)},
-           bundle_dir="tcp_probe", parse_order=-1),
     Format(name="probes_jsonl", recognised_by=BY_JSON_KEYS, recognise=_probe_result_keys,
            tables={"probes": PROBES_SCHEMA}, schema_version=1, reads=TEXT, parser=_probes_file,
            title="probe results", pseudonymised=TEXT_SCANNER, feeds={"probes": (PATH,)}, bundle_dir="tcp_probe"),

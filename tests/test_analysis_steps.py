@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kdiag.analysis import steps
-from kdiag.parsers.format import ANALYSIS_INPUTS, PATH, REQUESTS, SIGNALS, SOCKET_SAMPLES, SYSCALLS
+from kdiag.parsers.format import ANALYSIS_INPUTS, PATH, REQUESTS, SIGNALS, SOCKET_SAMPLES, SYSCALLS, WIRE
 
 
 def test_steps_are_named_once_and_need_inputs_formats_give():
@@ -29,9 +29,11 @@ def test_a_run_is_routed_by_its_source_and_whether_it_has_syscalls(source, has_s
     assert steps.route(source, has_syscalls) is way
 
 
-def test_the_fleet_takes_every_route_but_the_typical_exchange():
-    assert [r.name for r in steps.ROUTES if r.fleet_instead] == ["typical"]
+def test_the_fleet_takes_every_route_but_the_typical_exchange_and_the_wire():
+    assert [r.name for r in steps.ROUTES if r.fleet_instead] == ["typical", "from_wire"]
     assert "replay the bundle alone" in steps.TYPICAL.fleet_instead
+    assert "replay the bundle alone" in steps.FROM_WIRE.fleet_instead
+    assert steps.route("wire", False) is steps.FROM_WIRE
 
 
 def _called(*answers):
@@ -49,6 +51,13 @@ def _called(*answers):
     ((False, False, True, False), "syscalls", [0, 1, 2, 3]),
     ((False, False, True, True), None, [0, 1, 2, 3]),    # logged, and no Sent line: nothing was sent
     ((False, False, False, True), None, [0, 1, 2]),
+    # A capture's requests stand in only where no line and no syscall does.
+    ((False, False, False, False, True), "wire", [0, 1, 2, 4]),
+    ((False, False, False, True, True), "wire", [0, 1, 2, 4]),
+    ((False, False, True, True, True), "wire", [0, 1, 2, 3, 4]),
+    ((False, True, True, True, True), "log", [0, 1]),
+    ((False, False, True, False, True), "syscalls", [0, 1, 2, 3]),
+    ((False, False, False, False, False), None, [0, 1, 2, 4]),
 ])
 def test_the_source_rule_asks_only_what_it_needs(answers, source, asked):
     calls, ask = _called(*answers)
@@ -69,3 +78,4 @@ def test_what_the_fleet_leaves_out_follows_from_the_run_input():
     assert steps.fleet_omits({SOCKET_SAMPLES}) == []
     assert steps.fleet_omits({SYSCALLS}) == _omitted("clock_steps")
     assert all(_omitted(n) for n in ("clock_steps", "path_table"))
+    assert steps.fleet_omits({WIRE, PATH}) == _omitted("path_table", "wire")

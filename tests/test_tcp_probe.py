@@ -33,9 +33,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import need
+from kdiag.parsers.pcap import looks_like_pcap
 from kdiag.parsers.tcp_probe import (
-    PATH_SCHEMA, PROBES_SCHEMA, format_path_table, looks_like_pcap, parse_handshakes, parse_pcap,
-    parse_probes_jsonl, path_table, probe_seq,
+    PATH_SCHEMA, PROBES_SCHEMA, format_path_table, parse_handshakes, parse_pcap, parse_probes_jsonl, path_table,
+    probe_seq,
 )
 
 ROUTER_NEAR, ROUTER_FAR, SERVER, BLACKHOLE = "10.202.1.1", "10.202.2.1", "10.202.2.2", "10.202.9.9"

@@ -297,12 +297,18 @@ def path_choice(hs: tuple | None, by_method: dict, conns: list[dict], ss) -> tup
     if None in by_method:
         k, m = by_method[None]
         return m, f"SYN probes answered by the broker port ({k})", False
+    from kdiag.analysis import wire
+
+    seen = wire.path(conns, SYN_RETRANSMIT_MS)
+    if seen is not None:
+        return seen[1], f"{wire.PATH_SOURCE} ({seen[0]})", False
     tcp = _user_path(by_method, USER_TCP_METHODS, "answers from the broker's port")
     if tcp:
         return tcp
     # A handshake that held a SYN retransmit times the retransmit, not the
     # path.
-    measured = [c for c in conns if c.get("handshake_ms") is not None and c["handshake_ms"] < SYN_RETRANSMIT_MS]
+    measured = [c for c in conns if c.get("handshake_ms") is not None and c["handshake_ms"] < SYN_RETRANSMIT_MS
+                and not c.get("wire")]
     bound = bool(measured) and all(c.get("handshake_upper_bound") for c in measured)
     if measured and not bound:
         return pctl([c["handshake_ms"] for c in measured], 0.5), "strace: connect() to writable", False

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from kdiag.analysis import wire
 from kdiag.analysis.connections import connections, path_rows, sampled_connections
 from kdiag.analysis.judge import judge
 from kdiag.analysis.life import life, life_shown
@@ -29,7 +30,7 @@ from kdiag.analysis.per_request import requests_from
 from kdiag.analysis.signals import signals
 from kdiag.analysis.spark_plumbing import Later, any_rows, at_once, cached, fits_in_plan, read_table, release, resolved
 from kdiag.analysis.stats_windows import stats_summary
-from kdiag.analysis.steps import FROM_SYSCALLS, SIGNALS_ONLY, SPLIT, TYPICAL, route, source_of
+from kdiag.analysis.steps import FROM_SYSCALLS, FROM_WIRE, SIGNALS_ONLY, SPLIT, TYPICAL, route, source_of
 from kdiag.analysis.thresholds import SLOW_MS
 from kdiag.analysis.time_pieces import pieces_of
 from kdiag.analysis.typical_exchange import UNSPLIT, log_of_another_run, split_by_typical, timing_unknowns
@@ -120,6 +121,8 @@ def _judged(spark, inp: _Inputs, q, later: Later) -> dict:
         for table, name in _SOURCE_NAMES.items():
             quality.exclude_spanning(spark, None, table, q, name)
         result = _judge_signals(spark, inp)
+        if (inp.tables_dir / "wire_connections.parquet").exists():
+            result["wire"] = wire.summary(inp.tables_dir)
         result["signals"] = resolved(inp.meta["signals"])
         result["life"] = life_shown(resolved(inp.meta["life"]))
         rank_when_thin(result)
@@ -129,10 +132,14 @@ def _judged(spark, inp: _Inputs, q, later: Later) -> dict:
     paths = later(lambda: path_rows(inp.tables_dir))
     if way is FROM_SYSCALLS:
         result = _judge_exchanges(spark, inp, q, later)
+    elif way is FROM_WIRE:
+        result = _judge_wire(spark, inp)
     else:
         result = _judge_logged(spark, inp, q, later, way)
     timing_costs(result, timing())
     result["unknowns"] += other_run()
+    if inp.meta.get("wire") is not None:
+        result["wire"] = inp.meta["wire"]
     result["paths"] = paths()
     result["signals"] = resolved(inp.meta["signals"])
     result["life"] = life_shown(resolved(inp.meta["life"]))
@@ -180,7 +187,8 @@ def _judge_signals(spark, inp: _Inputs) -> dict:
     from kdiag.analysis.connections import path_rtt_of
     from kdiag.analysis.spinning import spinning
 
-    return judged_by_signals(inp.version, path_rtt_of(spark, str(inp.tables_dir), inp.conns),
+    return judged_by_signals(inp.version, path_rtt_of(spark, str(inp.tables_dir),
+                                                      inp.conns + wire.connections(inp.tables_dir)),
                              {**inp.meta, "tables_dir": inp.tables_dir, "signals": resolved(inp.meta["signals"]),
                               "life": resolved(inp.meta.get("life")),
                               "stats": resolved(inp.meta.get("stats")),
@@ -335,7 +343,7 @@ def _facts(read: dict, meta: dict) -> tuple[str | None, str | None]:
             version = row.detail if row else None
     sends = lambda df: df is not None and bool(df.filter(F.col("event") == "send").limit(1).count())  # noqa: E731
     source = source_of(lambda: sends(lw), lambda: sends(log), lambda: sc is not None and bool(sc.limit(1).count()),
-                       lambda: any_rows(log) or any_rows(lw))
+                       lambda: any_rows(log) or any_rows(lw), lambda: wire.has_requests(meta.get("tables_dir")))
     return version, source
 
 
@@ -366,6 +374,26 @@ def _judge_exchanges(spark, inp: _Inputs, q, later: Later) -> dict:
     result = judge(spark, reqs, reqs, conns, inp.stats, inp.version, inp.source, unknowns, inp.meta,
                    inp.read.get("syscalls"), inp.small, inp.local)
     result["confidence"] = CONFIDENCE["syscalls"]
+    return result
+
+
+def _judge_wire(spark, inp: _Inputs) -> dict:
+    """Neither librdkafka's lines nor syscalls: the producer's requests as a
+    packet capture shows them (``wire``)."""
+    from pyspark.sql import functions as F
+
+    conns = wire.connections(inp.tables_dir)
+    inp.meta["tcp_retrans"] = wire.retransmits(conns)
+    inp.meta["wire"] = wire.summary(inp.tables_dir)
+    reqs = wire.requests(spark, inp.tables_dir)
+    decoded = any_rows(reqs.filter(F.col("request") != "exchange"))
+    # Over TLS alone a request's kind is not seen: every exchange stands for
+    # one, as the syscalls' exchanges do.
+    produce = reqs.filter(F.col("request") == "Produce") if decoded else reqs
+    unknowns = [] if decoded else [wire.TLS_ONLY]
+    result = judge(spark, produce, reqs, inp.conns + conns, inp.stats, inp.version, wire.SOURCE, unknowns, inp.meta,
+                   None, inp.small, inp.local)
+    result["confidence"] = wire.CONFIDENCE[decoded]
     return result
 
 

@@ -391,8 +391,12 @@ def with_causes(spark, produce, conns: list[dict], throttles, path_rtt, nagle_po
     ``nagle_possible``: one run's values, or a fleet's columns by run."""
     from pyspark.sql import functions as F
 
-    produce = throttle_of(throttles, produce) if throttles is not None else \
-        produce.withColumn("throttle_ms", F.lit(None).cast("double"))
+    if "throttle_ms" in produce.columns:
+        pass   # a capture's requests carry the broker's own figure, each its response's
+    elif throttles is not None:
+        produce = throttle_of(throttles, produce)
+    else:
+        produce = produce.withColumn("throttle_ms", F.lit(None).cast("double"))
     return classify(attach_connections(spark, produce, conns), path_rtt, nagle_possible)
 
 

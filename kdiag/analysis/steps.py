@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kdiag.parsers.format import CLIENT_QUEUE, PATH, REQUESTS, SIGNALS, SOCKET_SAMPLES, SYSCALLS, THREAD_SAMPLES
+from kdiag.parsers.format import CLIENT_QUEUE, PATH, REQUESTS, SIGNALS, SOCKET_SAMPLES, SYSCALLS, THREAD_SAMPLES, WIRE
 
 
 @dataclass(frozen=True)
@@ -48,28 +48,33 @@ STEPS = (
     _step("request_rows", "the request rows for the report's charts and the predictions built on them",
           (REQUESTS, SYSCALLS)),
     _step("likely", "without syscalls, the likely causes ranked with the capture that decides each", LINES),
+    _step("wire", "the connections and requests a packet capture shows", (WIRE,),
+          "a packet capture's connections and requests are not read in a fleet: replay the bundle alone"),
 )
 
 # How a run's requests are judged (``route``), each a step of its own: the
-# fleet takes every route but TYPICAL.
+# fleet takes every route but TYPICAL and FROM_WIRE.
 SIGNALS_ONLY = _step("signals_only", "no request: judged from librdkafka's other lines and the path", ())
 FROM_SYSCALLS = _step("from_syscalls", "a producer that logs nothing: requests inferred from its syscalls", (SYSCALLS,))
+FROM_WIRE = _step("from_wire", "neither librdkafka's lines nor syscalls: the requests a packet capture shows", (WIRE,),
+                  "a packet capture's requests are not judged in a fleet: replay the bundle alone")
 SPLIT = _step("split", "librdkafka's lines under strace, split by the syscalls", (REQUESTS, SYSCALLS))
 LOG_ALONE = _step("log_alone", "librdkafka's log alone: a request's time is all there is", (REQUESTS,))
 TYPICAL = _step("typical", "a log beside an strace of other requests, split by the strace's typical exchange",
                 (REQUESTS, SYSCALLS),
                 "a librdkafka log beside an strace without its Sent lines: the fleet does not split such a "
                 "log by the strace's typical exchange; replay the bundle alone")
-ROUTES = (SIGNALS_ONLY, FROM_SYSCALLS, SPLIT, LOG_ALONE, TYPICAL)
+ROUTES = (SIGNALS_ONLY, FROM_SYSCALLS, SPLIT, LOG_ALONE, TYPICAL, FROM_WIRE)
 
 
-def source_of(log_writes_sends, log_sends, syscalls, logged) -> str | None:
+def source_of(log_writes_sends, log_sends, syscalls, logged, wire=lambda: False) -> str | None:
     """Where a run's requests come from: ``strace`` (librdkafka's lines the
-    producer wrote under strace), ``log``, ``syscalls`` or None (nothing to
-    pair). Each argument is a function, called only when the rule gets to
-    it (one run's is a Spark job): whether librdkafka's lines under strace
-    hold a Sent line, whether its log does, whether it has syscall rows, and
-    whether it has librdkafka lines of any kind."""
+    producer wrote under strace), ``log``, ``syscalls``, ``wire`` (a packet
+    capture's) or None (nothing to pair). Each argument is a function,
+    called only when the rule gets to it (one run's is a Spark job):
+    whether librdkafka's lines under strace hold a Sent line, whether its
+    log does, whether it has syscall rows, whether it has librdkafka lines
+    of any kind, and whether a capture holds an exchange of the producer's."""
     if log_writes_sends():
         return "strace"
     if log_sends():
@@ -78,6 +83,10 @@ def source_of(log_writes_sends, log_sends, syscalls, logged) -> str | None:
         # Only a producer that logs nothing has its requests inferred: a
         # librdkafka log without one Sent line means nothing was sent.
         return "syscalls"
+    if wire():
+        # Requests librdkafka logged or syscalls showed come first: a
+        # capture's are joined to them where both exist.
+        return "wire"
     return None
 
 
@@ -87,6 +96,8 @@ def route(source: str | None, has_syscalls: bool) -> Step:
         return SIGNALS_ONLY
     if source == "syscalls":
         return FROM_SYSCALLS
+    if source == "wire":
+        return FROM_WIRE
     if source == "strace" and has_syscalls:
         return SPLIT
     if source == "log" and has_syscalls:   # an strace without these requests' lines: see runs

@@ -252,6 +252,10 @@ def _emit(sink: TableSink, fmt, table, sf: StraceFile | None, ahead: LogWritesAh
 def _parse_whole(fmt, path: Path, sink: TableSink, told: Told, snapshots: _Snapshots) -> dict:
     data = path.read_bytes() if fmt.reads == BYTES else path.read_text(errors="replace").splitlines()
     table, pcounts = fmt.parser(data, told)
-    sink.write(fmt.table, snapshots.renumbered(table))
+    if isinstance(table, dict):   # one capture, several tables (a pcap's probes and connections)
+        for name, part in table.items():
+            sink.write(name, part)
+    else:
+        sink.write(fmt.table, snapshots.renumbered(table))
     snapshots.file_done()
     return pcounts.to_dict()

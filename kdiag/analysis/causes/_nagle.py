@@ -53,7 +53,42 @@ def log_only_evidence(facts) -> list[str]:
     return ev
 
 
+def from_wire(facts) -> bool:
+    """The run's requests were read off a packet capture (analysis.wire)."""
+    return facts.summary.get("source") == "wire"
+
+
+def wire_evidence(facts) -> list[str]:
+    """The sentences for requests a packet capture shows in the band: the
+    hold is seen on the wire, not in a thread's wait."""
+    agg, ex, n, path_rtt = facts.agg, facts.example, facts.requests, facts.path_rtt_ms
+    unit = "TLS records" if str(ex.get("broker") or "").startswith("ssl://") else "segments"
+    corr = f", e.g. CorrId {ex['corr_id']}" if ex.get("corr_id") is not None else ""
+    wait50, wait99 = (agg.wait or [None, None])
+    ev = [f"{agg.k} of {n} Produce requests left in several {unit} (median {agg.p50['n_writes']:.0f}{corr})",
+          f"their responses began {wait50:.1f} ms after the request's first byte on the wire (median; p99 "
+          f"{wait99:.1f} ms): about the delayed-ACK timer ({DELAYED_ACK_MS:.0f} ms) plus the path RTT "
+          f"({'%.3f ms' % path_rtt if path_rtt is not None else 'unknown'})"]
+    if path_rtt is not None:
+        ev.append(f"the path itself is fast: {path_rtt:.3f} ms ({facts.summary['path_rtt_source']}): a healthy "
+                  f"path beside a 40 ms wait is the sign of a held send")
+    one = facts.meta.get("one_write") or {}
+    if one.get("n"):
+        ev.append(f"requests that left in one {unit[:-1]} were answered in {one['wait_p50_ms']} ms (median of "
+                  f"{one['n']}): only the split requests stall, which is Nagle's signature")
+    return ev
+
+
+def wire_holders(facts) -> tuple[list[dict], list[dict]]:
+    """The producer's connections and the relays' onward ones on which the
+    capture shows Nagle holding requests (analysis.wire.summary)."""
+    w = facts.meta.get("wire") or {}
+    return w.get("holding") or [], w.get("relays_holding") or []
+
+
 def evidence(facts) -> list[str]:
+    if from_wire(facts):
+        return wire_evidence(facts)
     if facts.agg.wait is None or facts.agg.wait[0] is None:
         return log_only_evidence(facts)
     agg, ex, n, path_rtt = facts.agg, facts.example, facts.requests, facts.path_rtt_ms

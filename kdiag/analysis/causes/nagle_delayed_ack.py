@@ -57,6 +57,13 @@ def evidence(facts) -> list[str]:
                   if facts.default_nodelay else
                   "librdkafka's version is unknown: before v2.10.0 it leaves Nagle on by default")
         return ev
+    if _nagle.from_wire(facts):
+        mine, _ = _nagle.wire_holders(facts)
+        for c in mine[:3]:
+            ev.append(f"the capture shows the client socket holding a request's later segments until the broker "
+                      f"acknowledged the earlier ones, about a delayed ACK later, on {c['nagle_holds']} requests of "
+                      f"its connection {c['client']} -> {c['server']}: Nagle, with TCP_NODELAY off")
+        return ev
     if ex.get("connect_us") is not None and ex.get("connect_line") is None:
         ev.append(f"TCP_NODELAY was off on fd {ex['fd']} to {ex['peer']}, as sampled live from the "
                   f"socket (getsockopt through pidfd_getfd)")

@@ -36,6 +36,15 @@ def fix(version: tuple[int, ...] | None) -> dict[str, str]:
 def evidence(facts) -> list[str]:
     ev = _nagle.evidence(facts)
     ex = facts.example
+    if _nagle.from_wire(facts):
+        ev.append("the capture shows the client socket sending a request's small segments back to back, one while "
+                  "another was unacknowledged, which Nagle never does: TCP_NODELAY is on, and the stall is in a "
+                  "proxy or TLS terminator on the path")
+        _, relays = _nagle.wire_holders(facts)
+        for c in relays[:3]:
+            ev.append(f"the capture holds it: the onward connection {c['client']} -> {c['server']} of a relay "
+                      f"held {c['nagle_holds']} requests' later segments until its peer's ACK")
+        return ev
     where = f"strace line {ex['nodelay_line']}" if ex.get("nodelay_line") else "sampled live from the socket"
     ev.append(f"the client socket has TCP_NODELAY ({where}): "
               "the stall is in a proxy or TLS terminator on the path")

@@ -1,0 +1,459 @@
+"""kdiag.parsers.wire.packets, .tcp and .tls on real captures: each test
+takes its own with tcpdump while it drives plain sockets, and checks the
+figures against what it did and what it measured itself."""
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import subprocess
+import threading
+import time
+
+import pytest
+
+from kdiag.parsers.base import ParseCounts
+from kdiag.parsers.pcap import PCAPNG_EPB, PCAPNG_IDB, PcapReader, pcapng_block
+from kdiag.parsers.wire import packets, tcp, tls
+from kdiag.parsers.wire.packets import Segment, segments
+from kdiag.parsers.wire.tcp import flows, framing_of, messages
+from tests.conftest import need
+
+
+def _tools():
+    need("tcpdump")
+    need(root=True)
+
+
+@contextlib.contextmanager
+def capture(path, *args, iface="lo", netns=None, bpf="tcp"):
+    """tcpdump -w path while the block runs; its packets flushed at the end."""
+    pre = ["ip", "netns", "exec", netns] if netns else []
+    # --immediate-mode: else libpcap holds packets in a block until its 1 s
+    # timeout, and a SIGTERM before then writes none of them.
+    dump = subprocess.Popen([*pre, "tcpdump", "-i", iface, "-n", "--immediate-mode", "-U", "-Z", "root",
+                             *args, "-w", str(path), bpf],
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    try:
+        line = ""
+        while "listening on" not in line:   # after "data link type ..." when -y is given
+            line = dump.stderr.readline()
+            assert line, "tcpdump did not start"
+        yield
+        time.sleep(0.2)
+    finally:
+        dump.terminate()
+        dump.wait(timeout=10)
+
+
+def read(path) -> tuple[list[tcp.Flow], ParseCounts]:
+    from kdiag.parsers.pcap import capture_records
+
+    counts = ParseCounts("wire")
+    data = path.read_bytes()
+    fl = flows(segments(capture_records(data, counts), counts), counts)
+    return fl, counts
+
+
+def _recv_exact(sock, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        got = sock.recv(n - len(out))
+        if not got:
+            raise EOFError
+        out += got
+    return out
+
+
+def frame(api_key: int, version: int, corr: int, body: bytes) -> bytes:
+    """A size-prefixed Kafka request: header v1 (client id "kdiag-test")."""
+    payload = struct.pack("!hhih", api_key, version, corr, 10) + b"kdiag-test" + body
+    return struct.pack("!i", len(payload)) + payload
+
+
+def _serve_kafka(ls, replies: int, body_len: int):
+    conn, _ = ls.accept()
+    with conn:
+        for _ in range(replies):
+            size = struct.unpack("!i", _recv_exact(conn, 4))[0]
+            req = _recv_exact(conn, size)
+            corr = struct.unpack_from("!i", req, 4)[0]
+            resp = struct.pack("!i", corr) + bytes(body_len)
+            conn.sendall(struct.pack("!i", len(resp)) + resp)
+        conn.recv(1)  # the client's FIN
+
+
+def kafka_exchange(family, host: str, n: int, body_len: int = 100, nodelay: bool = True,
+                   split: bool = False, pipelined: bool = False) -> tuple[tuple, list[float]]:
+    """n request/response round trips over a fresh connection; returns the
+    client's (address, port) and each round trip's duration in ms as the
+    client measured it. ``pipelined``: all n requests in one write first."""
+    ls = socket.socket(family)
+    ls.bind((host, 0))
+    ls.listen(1)
+    th = threading.Thread(target=_serve_kafka, args=(ls, n, body_len), daemon=True)
+    th.start()
+    c = socket.socket(family)
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, int(nodelay))
+    c.connect(ls.getsockname()[:2])
+    rtts = []
+    if pipelined:
+        c.sendall(b"".join(frame(0, 9, 1000 + i, bytes(body_len)) for i in range(n)))
+    for i in range(n if not pipelined else 0):
+        req = frame(0, 9, 1000 + i, bytes(body_len))
+        t0 = time.monotonic()
+        if split:   # the size alone, then the rest: two writes
+            c.sendall(req[:4])
+            c.sendall(req[4:])
+        else:
+            c.sendall(req)
+        size = struct.unpack("!i", _recv_exact(c, 4))[0]
+        _recv_exact(c, size)
+        rtts.append((time.monotonic() - t0) * 1000)
+    for _ in range(n if pipelined else 0):
+        _recv_exact(c, struct.unpack("!i", _recv_exact(c, 4))[0])
+    me = c.getsockname()[:2]
+    c.close()
+    th.join(5)
+    ls.close()
+    return me, rtts
+
+
+def _mine(fl, client) -> tcp.Flow:
+    got = [f for f in fl if f.client == client]
+    assert len(got) == 1, (fl, client)
+    return got[0]
+
+
+# ---------------------------------------------------------------- loopback
+
+
+@pytest.mark.parametrize("family,host", [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")])
+def test_loopback_kafka_round_trips(tmp_path, family, host):
+    """Every request and response framed, joined by correlation id, with
+    the connection's handshake, FIN and byte counts."""
+    _tools()
+    cap = tmp_path / "lo.pcap"
+    with capture(cap):
+        client, rtts = kafka_exchange(family, host, 20, body_len=3000)
+    fl, counts = read(cap)
+    assert PcapReader(cap.read_bytes()).header.linktype == packets.LINKTYPE_ETHERNET
+    assert counts.skipped_total == 0 and counts.parsed > 0, counts.to_dict()
+    f = _mine(fl, client)
+    assert f.client_by == "syn" and not f.mid_connection
+    assert f.syn_ns < f.synack_ns <= f.established_ns
+    assert 0 < f.handshake_rtt_us < 50_000 and f.synack_ack_us >= 0
+    assert f.fin_by == "client" and f.rst_ns is None
+    req_len, resp_len = 4 + 20 + 3000, 4 + 4 + 3000
+    assert f.streams[0].length == 20 * req_len and f.streams[1].length == 20 * resp_len
+    assert all(s.retransmits == 0 and s.missing_bytes == 0 for s in f.streams)
+    assert framing_of(f) == "kafka"
+    got = list(messages(f, "kafka"))
+    reqs = [m for m in got if m.direction == 0]
+    resps = [m for m in got if m.direction == 1]
+    assert [m.length for m in reqs] == [req_len] * 20 and [m.length for m in resps] == [resp_len] * 20
+    assert all(m.complete and len(m.head) == m.length for m in got)
+    assert [struct.unpack_from("!i", m.head, 8)[0] for m in reqs] == list(range(1000, 1020))
+    assert [struct.unpack_from("!i", m.head, 4)[0] for m in resps] == list(range(1000, 1020))
+    # The wire's round trip sits inside the client's own measure of it.
+    for q, r, measured in zip(reqs, resps, rtts):
+        wire_ms = (r.last_ns - q.first_ns) / 1e6
+        assert 0 < wire_ms <= measured + 1
+    # Loopback carries a 3 KiB write in one segment; every byte acknowledged.
+    assert all(m.segments == 1 for m in got)
+    assert f.streams[0].acks[-1][1] == f.streams[0].length
+    assert f.streams[0].ack_ms_median is not None and f.streams[0].ack_ms_max < 1000
+    s0 = f.streams[0]
+    assert s0.bytes_at(0, 4) == struct.pack("!i", req_len - 4) and s0.bytes_at(s0.length - 1, 2) is None
+    assert s0.first_ns(0) == reqs[0].first_ns and s0.first_ns(s0.length) is None
+
+
+def test_pcapng_of_the_same_records_reads_the_same(tmp_path):
+    """A pcapng written from a real pcap's records gives the same flows."""
+    _tools()
+    cap = tmp_path / "lo.pcap"
+    with capture(cap):
+        client, _ = kafka_exchange(socket.AF_INET, "127.0.0.1", 5)
+    reader = PcapReader(cap.read_bytes())
+    shb = struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1)
+    # if_tsresol 9: nanoseconds
+    idb = struct.pack("<HHI", reader.header.linktype, 0, 0) + struct.pack("<HHB3x", 9, 1, 9) + bytes(4)
+    blocks = [pcapng_block(0x0A0D0D0A, shb, "<"), pcapng_block(PCAPNG_IDB, idb, "<")]
+    for rec in reader:
+        ts = reader.ts_ns(rec)
+        blocks.append(pcapng_block(PCAPNG_EPB, struct.pack("<IIIII", 0, ts >> 32, ts & 0xFFFFFFFF, len(rec.frame),
+                                                           rec.orig_len) + rec.frame, "<"))
+    ng = tmp_path / "lo.pcapng"
+    ng.write_bytes(b"".join(blocks))
+    a, ca = read(cap)
+    b, cb = read(ng)
+    assert ca.parsed == cb.parsed > 0 and cb.skipped_total == 0
+    fa, fb = _mine(a, client), _mine(b, client)
+    assert fa.facts() == fb.facts()
+    assert [m.head for m in messages(fa, "kafka")] == [m.head for m in messages(fb, "kafka")]
+
+
+@pytest.mark.parametrize("link,linktype", [("LINUX_SLL", packets.LINKTYPE_LINUX_SLL),
+                                           ("LINUX_SLL2", packets.LINKTYPE_LINUX_SLL2)])
+def test_any_interface_cooked_headers(tmp_path, link, linktype):
+    """tcpdump -i any writes Linux cooked headers (v1 by default, v2 asked)."""
+    _tools()
+    cap = tmp_path / "any.pcap"
+    with capture(cap, "-y", link, iface="any", bpf="tcp and host 127.0.0.1"):
+        client, _ = kafka_exchange(socket.AF_INET, "127.0.0.1", 3)
+    assert PcapReader(cap.read_bytes()).header.linktype == linktype
+    fl, counts = read(cap)
+    assert counts.skipped_total == 0
+    f = _mine(fl, client)
+    assert [m.direction for m in messages(f, "kafka")] == [0, 0, 0, 1, 1, 1]
+
+
+def test_short_snaplen_keeps_wire_lengths_and_counts_the_missing(tmp_path):
+    """-s 96: the headers and the first bytes of each segment; the stream
+    lengths are the wire's, the rest is missing, never guessed."""
+    _tools()
+    cap = tmp_path / "short.pcap"
+    with capture(cap, "-s", "96"):
+        client, _ = kafka_exchange(socket.AF_INET, "127.0.0.1", 4, body_len=2000, pipelined=True)
+    fl, counts = read(cap)
+    f = _mine(fl, client)
+    req_len = 4 + 20 + 2000
+    s0 = f.streams[0]
+    assert s0.length == 4 * req_len
+    # Ethernet 14 + IPv4 20 + TCP 32 (timestamps): 30 payload bytes a
+    # segment; the requests left in one segment, the responses in four.
+    assert s0.missing_bytes == 4 * req_len - 30 and s0.data_segments == 1
+    assert f.streams[1].missing_bytes == 4 * (4 + 4 + 2000 - 30) and f.streams[1].data_segments == 4
+    assert s0.bytes_at(0, 30) is not None and s0.bytes_at(0, 31) is None
+    # The requests went in one write: the first is framed (its size field
+    # was captured), the second's size field was cut, so framing stops
+    # there, counted. Each response came in its own segment: all framed.
+    got = list(tcp.messages(f, "kafka", counts))
+    assert [(m.offset, m.length, len(m.head)) for m in got if m.direction == 0] == [(0, req_len, 30)]
+    assert [len(m.head) for m in got if m.direction == 1] == [30] * 4
+    assert counts.skipped.get("lost_framing") == 1
+
+
+def test_rst_from_a_closed_port(tmp_path):
+    _tools()
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()   # nothing listens there now
+    cap = tmp_path / "rst.pcap"
+    with capture(cap, bpf=f"tcp port {port}"):
+        c = socket.socket()
+        c.bind(("127.0.0.1", 0))
+        with pytest.raises(ConnectionRefusedError):
+            c.connect(("127.0.0.1", port))
+        me = c.getsockname()
+        c.close()
+    fl, _ = read(cap)
+    f = _mine(fl, me)
+    assert f.rst_by == "server" and f.synack_ns is None and f.rst_ns >= f.syn_ns
+    assert f.established_ns is None and f.streams[0].length == 0
+
+
+def test_a_new_syn_on_a_reused_four_tuple_is_a_new_flow(tmp_path):
+    """Two connections from the same client port, one after the other."""
+    _tools()
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(4)
+    cap = tmp_path / "reuse.pcap"
+    port = None
+    with capture(cap, bpf=f"tcp port {ls.getsockname()[1]}"):
+        for _ in range(2):
+            c = socket.socket()
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            # RST on close, so the port is free again at once (no TIME_WAIT)
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            c.bind(("127.0.0.1", port or 0))
+            port = c.getsockname()[1]
+            c.connect(ls.getsockname())
+            conn, _ = ls.accept()
+            c.sendall(b"x" * 10)
+            conn.recv(10)
+            c.close()
+            conn.close()
+    ls.close()
+    fl, _ = read(cap)
+    mine = [f for f in fl if f.client == ("127.0.0.1", port)]
+    assert len(mine) == 2 and all(f.rst_by == "client" and f.streams[0].length == 10 for f in mine)
+    assert mine[0].last_ns <= mine[1].syn_ns
+
+
+# ---------------------------------------------------------------- Nagle and delayed ACKs
+
+
+def test_nagle_and_delayed_ack_on_split_writes(tmp_path):
+    """TCP_NODELAY off, a request written as two small writes: the second
+    waits for the peer's ACK of the first (Nagle), which the peer delays
+    (~40 ms on Linux). The wait is measured by the client itself, and the
+    capture shows it as held_ns right after a delayed ACK."""
+    _tools()
+    cap = tmp_path / "nagle.pcap"
+    with capture(cap):
+        client, rtts = kafka_exchange(socket.AF_INET, "127.0.0.1", 12, body_len=40, nodelay=False, split=True)
+    fl, _ = read(cap)
+    f = _mine(fl, client)
+    reqs = [m for m in messages(f, "kafka") if m.direction == 0]
+    assert len(reqs) == 12 and all(m.segments == 2 for m in reqs)
+    held = [m for m in reqs if m.held_ns >= 20_000_000]
+    # The client saw stalls of tens of ms; each is on the wire as a held
+    # request whose last segment left right after the server's ACK.
+    slow = [r for r in rtts if r >= 20]
+    assert slow and len(held) == len(slow), (rtts, [m.held_ns for m in reqs])
+    assert all(m.held_after_ack for m in held)
+    for m, r in zip(reqs, rtts):
+        if m.held_ns >= 20_000_000:
+            assert abs(m.held_ns / 1e6 - r) < 5
+    s0 = f.streams[0]
+    assert s0.delayed_acks == len(held) and 20 <= s0.delayed_ack_ms_median <= 250
+
+
+def test_nodelay_split_writes_are_not_held(tmp_path):
+    """The same exchange with TCP_NODELAY on: no segment waits for an ACK."""
+    _tools()
+    cap = tmp_path / "nodelay.pcap"
+    with capture(cap):
+        client, rtts = kafka_exchange(socket.AF_INET, "127.0.0.1", 12, body_len=40, nodelay=True, split=True)
+    fl, _ = read(cap)
+    f = _mine(fl, client)
+    reqs = [m for m in messages(f, "kafka") if m.direction == 0]
+    assert len(reqs) == 12 and max(m.held_ns for m in reqs) < 10_000_000 and max(rtts) < 10
+    assert f.streams[0].delayed_acks == 0
+
+
+# ---------------------------------------------------------------- unit checks on built segments
+
+
+def _seg(ts, src, dst, flags, seq, ack, data=b"", window=1000, plen=None):
+    return Segment(ts, src[0], src[1], dst[0], dst[1], "tcp", seq, ack, flags, window, None,
+                   len(data) if plen is None else plen, data)
+
+
+C, S = ("10.0.0.1", 40000), ("10.0.0.2", 9092)
+SYN, ACK, PSH, FIN = packets.TCP_SYN, packets.TCP_ACK, packets.TCP_PSH, packets.TCP_FIN
+
+
+def test_mid_connection_capture_takes_the_higher_port_as_client():
+    segs = [_seg(1, S, C, ACK | PSH, 500, 100, b"resp"), _seg(2, C, S, ACK, 100, 504)]
+    (f,) = flows(segs)
+    assert f.client == C and f.client_by == "port" and f.mid_connection
+    assert f.streams[1].length == 4 and f.streams[1].acks == [(2, 4)]
+
+
+def test_sequence_numbers_wrap_past_four_gib():
+    isn = 0xFFFFFFF0
+    segs = [_seg(0, C, S, SYN, isn, 0), _seg(1, S, C, SYN | ACK, 7, isn + 1), _seg(2, C, S, ACK, isn + 1, 8)]
+    seq = isn + 1
+    for i in range(4):
+        segs.append(_seg(3 + i, C, S, ACK | PSH, seq & 0xFFFFFFFF, 8, b"abcdefgh"))
+        seq += 8
+    (f,) = flows(segs)
+    s0 = f.streams[0]
+    assert s0.length == 32 and s0.bytes_at(0, 32) == b"abcdefgh" * 4 and s0.retransmits == 0
+
+
+def test_retransmission_and_reordering_told_apart():
+    segs = [_seg(0, C, S, SYN, 0, 0), _seg(1_000_000, S, C, SYN | ACK, 0, 1), _seg(2_000_000, C, S, ACK, 1, 1),
+            _seg(10_000_000, C, S, ACK, 1, 1, b"a" * 10),
+            _seg(10_100_000, C, S, ACK, 21, 1, b"c" * 10),   # a hole at 10..20
+            _seg(10_200_000, C, S, ACK, 11, 1, b"b" * 10),   # fills it soon: out of order
+            _seg(300_000_000, C, S, ACK, 1, 1, b"a" * 10)]   # seen before: retransmission
+    (f,) = flows(segs)
+    s0 = f.streams[0]
+    assert (s0.out_of_order, s0.retransmits, s0.retransmit_bytes, s0.missing_bytes) == (1, 1, 10, 0)
+    assert s0.bytes_at(0, 30) == b"a" * 10 + b"b" * 10 + b"c" * 10
+    assert s0.first_ns(15) == 10_200_000 and [c[4] for c in s0.chunks] == [False, False, False, True]
+
+
+def test_a_lying_size_stops_framing_and_is_counted():
+    body = struct.pack("!i", -5) + b"x" * 20
+    segs = [_seg(0, C, S, SYN, 0, 0), _seg(1, S, C, SYN | ACK, 0, 1), _seg(2, C, S, ACK | PSH, 1, 1, body)]
+    (f,) = flows(segs)
+    counts = ParseCounts("t")
+    assert list(messages(f, "kafka", counts)) == [] and counts.skipped == {"lost_framing": 1}
+    assert framing_of(f) is None
+
+
+def test_a_huge_claimed_payload_allocates_nothing():
+    """A segment that claims 60 KB with 10 captured holds 10 bytes."""
+    segs = [_seg(0, C, S, SYN, 0, 0), _seg(1, S, C, SYN | ACK, 0, 1),
+            _seg(2, C, S, ACK, 1, 1, b"x" * 10, plen=60000), _seg(3, C, S, ACK, 60001, 1, b"y" * 10, plen=60000)]
+    (f,) = flows(segs)
+    s0 = f.streams[0]
+    # missing_bytes is the length less what the stream holds
+    assert s0.length == 120000 and s0.missing_bytes == 120000 - 20
+    assert s0.captured_from(0, 1 << 20) == b"x" * 10 and s0.captured_from(60000, 1 << 20) == b"y" * 10
+
+
+# ---------------------------------------------------------------- link layers, built frames
+
+
+def _ipv4_tcp(payload=b"hi", sport=1, dport=2) -> bytes:
+    tcph = struct.pack("!HHIIBBHHH", sport, dport, 1, 0, 5 << 4, ACK, 100, 0, 0)
+    total = 20 + len(tcph) + len(payload)
+    iph = struct.pack("!BBHHHBBH4s4s", 0x45, 0, total, 0, 0, 64, 6, 0, bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]))
+    return iph + tcph + payload
+
+
+@pytest.mark.parametrize("linktype,prefix", [
+    (packets.LINKTYPE_NULL, struct.pack("<I", 2)), (packets.LINKTYPE_LOOP, struct.pack(">I", 2)),
+    (packets.LINKTYPE_ETHERNET, bytes(12) + b"\x81\x00\x00\x05" + b"\x88\xa8\x00\x06" + b"\x08\x00"),
+    (packets.LINKTYPE_RAW, b""), (packets.LINKTYPE_IPV4, b""),
+])
+def test_link_layers_reach_the_same_segment(linktype, prefix):
+    seg = packets.segment_of(5, linktype, prefix + _ipv4_tcp())
+    assert isinstance(seg, Segment) and (seg.src, seg.sport, seg.dst, seg.dport, seg.data) == \
+        ("10.0.0.1", 1, "10.0.0.2", 2, b"hi")
+
+
+def test_bad_records_are_counted_by_reason():
+    counts = ParseCounts("t")
+    frag = bytearray(_ipv4_tcp())
+    frag[6] = 0x20  # more fragments
+    recs = [(1, 147, b"x"), (2, 1, bytes(12) + b"\x08\x06" + bytes(28)), (3, 101, b"\x45\x00"),
+            (4, 101, bytes(frag)), (5, 101, b"\x47" + bytes(19)), (6, 101, _ipv4_tcp()[:30])]
+    assert list(segments(recs, counts)) == []
+    assert counts.skipped == {"unsupported_link": 1, "not_ip": 1, "cut_short": 2, "fragment": 1, "bad_ip": 1}
+
+
+def test_tls_records_and_bursts():
+    """A TLS 1.2-shaped exchange: ClientHello, ServerHello..., CCS,
+    Finished each way, then two requests and their responses."""
+    def rec(t, body):
+        return bytes([t, 3, 3]) + struct.pack("!H", len(body)) + body
+    hello = rec(22, b"\x01" + (40).to_bytes(3, "big") + bytes(40))
+    server = rec(22, b"\x02" + (30).to_bytes(3, "big") + bytes(30) + b"\x0e\x00\x00\x00")
+    segs = [_seg(0, C, S, SYN, 0, 0), _seg(1, S, C, SYN | ACK, 0, 1), _seg(2, C, S, ACK, 1, 1)]
+    c_seq, s_seq, t = 1, 1, 10
+
+    def send(side, payload):
+        nonlocal c_seq, s_seq, t
+        t += 1_000_000
+        if side == 0:
+            segs.append(_seg(t, C, S, ACK | PSH, c_seq, s_seq, payload))
+            c_seq += len(payload)
+        else:
+            segs.append(_seg(t, S, C, ACK | PSH, s_seq, c_seq, payload))
+            s_seq += len(payload)
+    send(0, hello)
+    send(1, server)
+    send(0, rec(20, b"\x01") + rec(22, bytes(40)))
+    send(1, rec(20, b"\x01") + rec(22, bytes(40)))
+    send(0, rec(23, bytes(100)))
+    send(0, rec(23, bytes(50)))
+    send(1, rec(23, bytes(30)))
+    send(0, rec(23, bytes(70)))
+    send(1, rec(23, bytes(20)))
+    (f,) = flows(segs)
+    assert framing_of(f) == "tls"
+    hs = tls.handshake(f)
+    names = [(d, n) for d, n, _ in hs["messages"]]
+    assert names == [(0, "ClientHello"), (1, "ServerHello"), (1, "ServerHelloDone"), (0, "ChangeCipherSpec"),
+                     (0, "encrypted"), (1, "ChangeCipherSpec"), (1, "encrypted")]
+    assert hs["tls13"] is False and hs["handshake_ms"] == pytest.approx(4.0)
+    got = [(m.direction, m.length) for m in messages(f, "tls")]
+    assert got == [(0, 105 + 55), (1, 35), (0, 75), (1, 25)]
