@@ -437,6 +437,11 @@ def test_api_table():
     assert len(ks.APIS) == 93 and ks.APIS[92][0] == "DeleteShareGroupOffsets"
 
 
+def test_error_names():
+    assert [ks.error_name(c) for c in (0, 6, 59, -1, 999, None)] == [
+        "NONE", "NOT_LEADER_OR_FOLLOWER", "UNKNOWN_PRODUCER_ID", "UNKNOWN_SERVER_ERROR", "ERROR_999", None]
+
+
 def test_header_versions():
     assert [ks.request_header_version(0, v) for v in (0, 8, 9, 13)] == [1, 1, 2, 2]
     assert [ks.request_header_version(7, v) for v in (0, 1, 3)] == [0, 1, 2]  # ControlledShutdown v0: header v0

@@ -214,6 +214,28 @@ MESSAGE_MIN = {0: 14, 1: 22}
 CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
 
+# The error codes a Produce answer carries (per partition), by their names in
+# Errors.java (clients/src/main/java/org/apache/kafka/common/protocol/).
+PRODUCE_ERRORS = {
+    -1: "UNKNOWN_SERVER_ERROR", 0: "NONE", 2: "CORRUPT_MESSAGE", 3: "UNKNOWN_TOPIC_OR_PARTITION",
+    5: "LEADER_NOT_AVAILABLE", 6: "NOT_LEADER_OR_FOLLOWER", 7: "REQUEST_TIMED_OUT", 10: "MESSAGE_TOO_LARGE",
+    17: "INVALID_TOPIC_EXCEPTION", 18: "RECORD_LIST_TOO_LARGE", 19: "NOT_ENOUGH_REPLICAS",
+    20: "NOT_ENOUGH_REPLICAS_AFTER_APPEND", 21: "INVALID_REQUIRED_ACKS", 29: "TOPIC_AUTHORIZATION_FAILED",
+    32: "INVALID_TIMESTAMP", 35: "UNSUPPORTED_VERSION", 43: "UNSUPPORTED_FOR_MESSAGE_FORMAT",
+    45: "OUT_OF_ORDER_SEQUENCE_NUMBER", 46: "DUPLICATE_SEQUENCE_NUMBER", 47: "INVALID_PRODUCER_EPOCH",
+    48: "INVALID_TXN_STATE", 53: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", 56: "KAFKA_STORAGE_ERROR",
+    59: "UNKNOWN_PRODUCER_ID", 74: "FENCED_LEADER_EPOCH", 76: "UNSUPPORTED_COMPRESSION_TYPE",
+    87: "INVALID_RECORD", 100: "UNKNOWN_TOPIC_ID", 120: "TRANSACTION_ABORTABLE",
+}
+
+
+def error_name(code: int | None) -> str | None:
+    """A Produce error code's name, ``ERROR_<code>`` for one not listed."""
+    if code is None:
+        return None
+    return PRODUCE_ERRORS.get(code, f"ERROR_{code}")
+
+
 def api_name(api_key: int) -> str | None:
     api = APIS.get(api_key)
     return api[0] if api else None
