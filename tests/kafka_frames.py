@@ -5,6 +5,7 @@ check both against the specs, so that the two cannot agree on a wrong
 layout unnoticed."""
 from __future__ import annotations
 
+import gzip
 import struct
 
 from kdiag.parsers.wire import kafka_specs as ks
@@ -32,6 +33,8 @@ def _length(n: int, flexible: bool, wide: bool) -> bytes:
 
 
 def _value(f: ks.Field, v, version: int, flexible: bool) -> bytes:
+    if v is None and not f.nullable:
+        raise ValueError(f"{f.name} is not nullable")
     if f.type in _FMT:
         return struct.pack(_FMT[f.type], v)
     if f.type == "uuid":
@@ -71,7 +74,7 @@ def request_frame(api_key: int, version: int, correlation_id: int, client_id: st
     hv = ks.request_header_version(api_key, version)
     head = struct.pack(">hhi", api_key, version, correlation_id)
     if hv >= 1:
-        head += _value(ks.Field("client_id", "string"), client_id, version, False)
+        head += _value(ks.Field("client_id", "string", nullable=True), client_id, version, False)
     if hv >= 2:
         head += uvarint(0)
     return head + body
@@ -101,16 +104,20 @@ def record_batch(count: int, codec: str = "none", base_offset: int = 0, base_ts:
 
 def message_set(magic: int, count: int, codec: str = "none", base_ts: int = 1_700_000_000_000) -> bytes:
     """``count`` uncompressed messages of ``magic`` 0 or 1, or with a codec
-    one wrapper message whose value stands for the compressed inner set."""
+    one wrapper message whose value is the inner set compressed (gzip) or
+    filler standing for it (other codecs)."""
     def entry(offset: int, attributes: int, value: bytes) -> bytes:
         ts = struct.pack(">q", base_ts + offset) if magic == 1 else b""
         msg = struct.pack(">bb", magic, attributes) + ts + struct.pack(">i", -1) + struct.pack(">i", len(value)) + value
         msg = struct.pack(">I", 0) + msg
         return struct.pack(">qi", offset, len(msg)) + msg
 
+    inner = b"".join(entry(i, 0, b"v%d" % i) for i in range(count))
     if codec == "none":
-        return b"".join(entry(i, 0, b"v%d" % i) for i in range(count))
-    return entry(count - 1, CODEC_IDS[codec], bytes(5 * count))
+        return inner
+    # gzip is the one codec the standard library has: others stand in as filler.
+    value = gzip.compress(inner) if codec == "gzip" else bytes(5 * count)
+    return entry(count - 1, CODEC_IDS[codec], value)
 
 
 def loopback_streams(pcap: bytes) -> dict[tuple[int, int], tuple[bytes, bytes]]:

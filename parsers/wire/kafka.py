@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+import zlib
 from typing import NamedTuple
 
 from kdiag.parsers.wire import kafka_specs as ks
@@ -28,6 +29,9 @@ from kdiag.parsers.wire import kafka_specs as ks
 # The largest message kdiag takes a size field at its word for; the
 # brokers' socket.request.max.bytes defaults to 100 MiB.
 MAX_MESSAGE = 100 * 1024 * 1024
+# The most the gzip wrappers (magic 0/1) of one frame are inflated to, to
+# count their messages.
+MAX_INFLATE = 16 * 1024 * 1024
 
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
@@ -74,10 +78,12 @@ class _Reader:
     """A bounded cursor over ``buf[pos:end]``. ``complete``: the frame is
     whole, so running out of bytes means a length lied (malformed), not
     that the capture lost the rest (cut)."""
-    __slots__ = ("buf", "pos", "end", "complete", "path")
+    __slots__ = ("buf", "pos", "end", "complete", "path", "inflate_budget")
 
     def __init__(self, buf: bytes, pos: int, end: int, complete: bool, path: list[str]):
         self.buf, self.pos, self.end, self.complete, self.path = buf, pos, end, complete, path
+        # Shared by every gzip wrapper of one frame: see record_batches.
+        self.inflate_budget = [MAX_INFLATE]
 
     def need(self, n: int) -> int:
         at = self.pos
@@ -112,7 +118,7 @@ class _Reader:
 
     def text(self, n: int) -> str:
         at = self.need(n)
-        return self.buf[at:at + n].decode("utf-8", "replace")
+        return bytes(self.buf[at:at + n]).decode("utf-8", "replace")
 
 
 def _fail(out: dict, r: _Reader, e: Exception) -> dict:
@@ -187,6 +193,17 @@ def request_header(frame: bytes) -> RequestHeader | None:
     return RequestHeader(api_key, name, api_version, correlation_id, client_id, hv, r.pos, False)
 
 
+def request_of_write(head: bytes) -> RequestHeader | None:
+    """The request a client's socket write starts with, from the write's
+    first bytes as a tracer keeps them (the size field first, the rest
+    possibly cut); None when they do not read as a request. A broker's
+    writes are responses, whose first bytes can pass for a request: read
+    only a client's."""
+    if not looks_like_request(head):
+        return None
+    return request_header(head[4:])
+
+
 def response_header(frame: bytes, api_key: int, api_version: int) -> ResponseHeader | None:
     """The header of a response frame to a request of ``api_key`` at
     ``api_version``; None when its correlation id was not captured."""
@@ -240,7 +257,7 @@ def _records(r: _Reader, f: ks.Field, flexible: bool, out: dict) -> None:
     if n <= 0:
         return
     avail = min(n, r.end - r.pos)
-    batches, problem = record_batches(r.buf, r.pos, r.pos + avail)
+    batches, problem = record_batches(r.buf, r.pos, r.pos + avail, r.inflate_budget)
     out[f.name] = batches
     if problem:
         raise _Bad(problem)
@@ -309,8 +326,12 @@ def _tagged(r: _Reader, fields: tuple, version: int, out: dict) -> None:
     r.path.pop()
 
 
-def _body(frame: bytes, start: int | None, layout: tuple, api_key: int, version: int, complete: bool) -> dict:
+def _body(frame: bytes, header, layout: tuple, api_key: int, complete: bool) -> dict:
     out: dict = {}
+    start, version = header.body_offset, header.api_version
+    if header.api_key != api_key:
+        out["malformed"], out["malformed_at"] = "other_api", "header"
+        return _outcome(out)
     if start is None:
         out["cut"], out["cut_at"] = True, "header"
         return _outcome(out)
@@ -336,8 +357,9 @@ def produce_request(frame: bytes, header: RequestHeader, complete: bool = False)
     keys ``cut``, ``cut_at``, ``malformed``, ``malformed_at``.
 
     ``complete``: the frame holds the whole message (its size field's
-    worth), so a length past its end is malformed rather than cut."""
-    return _body(frame, header.body_offset, ks.PRODUCE_REQUEST, ks.PRODUCE, header.api_version, complete)
+    worth), so a length past its end is malformed rather than cut. A
+    request with ``acks`` 0 gets no response."""
+    return _body(frame, header, ks.PRODUCE_REQUEST, ks.PRODUCE, complete)
 
 
 def produce_response(frame: bytes, header: ResponseHeader, complete: bool = False) -> dict:
@@ -348,12 +370,49 @@ def produce_response(frame: bytes, header: ResponseHeader, complete: bool = Fals
     ``batch_index_error_message``}], ``error_message``, ``current_leader``
     {``leader_id``, ``leader_epoch``}}]}], ``node_endpoints``; a field the
     version lacks is None. Outcome keys as ``produce_request``."""
-    return _body(frame, header.body_offset, ks.PRODUCE_RESPONSE, ks.PRODUCE, header.api_version, complete)
+    return _body(frame, header, ks.PRODUCE_RESPONSE, ks.PRODUCE, complete)
+
+
+def produce_totals(request: dict) -> dict:
+    """One row's worth of a decoded Produce request: ``partitions``,
+    ``batches``, ``record_count`` (None when a batch's count is unknown or
+    cut), ``records_bytes`` (as the request states them) and ``codecs``
+    (sorted, distinct)."""
+    partitions = batches = records_bytes = 0
+    record_count: int | None = 0
+    codecs: set[str] = set()
+    for topic in request.get("topics") or ():
+        for p in topic.get("partitions") or ():
+            partitions += 1
+            records_bytes += p.get("records_bytes") or 0
+            for b in p.get("records") or ():
+                batches += 1
+                if b.get("codec"):
+                    codecs.add(b["codec"])
+                n = b.get("record_count")
+                record_count = None if n is None or record_count is None or b.get("cut") else record_count + n
+    return {"partitions": partitions, "batches": batches, "record_count": record_count,
+            "records_bytes": records_bytes, "codecs": sorted(codecs)}
+
+
+def response_totals(response: dict) -> dict:
+    """One row's worth of a decoded Produce response: ``partitions``,
+    ``error_codes`` (sorted, distinct, 0 left out), ``throttle_time_ms``."""
+    partitions = 0
+    errors: set[int] = set()
+    for topic in response.get("topics") or ():
+        for p in topic.get("partitions") or ():
+            partitions += 1
+            if p.get("error_code"):
+                errors.add(p["error_code"])
+    return {"partitions": partitions, "error_codes": sorted(errors),
+            "throttle_time_ms": response.get("throttle_time_ms")}
 
 
 # -- record batches -----------------------------------------------------------
 
-def record_batches(buf: bytes, start: int, end: int) -> tuple[list[dict], str | None]:
+def record_batches(buf: bytes, start: int, end: int, inflate_budget: list[int] | None = None,
+                   ) -> tuple[list[dict], str | None]:
     """The record batches in ``buf[start:end]`` (a Produce partition's
     Records), and a problem or None.
 
@@ -364,7 +423,12 @@ def record_batches(buf: bytes, start: int, end: int) -> tuple[list[dict], str | 
     ``cut`` (the batch runs past ``end``). Magic 0 and 1 (message sets):
     one dict per run of entries of one magic, ``record_count`` the entries
     (None when one is a compressed wrapper, whose inner messages are not
-    decompressed), ``codec`` of the first compressed entry or "none"."""
+    decompressed), ``codec`` of the first compressed entry or "none".
+
+    ``inflate_budget``: ``[bytes]`` that gzip wrappers may still inflate to,
+    shared by the caller across a frame so that a frame of many small,
+    highly compressed wrappers costs at most ``MAX_INFLATE`` of inflating."""
+    budget = inflate_budget if inflate_budget is not None else [MAX_INFLATE]
     batches: list[dict] = []
     pos = start
     while pos < end:
@@ -375,7 +439,7 @@ def record_batches(buf: bytes, start: int, end: int) -> tuple[list[dict], str | 
         if magic == 2:
             batch = _batch_v2(buf, pos, end)
         elif magic in (0, 1):
-            batch = _message_set(buf, pos, end, magic)
+            batch = _message_set(buf, pos, end, magic, budget)
         else:
             return batches, "record_magic"
         if batch["size_bytes"] <= 0:
@@ -406,12 +470,13 @@ def _batch_v2(buf: bytes, pos: int, end: int) -> dict:
     return batch
 
 
-def _message_set(buf: bytes, pos: int, end: int, magic: int) -> dict:
+def _message_set(buf: bytes, pos: int, end: int, magic: int, budget: list[int]) -> dict:
     """A run of magic 0/1 entries: offset int64, message_size int32, crc
     int32, magic int8, attributes int8, [timestamp int64], key, value."""
     first = pos
     batch = {"magic": magic, "base_offset": _I64.unpack_from(buf, pos)[0], "size_bytes": 0, "record_count": 0,
              "codec": "none", "base_timestamp_ms": None, "cut": False}
+    count: int | None = 0
     while pos < end:
         if end - pos <= ks.MAGIC_AT + 1:
             batch["cut"] = True
@@ -420,19 +485,57 @@ def _message_set(buf: bytes, pos: int, end: int, magic: int) -> dict:
         if buf[pos + ks.MAGIC_AT] != magic:
             break
         msize = _I32.unpack_from(buf, pos + 8)[0]
-        if msize < 6 + (8 if magic else 0):
+        if msize < ks.MESSAGE_MIN[magic]:
             batch["size_bytes"] = -1
             return batch
         codec = buf[pos + ks.MAGIC_AT + 1] & 0x07
         if codec:
             batch["codec"] = ks.CODECS.get(codec, "unknown")
-            batch["record_count"] = None
-        elif batch["record_count"] is not None:
-            batch["record_count"] += 1
+            inner = _gzip_count(buf, pos, msize, end, magic, budget) if codec == 1 else None
+            count = None if count is None or inner is None else count + inner
+        elif count is not None:
+            count += 1
         if magic == 1 and batch["base_timestamp_ms"] is None and end - pos >= 26:
             batch["base_timestamp_ms"] = _I64.unpack_from(buf, pos + 18)[0]
         pos += 12 + msize
         if pos > end:
             batch["cut"] = True
     batch["size_bytes"] = pos - first
+    batch["record_count"] = count
     return batch
+
+
+def _gzip_count(buf: bytes, pos: int, msize: int, end: int, magic: int, budget: list[int]) -> int | None:
+    """The messages inside a gzip wrapper, its value inflated within what
+    is left of ``budget``; None when the wrapper is cut, inflates to more
+    or to something other than whole messages. Other codecs are not in the
+    standard library: their counts stay unknown."""
+    entry_end = pos + 12 + msize
+    if entry_end > end:
+        return None
+    # The key's length: after offset, size, crc, magic, attributes, [timestamp].
+    at = pos + 18 + (8 if magic else 0)
+    key_len = _I32.unpack_from(buf, at)[0]
+    at += 4 + max(key_len, 0)
+    if at + 4 > entry_end:
+        return None
+    value_len = _I32.unpack_from(buf, at)[0]
+    at += 4
+    if value_len < 0 or at + value_len > entry_end:
+        return None
+    inflate = zlib.decompressobj(32 + zlib.MAX_WBITS)  # gzip or zlib header, told apart by zlib
+    try:
+        inner = inflate.decompress(bytes(buf[at:at + value_len]), max(budget[0], 1))
+    except zlib.error:
+        return None
+    budget[0] -= len(inner)
+    if inflate.unconsumed_tail or budget[0] < 0:
+        return None
+    n = p = 0
+    while p + 12 <= len(inner):
+        size = _I32.unpack_from(inner, p + 8)[0]
+        if size < ks.MESSAGE_MIN[0]:
+            return None
+        p += 12 + size
+        n += 1
+    return n if p == len(inner) else None
