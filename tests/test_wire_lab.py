@@ -46,8 +46,10 @@ def _tcpdump(prefix: list[str], iface: str, bpf: list[str], pcap: Path):
     proc = subprocess.Popen([*prefix, "tcpdump", "-i", iface, "-n", "-U", "-s", "0", "-w", str(pcap), *bpf],
                             stderr=subprocess.PIPE, text=True)
     try:
-        line = proc.stderr.readline()
-        assert "listening on" in line, line
+        said = []
+        while not said or "listening on" not in said[-1]:   # "data link type ..." may come first
+            said.append(proc.stderr.readline())
+            assert said[-1], said
         yield
     finally:
         time.sleep(0.3)   # the last ACKs

@@ -418,7 +418,9 @@ def cause_sums(rq, keys: tuple = ()):
     each = rq.select(*keys, F.col("cause").alias("_g"), "total_ms", "wait_ms", none("double").alias("rtt_ms"),
                      none("double").alias("send_ms"), none("double").alias("read_ms"), none("long").alias("send_us"),
                      none("long").alias("recv_us"), none("string").alias("broker"), none("int").alias("_ufd"),
-                     *[F.col(c).cast("double").alias(f"_s_{c}") for c in summed])
+                     # A column only some sources have (a capture's stalled_ms) is null in the others.
+                     *[(F.col(c) if c in rq.columns else none("double")).cast("double").alias(f"_s_{c}")
+                       for c in summed])
     return whole.unionByName(each).groupBy(*keys, "_g").agg(
         F.count("*").alias("k"), F.count("wait_ms").alias("timed"),
         q("total_ms", [0.5, 0.99]).alias("total"), q("rtt_ms", [0.5, 0.99]).alias("rtt"),

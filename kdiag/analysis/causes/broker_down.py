@@ -26,6 +26,8 @@ SIGNATURE = (
     "line does; one that says only `Local: Broker transport failure` or `Local: All broker connections are "
     "down` counts when no Produce request completed and no idle disconnect is in the input. Judged from those "
     "lines, so an excerpt of them alone is enough."
+    " From a packet capture: SYNs answered by a reset, or not at all, on the port the producer's "
+    "connections use."
 )
 FIX_DOC = (
     "Bring the broker back or fix the route to it (listeners, `advertised.listeners`, "

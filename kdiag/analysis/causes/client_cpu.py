@@ -26,6 +26,9 @@ SIGNATURE = (
     " followed by a read that gets EAGAIN, 5 times or more in a row in a thread, or thousands of polls with a"
     " timeout of 1 ms or less that time out while the thread moves almost no data (strace lines, or lines"
     " counted by `uniq -c`)."
+    " From a packet capture, where most requests leave within a millisecond of their newest message's "
+    "CreateTime (the record batch's timestamp): a tail that left 10 ms or more after it, which no "
+    "batching explains."
 )
 FIX_DOC = (
     "Give the producer CPU: raise or remove its CPU limit (Kubernetes `limits.cpu`, `cpu.max`), "

@@ -36,6 +36,9 @@ SIGNATURE = (
     "`Sent ProduceRequest`), or, when none follows while other requests are sent, at least that long. "
     "A backlog in flight counts too: 8 or more requests, 1 MB or more, sent on a connection while a slow "
     "response was awaited (by CorrId) make its rtt mostly the wait behind them."
+    " From a packet capture: the oldest message of a Produce request waited 10 ms or more (median) from "
+    "its CreateTime (the record batch's timestamps) to the request's first byte, longer than the request "
+    "took."
 )
 FIX_DOC = ("`-X linger.ms=0` (librdkafka's default is 5 ms since v1.5.0, 0.5 ms from v1.0.0, 0 in v0.11.x and "
            "1000 ms before v0.11.0).")

@@ -22,6 +22,7 @@ SIGNATURE = (
     "A broker's TCP connect took long enough to hold a SYN retransmit (about 1 s or more: librdkafka's "
     "`Connecting to` line to its next state change, or connect() to writable in the syscalls), or timed out "
     "(`Connection setup timed out in state CONNECT`). A connect refused at once is `broker_down`."
+    " From a packet capture: the SYN sent again before its SYN-ACK."
 )
 FIX_DOC = (
     "Find what drops the SYNs or their answers (a firewall, a full accept queue, a load balancer); "

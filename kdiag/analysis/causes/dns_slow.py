@@ -27,6 +27,7 @@ SIGNATURE = (
     "A broker's name took 1 s or more to resolve (librdkafka's `TRY_CONNECT -> CONNECT` state change to its "
     "`Connecting to` line, or the resolver's queries and answers on port 53 in the syscalls), or resolution "
     "failed (`Failed to resolve '...'`) and was tried again. Messages for that broker wait for it."
+    " From a packet capture: the query on port 53 answered 1 s or more after it, followed by the SYN."
 )
 FIX_DOC = (
     "Fix the resolver the client's host uses (`/etc/resolv.conf`: a nameserver that answers, its `timeout` "

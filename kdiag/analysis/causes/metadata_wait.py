@@ -23,6 +23,8 @@ SIGNATURE = (
     "The first ProduceRequest came 500 ms or more after the MetadataRequests that preceded it, sent in a row "
     "(three or more, each within 2 s of the last), or librdkafka's lines name a missing topic or leader "
     "(`Unknown topic or partition`, `Leader not available`, `not found in cluster`)."
+    " From a packet capture: the MetadataRequests on a plaintext connection, or on a TLS terminator's "
+    "onward side captured beside the producer's."
 )
 FIX_DOC = (
     "Create the topic before producing to it (or let the broker create it: `auto.create.topics.enable`); a "

@@ -26,6 +26,8 @@ SIGNATURE = (
     " rtt is 30-70 ms beyond the path RTT, at confidence low, or medium when a measured path "
     "backs it (from v2.10.0, which sets TCP_NODELAY by default, the evidence says that without "
     "`socket.nagle.disable=false` in the config the stall is a proxy's: `nagle_in_path`)."
+    " From a packet capture: a request's later segments leave only after the broker's ACK of the earlier "
+    "ones, about 40 ms later."
 )
 FIX_DOC = "`-X socket.nagle.disable=true`"
 # librdkafka made socket.nagle.disable=true its default in v2.10.0; 0.9.3 to

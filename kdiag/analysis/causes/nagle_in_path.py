@@ -19,6 +19,9 @@ SIGNATURE = (
     "The same stall, but the client socket has TCP_NODELAY (from strace's `setsockopt`, or "
     "sampled live from the socket). Requests that left in one write come back fast. A proxy or "
     "TLS terminator on the path runs Nagle."
+    " From a packet capture: the client sends a request's small segments back to back, one while another "
+    "is unacknowledged (Nagle never does), and, when the relay's onward side is captured too, that "
+    "connection holds them until its peer's ACK."
 )
 FIX_DOC = "Disable Nagle on the proxy (for socat, `,nodelay`)."
 

@@ -21,6 +21,8 @@ SIGNATURE = (
     "from the connection for the throttle time, so the next request waits on a fast path. Without"
     " statistics a throttle looks like `broker_slow`, and the findings say so. Without a "
     "completed request, any throttle time in the statistics names it, by its part of a message's time."
+    " From a packet capture: the ProduceResponses' `ThrottleTimeMs`, where they are plaintext (or a "
+    "relay's onward side is captured)."
 )
 FIX_DOC = (
     "Raise the client's quota on the broker (`kafka-configs --alter --entity-type clients "

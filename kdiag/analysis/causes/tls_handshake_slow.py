@@ -21,6 +21,7 @@ SLOW_MS = 500.0
 SIGNATURE = (
     "A broker's TLS handshake took 500 ms or more: librdkafka's `CONNECT -> SSL_HANDSHAKE` state change to "
     "its next one (`SSL_HANDSHAKE -> APIVERSION_QUERY`, or `-> AUTH_*`/`UP`)."
+    " From a packet capture: ClientHello to the client's first application data."
 )
 FIX_DOC = (
     "Look at the TLS endpoint: the broker's or terminator's CPU, its certificate chain and revocation checks, "
