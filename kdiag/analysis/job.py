@@ -433,12 +433,31 @@ def _judge_logged(spark, inp: _Inputs, q, later: Later, way) -> dict:
         reqs = _unsplit(reqs, unknowns)
         if way is TYPICAL:
             reqs = split_by_typical(reqs, inp.syscalls, unknowns)
+        elif wire.has_requests(inp.tables_dir):
+            reqs, conns = _joined_to_wire(spark, reqs, inp, unknowns)
         reqs = cached(reqs, q, inp.local)
     produce = reqs.filter(F.col("request") == "Produce")
     result = judge(spark, produce, reqs, conns, inp.stats, inp.version, inp.source, unknowns, inp.meta,
                    inp.read.get("syscalls"), inp.small, inp.local)
-    result["confidence"] = CONFIDENCE[inp.source]
+    result["confidence"] = CONFIDENCE[inp.source] if not inp.meta.get("wire_joined") else wire.JOINED_CONFIDENCE
     return result
+
+
+def _joined_to_wire(spark, reqs, inp: _Inputs, unknowns: list[str]):
+    """The log's requests split by a packet capture of them (``wire.joined_to_log``),
+    with the capture's connections; as they were when none matches."""
+    joined, matched = wire.joined_to_log(spark, reqs, inp.tables_dir)
+    if not matched:
+        unknowns.append(wire.NOT_JOINED)
+        return reqs, []
+    # The split is the wire's now: what the log alone could not say is known.
+    unknowns[:] = [u for u in unknowns if u not in (UNSPLIT_LOG, UNTIMED)]
+    unknowns.append(wire.JOINED)
+    inp.meta["wire_joined"] = matched
+    conns = wire.connections(inp.tables_dir)
+    inp.meta["tcp_retrans"] = wire.retransmits(conns)
+    inp.meta["wire"] = wire.summary(inp.tables_dir)
+    return joined, conns
 
 
 def _unsplit(reqs, unknowns: list[str]):

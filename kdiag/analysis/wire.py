@@ -298,3 +298,46 @@ def life(tables_dir: Path | None) -> dict | None:
     got["lookups"] = [{k: d[k] for k in ("client", "server", "name", "ms", "rcode")}
                       for i, d in enumerate(lookups) if i not in used][:20]
     return got
+
+
+# ---------------------------------------------------------------- one join
+
+# A Sent line is written once its request is in the socket, so its request's
+# first byte is on the wire within a few milliseconds of it; librdkafka's
+# log stamps milliseconds.
+JOIN_WINDOW_US = 50_000
+JOINED = ("librdkafka's log joined to the packet capture by correlation id and time: each request's wait, "
+          "its writes and its connection's TCP_NODELAY are the wire's")
+JOINED_CONFIDENCE = "high: librdkafka's lines joined to a packet capture of the same requests"
+NOT_JOINED = ("a packet capture is in the input, but none of its requests matches one of the log's by correlation "
+              "id within 50 ms (a capture of another host, or of another time): the log is judged alone")
+
+
+def joined_to_log(spark, reqs, tables_dir: Path):
+    """The log's requests (``job.unsplit``'s rows), each joined to the
+    capture's exchange with its correlation id whose first byte is nearest
+    its Sent line (within JOIN_WINDOW_US): the wire's wait and writes, on
+    the wire's connection (``fd``: its flow). A request the capture lacks
+    keeps the log's own times. Returns (rows, how many matched)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    wire = requests(spark, tables_dir).filter(F.col("corr_id").isNotNull()).select(
+        F.col("corr_id").alias("_w_corr"), F.col("send_us").alias("_w_send"), F.col("fd").alias("_w_fd"),
+        F.col("n_writes").alias("_w_writes"), F.col("wait_ms").alias("_w_wait"), F.col("read_ms").alias("_w_read"))
+    keyed = reqs.withColumn("_key", F.monotonically_increasing_id())
+    near = (keyed.select("_key", "corr_id", "send_us")
+            .join(wire, (F.col("corr_id") == F.col("_w_corr"))
+                  & (F.abs(F.col("send_us") - F.col("_w_send")) <= JOIN_WINDOW_US))
+            .withColumn("_rank", F.row_number().over(Window.partitionBy("_key").orderBy(
+                F.abs(F.col("send_us") - F.col("_w_send")))))
+            .filter(F.col("_rank") == 1).select("_key", "_w_fd", "_w_writes", "_w_wait", "_w_read"))
+    out = keyed.join(near, "_key", "left")
+    matched = out.filter(F.col("_w_wait").isNotNull()).count()
+    hit = F.col("_w_wait").isNotNull()
+    # The log's own are null (job.unsplit), of no type.
+    for col, w, kind in (("fd", "_w_fd", "int"), ("n_writes", "_w_writes", "long"), ("wait_ms", "_w_wait", "double"),
+                         ("read_ms", "_w_read", "double")):
+        out = out.withColumn(col, F.when(hit, F.col(w)).otherwise(F.col(col).cast(kind)).cast(kind))
+    out = out.withColumn("send_ms", F.when(hit, F.lit(0.0)).otherwise(F.col("send_ms").cast("double")))
+    return out.drop("_key", "_w_fd", "_w_writes", "_w_wait", "_w_read"), matched

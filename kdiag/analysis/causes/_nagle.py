@@ -54,8 +54,9 @@ def log_only_evidence(facts) -> list[str]:
 
 
 def from_wire(facts) -> bool:
-    """The run's requests were read off a packet capture (analysis.wire)."""
-    return facts.summary.get("source") == "wire"
+    """The run's requests were read off a packet capture, or split by one
+    (analysis.wire)."""
+    return facts.summary.get("source") == "wire" or facts.meta.get("wire") is not None
 
 
 def wire_evidence(facts) -> list[str]:
