@@ -4,6 +4,7 @@ figures against what it did and what it measured itself."""
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import struct
 import subprocess
@@ -30,9 +31,12 @@ def capture(path, *args, iface="lo", netns=None, bpf="tcp"):
     """tcpdump -w path while the block runs; its packets flushed at the end."""
     pre = ["ip", "netns", "exec", netns] if netns else []
     # --immediate-mode: else libpcap holds packets in a block until its 1 s
-    # timeout, and a SIGTERM before then writes none of them.
+    # timeout, and a SIGTERM before then writes none of them. It also gives
+    # every packet a ring slot of the snaplen (256 KiB by default), so the
+    # default 2 MiB buffer holds 8 and drops the rest of a burst: loopback's
+    # largest frame is 64 KiB and the buffer 32 MiB.
     dump = subprocess.Popen([*pre, "tcpdump", "-i", iface, "-n", "--immediate-mode", "-U", "-Z", "root",
-                             *args, "-w", str(path), bpf],
+                             "-s", "65600", "-B", "32768", *args, "-w", str(path), bpf],
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     try:
         line = ""
@@ -43,7 +47,9 @@ def capture(path, *args, iface="lo", netns=None, bpf="tcp"):
         time.sleep(0.2)
     finally:
         dump.terminate()
-        dump.wait(timeout=10)
+        _, err = dump.communicate(timeout=10)
+    # A capture that lost packets would make every figure here wrong.
+    assert re.search(r"^0 packets dropped by kernel", err, re.M), err
 
 
 def read(path) -> tuple[list[tcp.Flow], ParseCounts]:
@@ -83,14 +89,13 @@ def _serve_kafka(ls, replies: int, body_len: int):
         conn.recv(1)  # the client's FIN
 
 
-def kafka_exchange(family, host: str, n: int, body_len: int = 100, nodelay: bool = True,
+def kafka_exchange(ls, n: int, body_len: int = 100, nodelay: bool = True,
                    split: bool = False, pipelined: bool = False) -> tuple[tuple, list[float]]:
-    """n request/response round trips over a fresh connection; returns the
-    client's (address, port) and each round trip's duration in ms as the
-    client measured it. ``pipelined``: all n requests in one write first."""
-    ls = socket.socket(family)
-    ls.bind((host, 0))
-    ls.listen(1)
+    """n request/response round trips over a fresh connection to the
+    listening socket ``ls``; returns the client's (address, port) and each
+    round trip's duration in ms as the client measured it. ``pipelined``:
+    all n requests in one write first."""
+    family = ls.family
     th = threading.Thread(target=_serve_kafka, args=(ls, n, body_len), daemon=True)
     th.start()
     c = socket.socket(family)
@@ -115,8 +120,20 @@ def kafka_exchange(family, host: str, n: int, body_len: int = 100, nodelay: bool
     me = c.getsockname()[:2]
     c.close()
     th.join(5)
-    ls.close()
     return me, rtts
+
+
+def captured_exchange(path, family, host: str, n: int, *args, iface: str = "lo", **kw):
+    """kafka_exchange on a new listener, captured on its port alone (the
+    machine's other loopback traffic would crowd the capture buffer)."""
+    ls = socket.socket(family)
+    ls.bind((host, 0))
+    ls.listen(1)
+    try:
+        with capture(path, *args, iface=iface, bpf=f"tcp port {ls.getsockname()[1]}"):
+            return kafka_exchange(ls, n, **kw)
+    finally:
+        ls.close()
 
 
 def _mine(fl, client) -> tcp.Flow:
@@ -134,8 +151,7 @@ def test_loopback_kafka_round_trips(tmp_path, family, host):
     the connection's handshake, FIN and byte counts."""
     _tools()
     cap = tmp_path / "lo.pcap"
-    with capture(cap):
-        client, rtts = kafka_exchange(family, host, 20, body_len=3000)
+    client, rtts = captured_exchange(cap, family, host, 20, body_len=3000)
     fl, counts = read(cap)
     assert PcapReader(cap.read_bytes()).header.linktype == packets.LINKTYPE_ETHERNET
     assert counts.skipped_total == 0 and counts.parsed > 0, counts.to_dict()
@@ -172,8 +188,7 @@ def test_pcapng_of_the_same_records_reads_the_same(tmp_path):
     """A pcapng written from a real pcap's records gives the same flows."""
     _tools()
     cap = tmp_path / "lo.pcap"
-    with capture(cap):
-        client, _ = kafka_exchange(socket.AF_INET, "127.0.0.1", 5)
+    client, _ = captured_exchange(cap, socket.AF_INET, "127.0.0.1", 5)
     reader = PcapReader(cap.read_bytes())
     shb = struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1)
     # if_tsresol 9: nanoseconds
@@ -199,8 +214,7 @@ def test_any_interface_cooked_headers(tmp_path, link, linktype):
     """tcpdump -i any writes Linux cooked headers (v1 by default, v2 asked)."""
     _tools()
     cap = tmp_path / "any.pcap"
-    with capture(cap, "-y", link, iface="any", bpf="tcp and host 127.0.0.1"):
-        client, _ = kafka_exchange(socket.AF_INET, "127.0.0.1", 3)
+    client, _ = captured_exchange(cap, socket.AF_INET, "127.0.0.1", 3, "-y", link, iface="any")
     assert PcapReader(cap.read_bytes()).header.linktype == linktype
     fl, counts = read(cap)
     assert counts.skipped_total == 0
@@ -213,8 +227,7 @@ def test_short_snaplen_keeps_wire_lengths_and_counts_the_missing(tmp_path):
     lengths are the wire's, the rest is missing, never guessed."""
     _tools()
     cap = tmp_path / "short.pcap"
-    with capture(cap, "-s", "96"):
-        client, _ = kafka_exchange(socket.AF_INET, "127.0.0.1", 4, body_len=2000, pipelined=True)
+    client, _ = captured_exchange(cap, socket.AF_INET, "127.0.0.1", 4, "-s", "96", body_len=2000, pipelined=True)
     fl, counts = read(cap)
     f = _mine(fl, client)
     req_len = 4 + 20 + 2000
@@ -293,8 +306,7 @@ def test_nagle_and_delayed_ack_on_split_writes(tmp_path):
     capture shows it as held_ns right after a delayed ACK."""
     _tools()
     cap = tmp_path / "nagle.pcap"
-    with capture(cap):
-        client, rtts = kafka_exchange(socket.AF_INET, "127.0.0.1", 12, body_len=40, nodelay=False, split=True)
+    client, rtts = captured_exchange(cap, socket.AF_INET, "127.0.0.1", 12, body_len=40, nodelay=False, split=True)
     fl, _ = read(cap)
     f = _mine(fl, client)
     reqs = [m for m in messages(f, "kafka") if m.direction == 0]
@@ -316,12 +328,12 @@ def test_nodelay_split_writes_are_not_held(tmp_path):
     """The same exchange with TCP_NODELAY on: no segment waits for an ACK."""
     _tools()
     cap = tmp_path / "nodelay.pcap"
-    with capture(cap):
-        client, rtts = kafka_exchange(socket.AF_INET, "127.0.0.1", 12, body_len=40, nodelay=True, split=True)
+    client, rtts = captured_exchange(cap, socket.AF_INET, "127.0.0.1", 12, body_len=40, nodelay=True, split=True)
     fl, _ = read(cap)
     f = _mine(fl, client)
     reqs = [m for m in messages(f, "kafka") if m.direction == 0]
-    assert len(reqs) == 12 and max(m.held_ns for m in reqs) < 10_000_000 and max(rtts) < 10
+    # (a loaded machine may pause the client between its writes, never 40 ms)
+    assert len(reqs) == 12 and max(m.held_ns for m in reqs) < 20_000_000 and max(rtts) < 30
     assert f.streams[0].delayed_acks == 0
 
 
