@@ -4,6 +4,8 @@ figures against what it did and what it measured itself."""
 from __future__ import annotations
 
 import contextlib
+import io
+import os
 import re
 import socket
 import struct
@@ -14,7 +16,7 @@ import time
 import pytest
 
 from kdiag.parsers.base import ParseCounts
-from kdiag.parsers.pcap import PCAPNG_EPB, PCAPNG_IDB, PcapReader, pcapng_block
+from kdiag.parsers.pcap import PCAPNG_EPB, PCAPNG_IDB, PcapReader, PcapWriter, pcapng_block
 from kdiag.parsers.wire import packets, tcp, tls
 from kdiag.parsers.wire.packets import Segment, segments
 from kdiag.parsers.wire.tcp import flows, framing_of, messages
@@ -469,3 +471,153 @@ def test_tls_records_and_bursts():
     assert hs["tls13"] is False and hs["handshake_ms"] == pytest.approx(4.0)
     got = [(m.direction, m.length) for m in messages(f, "tls")]
     assert got == [(0, 105 + 55), (1, 35), (0, 75), (1, 25)]
+
+
+# ---------------------------------------------------------------- namespaces: VLAN, loss, zero window
+
+_CLONE_NEWNET = 0x40000000
+
+
+@contextlib.contextmanager
+def in_netns(name: str):
+    """This thread in network namespace ``name`` (setns is per thread):
+    sockets made meanwhile stay in it."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    back = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    there = os.open(f"/run/netns/{name}", os.O_RDONLY)
+    try:
+        if libc.setns(there, _CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns")
+        yield
+    finally:
+        libc.setns(back, _CLONE_NEWNET)
+        os.close(there)
+        os.close(back)
+
+
+@contextlib.contextmanager
+def netns(*names: str):
+    for n in names:
+        subprocess.run(["ip", "netns", "add", n], check=True)
+        subprocess.run(["ip", "-n", n, "link", "set", "lo", "up"], check=True)
+    try:
+        yield
+    finally:
+        for n in names:
+            subprocess.run(["ip", "netns", "del", n], check=False)
+
+
+def _ns_name() -> str:
+    return f"kdw{os.getpid() % 10000}{threading.get_ident() % 1000}"
+
+
+def test_vlan_tagged_frames(tmp_path):
+    """802.1Q and QinQ (802.1ad outer) tags, inserted into the Ethernet
+    frames of a real loopback capture: the kernels kdiag is tested on have
+    no 8021q (``ip link add ... type vlan``: "Unknown device type"), so a
+    tagged capture cannot be taken here. Same flows, same messages."""
+    _tools()
+    cap = tmp_path / "lo.pcap"
+    client, _ = captured_exchange(cap, socket.AF_INET, "127.0.0.1", 3)
+    reader = PcapReader(cap.read_bytes())
+    out = io.BytesIO()
+    w = PcapWriter(out, reader.header)
+    for i, rec in enumerate(reader):
+        tags = b"\x81\x00\x00\x2a" if i % 2 else b"\x88\xa8\x00\x07\x81\x00\x00\x2a"
+        w.write(reader.ts_ns(rec), rec.frame[:12] + tags + rec.frame[12:], rec.orig_len + len(tags))
+    tagged = tmp_path / "vlan.pcap"
+    tagged.write_bytes(out.getvalue())
+    a, _ = read(cap)
+    b, counts = read(tagged)
+    assert counts.skipped_total == 0
+    fa, fb = _mine(a, client), _mine(b, client)
+    assert fa.facts() == fb.facts()
+    assert [m.head for m in messages(fb, "kafka")] == [m.head for m in messages(fa, "kafka")]
+    assert len(list(messages(fb, "kafka"))) == 6
+
+
+def test_retransmissions_of_dropped_segments(tmp_path):
+    """nftables drops the first data segments to the server after the
+    capture saw them (input hook): each comes again after the RTO. The
+    capture's retransmissions are the rule's drops."""
+    _tools()
+    need("nft")
+    ns = _ns_name() + "r"
+    with netns(ns):
+        with in_netns(ns):
+            ls = socket.socket()
+            ls.bind(("127.0.0.1", 0))
+            ls.listen(1)
+        port = ls.getsockname()[1]
+        rules = (f"table inet kdw {{\n counter dropped {{\n }}\n chain input {{\n"
+                 f"  type filter hook input priority 0; policy accept;\n"
+                 f"  tcp dport {port} meta length > 200 quota until 4000 bytes counter name \"dropped\" drop\n"
+                 f" }}\n}}\n")
+        subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=rules, text=True, check=True)
+        cap = tmp_path / "loss.pcap"
+        try:
+            with capture(cap, netns=ns, bpf=f"tcp port {port}"):
+                with in_netns(ns):
+                    client, rtts = kafka_exchange(ls, 3, body_len=1000)
+        finally:
+            ls.close()
+        shown = subprocess.run(["ip", "netns", "exec", ns, "nft", "list", "counter", "inet", "kdw", "dropped"],
+                               capture_output=True, text=True, check=True).stdout
+    dropped = int(re.search(r"packets (\d+)", shown).group(1))
+    assert dropped >= 1
+    fl, _ = read(cap)
+    f = _mine(fl, client)
+    s0 = f.streams[0]
+    assert s0.retransmits == dropped and s0.retransmit_bytes == dropped * 1024
+    assert s0.out_of_order == 0 and s0.missing_bytes == 0 and f.streams[1].retransmits == 0
+    # The first request waited for the retransmission timeout(s), as the
+    # client measured; its ACK timing skips the retransmitted segment.
+    assert rtts[0] >= 190 and [m.length for m in messages(f, "kafka") if m.direction == 0] == [1024] * 3
+    assert s0.ack_ms_max < rtts[0]
+    print(f"dropped {dropped}, retransmits {s0.retransmits}; first round trip {rtts[0]:.1f} ms")
+
+
+def test_zero_window_of_a_receiver_that_stops_reading(tmp_path):
+    """A server with a small receive buffer that reads nothing for a
+    while: its window falls to 0 and the client's stream stalls."""
+    _tools()
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(1)
+    total, pause = 1 << 20, 0.5
+    got = {}
+
+    def server():
+        conn, _ = ls.accept()
+        with conn:
+            time.sleep(pause)
+            got["resumed"] = time.monotonic()
+            n = 0
+            while n < total:
+                n += len(conn.recv(65536))
+    cap = tmp_path / "zero.pcap"
+    try:
+        with capture(cap, bpf=f"tcp port {ls.getsockname()[1]}"):
+            th = threading.Thread(target=server, daemon=True)
+            th.start()
+            c = socket.socket()
+            c.connect(ls.getsockname())
+            t0 = time.monotonic()
+            c.sendall(bytes(total))
+            client = c.getsockname()
+            c.close()
+            th.join(10)
+    finally:
+        ls.close()
+    stalled_ms = (got["resumed"] - t0) * 1000
+    fl, _ = read(cap)
+    f = _mine(fl, client)
+    s0 = f.streams[0]
+    assert s0.length == total and s0.zero_windows >= 1
+    # The window stayed shut while the server slept, give or take the
+    # time the buffer took to fill.
+    assert stalled_ms - 100 <= s0.zero_window_ms <= stalled_ms + 50, (s0.zero_window_ms, stalled_ms)
+    print(f"zero window {s0.zero_windows}x, {s0.zero_window_ms:.1f} ms; server paused {stalled_ms:.1f} ms")
