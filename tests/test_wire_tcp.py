@@ -236,17 +236,21 @@ def test_short_snaplen_keeps_wire_lengths_and_counts_the_missing(tmp_path):
     s0 = f.streams[0]
     assert s0.length == 4 * req_len
     # Ethernet 14 + IPv4 20 + TCP 32 (timestamps): 30 payload bytes a
-    # segment; the requests left in one segment, the responses in four.
+    # segment; the requests left in one segment, the responses in up to
+    # four (Nagle may join the later ones).
+    s1 = f.streams[1]
     assert s0.missing_bytes == 4 * req_len - 30 and s0.data_segments == 1
-    assert f.streams[1].missing_bytes == 4 * (4 + 4 + 2000 - 30) and f.streams[1].data_segments == 4
+    assert s1.length == 4 * (4 + 4 + 2000) and s1.missing_bytes == s1.length - 30 * s1.data_segments
     assert s0.bytes_at(0, 30) is not None and s0.bytes_at(0, 31) is None
     # The requests went in one write: the first is framed (its size field
     # was captured), the second's size field was cut, so framing stops
-    # there, counted. Each response came in its own segment: all framed.
+    # there, counted. The responses: framed while each starts a segment.
     got = list(tcp.messages(f, "kafka", counts))
     assert [(m.offset, m.length, len(m.head)) for m in got if m.direction == 0] == [(0, req_len, 30)]
-    assert [len(m.head) for m in got if m.direction == 1] == [30] * 4
-    assert counts.skipped.get("lost_framing") == 1
+    starts = [c[0] for c in s1.chunks]
+    resps = [m for m in got if m.direction == 1]
+    assert resps and all(len(m.head) == 30 and m.offset in starts for m in resps)
+    assert counts.skipped.get("lost_framing") == 1 + (len(resps) < 4)
 
 
 def test_rst_from_a_closed_port(tmp_path):
