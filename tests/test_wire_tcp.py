@@ -625,3 +625,111 @@ def test_zero_window_of_a_receiver_that_stops_reading(tmp_path):
     # time the buffer took to fill.
     assert stalled_ms - 100 <= s0.zero_window_ms <= stalled_ms + 50, (s0.zero_window_ms, stalled_ms)
     print(f"zero window {s0.zero_windows}x, {s0.zero_window_ms:.1f} ms; server paused {stalled_ms:.1f} ms")
+
+
+# ---------------------------------------------------------------- TLS
+
+
+def _tls_exchange(ls, cert, n: int, nodelay: bool, version) -> tuple[tuple, list[float], float]:
+    """n Kafka-framed round trips over TLS, each request written as two
+    TLS writes (its size, then the rest); the client's address, round trips
+    (ms) and handshake (ms, connect() to the handshake's end)."""
+    import ssl
+
+    sctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    sctx.load_cert_chain(cert[0], cert[1])
+    sctx.maximum_version = sctx.minimum_version = version
+    # TLS 1.3 session tickets are application data on the wire, sent in the
+    # middle of the first request: kdiag.parsers.wire.tls says so; here the
+    # requests alone are counted.
+    sctx.num_tickets = 0
+
+    def serve():
+        raw, _ = ls.accept()
+        # the server's own Nagle would hold its responses: the client's is measured
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with sctx.wrap_socket(raw, server_side=True) as conn:
+            for _ in range(n):
+                size = struct.unpack("!i", _recv_exact(conn, 4))[0]
+                corr = struct.unpack_from("!i", _recv_exact(conn, size), 4)[0]
+                resp = struct.pack("!i", corr) + bytes(60)
+                conn.sendall(struct.pack("!i", len(resp)) + resp)
+            conn.recv(1)
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    cctx = ssl.create_default_context(cafile=str(cert[0]))
+    raw = socket.socket()
+    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, int(nodelay))
+    t0 = time.monotonic()
+    raw.connect(ls.getsockname())
+    c = cctx.wrap_socket(raw, server_hostname="localhost")
+    hs_ms = (time.monotonic() - t0) * 1000
+    rtts = []
+    for i in range(n):
+        req = frame(0, 9, 2000 + i, bytes(50))
+        t1 = time.monotonic()
+        c.sendall(req[:4])
+        c.sendall(req[4:])
+        _recv_exact(c, struct.unpack("!i", _recv_exact(c, 4))[0])
+        rtts.append((time.monotonic() - t1) * 1000)
+    me = c.getsockname()
+    c.close()
+    th.join(5)
+    return me, rtts, hs_ms
+
+
+@pytest.mark.parametrize("version", ["TLSv1_2", "TLSv1_3"])
+@pytest.mark.parametrize("nodelay", [False, True])
+def test_tls_requests_and_nagle_on_the_wire(tmp_path, version, nodelay):
+    """Over TLS the requests are told apart by the alternation of the two
+    sides' application data; with Nagle on, each request's second record
+    leaves only after the server's delayed ACK: held ~40 ms right after an
+    ACK, as the client's own round trips show."""
+    import ssl
+
+    _tools()
+    need("openssl")
+    from kdiag.lab.tls import make_cert
+
+    cert = make_cert("openssl", tmp_path)
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(1)
+    cap = tmp_path / "tls.pcap"
+    try:
+        with capture(cap, bpf=f"tcp port {ls.getsockname()[1]}"):
+            client, rtts, hs_ms = _tls_exchange(ls, cert, 10, nodelay, getattr(ssl.TLSVersion, version))
+    finally:
+        ls.close()
+    fl, _ = read(cap)
+    f = _mine(fl, client)
+    assert framing_of(f) == "tls"
+    hs = tls.handshake(f)
+    assert hs["tls13"] == (version == "TLSv1_3")
+    names = [(d, n) for d, n, _ in hs["messages"]]
+    assert names[:2] == [(0, "ClientHello"), (1, "ServerHello")]
+    # ClientHello -> the first request's first record: inside the client's
+    # measure of connect + handshake and its first round trip (in TLS 1.3
+    # with Nagle on, that record waits for the ACK of the client's Finished).
+    assert 0 < hs["handshake_ms"] <= hs_ms + rtts[0] + 5
+    got = list(messages(f, "tls"))
+    assert [m.direction for m in got] == [0, 1] * 10, [(m.direction, m.length) for m in got]
+    reqs = [m for m in got if m.direction == 0]
+    assert all(m.complete for m in reqs) and all(m.segments == 2 for m in reqs[1:])
+    if version == "TLSv1_3" and not nodelay and reqs[0].segments == 1:
+        # Both records of the first request waited, together, for the ACK
+        # of the client's Finished: held before its first segment, which
+        # left right after that ACK.
+        assert rtts[0] >= 20 and f.streams[0].ack_before(reqs[0].first_ns, 2_000_000, reqs[0].offset)
+        reqs, rtts = reqs[1:], rtts[1:]
+    held = [m for m in reqs if m.held_ns >= 20_000_000]
+    slow = [r for r in rtts if r >= 20]
+    assert len(held) == len(slow), (rtts, [m.held_ns for m in reqs])
+    if nodelay:
+        assert not held
+    else:
+        assert len(held) >= 5 and all(m.held_after_ack for m in held)
+        for m, r in zip(reqs, rtts):
+            if m.held_ns >= 20_000_000:
+                assert abs(m.held_ns / 1e6 - r) < 5
+        print(f"{version} Nagle: held {[round(m.held_ns / 1e6, 1) for m in reqs]} ms; client {rtts}")
