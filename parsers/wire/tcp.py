@@ -113,7 +113,10 @@ class Stream:
         self.base: int | None = None         # the sequence number of offset 0
         self._high = 0
         self._acked = 0
-        self._runs: list[list] = []          # [start, bytearray], captured bytes
+        # Captured bytes: [start, end, [pieces]] while building (joined
+        # once at the end: growing one buffer re-copies it as it grows),
+        # then [start, bytes].
+        self._runs: list[list] = []
         self._late: list[tuple[int, bytes]] = []
         self._firsts: list[tuple[int, int, int]] = []   # (start, end, ts) of each byte range's first sight
         self._first_starts: list[int] = []
@@ -208,14 +211,14 @@ class Stream:
         runs = self._runs
         if runs:
             last = runs[-1]
-            end = last[0] + len(last[1])
-            if off == end:
-                last[1] += data
+            if off == last[1]:
+                last[1] += len(data)
+                last[2].append(data)
                 return
-            if off < end:
+            if off < last[1]:
                 self._late.append((off, data))
                 return
-        runs.append([off, bytearray(data)])
+        runs.append([off, off + len(data), [data]])
 
     def _first(self, start: int, end: int, ts: int) -> None:
         if not self._first_starts or start >= self._firsts[-1][0]:
@@ -319,18 +322,19 @@ class Stream:
         if self._zero_since is not None:  # still closed when the capture ended
             self.zero_window_ms += (last_ns - self._zero_since) / 1e6
             self._zero_since = None
-        runs = self._runs
+        runs = [[start, b"".join(pieces)] for start, _end, pieces in self._runs]
         if self._late:
-            pieces = sorted([(s, bytes(b)) for s, b in runs] + self._late, key=lambda p: p[0])
-            runs = []
-            for s, b in pieces:
-                if runs and s <= runs[-1][0] + len(runs[-1][1]):
-                    last = runs[-1]
-                    over = last[0] + len(last[1]) - s
+            merged: list[list] = []   # [start, end, pieces]
+            for s, b in sorted(runs + self._late, key=lambda p: p[0]):
+                if merged and s <= merged[-1][1]:
+                    last = merged[-1]
+                    over = last[1] - s
                     if over < len(b):   # the first copy captured wins
-                        last[1] += b[over:]
+                        last[2].append(b[over:])
+                        last[1] += len(b) - over
                 else:
-                    runs.append([s, bytearray(b)])
+                    merged.append([s, s + len(b), [b]])
+            runs = [[start, b"".join(pieces)] for start, _end, pieces in merged]
             self._late = []
         self._runs = runs
         self._run_starts = [r[0] for r in runs]
