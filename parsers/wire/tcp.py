@@ -58,6 +58,7 @@ from kdiag.parsers.wire import tls
 from kdiag.parsers.wire.packets import TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, Segment
 
 _MASK = 0xFFFFFFFF
+_SYN_FIN_RST = TCP_SYN | TCP_FIN | TCP_RST
 DELAYED_ACK_NS = 10_000_000
 # A segment that leaves this soon after the peer's ACK of everything before
 # it was waiting for that ACK (Nagle's algorithm, RFC 896).
@@ -370,13 +371,10 @@ class Flow:
         self._syn_seq: int | None = None
         self._last_syn_ns: int | None = None
         self._synack_seq: int | None = None
+        self._reorder_ns = REORDER_MIN_NS
 
     def __repr__(self) -> str:
         return f"Flow({self.client[0]}:{self.client[1]} -> {self.server[0]}:{self.server[1]})"
-
-    def _reorder_ns(self) -> int:
-        rtt = (self.handshake_rtt_us or 0) + (self.synack_ack_us or 0)
-        return max(int(rtt * 1000), REORDER_MIN_NS)
 
     def _handshake(self, seg: Segment, d: int) -> None:
         ts = seg.ts_ns
@@ -398,36 +396,53 @@ class Flow:
             else:
                 self.synack_retransmits += 1
 
+    def _opening(self, seg: Segment, d: int) -> None:
+        """The handshake's segments and a side's first one."""
+        mine = self.streams[d]
+        if seg.flags & TCP_SYN:
+            self._handshake(seg, d)
+        if mine.base is None:
+            mine.base = seg.seq
+        if (d == 0 and self.established_ns is None and self._synack_seq is not None
+                and seg.flags & (TCP_SYN | TCP_ACK) == TCP_ACK and seg.ack == (self._synack_seq + 1) & _MASK):
+            self.established_ns = seg.ts_ns
+            self.synack_ack_us = (seg.ts_ns - self.synack_ns) / 1000
+            self._reorder_ns = max(int((self.handshake_rtt_us or 0) * 1000 + self.synack_ack_us * 1000),
+                                   REORDER_MIN_NS)
+
+    def _closing(self, seg: Segment, d: int) -> None:
+        if seg.flags & TCP_FIN:
+            self.streams[d].fin = True
+            if self.fin_ns is None:
+                self.fin_ns, self.fin_by = seg.ts_ns, ("client", "server")[d]
+        if seg.flags & TCP_RST and self.rst_ns is None:
+            self.rst_ns, self.rst_by = seg.ts_ns, ("client", "server")[d]
+
+    # The hot path: one call per segment of the capture, the rare cases
+    # (handshake, close) apart.
     def add(self, seg: Segment, d: int) -> None:
         ts, flags = seg.ts_ns, seg.flags
         self.last_ns = ts
         mine, peer = self.streams[d], self.streams[1 - d]
         mine.segments += 1
-        if flags & TCP_SYN:
-            self._handshake(seg, d)
-        if mine.base is None:
-            mine.base = seg.seq
+        if flags & TCP_SYN or mine.base is None or (self.established_ns is None and self._synack_seq is not None):
+            self._opening(seg, d)
         if flags & TCP_ACK:
             if peer.base is None:  # the peer has sent nothing yet in this capture
                 peer.base = seg.ack
-            if (d == 0 and self.established_ns is None and self._synack_seq is not None
-                    and not flags & TCP_SYN and seg.ack == (self._synack_seq + 1) & _MASK):
-                self.established_ns = ts
-                self.synack_ack_us = (ts - self.synack_ns) / 1000
-            peer.ack(ts, peer.offset_of(seg.ack), not seg.payload_len and not flags & (TCP_SYN | TCP_FIN | TCP_RST))
-        if not flags & (TCP_SYN | TCP_RST):
-            scale = self.streams[d].wscale if self.streams[0].wscale is not None \
-                and self.streams[1].wscale is not None else 0
-            peer.window(ts, seg.window << (scale or 0))
+            high = peer._high
+            u = (seg.ack - peer.base - high) & _MASK
+            off = high + (u - 0x100000000 if u >= 0x80000000 else u)
+            if off > peer._acked:
+                peer.ack(ts, off, not seg.payload_len and not flags & _SYN_FIN_RST)
+        # Only a zero window matters here, which no scale changes.
+        if (not seg.window or peer._zero_since is not None) and not flags & (TCP_SYN | TCP_RST):
+            peer.window(ts, seg.window)
         if seg.payload_len:
             seq = (seg.seq + 1) & _MASK if flags & TCP_SYN else seg.seq
-            mine.data(ts, mine.offset_of(seq), seg.payload_len, seg.data, self._reorder_ns())
-        if flags & TCP_FIN:
-            mine.fin = True
-            if self.fin_ns is None:
-                self.fin_ns, self.fin_by = ts, ("client", "server")[d]
-        if flags & TCP_RST and self.rst_ns is None:
-            self.rst_ns, self.rst_by = ts, ("client", "server")[d]
+            mine.data(ts, mine.offset_of(seq), seg.payload_len, seg.data, self._reorder_ns)
+        if flags & (TCP_FIN | TCP_RST):
+            self._closing(seg, d)
 
     def facts(self) -> dict:
         """The connection's facts as one flat row (directions as ``c2s_`` and
