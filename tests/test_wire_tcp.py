@@ -138,6 +138,15 @@ def captured_exchange(path, family, host: str, n: int, *args, iface: str = "lo",
         ls.close()
 
 
+def _same_as_general_path(path) -> None:
+    """segments() reads the commonest packets in one step: it must give
+    what the general reader (segment_of) gives for every record."""
+    from kdiag.parsers.pcap import capture_records
+
+    recs = list(capture_records(path.read_bytes(), ParseCounts("wire")))
+    assert recs and list(segments(recs, ParseCounts("wire"))) == [packets.segment_of(*r) for r in recs]
+
+
 def _mine(fl, client) -> tcp.Flow:
     got = [f for f in fl if f.client == client]
     assert len(got) == 1, (fl, client)
@@ -157,6 +166,7 @@ def test_loopback_kafka_round_trips(tmp_path, family, host):
     fl, counts = read(cap)
     assert PcapReader(cap.read_bytes()).header.linktype == packets.LINKTYPE_ETHERNET
     assert counts.skipped_total == 0 and counts.parsed > 0, counts.to_dict()
+    _same_as_general_path(cap)
     f = _mine(fl, client)
     assert f.client_by == "syn" and not f.mid_connection
     assert f.syn_ns < f.synack_ns <= f.established_ns
@@ -218,6 +228,7 @@ def test_any_interface_cooked_headers(tmp_path, link, linktype):
     cap = tmp_path / "any.pcap"
     client, _ = captured_exchange(cap, socket.AF_INET, "127.0.0.1", 3, "-y", link, iface="any")
     assert PcapReader(cap.read_bytes()).header.linktype == linktype
+    _same_as_general_path(cap)
     fl, counts = read(cap)
     assert counts.skipped_total == 0
     f = _mine(fl, client)
@@ -426,6 +437,7 @@ def test_link_layers_reach_the_same_segment(linktype, prefix):
     seg = packets.segment_of(5, linktype, prefix + _ipv4_tcp())
     assert isinstance(seg, Segment) and (seg.src, seg.sport, seg.dst, seg.dport, seg.data) == \
         ("10.0.0.1", 1, "10.0.0.2", 2, b"hi")
+    assert list(segments([(5, linktype, prefix + _ipv4_tcp())], ParseCounts("t"))) == [seg]
 
 
 def test_bad_records_are_counted_by_reason():

@@ -234,11 +234,18 @@ class Stream:
         end = off + plen
         self.data_segments += 1
         self.bytes += plen
-        if off >= self._high:
+        if off >= self._high:   # new data, the common case: kept in order
             if off > self._high and len(self._holes) < MAX_HOLES:
                 self._holes.append([self._high, off, ts])
-            self._store(off, data)
-            self._first(off, end, ts)
+            runs = self._runs
+            if data and runs and runs[-1][1] == off:
+                last = runs[-1]
+                last[1] += len(data)
+                last[2].append(data)
+            else:
+                self._store(off, data)
+            self._firsts.append((off, end, ts))
+            self._first_starts.append(off)
             self._pending.append((end, ts))
             self._high = end
             self.chunks.append((off, plen, ts, len(data), False))
