@@ -745,3 +745,49 @@ def test_tls_requests_and_nagle_on_the_wire(tmp_path, version, nodelay):
             if m.held_ns >= 20_000_000:
                 assert abs(m.held_ns / 1e6 - r) < 5
         print(f"{version} Nagle: held {[round(m.held_ns / 1e6, 1) for m in reqs]} ms; client {rtts}")
+
+
+# ---------------------------------------------------------------- the lab's nagle-on case
+
+
+def test_lab_nagle_on_librdkafka_over_tls(tmp_path):
+    """The lab's nagle-on case (librdkafka with socket.nagle.disable=false,
+    TLS through stunnel4 to Tansu) captured: every Produce request is held
+    ~40 ms with its last segment right after the terminator's delayed ACK,
+    as long as the producer's own wait for each delivery."""
+    _tools()
+    need("stunnel4")
+    from confluent_kafka import Producer
+
+    from kdiag.lab import broker as lab
+    from kdiag.lab.scenarios import nagle_on
+
+    cap = tmp_path / "nagle-on.pcap"
+    waits = []
+    with lab.running(lab=nagle_on.LAB) as L:
+        with capture(cap, bpf=f"tcp port {L.tls_port}"):
+            p = Producer({"bootstrap.servers": L.bootstrap, "security.protocol": "ssl",
+                          "ssl.ca.location": str(L.ca_path), **nagle_on.PROPS, "linger.ms": 0})
+            p.produce("kdiag-probe", b"w")   # warm: metadata, the connection
+            p.flush(30)
+            for _ in range(15):
+                t0 = time.monotonic()
+                p.produce("kdiag-probe", b"x" * 2048)
+                p.flush(10)
+                waits.append((time.monotonic() - t0) * 1000)
+            del p
+    fl, counts = read(cap)
+    assert counts.skipped_total == 0
+    assert {framing_of(f) for f in fl} == {"tls"}
+    held = [m for f in fl for m in messages(f, "tls") if m.direction == 0 and m.held_ns >= 20_000_000]
+    slow = [w for w in waits if w >= 20]
+    # Each slow delivery is one held request on the wire (the warm-up's too
+    # when it was held), its wait the delayed ACK's.
+    assert len(slow) >= 10 and len(slow) <= len(held) <= len(slow) + 1, (waits, [m.held_ns for m in held])
+    assert all(m.held_after_ack for m in held)
+    med_held = sorted(m.held_ns for m in held)[len(held) // 2] / 1e6
+    med_wait = sorted(slow)[len(slow) // 2]
+    assert 30 <= med_held <= med_wait and med_wait - med_held < 5, (med_held, med_wait)
+    s0 = max((f.streams[0] for f in fl), key=lambda s: s.delayed_acks)
+    assert s0.delayed_acks >= len(slow) and abs(s0.delayed_ack_ms_median - med_held) < 5
+    print(f"held median {med_held:.1f} ms, producer's wait median {med_wait:.1f} ms, {len(held)} held requests")
