@@ -796,3 +796,40 @@ def test_lab_nagle_on_librdkafka_over_tls(tmp_path):
     s0 = max((f.streams[0] for f in fl), key=lambda s: s.delayed_acks)
     assert s0.delayed_acks >= len(held) - 1 and abs(s0.delayed_ack_ms_median - med_held) < 5
     print(f"held median {med_held:.1f} ms, producer's wait median {med_wait:.1f} ms, {len(held)} held requests")
+
+
+def test_mangled_captures_are_counted_never_raised(tmp_path):
+    """Real records with bytes overwritten, cut or lengthened at random
+    (seeded): every record is parsed or counted, and the connections,
+    their Kafka and TLS framing and the TLS handshake read without raising."""
+    import random
+
+    from kdiag.parsers.pcap import capture_records
+
+    _tools()
+    cap = tmp_path / "lo.pcap"
+    captured_exchange(cap, socket.AF_INET6, "::1", 6, body_len=300)
+    recs = list(capture_records(cap.read_bytes(), ParseCounts("wire")))
+    rnd = random.Random(42)
+    for round_ in range(200):
+        mangled = []
+        for ts, lt, frame in recs:
+            b = bytearray(frame)
+            for _ in range(rnd.randrange(4)):
+                b[rnd.randrange(len(b))] = rnd.randrange(256)
+            if rnd.random() < 0.1:
+                b = b[:rnd.randrange(len(b) + 1)]
+            if rnd.random() < 0.05:
+                b += rnd.randbytes(rnd.randrange(64))
+            mangled.append((ts + rnd.randrange(-1000, 1000), rnd.choice((lt, lt, lt, 0, 113, 276, 229)), bytes(b)))
+        counts = ParseCounts("wire")
+        counts.lines = len(mangled)
+        fl = flows(segments(mangled, counts), counts)
+        assert counts.parsed + counts.skipped_total == len(mangled), (round_, counts.to_dict())
+        for f in fl:
+            for framing in ("kafka", "tls"):
+                for m in messages(f, framing, counts):
+                    assert 0 <= len(m.head) <= min(m.length, tcp.HEAD_MAX)
+            tls.handshake(f)
+            f.facts()
+            framing_of(f)
