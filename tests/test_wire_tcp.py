@@ -833,3 +833,30 @@ def test_mangled_captures_are_counted_never_raised(tmp_path):
             tls.handshake(f)
             f.facts()
             framing_of(f)
+
+
+def _ipv6_tcp(ext: bytes = b"", first: int = 6, payload: bytes = b"hey") -> bytes:
+    tcph = struct.pack("!HHIIBBHHH", 40000, 9092, 7, 0, 5 << 4, ACK, 100, 0, 0)
+    src, dst = socket.inet_pton(socket.AF_INET6, "fd00::1"), socket.inet_pton(socket.AF_INET6, "fd00::2")
+    return struct.pack("!IHBB", 6 << 28, len(ext) + len(tcph) + len(payload), first, 64) + src + dst + ext + tcph \
+        + payload
+
+
+def test_ipv6_extension_headers_walked_and_fragments_counted():
+    hop = bytes([43, 0]) + bytes(6)                 # hop-by-hop, 8 bytes, then routing
+    routing = bytes([60, 1]) + bytes(14)            # routing, 16 bytes, then destination options
+    dest = bytes([6, 0]) + bytes(6)                 # destination options, then TCP
+    seg = packets.segment_of(1, packets.LINKTYPE_IPV6, _ipv6_tcp(hop + routing + dest, first=0))
+    assert isinstance(seg, Segment) and (seg.src, seg.dst, seg.dport, seg.data, seg.payload_len) == \
+        ("fd00::1", "fd00::2", 9092, b"hey", 3)
+    frag = bytes([6, 0, 0, 1]) + bytes(4)
+    assert packets.segment_of(1, packets.LINKTYPE_IPV6, _ipv6_tcp(frag, first=44)) == "fragment"
+    # A chain longer than the bound is refused, not walked on.
+    loop = (bytes([60, 0]) + bytes(6)) * (packets.MAX_IPV6_HEADERS + 1)
+    assert packets.segment_of(1, packets.LINKTYPE_IPV6, _ipv6_tcp(loop, first=60)) == "bad_ip"
+    for family in (10, 24, 28, 30):   # BSD loopback's AF_INET6, either byte order
+        for order in ("little", "big"):
+            frame = family.to_bytes(4, order) + _ipv6_tcp()
+            assert isinstance(packets.segment_of(1, packets.LINKTYPE_NULL, frame), Segment)
+    eth = bytes(12) + b"\x86\xdd" + _ipv6_tcp()
+    assert list(segments([(1, packets.LINKTYPE_ETHERNET, eth)], ParseCounts("t")))[0].src == "fd00::1"
