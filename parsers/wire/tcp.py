@@ -40,7 +40,10 @@ sent (nothing else outstanding).
 ``messages(flow, framing)`` frames a Flow's streams: ``"kafka"`` (int32
 big-endian size, then that many bytes; the Message covers the size field
 too) or ``"tls"`` (kdiag.parsers.wire.tls). ``framing_of(flow)`` tells which
-from the client's first bytes.
+from the client's first bytes. Framing starts at offset 0 of each stream: in
+a capture that starts mid-connection that is a boundary only if the capture
+began between messages, which framing_of's reading of the client's first
+bytes as a request (or a TLS record) is what vouches for.
 
 Skip reasons counted by ``messages`` (on the ``counts`` given): ``lost_framing``
 (a size field that cannot be, or not captured: framing stops on that
@@ -487,7 +490,9 @@ def _client_of(seg: Segment) -> tuple[tuple[str, int], tuple[str, int], str]:
 
 def flows(segments: Iterable[Segment], counts: ParseCounts | None = None) -> list[Flow]:
     """One Flow per TCP connection of the segments (UDP ones are passed
-    over), in the order their first segment was captured."""
+    over), in the order their first segment was captured. Every TCP
+    segment belongs to a Flow, so none is counted here; ``counts`` is the
+    capture's, as the other steps take it."""
     out: list[Flow] = []
     live: dict[tuple, tuple[Flow, int]] = {}
     for seg in segments:
