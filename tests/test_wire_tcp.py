@@ -4,6 +4,9 @@ figures against what it did and what it measured itself."""
 from __future__ import annotations
 
 import contextlib
+import io
+import os
+import re
 import socket
 import struct
 import subprocess
@@ -13,7 +16,7 @@ import time
 import pytest
 
 from kdiag.parsers.base import ParseCounts
-from kdiag.parsers.pcap import PCAPNG_EPB, PCAPNG_IDB, PcapReader, pcapng_block
+from kdiag.parsers.pcap import PCAPNG_EPB, PCAPNG_IDB, PcapReader, PcapWriter, pcapng_block
 from kdiag.parsers.wire import packets, tcp, tls
 from kdiag.parsers.wire.packets import Segment, segments
 from kdiag.parsers.wire.tcp import flows, framing_of, messages
@@ -30,9 +33,12 @@ def capture(path, *args, iface="lo", netns=None, bpf="tcp"):
     """tcpdump -w path while the block runs; its packets flushed at the end."""
     pre = ["ip", "netns", "exec", netns] if netns else []
     # --immediate-mode: else libpcap holds packets in a block until its 1 s
-    # timeout, and a SIGTERM before then writes none of them.
+    # timeout, and a SIGTERM before then writes none of them. It also gives
+    # every packet a ring slot of the snaplen (256 KiB by default), so the
+    # default 2 MiB buffer holds 8 and drops the rest of a burst: loopback's
+    # largest frame is 64 KiB and the buffer 32 MiB.
     dump = subprocess.Popen([*pre, "tcpdump", "-i", iface, "-n", "--immediate-mode", "-U", "-Z", "root",
-                             *args, "-w", str(path), bpf],
+                             "-s", "65600", "-B", "32768", *args, "-w", str(path), bpf],
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     try:
         line = ""
@@ -43,7 +49,9 @@ def capture(path, *args, iface="lo", netns=None, bpf="tcp"):
         time.sleep(0.2)
     finally:
         dump.terminate()
-        dump.wait(timeout=10)
+        _, err = dump.communicate(timeout=10)
+    # A capture that lost packets would make every figure here wrong.
+    assert re.search(r"^0 packets dropped by kernel", err, re.M), err
 
 
 def read(path) -> tuple[list[tcp.Flow], ParseCounts]:
@@ -83,14 +91,13 @@ def _serve_kafka(ls, replies: int, body_len: int):
         conn.recv(1)  # the client's FIN
 
 
-def kafka_exchange(family, host: str, n: int, body_len: int = 100, nodelay: bool = True,
+def kafka_exchange(ls, n: int, body_len: int = 100, nodelay: bool = True,
                    split: bool = False, pipelined: bool = False) -> tuple[tuple, list[float]]:
-    """n request/response round trips over a fresh connection; returns the
-    client's (address, port) and each round trip's duration in ms as the
-    client measured it. ``pipelined``: all n requests in one write first."""
-    ls = socket.socket(family)
-    ls.bind((host, 0))
-    ls.listen(1)
+    """n request/response round trips over a fresh connection to the
+    listening socket ``ls``; returns the client's (address, port) and each
+    round trip's duration in ms as the client measured it. ``pipelined``:
+    all n requests in one write first."""
+    family = ls.family
     th = threading.Thread(target=_serve_kafka, args=(ls, n, body_len), daemon=True)
     th.start()
     c = socket.socket(family)
@@ -115,8 +122,37 @@ def kafka_exchange(family, host: str, n: int, body_len: int = 100, nodelay: bool
     me = c.getsockname()[:2]
     c.close()
     th.join(5)
-    ls.close()
     return me, rtts
+
+
+def captured_exchange(path, family, host: str, n: int, *args, iface: str = "lo", **kw):
+    """kafka_exchange on a new listener, captured on its port alone (the
+    machine's other loopback traffic would crowd the capture buffer)."""
+    ls = socket.socket(family)
+    ls.bind((host, 0))
+    ls.listen(1)
+    try:
+        with capture(path, *args, iface=iface, bpf=f"tcp port {ls.getsockname()[1]}"):
+            return kafka_exchange(ls, n, **kw)
+    finally:
+        ls.close()
+
+
+def _same_as_general_path(path) -> None:
+    """segments() reads the commonest packets in one step: it must give
+    what the general reader (segment_of) gives for every record."""
+    from kdiag.parsers.pcap import capture_records
+
+    recs = list(capture_records(path.read_bytes(), ParseCounts("wire")))
+    assert recs and list(segments(recs, ParseCounts("wire"))) == [packets.segment_of(*r) for r in recs]
+
+
+def _held_inside(reqs, rtts) -> None:
+    """Each request's hold on the wire fits inside the round trip the client
+    measured, and is most of it (the rest: the path and, on a loaded
+    machine, the scheduler)."""
+    gaps = sorted(r - m.held_ns / 1e6 for m, r in zip(reqs, rtts) if m.held_ns >= 20_000_000)
+    assert gaps and gaps[0] > -1 and gaps[len(gaps) // 2] < 5, gaps
 
 
 def _mine(fl, client) -> tcp.Flow:
@@ -134,11 +170,11 @@ def test_loopback_kafka_round_trips(tmp_path, family, host):
     the connection's handshake, FIN and byte counts."""
     _tools()
     cap = tmp_path / "lo.pcap"
-    with capture(cap):
-        client, rtts = kafka_exchange(family, host, 20, body_len=3000)
+    client, rtts = captured_exchange(cap, family, host, 20, body_len=3000)
     fl, counts = read(cap)
     assert PcapReader(cap.read_bytes()).header.linktype == packets.LINKTYPE_ETHERNET
     assert counts.skipped_total == 0 and counts.parsed > 0, counts.to_dict()
+    _same_as_general_path(cap)
     f = _mine(fl, client)
     assert f.client_by == "syn" and not f.mid_connection
     assert f.syn_ns < f.synack_ns <= f.established_ns
@@ -172,8 +208,7 @@ def test_pcapng_of_the_same_records_reads_the_same(tmp_path):
     """A pcapng written from a real pcap's records gives the same flows."""
     _tools()
     cap = tmp_path / "lo.pcap"
-    with capture(cap):
-        client, _ = kafka_exchange(socket.AF_INET, "127.0.0.1", 5)
+    client, _ = captured_exchange(cap, socket.AF_INET, "127.0.0.1", 5)
     reader = PcapReader(cap.read_bytes())
     shb = struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1)
     # if_tsresol 9: nanoseconds
@@ -199,9 +234,9 @@ def test_any_interface_cooked_headers(tmp_path, link, linktype):
     """tcpdump -i any writes Linux cooked headers (v1 by default, v2 asked)."""
     _tools()
     cap = tmp_path / "any.pcap"
-    with capture(cap, "-y", link, iface="any", bpf="tcp and host 127.0.0.1"):
-        client, _ = kafka_exchange(socket.AF_INET, "127.0.0.1", 3)
+    client, _ = captured_exchange(cap, socket.AF_INET, "127.0.0.1", 3, "-y", link, iface="any")
     assert PcapReader(cap.read_bytes()).header.linktype == linktype
+    _same_as_general_path(cap)
     fl, counts = read(cap)
     assert counts.skipped_total == 0
     f = _mine(fl, client)
@@ -213,25 +248,28 @@ def test_short_snaplen_keeps_wire_lengths_and_counts_the_missing(tmp_path):
     lengths are the wire's, the rest is missing, never guessed."""
     _tools()
     cap = tmp_path / "short.pcap"
-    with capture(cap, "-s", "96"):
-        client, _ = kafka_exchange(socket.AF_INET, "127.0.0.1", 4, body_len=2000, pipelined=True)
+    client, _ = captured_exchange(cap, socket.AF_INET, "127.0.0.1", 4, "-s", "96", body_len=2000, pipelined=True)
     fl, counts = read(cap)
     f = _mine(fl, client)
     req_len = 4 + 20 + 2000
     s0 = f.streams[0]
     assert s0.length == 4 * req_len
     # Ethernet 14 + IPv4 20 + TCP 32 (timestamps): 30 payload bytes a
-    # segment; the requests left in one segment, the responses in four.
+    # segment; the requests left in one segment, the responses in up to
+    # four (Nagle may join the later ones).
+    s1 = f.streams[1]
     assert s0.missing_bytes == 4 * req_len - 30 and s0.data_segments == 1
-    assert f.streams[1].missing_bytes == 4 * (4 + 4 + 2000 - 30) and f.streams[1].data_segments == 4
+    assert s1.length == 4 * (4 + 4 + 2000) and s1.missing_bytes == s1.length - 30 * s1.data_segments
     assert s0.bytes_at(0, 30) is not None and s0.bytes_at(0, 31) is None
     # The requests went in one write: the first is framed (its size field
     # was captured), the second's size field was cut, so framing stops
-    # there, counted. Each response came in its own segment: all framed.
+    # there, counted. The responses: framed while each starts a segment.
     got = list(tcp.messages(f, "kafka", counts))
     assert [(m.offset, m.length, len(m.head)) for m in got if m.direction == 0] == [(0, req_len, 30)]
-    assert [len(m.head) for m in got if m.direction == 1] == [30] * 4
-    assert counts.skipped.get("lost_framing") == 1
+    starts = [c[0] for c in s1.chunks]
+    resps = [m for m in got if m.direction == 1]
+    assert resps and all(len(m.head) == 30 and m.offset in starts for m in resps)
+    assert counts.skipped.get("lost_framing") == 1 + (len(resps) < 4)
 
 
 def test_rst_from_a_closed_port(tmp_path):
@@ -293,35 +331,33 @@ def test_nagle_and_delayed_ack_on_split_writes(tmp_path):
     capture shows it as held_ns right after a delayed ACK."""
     _tools()
     cap = tmp_path / "nagle.pcap"
-    with capture(cap):
-        client, rtts = kafka_exchange(socket.AF_INET, "127.0.0.1", 12, body_len=40, nodelay=False, split=True)
+    client, rtts = captured_exchange(cap, socket.AF_INET, "127.0.0.1", 12, body_len=40, nodelay=False, split=True)
     fl, _ = read(cap)
     f = _mine(fl, client)
     reqs = [m for m in messages(f, "kafka") if m.direction == 0]
     assert len(reqs) == 12 and all(m.segments == 2 for m in reqs)
-    held = [m for m in reqs if m.held_ns >= 20_000_000]
-    # The client saw stalls of tens of ms; each is on the wire as a held
-    # request whose last segment left right after the server's ACK.
-    slow = [r for r in rtts if r >= 20]
-    assert slow and len(held) == len(slow), (rtts, [m.held_ns for m in reqs])
+    held = [m for m in reqs if m.held_ns >= 30_000_000]
+    # The client saw stalls of ~40 ms; each is on the wire as a held
+    # request whose last segment left right after the server's ACK (give
+    # or take one: a loaded machine may slow a round trip that was not held).
+    slow = [r for r in rtts if r >= 30]
+    assert len(held) >= 8 and abs(len(held) - len(slow)) <= 1, (rtts, [m.held_ns for m in reqs])
     assert all(m.held_after_ack for m in held)
-    for m, r in zip(reqs, rtts):
-        if m.held_ns >= 20_000_000:
-            assert abs(m.held_ns / 1e6 - r) < 5
+    _held_inside(reqs, rtts)
     s0 = f.streams[0]
-    assert s0.delayed_acks == len(held) and 20 <= s0.delayed_ack_ms_median <= 250
+    assert abs(s0.delayed_acks - len(held)) <= 1 and 20 <= s0.delayed_ack_ms_median <= 250
 
 
 def test_nodelay_split_writes_are_not_held(tmp_path):
     """The same exchange with TCP_NODELAY on: no segment waits for an ACK."""
     _tools()
     cap = tmp_path / "nodelay.pcap"
-    with capture(cap):
-        client, rtts = kafka_exchange(socket.AF_INET, "127.0.0.1", 12, body_len=40, nodelay=True, split=True)
+    client, rtts = captured_exchange(cap, socket.AF_INET, "127.0.0.1", 12, body_len=40, nodelay=True, split=True)
     fl, _ = read(cap)
     f = _mine(fl, client)
     reqs = [m for m in messages(f, "kafka") if m.direction == 0]
-    assert len(reqs) == 12 and max(m.held_ns for m in reqs) < 10_000_000 and max(rtts) < 10
+    # (a loaded machine may pause the client between its writes, never 40 ms)
+    assert len(reqs) == 12 and max(m.held_ns for m in reqs) < 30_000_000
     assert f.streams[0].delayed_acks == 0
 
 
@@ -408,6 +444,7 @@ def test_link_layers_reach_the_same_segment(linktype, prefix):
     seg = packets.segment_of(5, linktype, prefix + _ipv4_tcp())
     assert isinstance(seg, Segment) and (seg.src, seg.sport, seg.dst, seg.dport, seg.data) == \
         ("10.0.0.1", 1, "10.0.0.2", 2, b"hi")
+    assert list(segments([(5, linktype, prefix + _ipv4_tcp())], ParseCounts("t"))) == [seg]
 
 
 def test_bad_records_are_counted_by_reason():
@@ -457,3 +494,369 @@ def test_tls_records_and_bursts():
     assert hs["tls13"] is False and hs["handshake_ms"] == pytest.approx(4.0)
     got = [(m.direction, m.length) for m in messages(f, "tls")]
     assert got == [(0, 105 + 55), (1, 35), (0, 75), (1, 25)]
+
+
+# ---------------------------------------------------------------- namespaces: VLAN, loss, zero window
+
+_CLONE_NEWNET = 0x40000000
+
+
+@contextlib.contextmanager
+def in_netns(name: str):
+    """This thread in network namespace ``name`` (setns is per thread):
+    sockets made meanwhile stay in it."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    back = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    there = os.open(f"/run/netns/{name}", os.O_RDONLY)
+    try:
+        if libc.setns(there, _CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns")
+        yield
+    finally:
+        libc.setns(back, _CLONE_NEWNET)
+        os.close(there)
+        os.close(back)
+
+
+@contextlib.contextmanager
+def netns(*names: str):
+    for n in names:
+        subprocess.run(["ip", "netns", "add", n], check=True)
+        subprocess.run(["ip", "-n", n, "link", "set", "lo", "up"], check=True)
+    try:
+        yield
+    finally:
+        for n in names:
+            subprocess.run(["ip", "netns", "del", n], check=False)
+
+
+def _ns_name() -> str:
+    return f"kdw{os.getpid() % 10000}{threading.get_ident() % 1000}"
+
+
+def test_vlan_tagged_frames(tmp_path):
+    """802.1Q and QinQ (802.1ad outer) tags, inserted into the Ethernet
+    frames of a real loopback capture: the kernels kdiag is tested on have
+    no 8021q (``ip link add ... type vlan``: "Unknown device type"), so a
+    tagged capture cannot be taken here. Same flows, same messages."""
+    _tools()
+    cap = tmp_path / "lo.pcap"
+    client, _ = captured_exchange(cap, socket.AF_INET, "127.0.0.1", 3)
+    reader = PcapReader(cap.read_bytes())
+    out = io.BytesIO()
+    w = PcapWriter(out, reader.header)
+    for i, rec in enumerate(reader):
+        tags = b"\x81\x00\x00\x2a" if i % 2 else b"\x88\xa8\x00\x07\x81\x00\x00\x2a"
+        w.write(reader.ts_ns(rec), rec.frame[:12] + tags + rec.frame[12:], rec.orig_len + len(tags))
+    tagged = tmp_path / "vlan.pcap"
+    tagged.write_bytes(out.getvalue())
+    a, _ = read(cap)
+    b, counts = read(tagged)
+    assert counts.skipped_total == 0
+    fa, fb = _mine(a, client), _mine(b, client)
+    assert fa.facts() == fb.facts()
+    assert [m.head for m in messages(fb, "kafka")] == [m.head for m in messages(fa, "kafka")]
+    assert len(list(messages(fb, "kafka"))) == 6
+
+
+def test_retransmissions_of_dropped_segments(tmp_path):
+    """nftables drops the first data segments to the server after the
+    capture saw them (input hook): each comes again after the RTO. The
+    capture's retransmissions are the rule's drops."""
+    _tools()
+    need("nft")
+    ns = _ns_name() + "r"
+    with netns(ns):
+        with in_netns(ns):
+            ls = socket.socket()
+            ls.bind(("127.0.0.1", 0))
+            ls.listen(1)
+        port = ls.getsockname()[1]
+        rules = (f"table inet kdw {{\n counter dropped {{\n }}\n chain input {{\n"
+                 f"  type filter hook input priority 0; policy accept;\n"
+                 f"  tcp dport {port} meta length > 200 quota until 4000 bytes counter name \"dropped\" drop\n"
+                 f" }}\n}}\n")
+        subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=rules, text=True, check=True)
+        cap = tmp_path / "loss.pcap"
+        try:
+            with capture(cap, netns=ns, bpf=f"tcp port {port}"):
+                with in_netns(ns):
+                    client, rtts = kafka_exchange(ls, 3, body_len=1000)
+        finally:
+            ls.close()
+        shown = subprocess.run(["ip", "netns", "exec", ns, "nft", "list", "counter", "inet", "kdw", "dropped"],
+                               capture_output=True, text=True, check=True).stdout
+    dropped = int(re.search(r"packets (\d+)", shown).group(1))
+    assert dropped >= 1
+    fl, _ = read(cap)
+    f = _mine(fl, client)
+    s0 = f.streams[0]
+    assert s0.retransmits == dropped and s0.retransmit_bytes == dropped * 1024
+    assert s0.out_of_order == 0 and s0.missing_bytes == 0 and f.streams[1].retransmits == 0
+    # The first request waited for the retransmission timeout(s), as the
+    # client measured; its ACK timing skips the retransmitted segment.
+    assert rtts[0] >= 190 and [m.length for m in messages(f, "kafka") if m.direction == 0] == [1024] * 3
+    assert s0.ack_ms_max < rtts[0]
+    print(f"dropped {dropped}, retransmits {s0.retransmits}; first round trip {rtts[0]:.1f} ms")
+
+
+def test_zero_window_of_a_receiver_that_stops_reading(tmp_path):
+    """A server with a small receive buffer that reads nothing for a
+    while: its window falls to 0 and the client's stream stalls."""
+    _tools()
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(1)
+    total, pause = 1 << 20, 0.5
+    got = {}
+
+    def server():
+        conn, _ = ls.accept()
+        with conn:
+            time.sleep(pause)
+            got["resumed"] = time.monotonic()
+            n = 0
+            while n < total:
+                n += len(conn.recv(65536))
+    cap = tmp_path / "zero.pcap"
+    try:
+        with capture(cap, bpf=f"tcp port {ls.getsockname()[1]}"):
+            th = threading.Thread(target=server, daemon=True)
+            th.start()
+            c = socket.socket()
+            c.connect(ls.getsockname())
+            t0 = time.monotonic()
+            c.sendall(bytes(total))
+            client = c.getsockname()
+            c.close()
+            th.join(10)
+    finally:
+        ls.close()
+    stalled_ms = (got["resumed"] - t0) * 1000
+    fl, _ = read(cap)
+    f = _mine(fl, client)
+    s0 = f.streams[0]
+    assert s0.length == total and s0.zero_windows >= 1
+    # The window stayed shut while the server slept, give or take the
+    # time the buffer took to fill.
+    assert stalled_ms - 100 <= s0.zero_window_ms <= stalled_ms + 100, (s0.zero_window_ms, stalled_ms)
+    print(f"zero window {s0.zero_windows}x, {s0.zero_window_ms:.1f} ms; server paused {stalled_ms:.1f} ms")
+
+
+# ---------------------------------------------------------------- TLS
+
+
+def _tls_exchange(ls, cert, n: int, nodelay: bool, version) -> tuple[tuple, list[float], float]:
+    """n Kafka-framed round trips over TLS, each request written as two
+    TLS writes (its size, then the rest); the client's address, round trips
+    (ms) and handshake (ms, connect() to the handshake's end)."""
+    import ssl
+
+    sctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    sctx.load_cert_chain(cert[0], cert[1])
+    sctx.maximum_version = sctx.minimum_version = version
+    # TLS 1.3 session tickets are application data on the wire, sent in the
+    # middle of the first request: kdiag.parsers.wire.tls says so; here the
+    # requests alone are counted.
+    sctx.num_tickets = 0
+
+    def serve():
+        raw, _ = ls.accept()
+        # the server's own Nagle would hold its responses: the client's is measured
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with sctx.wrap_socket(raw, server_side=True) as conn:
+            for _ in range(n):
+                size = struct.unpack("!i", _recv_exact(conn, 4))[0]
+                corr = struct.unpack_from("!i", _recv_exact(conn, size), 4)[0]
+                resp = struct.pack("!i", corr) + bytes(60)
+                conn.sendall(struct.pack("!i", len(resp)) + resp)
+            conn.recv(1)
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    cctx = ssl.create_default_context(cafile=str(cert[0]))
+    raw = socket.socket()
+    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, int(nodelay))
+    t0 = time.monotonic()
+    raw.connect(ls.getsockname())
+    c = cctx.wrap_socket(raw, server_hostname="localhost")
+    hs_ms = (time.monotonic() - t0) * 1000
+    rtts = []
+    for i in range(n):
+        req = frame(0, 9, 2000 + i, bytes(50))
+        t1 = time.monotonic()
+        c.sendall(req[:4])
+        c.sendall(req[4:])
+        _recv_exact(c, struct.unpack("!i", _recv_exact(c, 4))[0])
+        rtts.append((time.monotonic() - t1) * 1000)
+    me = c.getsockname()
+    c.close()
+    th.join(5)
+    return me, rtts, hs_ms
+
+
+@pytest.mark.parametrize("version", ["TLSv1_2", "TLSv1_3"])
+@pytest.mark.parametrize("nodelay", [False, True])
+def test_tls_requests_and_nagle_on_the_wire(tmp_path, version, nodelay):
+    """Over TLS the requests are told apart by the alternation of the two
+    sides' application data; with Nagle on, each request's second record
+    leaves only after the server's delayed ACK: held ~40 ms right after an
+    ACK, as the client's own round trips show."""
+    import ssl
+
+    _tools()
+    need("openssl")
+    from kdiag.lab.tls import make_cert
+
+    cert = make_cert("openssl", tmp_path)
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(1)
+    cap = tmp_path / "tls.pcap"
+    try:
+        with capture(cap, bpf=f"tcp port {ls.getsockname()[1]}"):
+            client, rtts, hs_ms = _tls_exchange(ls, cert, 10, nodelay, getattr(ssl.TLSVersion, version))
+    finally:
+        ls.close()
+    fl, _ = read(cap)
+    f = _mine(fl, client)
+    assert framing_of(f) == "tls"
+    hs = tls.handshake(f)
+    assert hs["tls13"] == (version == "TLSv1_3")
+    names = [(d, n) for d, n, _ in hs["messages"]]
+    assert names[:2] == [(0, "ClientHello"), (1, "ServerHello")]
+    # ClientHello -> the first request's first record: inside the client's
+    # measure of connect + handshake and its first round trip (in TLS 1.3
+    # with Nagle on, that record waits for the ACK of the client's Finished).
+    assert 0 < hs["handshake_ms"] <= hs_ms + rtts[0] + 5
+    got = list(messages(f, "tls"))
+    assert [m.direction for m in got] == [0, 1] * 10, [(m.direction, m.length) for m in got]
+    reqs = [m for m in got if m.direction == 0]
+    assert all(m.complete for m in reqs) and all(m.segments == 2 for m in reqs[1:])
+    if version == "TLSv1_3" and not nodelay and reqs[0].segments == 1:
+        # Both records of the first request waited, together, for the ACK
+        # of the client's Finished: held before its first segment, which
+        # left right after that ACK.
+        assert rtts[0] >= 20 and f.streams[0].ack_before(reqs[0].first_ns, 2_000_000, reqs[0].offset)
+        reqs, rtts = reqs[1:], rtts[1:]
+    held = [m for m in reqs if m.held_ns >= 30_000_000]
+    slow = [r for r in rtts if r >= 30]
+    if nodelay:
+        assert not held
+    else:
+        assert len(held) >= 7 and abs(len(held) - len(slow)) <= 1, (rtts, [m.held_ns for m in reqs])
+        assert all(m.held_after_ack for m in held)
+        _held_inside(reqs, rtts)
+        print(f"{version} Nagle: held {[round(m.held_ns / 1e6, 1) for m in reqs]} ms; client {rtts}")
+
+
+# ---------------------------------------------------------------- the lab's nagle-on case
+
+
+def test_lab_nagle_on_librdkafka_over_tls(tmp_path):
+    """The lab's nagle-on case (librdkafka with socket.nagle.disable=false,
+    TLS through stunnel4 to Tansu) captured: every Produce request is held
+    ~40 ms with its last segment right after the terminator's delayed ACK,
+    as long as the producer's own wait for each delivery."""
+    _tools()
+    need("stunnel4")
+    from confluent_kafka import Producer
+
+    from kdiag.lab import broker as lab
+    from kdiag.lab.scenarios import nagle_on
+
+    cap = tmp_path / "nagle-on.pcap"
+    waits = []
+    with lab.running(lab=nagle_on.LAB) as L:
+        with capture(cap, bpf=f"tcp port {L.tls_port}"):
+            p = Producer({"bootstrap.servers": L.bootstrap, "security.protocol": "ssl",
+                          "ssl.ca.location": str(L.ca_path), **nagle_on.PROPS, "linger.ms": 0})
+            p.produce("kdiag-probe", b"w")   # warm: metadata, the connection
+            p.flush(30)
+            for _ in range(15):
+                t0 = time.monotonic()
+                p.produce("kdiag-probe", b"x" * 2048)
+                p.flush(10)
+                waits.append((time.monotonic() - t0) * 1000)
+            del p
+    fl, counts = read(cap)
+    assert counts.skipped_total == 0
+    assert {framing_of(f) for f in fl} == {"tls"}
+    held = [m for f in fl for m in messages(f, "tls") if m.direction == 0 and m.held_ns >= 30_000_000]
+    slow = [w for w in waits if w >= 30]
+    # Each slow delivery is one held request on the wire (the warm-up's too
+    # when it was held), its wait the delayed ACK's.
+    assert len(held) >= 10 and abs(len(held) - len(slow)) <= 2, (waits, [m.held_ns for m in held])
+    assert all(m.held_after_ack for m in held)
+    med_held = sorted(m.held_ns for m in held)[len(held) // 2] / 1e6
+    med_wait = sorted(slow)[len(slow) // 2]
+    assert 30 <= med_held <= med_wait and med_wait - med_held < 5, (med_held, med_wait)
+    s0 = max((f.streams[0] for f in fl), key=lambda s: s.delayed_acks)
+    assert s0.delayed_acks >= len(held) - 1 and abs(s0.delayed_ack_ms_median - med_held) < 5
+    print(f"held median {med_held:.1f} ms, producer's wait median {med_wait:.1f} ms, {len(held)} held requests")
+
+
+def test_mangled_captures_are_counted_never_raised(tmp_path):
+    """Real records with bytes overwritten, cut or lengthened at random
+    (seeded): every record is parsed or counted, and the connections,
+    their Kafka and TLS framing and the TLS handshake read without raising."""
+    import random
+
+    from kdiag.parsers.pcap import capture_records
+
+    _tools()
+    cap = tmp_path / "lo.pcap"
+    captured_exchange(cap, socket.AF_INET6, "::1", 6, body_len=300)
+    recs = list(capture_records(cap.read_bytes(), ParseCounts("wire")))
+    rnd = random.Random(42)
+    for round_ in range(200):
+        mangled = []
+        for ts, lt, frame in recs:
+            b = bytearray(frame)
+            for _ in range(rnd.randrange(4)):
+                b[rnd.randrange(len(b))] = rnd.randrange(256)
+            if rnd.random() < 0.1:
+                b = b[:rnd.randrange(len(b) + 1)]
+            if rnd.random() < 0.05:
+                b += rnd.randbytes(rnd.randrange(64))
+            mangled.append((ts + rnd.randrange(-1000, 1000), rnd.choice((lt, lt, lt, 0, 113, 276, 229)), bytes(b)))
+        counts = ParseCounts("wire")
+        counts.lines = len(mangled)
+        fl = flows(segments(mangled, counts), counts)
+        assert counts.parsed + counts.skipped_total == len(mangled), (round_, counts.to_dict())
+        for f in fl:
+            for framing in ("kafka", "tls"):
+                for m in messages(f, framing, counts):
+                    assert 0 <= len(m.head) <= min(m.length, tcp.HEAD_MAX)
+            tls.handshake(f)
+            f.facts()
+            framing_of(f)
+
+
+def _ipv6_tcp(ext: bytes = b"", first: int = 6, payload: bytes = b"hey") -> bytes:
+    tcph = struct.pack("!HHIIBBHHH", 40000, 9092, 7, 0, 5 << 4, ACK, 100, 0, 0)
+    src, dst = socket.inet_pton(socket.AF_INET6, "fd00::1"), socket.inet_pton(socket.AF_INET6, "fd00::2")
+    return struct.pack("!IHBB", 6 << 28, len(ext) + len(tcph) + len(payload), first, 64) + src + dst + ext + tcph \
+        + payload
+
+
+def test_ipv6_extension_headers_walked_and_fragments_counted():
+    hop = bytes([43, 0]) + bytes(6)                 # hop-by-hop, 8 bytes, then routing
+    routing = bytes([60, 1]) + bytes(14)            # routing, 16 bytes, then destination options
+    dest = bytes([6, 0]) + bytes(6)                 # destination options, then TCP
+    seg = packets.segment_of(1, packets.LINKTYPE_IPV6, _ipv6_tcp(hop + routing + dest, first=0))
+    assert isinstance(seg, Segment) and (seg.src, seg.dst, seg.dport, seg.data, seg.payload_len) == \
+        ("fd00::1", "fd00::2", 9092, b"hey", 3)
+    frag = bytes([6, 0, 0, 1]) + bytes(4)
+    assert packets.segment_of(1, packets.LINKTYPE_IPV6, _ipv6_tcp(frag, first=44)) == "fragment"
+    # A chain longer than the bound is refused, not walked on.
+    loop = (bytes([60, 0]) + bytes(6)) * (packets.MAX_IPV6_HEADERS + 1)
+    assert packets.segment_of(1, packets.LINKTYPE_IPV6, _ipv6_tcp(loop, first=60)) == "bad_ip"
+    for family in (10, 24, 28, 30):   # BSD loopback's AF_INET6, either byte order
+        for order in ("little", "big"):
+            frame = family.to_bytes(4, order) + _ipv6_tcp()
+            assert isinstance(packets.segment_of(1, packets.LINKTYPE_NULL, frame), Segment)
+    eth = bytes(12) + b"\x86\xdd" + _ipv6_tcp()
+    assert list(segments([(1, packets.LINKTYPE_ETHERNET, eth)], ParseCounts("t")))[0].src == "fd00::1"

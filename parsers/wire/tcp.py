@@ -40,7 +40,10 @@ sent (nothing else outstanding).
 ``messages(flow, framing)`` frames a Flow's streams: ``"kafka"`` (int32
 big-endian size, then that many bytes; the Message covers the size field
 too) or ``"tls"`` (kdiag.parsers.wire.tls). ``framing_of(flow)`` tells which
-from the client's first bytes.
+from the client's first bytes. Framing starts at offset 0 of each stream: in
+a capture that starts mid-connection that is a boundary only if the capture
+began between messages, which framing_of's reading of the client's first
+bytes as a request (or a TLS record) is what vouches for.
 
 Skip reasons counted by ``messages`` (on the ``counts`` given): ``lost_framing``
 (a size field that cannot be, or not captured: framing stops on that
@@ -58,6 +61,7 @@ from kdiag.parsers.wire import tls
 from kdiag.parsers.wire.packets import TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, Segment
 
 _MASK = 0xFFFFFFFF
+_SYN_FIN_RST = TCP_SYN | TCP_FIN | TCP_RST
 DELAYED_ACK_NS = 10_000_000
 # A segment that leaves this soon after the peer's ACK of everything before
 # it was waiting for that ACK (Nagle's algorithm, RFC 896).
@@ -113,7 +117,10 @@ class Stream:
         self.base: int | None = None         # the sequence number of offset 0
         self._high = 0
         self._acked = 0
-        self._runs: list[list] = []          # [start, bytearray], captured bytes
+        # Captured bytes: [start, end, [pieces]] while building (joined
+        # once at the end: growing one buffer re-copies it as it grows),
+        # then [start, bytes].
+        self._runs: list[list] = []
         self._late: list[tuple[int, bytes]] = []
         self._firsts: list[tuple[int, int, int]] = []   # (start, end, ts) of each byte range's first sight
         self._first_starts: list[int] = []
@@ -208,14 +215,14 @@ class Stream:
         runs = self._runs
         if runs:
             last = runs[-1]
-            end = last[0] + len(last[1])
-            if off == end:
-                last[1] += data
+            if off == last[1]:
+                last[1] += len(data)
+                last[2].append(data)
                 return
-            if off < end:
+            if off < last[1]:
                 self._late.append((off, data))
                 return
-        runs.append([off, bytearray(data)])
+        runs.append([off, off + len(data), [data]])
 
     def _first(self, start: int, end: int, ts: int) -> None:
         if not self._first_starts or start >= self._firsts[-1][0]:
@@ -230,11 +237,18 @@ class Stream:
         end = off + plen
         self.data_segments += 1
         self.bytes += plen
-        if off >= self._high:
+        if off >= self._high:   # new data, the common case: kept in order
             if off > self._high and len(self._holes) < MAX_HOLES:
                 self._holes.append([self._high, off, ts])
-            self._store(off, data)
-            self._first(off, end, ts)
+            runs = self._runs
+            if data and runs and runs[-1][1] == off:
+                last = runs[-1]
+                last[1] += len(data)
+                last[2].append(data)
+            else:
+                self._store(off, data)
+            self._firsts.append((off, end, ts))
+            self._first_starts.append(off)
             self._pending.append((end, ts))
             self._high = end
             self.chunks.append((off, plen, ts, len(data), False))
@@ -319,18 +333,19 @@ class Stream:
         if self._zero_since is not None:  # still closed when the capture ended
             self.zero_window_ms += (last_ns - self._zero_since) / 1e6
             self._zero_since = None
-        runs = self._runs
+        runs = [[start, b"".join(pieces)] for start, _end, pieces in self._runs]
         if self._late:
-            pieces = sorted([(s, bytes(b)) for s, b in runs] + self._late, key=lambda p: p[0])
-            runs = []
-            for s, b in pieces:
-                if runs and s <= runs[-1][0] + len(runs[-1][1]):
-                    last = runs[-1]
-                    over = last[0] + len(last[1]) - s
+            merged: list[list] = []   # [start, end, pieces]
+            for s, b in sorted(runs + self._late, key=lambda p: p[0]):
+                if merged and s <= merged[-1][1]:
+                    last = merged[-1]
+                    over = last[1] - s
                     if over < len(b):   # the first copy captured wins
-                        last[1] += b[over:]
+                        last[2].append(b[over:])
+                        last[1] += len(b) - over
                 else:
-                    runs.append([s, bytearray(b)])
+                    merged.append([s, s + len(b), [b]])
+            runs = [[start, b"".join(pieces)] for start, _end, pieces in merged]
             self._late = []
         self._runs = runs
         self._run_starts = [r[0] for r in runs]
@@ -366,13 +381,10 @@ class Flow:
         self._syn_seq: int | None = None
         self._last_syn_ns: int | None = None
         self._synack_seq: int | None = None
+        self._reorder_ns = REORDER_MIN_NS
 
     def __repr__(self) -> str:
         return f"Flow({self.client[0]}:{self.client[1]} -> {self.server[0]}:{self.server[1]})"
-
-    def _reorder_ns(self) -> int:
-        rtt = (self.handshake_rtt_us or 0) + (self.synack_ack_us or 0)
-        return max(int(rtt * 1000), REORDER_MIN_NS)
 
     def _handshake(self, seg: Segment, d: int) -> None:
         ts = seg.ts_ns
@@ -394,36 +406,53 @@ class Flow:
             else:
                 self.synack_retransmits += 1
 
+    def _opening(self, seg: Segment, d: int) -> None:
+        """The handshake's segments and a side's first one."""
+        mine = self.streams[d]
+        if seg.flags & TCP_SYN:
+            self._handshake(seg, d)
+        if mine.base is None:
+            mine.base = seg.seq
+        if (d == 0 and self.established_ns is None and self._synack_seq is not None
+                and seg.flags & (TCP_SYN | TCP_ACK) == TCP_ACK and seg.ack == (self._synack_seq + 1) & _MASK):
+            self.established_ns = seg.ts_ns
+            self.synack_ack_us = (seg.ts_ns - self.synack_ns) / 1000
+            self._reorder_ns = max(int((self.handshake_rtt_us or 0) * 1000 + self.synack_ack_us * 1000),
+                                   REORDER_MIN_NS)
+
+    def _closing(self, seg: Segment, d: int) -> None:
+        if seg.flags & TCP_FIN:
+            self.streams[d].fin = True
+            if self.fin_ns is None:
+                self.fin_ns, self.fin_by = seg.ts_ns, ("client", "server")[d]
+        if seg.flags & TCP_RST and self.rst_ns is None:
+            self.rst_ns, self.rst_by = seg.ts_ns, ("client", "server")[d]
+
+    # The hot path: one call per segment of the capture, the rare cases
+    # (handshake, close) apart.
     def add(self, seg: Segment, d: int) -> None:
         ts, flags = seg.ts_ns, seg.flags
         self.last_ns = ts
         mine, peer = self.streams[d], self.streams[1 - d]
         mine.segments += 1
-        if flags & TCP_SYN:
-            self._handshake(seg, d)
-        if mine.base is None:
-            mine.base = seg.seq
+        if flags & TCP_SYN or mine.base is None or (self.established_ns is None and self._synack_seq is not None):
+            self._opening(seg, d)
         if flags & TCP_ACK:
             if peer.base is None:  # the peer has sent nothing yet in this capture
                 peer.base = seg.ack
-            if (d == 0 and self.established_ns is None and self._synack_seq is not None
-                    and not flags & TCP_SYN and seg.ack == (self._synack_seq + 1) & _MASK):
-                self.established_ns = ts
-                self.synack_ack_us = (ts - self.synack_ns) / 1000
-            peer.ack(ts, peer.offset_of(seg.ack), not seg.payload_len and not flags & (TCP_SYN | TCP_FIN | TCP_RST))
-        if not flags & (TCP_SYN | TCP_RST):
-            scale = self.streams[d].wscale if self.streams[0].wscale is not None \
-                and self.streams[1].wscale is not None else 0
-            peer.window(ts, seg.window << (scale or 0))
+            high = peer._high
+            u = (seg.ack - peer.base - high) & _MASK
+            off = high + (u - 0x100000000 if u >= 0x80000000 else u)
+            if off > peer._acked:
+                peer.ack(ts, off, not seg.payload_len and not flags & _SYN_FIN_RST)
+        # Only a zero window matters here, which no scale changes.
+        if (not seg.window or peer._zero_since is not None) and not flags & (TCP_SYN | TCP_RST):
+            peer.window(ts, seg.window)
         if seg.payload_len:
             seq = (seg.seq + 1) & _MASK if flags & TCP_SYN else seg.seq
-            mine.data(ts, mine.offset_of(seq), seg.payload_len, seg.data, self._reorder_ns())
-        if flags & TCP_FIN:
-            mine.fin = True
-            if self.fin_ns is None:
-                self.fin_ns, self.fin_by = ts, ("client", "server")[d]
-        if flags & TCP_RST and self.rst_ns is None:
-            self.rst_ns, self.rst_by = ts, ("client", "server")[d]
+            mine.data(ts, mine.offset_of(seq), seg.payload_len, seg.data, self._reorder_ns)
+        if flags & (TCP_FIN | TCP_RST):
+            self._closing(seg, d)
 
     def facts(self) -> dict:
         """The connection's facts as one flat row (directions as ``c2s_`` and
@@ -461,7 +490,9 @@ def _client_of(seg: Segment) -> tuple[tuple[str, int], tuple[str, int], str]:
 
 def flows(segments: Iterable[Segment], counts: ParseCounts | None = None) -> list[Flow]:
     """One Flow per TCP connection of the segments (UDP ones are passed
-    over), in the order their first segment was captured."""
+    over), in the order their first segment was captured. Every TCP
+    segment belongs to a Flow, so none is counted here; ``counts`` is the
+    capture's, as the other steps take it."""
     out: list[Flow] = []
     live: dict[tuple, tuple[Flow, int]] = {}
     for seg in segments:

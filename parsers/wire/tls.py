@@ -22,7 +22,10 @@ client's Finished travel as application data, so the application data of
 each side starts after the client's first application-data record when the
 server sent encrypted records before it (TLS 1.3's order); and server
 records before the client's first message (session tickets) are passed
-over.
+over. A TLS 1.3 session ticket the server sends later, in the middle of
+the first request (OpenSSL sends its two one write apart, measured on
+loopback), is application data like any other: it ends that request's
+burst and reads as a response.
 """
 from __future__ import annotations
 
