@@ -13,9 +13,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import signal
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -23,11 +20,9 @@ import pytest
 from conftest import need, need_tansu
 from kdiag.lab import scenarios
 from kdiag.lab.variants import NetworkPath
+from tcpdump_capture import capture
 
 NAMES = scenarios.names()
-# Enough requests for a share, few enough for CI: a scenario that needs
-# more to show its cause declares its own matrix count.
-MESSAGES = 20
 
 
 def _needs(sc) -> None:
@@ -39,25 +34,6 @@ def _needs(sc) -> None:
             need(tool)
 
 
-@contextlib.contextmanager
-def _tcpdump(prefix: list[str], iface: str, bpf: list[str], pcap: Path):
-    """tcpdump writing ``pcap`` until the block ends; the test waits for it
-    to listen before the producer starts."""
-    proc = subprocess.Popen([*prefix, "tcpdump", "-i", iface, "-n", "-U", "-s", "0", "-w", str(pcap), *bpf],
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        said = []
-        while not said or "listening on" not in said[-1]:   # "data link type ..." may come first
-            said.append(proc.stderr.readline())
-            assert said[-1], said
-        yield
-    finally:
-        time.sleep(0.3)   # the last ACKs
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=20)
-        assert proc.returncode == 0, err
-
-
 def _captured_lab(name: str, pcap: Path):
     """The scenario's lab for ``TraceOptions.lab``, with tcpdump on the
     producer's side of it from before the producer starts."""
@@ -65,11 +41,11 @@ def _captured_lab(name: str, pcap: Path):
     def lab(topic: str, log):
         with scenarios.running(name, topic, log) as target:
             if target.exec_prefix:
-                iface, bpf = "any", ["tcp", "or", "udp", "port", "53"]
+                iface, bpf = "any", "tcp or udp port 53"
             else:
                 ports = sorted({v for k, v in target.info.items() if k.endswith("_port") and isinstance(v, int)})
-                iface, bpf = "lo", " or ".join(f"tcp port {p}" for p in ports).split()
-            with _tcpdump(target.exec_prefix, iface, bpf, pcap):
+                iface, bpf = "lo", " or ".join(f"tcp port {p}" for p in ports)
+            with capture(pcap, iface=iface, bpf=bpf, prefix=target.exec_prefix):
                 yield target
     return lab
 
@@ -91,7 +67,9 @@ def test_a_capture_of_each_scenario_names_its_cause(name, tmp_path, spark):
     sc = scenarios.get(name)
     _needs(sc)
     pcap = tmp_path / f"{name}.pcap"
-    opts = trace.TraceOptions(messages=sc.matrix_messages or MESSAGES, out=tmp_path / f"{name}.tar.gz",
+    # As many messages as the matrix sends, or the scenario's own (a CPU
+    # limit shows over hundreds of requests, not twenty).
+    opts = trace.TraceOptions(messages=sc.matrix_messages or sc.messages, out=tmp_path / f"{name}.tar.gz",
                               lab=_captured_lab(name, pcap), path_probe=False, props=dict(sc.props),
                               rate=sc.rate)
     res = trace.run(opts, log=lambda m: None)

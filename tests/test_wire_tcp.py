@@ -15,43 +15,18 @@ import time
 
 import pytest
 
+from conftest import need
 from kdiag.parsers.base import ParseCounts
 from kdiag.parsers.pcap import PCAPNG_EPB, PCAPNG_IDB, PcapReader, PcapWriter, pcapng_block
 from kdiag.parsers.wire import packets, tcp, tls
 from kdiag.parsers.wire.packets import Segment, segments
 from kdiag.parsers.wire.tcp import flows, framing_of, messages
-from tests.conftest import need
+from tcpdump_capture import capture
 
 
 def _tools():
     need("tcpdump")
     need(root=True)
-
-
-@contextlib.contextmanager
-def capture(path, *args, iface="lo", netns=None, bpf="tcp"):
-    """tcpdump -w path while the block runs; its packets flushed at the end."""
-    pre = ["ip", "netns", "exec", netns] if netns else []
-    # --immediate-mode: else libpcap holds packets in a block until its 1 s
-    # timeout, and a SIGTERM before then writes none of them. It also gives
-    # every packet a ring slot of the snaplen (256 KiB by default), so the
-    # default 2 MiB buffer holds 8 and drops the rest of a burst: loopback's
-    # largest frame is 64 KiB and the buffer 32 MiB.
-    dump = subprocess.Popen([*pre, "tcpdump", "-i", iface, "-n", "--immediate-mode", "-U", "-Z", "root",
-                             "-s", "65600", "-B", "32768", *args, "-w", str(path), bpf],
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
-    try:
-        line = ""
-        while "listening on" not in line:   # after "data link type ..." when -y is given
-            line = dump.stderr.readline()
-            assert line, "tcpdump did not start"
-        yield
-        time.sleep(0.2)
-    finally:
-        dump.terminate()
-        _, err = dump.communicate(timeout=10)
-    # A capture that lost packets would make every figure here wrong.
-    assert re.search(r"^0 packets dropped by kernel", err, re.M), err
 
 
 def read(path) -> tuple[list[tcp.Flow], ParseCounts]:
