@@ -33,3 +33,25 @@ def capture(path, *args, iface="lo", netns=None, bpf="tcp", prefix: list[str] | 
         _, err = dump.communicate(timeout=10)
     # A capture that lost packets would make every figure here wrong.
     assert re.search(r"^0 packets dropped by kernel", err, re.M), err
+
+
+def captured_lab(name: str, pcap):
+    """The lab scenario ``name`` for ``TraceOptions.lab``, with tcpdump on the
+    producer's side of it from before the producer starts: a loopback lab on
+    `lo`, filtered to the lab's own ports (the TLS terminator's, the
+    broker's, a proxy's or relay's), as an engineer filters to the broker's
+    port on the producer's host; a network lab on every interface of the
+    client's namespace (TLS, and its lookups)."""
+    from kdiag.lab import scenarios
+
+    @contextlib.contextmanager
+    def lab(topic: str, log):
+        with scenarios.running(name, topic, log) as target:
+            if target.exec_prefix:
+                iface, bpf = "any", "tcp or udp port 53"
+            else:
+                ports = sorted({v for k, v in target.info.items() if k.endswith("_port") and isinstance(v, int)})
+                iface, bpf = "lo", " or ".join(f"tcp port {p}" for p in ports)
+            with capture(pcap, iface=iface, bpf=bpf, prefix=target.exec_prefix):
+                yield target
+    return lab

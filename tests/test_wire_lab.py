@@ -1,16 +1,13 @@
 """Every lab scenario, captured with tcpdump while kdiag traces it, replayed
 from the capture alone: the packets name the scenario's cause.
 
-A loopback lab is captured on `lo`, filtered to the lab's own ports (the
-TLS terminator's, the broker's, a proxy's or relay's), as an engineer would
-filter to the broker's port on the producer's host; the terminator's
-plaintext side is then in the capture too. A network lab is captured on
-every interface of the client's namespace: the producer's side of the path,
-TLS only. The bundle's own files are not given to the replay.
+Where tcpdump listens: tcpdump_capture.captured_lab. A loopback lab's
+capture holds the TLS terminator's plaintext side too; a network lab's holds
+the producer's side of the path only, TLS. The bundle's own files are not
+given to the replay.
 """
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 from pathlib import Path
@@ -20,7 +17,7 @@ import pytest
 from conftest import need, need_tansu
 from kdiag.lab import scenarios
 from kdiag.lab.variants import NetworkPath
-from tcpdump_capture import capture
+from tcpdump_capture import captured_lab
 
 NAMES = scenarios.names()
 
@@ -32,22 +29,6 @@ def _needs(sc) -> None:
     if isinstance(sc.lab, NetworkPath):
         for tool in ("ip", "ethtool", "openssl", "nft"):
             need(tool)
-
-
-def _captured_lab(name: str, pcap: Path):
-    """The scenario's lab for ``TraceOptions.lab``, with tcpdump on the
-    producer's side of it from before the producer starts."""
-    @contextlib.contextmanager
-    def lab(topic: str, log):
-        with scenarios.running(name, topic, log) as target:
-            if target.exec_prefix:
-                iface, bpf = "any", "tcp or udp port 53"
-            else:
-                ports = sorted({v for k, v in target.info.items() if k.endswith("_port") and isinstance(v, int)})
-                iface, bpf = "lo", " or ".join(f"tcp port {p}" for p in ports)
-            with capture(pcap, iface=iface, bpf=bpf, prefix=target.exec_prefix):
-                yield target
-    return lab
 
 
 def _replay(paths: list[Path]) -> dict:
@@ -70,7 +51,7 @@ def test_a_capture_of_each_scenario_names_its_cause(name, tmp_path, spark):
     # As many messages as the matrix sends, or the scenario's own (a CPU
     # limit shows over hundreds of requests, not twenty).
     opts = trace.TraceOptions(messages=sc.matrix_messages or sc.messages, out=tmp_path / f"{name}.tar.gz",
-                              lab=_captured_lab(name, pcap), path_probe=False, props=dict(sc.props),
+                              lab=captured_lab(name, pcap), path_probe=False, props=dict(sc.props),
                               rate=sc.rate)
     res = trace.run(opts, log=lambda m: None)
     assert res.error is None and res.probe["delivered"] > 0, res

@@ -91,7 +91,15 @@ def render_html(findings: dict, sockets: list[dict] | None = None, *, source: st
                   waterfall=_waterfall(findings, rows), over_time=_over_time(findings, rows, others),
                   distribution=_distribution(rows, others), sockets=_sockets(sockets), paths=_paths(findings),
                   statistics=_statistics(findings), connections=_connections(findings),
-                  inputs=_inputs(findings), in_findings=IN_FINDINGS, in_probes=IN_PROBES) + "\n"
+                  capture=_capture(findings), inputs=_inputs(findings), in_findings=IN_FINDINGS,
+                  in_probes=IN_PROBES) + "\n"
+
+
+def _capture(findings: dict) -> list[str]:
+    """What a packet capture held, the lines the terminal shows (text.wire_lines)."""
+    from kdiag.report.text import wire_lines
+
+    return [ln.strip() for ln in wire_lines(findings.get("wire"))]
 
 
 def _parts():

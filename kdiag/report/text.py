@@ -37,6 +37,7 @@ def _path_title(paths: list[dict]) -> str:
 def render(findings: dict, *, bundle: str | None = None, probe: dict | None = None) -> str:
     out = _head_lines(findings, probe)
     out += _path_lines(findings.get("paths"))
+    out += wire_lines(findings.get("wire"))
     out += life_lines(findings.get("life"))
     out.append("")
     out.append(f"VERDICT: {verdict_text(findings)}")
@@ -129,6 +130,26 @@ def _path_lines(paths: list | None) -> list[str]:
     out.extend("    " + ln for ln in table.splitlines())
     if more:
         out.append(f"    ... and {more:,} more hops not shown; {IN_PROBES}")
+    return out
+
+
+def wire_lines(wire) -> list[str]:
+    """What a packet capture held (analysis.wire.summary): its connections
+    by protocol and hop, and what was not read. From a bundle anyone may
+    have edited: any field may be missing or of another type."""
+    if not isinstance(wire, dict):
+        return []
+    out = [f"  CAPTURE {_ms(wire.get('connections'))} TCP connection(s): {_ms(wire.get('kafka'))} Kafka, "
+           f"{_ms(wire.get('tls'))} TLS, {_ms(wire.get('other'))} other (not read); {_ms(wire.get('producer'))} "
+           f"the producer's own, the others a relay's onward hop"]
+    for key, what in (("holding", "Nagle held"), ("relays_holding", "Nagle held, on a relay's onward hop,")):
+        for c in (wire.get(key) if isinstance(wire.get(key), list) else [])[:3]:
+            if isinstance(c, dict):
+                out.append(f"    {c.get('client')} -> {c.get('server')}: {what} {_ms(c.get('nagle_holds'))} "
+                           f"request(s) until the peer's ACK")
+    for c in (wire.get("unread") if isinstance(wire.get("unread"), list) else [])[:3]:
+        if isinstance(c, dict):
+            out.append(f"    connection {c.get('flow')}: not read past {c.get('unread')}")
     return out
 
 

@@ -1,0 +1,98 @@
+"""A packet capture replayed: alone, it is the source of the requests; beside
+the librdkafka log of the same run, it splits the log's requests. The
+captures are real lab runs kept in fixtures/wire/lab (make_lab_captures.py
+retakes them)."""
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+from conftest import FIXTURES
+from kdiag.analysis import wire
+from kdiag.parsers.wire.parser import RELAY_HOP, parse_capture
+
+LAB = FIXTURES / "wire" / "lab"
+
+
+def _replay(*paths: Path, text: bool = False):
+    from kdiag.cli import Environment, main
+
+    out, err = io.StringIO(), io.StringIO()
+    rc = main(["replay", *([] if text else ["--json"]), *map(str, paths)], Environment(stdout=out, stderr=err))
+    assert rc == 0, err.getvalue()
+    return out.getvalue() if text else json.loads(out.getvalue())
+
+
+def test_the_tls_terminators_plaintext_side_names_the_producers_requests():
+    """nagle-on on loopback: the producer's TLS connections and stunnel's
+    onward plaintext ones. Each plaintext exchange lies inside a TLS one and
+    lends it its api and correlation id; the producer's socket holds every
+    Produce request's later records until the ACK."""
+    tables, counts, _ = parse_capture((LAB / "nagle-on.pcap").read_bytes())
+    conns = tables["wire_connections"].to_pylist()
+    reqs = tables["wire_requests"].to_pylist()
+    assert counts.lines == counts.parsed and not counts.skipped
+    mine = [c for c in conns if c["hop"] == wire.CLIENT_HOP]
+    relays = [c for c in conns if c["hop"] == RELAY_HOP]
+    assert {c["protocol"] for c in mine} == {"tls"} and {c["protocol"] for c in relays} == {"kafka"}
+    assert {c["relayed_by"] for c in relays} == {c["flow"] for c in mine}
+    produce = [r for r in reqs if r["hop"] == wire.CLIENT_HOP and r["api"] == "Produce"]
+    assert len(produce) >= 15 and all(r["decoded_from"] is not None and r["corr_id"] for r in produce)
+    assert [c["nodelay"] for c in mine if c["requests"] > 5] == [False]
+    held = [r["held_ms"] for r in produce if r["held_after_ack"]]
+    assert len(held) >= len(produce) - 3 and 35 <= sorted(held)[len(held) // 2] <= 60, held
+
+
+def test_a_capture_alone_names_nagle_from_the_wire(spark):
+    got = _replay(LAB / "nagle-on.pcap")
+    assert got["verdict"] == "nagle_delayed_ack" and got["summary"]["source"] == "wire"
+    assert got["confidence"].startswith("high"), got["confidence"]
+    f = got["findings"][0]
+    assert f["example"]["corr_id"] is not None and f["example"]["broker"].startswith("ssl://127.0.0.1:")
+    assert any("holding a request's later segments" in e for e in f["evidence"]), f["evidence"]
+    assert got["summary"]["path_rtt_source"].startswith("TCP handshakes in the packet capture")
+    assert got["wire"]["producer"] >= 1 and got["wire"]["holding"]
+
+
+def test_the_log_beside_its_capture_is_split_by_the_wire(spark):
+    alone = _replay(LAB / "nagle-on.log")
+    both = _replay(LAB / "nagle-on.log", LAB / "nagle-on.pcap")
+    assert alone["confidence"].startswith(("low", "medium")) and alone["summary"]["split_ms"]["wait_response"] is None
+    assert both["summary"]["source"] == "log" and both["verdict"] == "nagle_delayed_ack"
+    assert both["confidence"] == wire.JOINED_CONFIDENCE and wire.JOINED in both["unknowns"]
+    assert both["summary"]["split_ms"]["wait_response"] > 30
+    assert both["summary"]["requests"] == alone["summary"]["requests"]
+
+
+def test_a_lookup_in_the_capture_is_the_connections_resolve_phase(spark):
+    """dns-slow: the lab's resolver answers 2 s late; the capture, taken in
+    the client's namespace, holds the query and its answer before the SYN."""
+    got = _replay(LAB / "dns-slow.pcap")
+    assert got["verdict"] == "dns_slow", got["findings"]
+    assert got["findings"][0]["rests_on"] == ["packets"]
+    life = got["life"]
+    assert life["source"] == "wire" and 1900 <= life["phases"]["resolve"]["max_ms"] <= 2600, life["phases"]
+    text = _replay(LAB / "dns-slow.pcap", text=True)
+    assert "the packet capture's connections" in text and "CAPTURE " in text
+
+
+def test_a_client_id_that_is_a_terminal_escape_is_shown_as_data(tmp_path, spark):
+    """The client id is the capture's word: bytes that would move the
+    cursor are shown escaped, at the terminal and in the JSON."""
+    evil = tmp_path / "evil.pcap"
+    data = bytearray((LAB / "nagle-on.pcap").read_bytes())
+    at = data.find(b"rdkafka")
+    while at >= 0:
+        # A connection's first request (ApiVersions, api key 18) keeps its
+        # id: a control byte there is not taken for a Kafka request at all.
+        if data[at - 10:at - 8] != b"\x00\x12":
+            data[at:at + 7] = b"\x1b[2J\x1b[H"
+        at = data.find(b"rdkafka", at + 7)
+    evil.write_bytes(bytes(data))
+    tables, _, _ = parse_capture(evil.read_bytes())
+    assert "\x1b[2J\x1b[H" in {r["client_id"] for r in tables["wire_requests"].to_pylist()}
+    text = _replay(evil, text=True)
+    assert "\x1b" not in text and "VERDICT: nagle_delayed_ack" in text
+    got = _replay(evil)
+    assert got["verdict"] == "nagle_delayed_ack"
