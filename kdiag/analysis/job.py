@@ -397,9 +397,12 @@ def _judge_wire(spark, inp: _Inputs) -> dict:
     conns = wire.connections(inp.tables_dir)
     inp.meta["tcp_retrans"] = wire.retransmits(conns)
     inp.meta["wire"] = wire.summary(inp.tables_dir)
+    inp.meta["wire_no_hold"] = wire.no_hold(inp.meta["wire"])
     inp.meta["wire_waits"] = wire.client_waits(inp.tables_dir)
     reqs = wire.requests(spark, inp.tables_dir, inp.meta["wire_waits"])
     decoded = any_rows(reqs.filter(F.col("request") != "exchange"))
+    # The Produce responses' ThrottleTimeMs were read: a throttle is seen.
+    inp.meta["wire_decoded"] = decoded
     # Over TLS alone a request's kind is not seen: every exchange stands for
     # one, as the syscalls' exchanges do.
     produce = reqs.filter(F.col("request") == "Produce") if decoded else reqs

@@ -157,6 +157,10 @@ def judge(spark, produce, reqs, conns: list[dict], stats, version: str | None, s
     spark_plumbing.cached)."""
     pre, path = _before_causes(spark, reqs, stats, conns, meta, parallel)
     before, nagle_possible = before_of(pre, path, stats is not None)
+    if meta.get("wire_no_hold"):
+        # A capture that shows every hop of the requests (the producer's
+        # connection and a relay's onward one) sending each request whole.
+        nagle_possible = False
     meta = {**meta, "one_write": before.one_write, "nagle_possible": nagle_possible, "has_stats": stats is not None,
             "signals": resolved(meta.get("signals")), "stats": resolved(meta.get("stats")),
             "life": resolved(meta.get("life"))}
@@ -226,7 +230,9 @@ def concluded(s, per: dict, examples: dict | None, each: dict | None, pre: Befor
     summary = _summary(s, n, pre.all_kinds, source, client_ms, (path_rtt, pre.path_rtt_source, rtt_bound), meta)
     if not n and client_ms is None and (meta.get("stats") or {}).get("int_latency_p50_ms") is not None:
         client_ms = meta["stats"]["int_latency_p50_ms"]
-    _unknowns(unknowns, s, client_ms, default_nodelay, version)
+    # A capture's record batches time the messages' wait in the client.
+    _unknowns(unknowns, s, client_ms if not meta.get("wire_waits") else meta["wire_waits"]["first_p50_ms"],
+              default_nodelay, version)
     if n == 0:
         unknowns.append("no Produce request completed in the capture")
         facts = Facts(None, {}, 0, path_rtt, rtt_bound, version, default_nodelay, summary, meta, client_ms)
@@ -242,7 +248,7 @@ def concluded(s, per: dict, examples: dict | None, each: dict | None, pre: Befor
             r[ci] = slow_as if r[ci] == SLOW_WAIT else r[ci]
     facts = Facts(None, {}, n, path_rtt, rtt_bound, version, default_nodelay, summary, meta, client_ms)
     findings = _findings(per, examples, facts, vt)
-    ruled = nagle_ruled_out(pre.one_write)
+    ruled = nagle_ruled_out(pre.one_write) or meta.get("wire_no_hold")
     if ruled:
         summary["nagle_ruled_out"] = ruled
         for f in findings:

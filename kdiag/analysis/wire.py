@@ -92,6 +92,20 @@ def summary(tables_dir: Path | None) -> dict:
             "unread": [{"flow": r["flow"], "unread": r["unread"]} for r in read if r.get("unread")]}
 
 
+def no_hold(seen: dict) -> str | None:
+    """The sentence that rules Nagle out when the capture holds a relay's
+    onward hop beside the producer's connections and no hop held a request
+    for an ACK: Nagle delays a request only by holding its later segments,
+    and the capture would show it on whichever hop runs it. None otherwise
+    (a capture of the producer's side alone cannot see a hold beyond it)."""
+    relays = seen.get("connections", 0) - seen.get("other", 0) - seen.get("producer", 0)
+    if relays <= 0 or seen.get("holding") or seen.get("relays_holding"):
+        return None
+    return (f"Nagle is ruled out: the capture holds the producer's connections and {relays} relay hop(s) that carried "
+            f"their requests, and no hop held a request's later segments for an ACK; what holds them is beyond the "
+            f"last hop captured (the broker)")
+
+
 def retransmits(conns: list[dict]) -> int | None:
     """Segments the producer's connections sent again, as the capture saw."""
     wire = [c for c in conns if c.get("wire")]

@@ -40,10 +40,12 @@ def evidence(facts) -> list[str]:
               f"requests took {facts.agg.total:.1f} ms (median) by librdkafka's rtt")
     ev = [f"{waited} while the path round trip is {rounded(path_rtt, 3) if path_rtt is not None else 'unknown'} ms"]
     one = meta.get("one_write") or {}
-    if (one.get("n") or 0) >= ONE_WRITE_MIN and not meta.get("nagle_possible", True):
+    # Only when they are what ruled Nagle out (a capture can rule it out by
+    # its hops instead, judge.judge).
+    if (one.get("n") or 0) >= ONE_WRITE_MIN and not meta.get("nagle_possible", True) and not meta.get("wire_no_hold"):
         ev.append(f"requests that left in one write waited as long ({one['wait_p50_ms']} ms, median of "
                   f"{one['n']}): Nagle holds nothing back from those, so the wait is the broker's")
-    if not meta.get("has_stats"):
+    if not meta.get("has_stats") and not meta.get("wire_decoded"):
         ev.append("no librdkafka statistics in the capture: a broker throttling this client (quotas) looks "
                   "the same without them; set statistics.interval.ms to see its throttle times")
     return ev
