@@ -30,7 +30,7 @@ class PcapTarget:
 
     def __init__(self, rng: random.Random):
         self.rng = rng
-        self.files = [(SEEDS / f).read_bytes() for f in ("probes.pcap", "wire.pcap", "probes.pcapng")]
+        self.files = [(SEEDS / f).read_bytes() for f in ("probes.pcap", "wire.pcap", "probes.pcapng", "kafka.pcap")]
         self.frames: list[tuple[int, bytes]] = []   # (linktype, frame) of every seed record
         for data in self.files[:2]:
             reader = PcapReader(data)
