@@ -279,3 +279,49 @@ def test_an_install_without_it_says_so(tmp_path):
                          timeout=60)
     assert res.stdout.splitlines() == ["False True", "Python reader (the compiled one was not built)"], \
         res.stdout + res.stderr[-2000:]
+
+
+# ---------------------------------------------------------------- memory errors
+
+_SANITIZED_RUN = r'''
+import importlib.util, random, sys
+spec = importlib.util.spec_from_file_location("kdiag.parsers._wire", sys.argv[1])
+wire = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(wire)
+sys.modules["kdiag.parsers._wire"] = wire
+from kdiag.parsers.wire import packets
+assert packets.COMPILED and packets.capture_segments.__globals__["_wire"] is wire
+import test_wire_compiled as t
+from fuzz.pcap_target import PcapTarget
+for p in t.CAPTURES:
+    t.test_real_captures_and_every_cut_of_them(p)
+t.test_damaged_files_read_the_same()
+for e in "<>":
+    t.test_pcapng_interfaces_clocks_and_blocks(e)
+target = PcapTarget(random.Random(11))
+for _ in range(3000):
+    t.same(target.make_input())
+print("clean")
+'''
+
+
+def test_no_memory_error_under_the_sanitizers(tmp_path):
+    """The reader built with AddressSanitizer and UndefinedBehaviorSanitizer
+    reads the real captures cut everywhere, the damaged files and the fuzz
+    target's inputs: a read past a buffer or an overflow stops the run."""
+    import sysconfig
+
+    from conftest import need
+
+    need("gcc")
+    lib = {n: subprocess.run(["gcc", f"-print-file-name={n}"], capture_output=True, text=True).stdout.strip()
+           for n in ("libasan.so", "libubsan.so")}
+    so = tmp_path / "_wire.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-g", "-fsanitize=address,undefined",
+                    "-fno-sanitize-recover=undefined", f"-I{sysconfig.get_paths()['include']}",
+                    str(ROOT / "parsers" / "_wire.c"), "-o", str(so)], check=True, capture_output=True)
+    env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0", "LD_PRELOAD": f"{lib['libasan.so']}:{lib['libubsan.so']}",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    res = subprocess.run([sys.executable, "-c", _SANITIZED_RUN, str(so)], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == "clean", res.stdout[-2000:] + res.stderr[-4000:]
