@@ -25,7 +25,7 @@ from kdiag.parsers.pcap import PCAPNG_EPB, PCAPNG_IDB, PCAPNG_OPB, PCAPNG_SPB, p
 from kdiag.parsers.wire import packets
 
 ROOT = Path(__file__).resolve().parents[1]
-CAPTURES = sorted((ROOT / "fixtures" / "wire").glob("*.pcap*")) + sorted((ROOT / "fuzz" / "seeds").glob("*.pcap*"))
+CAPTURES = sorted((ROOT / "fixtures" / "wire").rglob("*.pcap*")) + sorted((ROOT / "fuzz" / "seeds").glob("*.pcap*"))
 
 compiled = pytest.mark.skipif(not packets.COMPILED and not os.environ.get("CI"),
                               reason="kdiag's compiled capture reader was not built here (no C compiler at install)")
