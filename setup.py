@@ -3,6 +3,8 @@ cannot be built and runs its slower path there:
 
 - the compiled scans (parsers/_scan.c, parsers/_scan_strace.c); without them the parsers run their
   reference code (parsers/scan.py). Needs a C compiler.
+- the compiled capture reader (parsers/_wire.c); without it captures are read by its reference,
+  kdiag.parsers.pcap and kdiag.parsers.wire.packets. Needs a C compiler.
 - the bpfcalls tracer (collectors/_bpfcalls.bpf.c, a BPF program, and
   collectors/_bpfcalls.c, its loader); without it ``kdiag trace`` uses
   bpftrace or strace. Needs clang and libbpf's headers (Debian: clang,
@@ -57,6 +59,7 @@ setup(
     ext_modules=[
         Extension("kdiag.parsers._scan", ["parsers/_scan.c", "parsers/_scan_strace.c"], optional=True,
                   extra_compile_args=["-O2"], depends=["parsers/_scan.h"]),
+        Extension("kdiag.parsers._wire", ["parsers/_wire.c"], optional=True, extra_compile_args=["-O2"]),
         Extension(BPF_LOADER, ["collectors/_bpfcalls.c"], optional=True, extra_compile_args=["-O2"],
                   include_dirs=["collectors"], libraries=["bpf"], depends=["collectors/_bpfcalls.h"]),
     ],

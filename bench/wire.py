@@ -14,7 +14,9 @@ namespace of the bench's own:
 
 The reference, in the same run, is the capture file's own reader
 (kdiag.parsers.pcap.capture_records) walking the same bytes: the floor the
-wire reader adds its work to.
+Python reader adds its work to. The wire figure is
+``kdiag.parsers.wire.packets.capture_segments``'s, compiled where it was
+built (the figure's note says which).
 
 Needs root (a network namespace, tcpdump), ip, ethtool and tcpdump; without
 them the figures are not measured and say why.
@@ -111,14 +113,14 @@ def read_rate(data: bytes, repeats: int) -> tuple[float, float, int, int]:
     ``repeats`` runs each."""
     from kdiag.parsers.base import ParseCounts
     from kdiag.parsers.pcap import capture_records
-    from kdiag.parsers.wire.packets import segments
+    from kdiag.parsers.wire.packets import capture_segments
     from kdiag.parsers.wire.tcp import flows
 
     best = best_ref = None
     for _ in range(repeats):
         counts = ParseCounts("wire")
         t0 = time.perf_counter()
-        fl = flows(segments(capture_records(data, counts), counts), counts)
+        fl = flows(capture_segments(data, counts), counts)
         secs = time.perf_counter() - t0
         best = secs if best is None else min(best, secs)
         t0 = time.perf_counter()
@@ -128,6 +130,13 @@ def read_rate(data: bytes, repeats: int) -> tuple[float, float, int, int]:
         best_ref = secs if best_ref is None else min(best_ref, secs)
     mb = len(data) / 1e6
     return mb / best, mb / best_ref, counts.lines, len(fl)
+
+
+def reader() -> str:
+    """Which capture reader the figures measure."""
+    from kdiag.parsers.wire.packets import COMPILED
+
+    return "compiled reader" if COMPILED else "Python reader (the compiled one was not built)"
 
 
 def run(smoke: bool, work: Path) -> list[Figure]:
@@ -148,7 +157,7 @@ def run(smoke: bool, work: Path) -> list[Figure]:
         rate, ref, packets, conns = read_rate(data, 1 if smoke else 3)
         figs.append(Figure("wire", f"pcap read MB/s, {name}", round(rate, 1), "MB/s", goal, goal and check(rate, goal),
                            "capture_records alone (MB/s)", round(ref, 1), shown,
-                           f"best of {1 if smoke else 3}, one core; {len(data) / 1e6:.1f} MB, {packets:,} packets, "
+                           f"{reader()}, best of {1 if smoke else 3}, one core; {len(data) / 1e6:.1f} MB, {packets:,} packets, "
                            f"{conns} connection(s); {packets / (len(data) / 1e6 / rate):,.0f} packets/s"))
         path.unlink()
     return figs

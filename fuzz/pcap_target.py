@@ -21,6 +21,20 @@ def _ng_option(e: str, code: int, val: bytes) -> bytes:
     return struct.pack(e + "HH", code, len(val)) + val + b"\0" * (-len(val) % 4)
 
 
+def _same_segments(data: bytes) -> None:
+    """The compiled capture reader, where built, gives its reference's
+    segments and counts."""
+    from kdiag.parsers.base import ParseCounts
+    from kdiag.parsers.wire.packets import COMPILED, capture_segments
+
+    if not COMPILED:
+        return
+    got, ref = ParseCounts("wire"), ParseCounts("wire")
+    a, b = capture_segments(data, got, compiled=True), capture_segments(data, ref, compiled=False)
+    if (a is None) != (b is None) or (a is not None and list(a) != list(b)) or got != ref:
+        raise Failure(f"compiled capture reader differs: {got.to_dict()} vs {ref.to_dict()}")
+
+
 class PcapTarget:
     """Whole capture files: the seeds' records mutated at the byte, packet
     and record level, written back as pcap or as pcapng with random
@@ -169,4 +183,5 @@ class PcapTarget:
             raise Failure("wire schema differs")
         if wc.parsed + wc.skipped_total != wc.lines or any(v <= 0 for v in wc.skipped.values()):
             raise Failure(f"wire: parsed {wc.parsed} + skipped {wc.skipped_total} != records {wc.lines}")
+        _same_segments(data)
         return max(c.lines, 1), c

@@ -63,6 +63,15 @@ def test_a_users_install_builds_the_compiled_scans(venv, tmp_path):
     assert res.stdout.strip() == "True", res.stdout + res.stderr[-2000:]
 
 
+def test_a_users_install_builds_the_compiled_capture_reader(venv, tmp_path):
+    """pip compiles parsers/_wire.c too: a user's capture is read by it,
+    not by its slower reference."""
+    code = "from kdiag.parsers.wire import packets; print(packets.COMPILED)"
+    res = subprocess.run([str(venv / "bin" / "python"), "-c", code], cwd=tmp_path, env=_clean_env(venv),
+                         capture_output=True, text=True, timeout=60)
+    assert res.stdout.strip() == "True", res.stdout + res.stderr[-2000:]
+
+
 def test_a_users_install_builds_the_bpf_tracer(venv, tmp_path):
     """pip builds the BPF program with clang into its loader, where clang
     and libbpf-dev are installed (setup.sh installs them): a user's

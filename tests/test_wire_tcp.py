@@ -30,11 +30,17 @@ def _tools():
 
 
 def read(path) -> tuple[list[tcp.Flow], ParseCounts]:
+    """The capture's flows, read by the reference; where the compiled
+    reader was built, it must give the same segments and counts."""
     from kdiag.parsers.pcap import capture_records
 
     counts = ParseCounts("wire")
     data = path.read_bytes()
-    fl = flows(segments(capture_records(data, counts), counts), counts)
+    segs = list(segments(capture_records(data, counts), counts))
+    if packets.COMPILED:
+        got = ParseCounts("wire")
+        assert list(packets.capture_segments(data, got, compiled=True)) == segs and got == counts
+    fl = flows(segs, counts)
     return fl, counts
 
 

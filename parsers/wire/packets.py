@@ -1,5 +1,11 @@
 """Capture records -> TCP and UDP segments: the one link-layer and IP reader.
 
+``capture_segments(data, counts)`` reads a capture file's bytes to segments:
+in compiled code (parsers/_wire.c, built by pip with the system's C
+compiler) where it was built, else here, by
+``segments(capture_records(data, counts), counts)``: the reference the tests
+hold the compiled reader to, segment for segment and count for count.
+
 ``segments(records, counts)`` takes the ``(ts_ns, linktype, frame)`` records
 ``kdiag.parsers.pcap.capture_records`` yields and gives one ``Segment`` per
 TCP or UDP packet. ``network_offset`` is the link layer alone (the probe
@@ -48,6 +54,14 @@ from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 from kdiag.parsers.base import ParseCounts
+from kdiag.parsers.pcap import PCAP_MAGICS, PCAPNG_SHB, capture_records
+
+try:
+    from kdiag.parsers import _wire
+except ImportError:   # no compiler where kdiag was installed: the reference here runs
+    _wire = None
+
+COMPILED = _wire is not None
 
 # Link-layer types (tcpdump.org/linktypes.html).
 LINKTYPE_NULL, LINKTYPE_ETHERNET, LINKTYPE_RAW, LINKTYPE_LOOP = 0, 1, 101, 108
@@ -318,3 +332,22 @@ def segments(records: Iterable[tuple[int, int, bytes]], counts: ParseCounts) -> 
             continue
         counts.parsed += 1
         yield seg
+
+
+def capture_segments(data: bytes, counts: ParseCounts, compiled: bool | None = None) -> Iterator[Segment] | None:
+    """One Segment per TCP or UDP packet of a pcap or pcapng file's bytes,
+    everything else counted as ``segments`` and ``capture_records`` count
+    it; None when the bytes are neither. ``compiled``: the compiled reader
+    (None: where it was built), False the reference. The compiled one adds
+    to ``counts.lines`` and ``counts.parsed`` before each skip it counts
+    and when the capture ends, not at every packet."""
+    if compiled is None:
+        compiled = COMPILED
+    elif compiled and not COMPILED:
+        raise RuntimeError("kdiag's compiled capture reader was not built (no C compiler when it was installed)")
+    if not compiled:
+        records = capture_records(data, counts)
+        return None if records is None else segments(records, counts)
+    if data[:4] not in PCAP_MAGICS and data[:4] != PCAPNG_SHB:
+        return None
+    return _wire.segments(data, Segment, counts)

@@ -40,11 +40,11 @@ import pyarrow as pa
 
 from kdiag.parsers.base import ParseCounts
 from kdiag.parsers.format import BY_MAGIC, BYTES, PACKET_REWRITER, PATH, WIRE, Format, Told
-from kdiag.parsers.pcap import capture_records, looks_like_pcap
+from kdiag.parsers.pcap import looks_like_pcap
 from kdiag.parsers.tcp_probe import PROBES_SCHEMA, parse_pcap
 from kdiag.parsers.wire import kafka, tcp, tls
 from kdiag.parsers.wire.kafka_specs import PRODUCE
-from kdiag.parsers.wire.packets import segments
+from kdiag.parsers.wire.packets import capture_segments
 
 CLIENT_HOP, RELAY_HOP = "client", "relay"
 # A probe's answers that come as ICMP, one packet each (parsers.tcp_probe).
@@ -441,13 +441,13 @@ def parse_capture(data: bytes) -> tuple[dict[str, pa.Table], ParseCounts, int]:
     """The two tables of a capture's bytes, the counts of its records, and
     how many packets belong to the Kafka and TLS connections read."""
     counts = ParseCounts("wire")
-    recs = capture_records(data, counts)
-    if recs is None:
+    segs = capture_segments(data, counts)
+    if segs is None:
         counts.lines += 1
         counts.skip("not_pcap")
         return _tables([], [], []), counts, 0
     lookups = _Lookups()
-    flows = tcp.flows(lookups.through(segments(recs, counts)), counts)
+    flows = tcp.flows(lookups.through(segs), counts)
     conns: list[dict] = []
     exchanges: dict[int, list[dict]] = {}
     read_packets = 0
