@@ -57,7 +57,7 @@ from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 from kdiag.parsers.base import ParseCounts
-from kdiag.parsers.wire import tls
+from kdiag.parsers.wire import kafka, tls
 from kdiag.parsers.wire.packets import TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, Segment
 
 _MASK = 0xFFFFFFFF
@@ -590,23 +590,9 @@ def messages(flow: Flow, framing: str, counts: ParseCounts | None = None) -> Ite
         raise ValueError(f"unknown framing {framing!r}")
 
 
-def _looks_like_kafka_request(head: bytes) -> bool:
-    # Stands in until kdiag.parsers.wire.kafka.looks_like_request exists:
-    # size >= 8, then api_key 0..100 and api_version 0..30.
-    if len(head) < 8:
-        return False
-    size = int.from_bytes(head[:4], "big", signed=True)
-    key, version = int.from_bytes(head[4:6], "big", signed=True), int.from_bytes(head[6:8], "big", signed=True)
-    return size >= 8 and 0 <= key <= 100 and 0 <= version <= 30
-
-
 def framing_of(flow: Flow) -> str | None:
     """``"tls"``, ``"kafka"`` or None, from the client's first bytes."""
     head = flow.streams[0].captured_from(0, 64)
     if tls.looks_like_tls(head):
         return "tls"
-    try:
-        from kdiag.parsers.wire.kafka import looks_like_request
-    except ImportError:
-        looks_like_request = _looks_like_kafka_request
-    return "kafka" if looks_like_request(head) else None
+    return "kafka" if kafka.looks_like_request(head) else None
