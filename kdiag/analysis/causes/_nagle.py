@@ -73,11 +73,7 @@ def wire_evidence(facts) -> list[str]:
     if path_rtt is not None:
         ev.append(f"the path itself is fast: {path_rtt:.3f} ms ({facts.summary['path_rtt_source']}): a healthy "
                   f"path beside a 40 ms wait is the sign of a held send")
-    one = facts.meta.get("one_write") or {}
-    if one.get("n"):
-        ev.append(f"requests that left in one {unit[:-1]} were answered in {one['wait_p50_ms']} ms (median of "
-                  f"{one['n']}): only the split requests stall, which is Nagle's signature")
-    return ev
+    return ev + one_write_said(facts, unit[:-1])
 
 
 def wire_holders(facts) -> tuple[list[dict], list[dict]]:
@@ -114,8 +110,14 @@ def evidence(facts) -> list[str]:
         else:
             ev.append(f"the client socket, sampled {held['samples']} times, never held bytes unsent: "
                       f"the wait is after the client's send")
+    return ev + one_write_said(facts, "write")
+
+
+def one_write_said(facts, unit: str) -> list[str]:
+    """The sentence of the requests that left whole (in one write, TLS
+    record or segment) and came back fast."""
     one = facts.meta.get("one_write") or {}
-    if one.get("n"):
-        ev.append(f"requests that left in one write were answered in {one['wait_p50_ms']} ms (median of "
-                  f"{one['n']}): only the split requests stall, which is Nagle's signature")
-    return ev
+    if not one.get("n"):
+        return []
+    return [f"requests that left in one {unit} were answered in {one['wait_p50_ms']} ms (median of "
+            f"{one['n']}): only the split requests stall, which is Nagle's signature"]
