@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conftest import FIXTURES
 from kdiag.analysis import wire
-from kdiag.parsers.wire.parser import RELAY_HOP, parse_capture
+from kdiag.parsers.wire.parser import RELAY_HOP, parse_capture, seen_from
 
 LAB = FIXTURES / "wire" / "lab"
 
@@ -96,3 +96,15 @@ def test_a_client_id_that_is_a_terminal_escape_is_shown_as_data(tmp_path, spark)
     assert "\x1b" not in text and "VERDICT: nagle_delayed_ack" in text
     got = _replay(evil)
     assert got["verdict"] == "nagle_delayed_ack"
+
+
+def test_where_a_capture_was_taken_is_read_off_the_handshake():
+    """At the client the SYN to SYN-ACK is the round trip and the client's
+    ACK follows at once; at the server the other way round; on loopback
+    neither says. The handshake's RTT is the sum either way."""
+    assert seen_from(30_400.0, 35.0) == "client" and seen_from(40.0, 30_100.0) == "server"
+    assert seen_from(13.0, 9.0) is None and seen_from(None, 9.0) is None
+    assert seen_from(15_000.0, 14_000.0) is None   # taken mid-path: both halves long
+    tables, _, _ = parse_capture((LAB / "dns-slow.pcap").read_bytes())
+    mine = [c for c in tables["wire_connections"].to_pylist() if c["hop"] == wire.CLIENT_HOP and c["requests"] > 5]
+    assert [c["seen_from"] for c in mine] == ["client"], mine

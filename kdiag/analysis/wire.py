@@ -132,6 +132,10 @@ def client_waits(tables_dir: Path | None) -> dict | None:
     path = Path(tables_dir) / "wire_requests.parquet" if tables_dir is not None else None
     if path is None or not path.exists():
         return None
+    sides = [c["seen_from"] for c in _rows(tables_dir, "wire_connections", ["hop", "seen_from"])
+             if c.get("hop") == CLIENT_HOP]
+    if sides and sides.count("server") * 2 > len(sides):
+        return None   # taken near the broker: another host's clock stamped the messages
     t = pq.read_table(path, columns=["hop", "api", "first_us", "first_record_ms", "last_record_ms", "records"])
     t = t.filter(pc.and_(pc.equal(t["hop"], CLIENT_HOP), pc.equal(t["api"], "Produce")))
     sent = pc.divide(pc.cast(t["first_us"], "double"), 1000.0)

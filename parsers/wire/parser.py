@@ -74,7 +74,12 @@ WIRE_CONNECTIONS_SCHEMA = pa.schema([
     ("last_us", pa.int64()),
     ("syn_us", pa.int64()),            # the first SYN
     ("synack_us", pa.int64()),
-    ("handshake_ms", pa.float64()),    # the last SYN to the SYN-ACK, where captured
+    # The path's round trip by the handshake: the last SYN to the SYN-ACK
+    # plus the SYN-ACK to the client's ACK. Where the capture was taken
+    # splits it in two (at the client the first part is all of it, at the
+    # server the second); their sum is the round trip anywhere on the path.
+    ("handshake_ms", pa.float64()),
+    ("seen_from", pa.string()),        # "client" or "server": the side the capture was taken near, by that split
     ("syn_retransmits", pa.int32()),
     ("tls_hello_us", pa.int64()),      # the ClientHello
     ("tls_handshake_ms", pa.float64()),  # ClientHello to the client's first application data
@@ -483,13 +488,30 @@ def _connection(i: int, flow, proto: str | None, rows: list[dict]) -> dict:
         "flow": i, "client": _addr(flow.client), "server": _addr(flow.server), "protocol": proto, "hop": None,
         "relayed_by": None, "mid_connection": flow.mid_connection, "first_us": _us(flow.first_ns),
         "last_us": _us(flow.last_ns), "syn_us": _us(flow.syn_ns), "synack_us": _us(flow.synack_ns),
-        "handshake_ms": None if flow.handshake_rtt_us is None else flow.handshake_rtt_us / 1000,
+        "handshake_ms": None if flow.handshake_rtt_us is None else
+        (flow.handshake_rtt_us + (flow.synack_ack_us or 0.0)) / 1000,
+        "seen_from": seen_from(flow.handshake_rtt_us, flow.synack_ack_us),
         "syn_retransmits": flow.syn_retransmits, "tls_hello_us": _us(hs.get("client_hello_ns")), "tls_handshake_ms": hs.get("handshake_ms"), "rst_us": _us(flow.rst_ns),
         "rst_by": flow.rst_by, "fin_us": _us(flow.fin_ns), "client_bytes": c.bytes, "server_bytes": s.bytes,
         "retransmits": c.retransmits, "server_retransmits": s.retransmits, "zero_windows": c.zero_windows,
         "missing_bytes": c.missing_bytes + s.missing_bytes, "delayed_acks": c.delayed_acks,
         "delayed_ack_ms": c.delayed_ack_ms_median, "nagle_holds": holds, "nodelay": nodelay,
         "requests": len(rows)}
+
+
+# A split of the handshake this lopsided, over a path this long, says which
+# end the capture was near; on loopback neither part is long enough to say.
+SIDE_SHARE, SIDE_MIN_US = 4.0, 200.0
+
+
+def seen_from(syn_synack_us: float | None, synack_ack_us: float | None) -> str | None:
+    if syn_synack_us is None or synack_ack_us is None:
+        return None
+    if syn_synack_us >= SIDE_MIN_US and syn_synack_us > SIDE_SHARE * synack_ack_us:
+        return "client"
+    if synack_ack_us >= SIDE_MIN_US and synack_ack_us > SIDE_SHARE * syn_synack_us:
+        return "server"
+    return None
 
 
 def _tables(conns: list[dict], reqs: list[dict], dns: list[dict]) -> dict[str, pa.Table]:
