@@ -108,3 +108,20 @@ def test_where_a_capture_was_taken_is_read_off_the_handshake():
     tables, _, _ = parse_capture((LAB / "dns-slow.pcap").read_bytes())
     mine = [c for c in tables["wire_connections"].to_pylist() if c["hop"] == wire.CLIENT_HOP and c["requests"] > 5]
     assert [c["seen_from"] for c in mine] == ["client"], mine
+
+
+def test_another_clients_capture_is_read_as_its_requests(spark):
+    """kafka-python (Produce v9, linger_ms=20, client id kdiag-wire) against
+    the lab broker, plaintext: a producer that logs nothing here, known by
+    its requests on the wire. Its messages waited for the linger before each
+    request left (their CreateTime), which is what held them."""
+    meta = json.loads((FIXTURES / "wire" / "kafka-python-produce-v9.json").read_text())
+    tables, _, _ = parse_capture((FIXTURES / "wire" / "kafka-python-produce-v9.pcap").read_bytes())
+    produce = [r for r in tables["wire_requests"].to_pylist() if r["api"] == "Produce"]
+    assert len(produce) == meta["answered"] and {r["client_id"] for r in produce} == {meta["config"]["client_id"]}
+    assert {r["api_version"] for r in produce} == set(meta["produce_versions"])
+    got = _replay(FIXTURES / "wire" / "kafka-python-produce-v9.pcap")
+    assert got["summary"]["requests"] == meta["answered"] and got["confidence"].startswith("high")
+    assert got["verdict"] == "client_queueing", got["findings"]
+    waited = [e for e in got["findings"][0]["evidence"] if "CreateTime" in e]
+    assert waited and meta["config"]["linger_ms"] <= float(waited[0].split(" waited ")[1].split(" ms")[0]) < 200
