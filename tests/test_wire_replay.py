@@ -125,3 +125,20 @@ def test_another_clients_capture_is_read_as_its_requests(spark):
     assert got["verdict"] == "client_queueing", got["findings"]
     waited = [e for e in got["findings"][0]["evidence"] if "CreateTime" in e]
     assert waited and meta["config"]["linger_ms"] <= float(waited[0].split(" waited ")[1].split(" ms")[0]) < 200
+
+
+def test_only_another_librarys_default_client_id_names_it(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kdiag.parsers.wire.parser import WIRE_REQUESTS_SCHEMA
+
+    def said(*ids):
+        rows = [{n: None for n in WIRE_REQUESTS_SCHEMA.names} | {"hop": "client", "api": "Produce", "client_id": i}
+                for i in ids]
+        pq.write_table(pa.Table.from_pylist(rows, WIRE_REQUESTS_SCHEMA), tmp_path / "wire_requests.parquet")
+        return wire.other_client(tmp_path)
+
+    assert "kafka-python" in said("kafka-python-2.0.2") and "kafkajs" in said("kafkajs", None)
+    assert "the Java client" in said("producer-1")
+    assert said("rdkafka") is None and said("orders-service") is None and said("kafkajs-orders") is None

@@ -407,6 +407,9 @@ def _judge_wire(spark, inp: _Inputs) -> dict:
     # one, as the syscalls' exchanges do.
     produce = reqs.filter(F.col("request") == "Produce") if decoded else reqs
     unknowns = [] if decoded else [wire.TLS_ONLY]
+    other = wire.other_client(inp.tables_dir)
+    if other:
+        unknowns.append(other)
     result = judge(spark, produce, reqs, inp.conns + conns, inp.stats, inp.version, wire.SOURCE, unknowns, inp.meta,
                    None, inp.small, inp.local)
     result["confidence"] = wire.CONFIDENCE[decoded]

@@ -23,6 +23,7 @@ loopback) lends its decoded facts to the producer's exchange it carried.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from kdiag.analysis.spark_plumbing import RUN, read_table
@@ -104,6 +105,34 @@ def no_hold(seen: dict) -> str | None:
     return (f"Nagle is ruled out: the capture holds the producer's connections and {relays} relay hop(s) that carried "
             f"their requests, and no hop held a request's later segments for an ACK; what holds them is beyond the "
             f"last hop captured (the broker)")
+
+
+# Client ids the libraries give a client that sets none, and the library.
+# A client id is the application's to set (librdkafka's default is
+# "rdkafka"): only these defaults name another library.
+OTHER_CLIENTS = ((re.compile(r"^kafka-python-[\w.]+$"), "kafka-python"), (re.compile(r"^aiokafka-[\w.]+$"), "aiokafka"),
+                 (re.compile(r"^kafkajs$"), "kafkajs"), (re.compile(r"^producer-\d+$"), "the Java client"),
+                 (re.compile(r"^sarama$"), "sarama"))
+
+
+def other_client(tables_dir: Path | None) -> str | None:
+    """The sentence for Produce requests whose client id is another
+    library's default: the fixes name librdkafka's properties."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    path = Path(tables_dir) / "wire_requests.parquet" if tables_dir is not None else None
+    if path is None or not path.exists():
+        return None
+    t = pq.read_table(path, columns=["hop", "api", "client_id"])
+    ids = t.filter(pc.and_(pc.equal(t["hop"], CLIENT_HOP), pc.equal(t["api"], "Produce")))["client_id"]
+    ids = sorted({x for x in ids.unique().to_pylist() if x is not None})[:5]
+    libs = sorted({lib for x in ids for pattern, lib in OTHER_CLIENTS if pattern.match(x)})
+    if not libs:
+        return None
+    return (f"the Produce requests' client id ({', '.join(ids)}) is the default of {', '.join(libs)}, not librdkafka: "
+            f"the fixes name librdkafka's properties, which that client calls by its own names (linger_ms, "
+            f"request_timeout_ms, ...)")
 
 
 def retransmits(conns: list[dict]) -> int | None:
