@@ -53,6 +53,10 @@ def test_a_capture_alone_names_nagle_from_the_wire(spark):
     assert any("holding a request's later segments" in e for e in f["evidence"]), f["evidence"]
     assert got["summary"]["path_rtt_source"].startswith("TCP handshakes in the packet capture")
     assert got["wire"]["producer"] >= 1 and got["wire"]["holding"]
+    from kdiag.report.html import render_html
+
+    page = render_html(got)
+    assert '<ul class="plain" id="capture">' in page and "Nagle held" in page
 
 
 def test_the_log_beside_its_capture_is_split_by_the_wire(spark):
