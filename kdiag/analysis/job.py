@@ -55,6 +55,9 @@ CONFIDENCE = {"strace": "high: requests from librdkafka's own lines", "log": "lo
 INFERRED = ("the producer logged no librdkafka Sent/Received lines: requests were inferred from "
             "its syscalls (a burst of socket writes, then the first read of the response); "
             "no correlation ids, and pipelined requests would pair with the wrong response")
+# The exchanges inferred from syscalls that are judged: Produce requests,
+# and bursts no header named.
+JUDGED_EXCHANGES = ("Produce", "exchange")
 INFERRED_NAMED = ("the producer logged no librdkafka Sent/Received lines: requests were inferred from "
                   "its syscalls (a burst of socket writes, then the first read of the response), each named "
                   "by the Kafka request header its first write begins with; pipelined requests would pair "
@@ -390,11 +393,11 @@ def _judge_exchanges(spark, inp: _Inputs, q, later: Later) -> dict:
     if inp.small:
         inp.meta["spin"] = spinning(inp.syscalls, inp.tables_dir)
     # Where the writes' first bytes named the requests (plaintext under
-    # strace), only the Produce requests are judged, as from a capture.
-    named = any_rows(reqs.filter(F.col("request") != "exchange"))
-    if named:
+    # strace), only the Produce requests are judged, as from a capture;
+    # an unnamed burst (TLS) may be one.
+    if any_rows(reqs.filter(F.col("request") != "exchange")):
         unknowns = [INFERRED_NAMED]
-    produce = reqs.filter(F.col("request") == "Produce") if named else reqs
+    produce = reqs.filter(F.col("request").isin(*JUDGED_EXCHANGES))
     result = judge(spark, produce, reqs, conns, inp.stats, inp.version, inp.source, unknowns, inp.meta,
                    inp.read.get("syscalls"), inp.small, inp.local)
     result["confidence"] = CONFIDENCE["syscalls"]
