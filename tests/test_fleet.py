@@ -38,6 +38,9 @@ def _bundles(folder):
                               ("other-run.tar.gz", "strace_plus_log_other_run",
                                {"rdkafka_log": "rdkafka.log", "strace": "strace.txt"})):
         bundle_of(folder, name, {f"raw/{d}/{f}": EXCERPTS / case / f for d, f in files.items()})
+    # A kafka-python producer that logs nothing: its plaintext requests
+    # named by their first bytes, only the Produce ones judged.
+    bundle_of(folder, "named.tar.gz", {"raw/strace/strace.txt": FIXTURES / "strace" / "kafka_python_plain.txt"})
     # cat strace.txt strace.txt: each copy's rows dropped, as replay drops them.
     twice = folder.parent / "strace-twice.txt"
     twice.write_bytes((CAPTURES / "nagle_on" / "strace.txt").read_bytes() * 2)
@@ -90,7 +93,7 @@ def test_each_bundle_is_judged_as_its_replay_alone(fleet_run, spark):
     by_name = {r.source.rsplit("/", 1)[-1]: r for r in rows.itertuples()}
     assert set(by_name) == {p.name for p in folder.glob("*.tar.gz")}
     judged = ["on.tar.gz", "off.tar.gz", "throttled.tar.gz", "retries.tar.gz", "timeouts.tar.gz", "inferred.tar.gz",
-              "copies.tar.gz", "resolve.tar.gz", "connect.tar.gz"]
+              "copies.tar.gz", "resolve.tar.gz", "connect.tar.gz", "named.tar.gz"]
     verdicts = {}
     for name in judged:
         r = by_name[name]
@@ -111,7 +114,8 @@ def test_each_bundle_is_judged_as_its_replay_alone(fleet_run, spark):
     assert resolve["life"]["timed_out"]["kinds"][0]["cause"] == "dns_slow"
     on = json.loads(by_name["on.tar.gz"].findings_json)
     assert on["request_rows"]["rows"] and on["findings"][0]["predicted"]["saves_p50_ms"] > 30
-    assert summary["judged"] == len(judged) and summary["bundles"] == 11
+    assert json.loads(by_name["named.tar.gz"].findings_json)["summary"]["requests"] == 30
+    assert summary["judged"] == len(judged) and summary["bundles"] == 12
 
 
 def test_what_the_fleet_cannot_judge_or_read_is_said(fleet_run):

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import need
 from kdiag.parsers.base import ParseCounts
-from kdiag.parsers.pcap import PCAPNG_EPB, PCAPNG_IDB, PcapReader, PcapWriter, pcapng_block
+from kdiag.parsers.pcap import PCAPNG_EPB, PCAPNG_IDB, PcapHeader, PcapReader, PcapWriter, pcapng_block
 from kdiag.parsers.wire import packets, tcp, tls
 from kdiag.parsers.wire.packets import Segment, segments
 from kdiag.parsers.wire.tcp import flows, framing_of, messages
@@ -426,6 +426,51 @@ def test_link_layers_reach_the_same_segment(linktype, prefix):
     assert isinstance(seg, Segment) and (seg.src, seg.sport, seg.dst, seg.dport, seg.data) == \
         ("10.0.0.1", 1, "10.0.0.2", 2, b"hi")
     assert list(segments([(5, linktype, prefix + _ipv4_tcp())], ParseCounts("t"))) == [seg]
+
+
+def _tcp_frame(src, dst, flags, seq, ack, window, payload=b"", opts=b"") -> bytes:
+    opts += bytes(-len(opts) % 4)
+    tcph = struct.pack("!HHIIBBHHH", src[1], dst[1], seq, ack, (5 + len(opts) // 4) << 4, flags, window, 0, 0)
+    total = 20 + len(tcph) + len(opts) + len(payload)
+    iph = struct.pack("!BBHHHBBH4s4s", 0x45, 0, total, 0, 0, 64, 6, 0, socket.inet_aton(src[0]),
+                      socket.inet_aton(dst[0]))
+    return iph + tcph + opts + payload
+
+
+@pytest.mark.parametrize("server_window,nodelay", [(None, None), (2000, True)])
+def test_nodelay_judges_small_by_the_senders_segment_size(server_window, nodelay):
+    """A request of 45 KB sent as 32741 bytes and the rest, back to back,
+    the first unacknowledged: both below the SYN's MSS. Linux bounds its
+    segments to half the largest window the peer advertised
+    (tcp_bound_to_half_wnd): after a 65483-byte window the first was
+    full-size, which Nagle lets the rest follow (no sign of TCP_NODELAY, as
+    a client with Nagle on writes on loopback); after the server opened its
+    window to 2000 << 10 both were small, which Nagle never sends so
+    (TCP_NODELAY on)."""
+    from kdiag.parsers.wire.parser import parse_capture
+
+    req = frame(0, 9, 1000, bytes(45_000))
+    resp = struct.pack("!ii", 12, 1000) + bytes(8)
+    mss = struct.pack("!BBH", 2, 4, 65495)
+    wscale = struct.pack("!BBBB", 1, 3, 3, 10)
+    pkts = [
+        (0, _tcp_frame(C, S, SYN, 0, 0, 65495, opts=mss + wscale)),
+        (10_000, _tcp_frame(S, C, SYN | ACK, 0, 1, 65483, opts=mss + wscale)),
+        (20_000, _tcp_frame(C, S, ACK, 1, 1, 64)),
+        *([(30_000, _tcp_frame(S, C, ACK, 1, 1, server_window))] if server_window else []),
+        (1_000_000, _tcp_frame(C, S, ACK, 1, 1, 64, req[:32741])),
+        (1_025_000, _tcp_frame(C, S, ACK | PSH, 32742, 1, 64, req[32741:])),
+        (1_040_000, _tcp_frame(S, C, ACK, 1, 1 + len(req), 93)),
+        (2_000_000, _tcp_frame(S, C, ACK | PSH, 1, 1 + len(req), 93, resp)),
+        (2_010_000, _tcp_frame(C, S, ACK, 1 + len(req), 1 + len(resp), 64)),
+    ]
+    out = io.BytesIO()
+    w = PcapWriter(out, PcapHeader(packets.LINKTYPE_RAW))
+    for ts, f in pkts:
+        w.write(1_700_000_000 * 10**9 + ts, f)
+    tables, counts, _ = parse_capture(out.getvalue())
+    conns = tables["wire_connections"].to_pylist()
+    assert [(c["protocol"], c["requests"], c["nodelay"]) for c in conns] == [("kafka", 1, nodelay)], counts
 
 
 def test_bad_records_are_counted_by_reason():

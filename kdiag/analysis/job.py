@@ -55,6 +55,13 @@ CONFIDENCE = {"strace": "high: requests from librdkafka's own lines", "log": "lo
 INFERRED = ("the producer logged no librdkafka Sent/Received lines: requests were inferred from "
             "its syscalls (a burst of socket writes, then the first read of the response); "
             "no correlation ids, and pipelined requests would pair with the wrong response")
+# The exchanges inferred from syscalls that are judged: Produce requests,
+# and bursts no header named.
+JUDGED_EXCHANGES = ("Produce", "exchange")
+INFERRED_NAMED = ("the producer logged no librdkafka Sent/Received lines: requests were inferred from "
+                  "its syscalls (a burst of socket writes, then the first read of the response), each named "
+                  "by the Kafka request header its first write begins with; pipelined requests would pair "
+                  "with the wrong response")
 
 
 def analyze(spark, tables_dir: Path, meta: dict | None = None) -> dict:
@@ -374,6 +381,8 @@ def _checked(spark, reqs, table: str, q, later: Later):
 
 def _judge_exchanges(spark, inp: _Inputs, q, later: Later) -> dict:
     """A producer that logs nothing: its requests inferred from syscalls."""
+    from pyspark.sql import functions as F
+
     from kdiag.analysis.spinning import spinning
 
     reqs = _checked(spark, requests_from(spark, "syscalls", None, inp.syscalls), "syscalls", q, later)
@@ -383,7 +392,13 @@ def _judge_exchanges(spark, inp: _Inputs, q, later: Later) -> dict:
     # small input's threads are walked once more for it.
     if inp.small:
         inp.meta["spin"] = spinning(inp.syscalls, inp.tables_dir)
-    result = judge(spark, reqs, reqs, conns, inp.stats, inp.version, inp.source, unknowns, inp.meta,
+    # Where the writes' first bytes named the requests (plaintext under
+    # strace), only the Produce requests are judged, as from a capture;
+    # an unnamed burst (TLS) may be one.
+    if any_rows(reqs.filter(F.col("request") != "exchange")):
+        unknowns = [INFERRED_NAMED]
+    produce = reqs.filter(F.col("request").isin(*JUDGED_EXCHANGES))
+    result = judge(spark, produce, reqs, conns, inp.stats, inp.version, inp.source, unknowns, inp.meta,
                    inp.read.get("syscalls"), inp.small, inp.local)
     result["confidence"] = CONFIDENCE["syscalls"]
     return result

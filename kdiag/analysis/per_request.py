@@ -23,6 +23,8 @@ from functools import reduce
 
 from kdiag.analysis.spark_plumbing import RUN, one_run
 from kdiag.parsers.strace.schema import SOCKET_PREFIXES
+from kdiag.parsers.strace.values import unescape_bytes
+from kdiag.parsers.wire.kafka import request_of_write
 
 WRITE_CALLS = ["write", "writev", "sendmsg", "sendto", "send", "pwrite64"]
 READ_CALLS = ["read", "readv", "recvmsg", "recvfrom", "recv"]
@@ -36,6 +38,11 @@ WAITED_FD = r"(?:fd=|EPOLL_CTL_(?:ADD|MOD), )(\d+)"
 # this is only the tail of a request (a TLS record's last bytes).
 MIN_PRODUCE_BYTES = 100
 SOCKET_INFO = "^(" + "|".join(SOCKET_PREFIXES) + ")"
+# A write's first bytes as strace prints them (-s 256): the first quoted
+# string of its arguments, `sendto(6<TCP:[...]>, "\0\0\1N\0\0..."..., 338,`
+# or a writev's first `iov_base="..."`. Possessive: no backtracking.
+FIRST_STRING = r'"((?:[^"\\]++|\\.)*+)"'
+HEAD_TYPE = "struct<api:string,corr_id:int,client_id:string>"
 
 
 def requests(spark, events):
@@ -77,22 +84,28 @@ def requests(spark, events):
                     "_s.send_us", "_s.send_line", "_s.pid")
 
 
-def flag_syscalls(syscalls):
-    """The syscalls with socket writes, socket reads and waits flagged."""
+def flag_syscalls(syscalls, heads: bool = False):
+    """The syscalls with socket writes, socket reads and waits flagged;
+    ``heads``: each socket write's first bytes as printed (``write_head``),
+    null where the tracer kept none."""
     from pyspark.sql import functions as F
 
     sc = one_run(syscalls).filter(F.col("kind") == "syscall").select(
-        RUN, "line_no", "pid", "ts_us", "dur_us", "syscall", "fd", "fd_info", "ret")
+        RUN, "line_no", "pid", "ts_us", "dur_us", "syscall", "fd", "fd_info", "ret",
+        *(["args"] if heads and "args" in syscalls.columns else []))
     # Prefix tests, not SOCKET_INFO's regex: a regex per call was 0.8 s of
     # the 7.8 s that reading 50 M calls for the split took.
     named = reduce(operator.or_, [F.col("fd_info").startswith(p) for p in SOCKET_PREFIXES])
     is_sock = F.col("fd").isNotNull() & (F.col("fd") > 2) & (F.col("fd_info").isNull() | named)
     sc = sc.withColumn("sock_write", F.col("syscall").isin(WRITE_CALLS) & is_sock & (F.col("ret") > 0))
     sc = sc.withColumn("sock_read", F.col("syscall").isin(READ_CALLS) & is_sock & (F.col("ret") > 0))
+    if heads:
+        head = F.regexp_extract("args", FIRST_STRING, 1) if "args" in sc.columns else F.lit("")
+        sc = sc.withColumn("write_head", F.when(F.col("sock_write") & (head != ""), head)).drop("args")
     return sc.withColumn("wait", F.col("syscall").isin(WAIT_CALLS))
 
 
-def prepare_syscalls(syscalls):
+def prepare_syscalls(syscalls, heads: bool = False):
     """Flagged syscalls with the bursts of socket writes numbered per thread
     (for requests inferred from syscalls alone).
 
@@ -103,7 +116,7 @@ def prepare_syscalls(syscalls):
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
-    sc = flag_syscalls(syscalls)
+    sc = flag_syscalls(syscalls, heads)
     waited = waited_fds(syscalls)
     if waited:
         on = F.col("fd").isin(waited)
@@ -137,16 +150,18 @@ def waited_fds(syscalls) -> list[int] | None:
 def _bursts(sc):
     from pyspark.sql import functions as F
 
+    head = ["write_head"] if "write_head" in sc.columns else []
     return sc.filter("sock_write").groupBy(RUN, "pid", "burst").agg(
         F.count("*").alias("n_writes"),
         F.min("ts_us").alias("send_start_us"),
         F.sum("ret").alias("written_bytes"),
-        F.sort_array(F.collect_list(F.struct("ts_us", "line_no", "ret"))).alias("_w"),
+        F.sort_array(F.collect_list(F.struct("ts_us", "line_no", "ret", *head))).alias("_w"),
         F.first("fd").alias("fd"),
         F.first("fd_info").alias("fd_info"),
         F.max(F.col("ts_us") + F.coalesce(F.col("dur_us"), F.lit(0))).alias("send_end_us"),
         F.min("line_no").alias("first_line"),
-    ).withColumn("write_sizes", F.col("_w.ret")).drop("_w")
+    ).withColumn("write_sizes", F.col("_w.ret")).withColumn(
+        "first_head", F.col("_w")[0]["write_head"] if head else F.lit(None).cast("string")).drop("_w")
 
 
 def requests_from(spark, source: str, lines, syscalls, pieces=None, hold=None):
@@ -157,7 +172,7 @@ def requests_from(spark, source: str, lines, syscalls, pieces=None, hold=None):
     inferred from the syscalls alone. Unchecked: the requests a clock step
     or a response stamped first leaves without a latency are the caller's."""
     if source == "syscalls":
-        return exchanges(prepare_syscalls(syscalls))
+        return exchanges(prepare_syscalls(syscalls, heads=True))
     reqs = requests(spark, lines)
     if source == "strace" and syscalls is not None:
         return split_requests(spark, reqs, flag_syscalls(syscalls), pieces, hold=hold)
@@ -389,19 +404,28 @@ def exchanges(sc):
     """Requests inferred from syscalls alone, for producers that log no
     Sent/Received lines: a burst of socket writes on a thread, then the
     first socket read on that fd is its response (a synchronous producer has
-    one request in flight). No correlation ids: pipelined requests would
-    pair with the wrong response, which the findings say."""
+    one request in flight). A burst whose first write's bytes the tracer
+    kept and that read as a Kafka request header (plaintext: strace -s 256
+    keeps them) is named by it: ``request`` its api, ``corr_id``,
+    ``client`` its client id; else ``request`` is "exchange", no
+    correlation id: pipelined requests would pair with the wrong response,
+    which the findings say."""
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
     sc = one_run(sc)
-    b = _cut_bursts(_bursts(sc)).select(
+    # A Python worker only where there are bytes to read.
+    named = F.udf(request_of_head, HEAD_TYPE)("first_head") if "write_head" in sc.columns else \
+        F.lit(None).cast(HEAD_TYPE)
+    b = _cut_bursts(_bursts(sc)).withColumn("_h", named).select(
+                           "_h",
                            RUN, "pid", "fd", "fd_info", "n_writes", "write_sizes", "written_bytes", "last_write_bytes",
                            "n_writes_lower_bound", "unseen_bytes",
                            F.col("send_start_us"), F.col("send_end_us").alias("ts_us"),
                            F.col("first_line").alias("send_line"), F.lit(None).cast("long").alias("read_us"),
                            F.lit(None).cast("long").alias("read_line"))
     reads = sc.filter("sock_read").select(
+        F.lit(None).cast(HEAD_TYPE).alias("_h"),
         RUN, "pid", "fd", F.lit(None).cast("string").alias("fd_info"), F.lit(None).cast("long").alias("n_writes"),
         F.lit(None).cast("array<long>").alias("write_sizes"), F.lit(None).cast("long").alias("written_bytes"),
         F.lit(None).cast("long").alias("last_write_bytes"), F.lit(None).cast("boolean").alias("n_writes_lower_bound"),
@@ -417,9 +441,9 @@ def exchanges(sc):
     ev = ev.withColumn("_n", nxt).withColumn("resp_us", F.col("_n.read_us")).withColumn("recv_line", F.col("_n.read_line"))
     ms = lambda a, c: (F.col(a) - F.col(c)) / 1000.0  # noqa: E731
     return (ev.filter(F.col("n_writes").isNotNull() & F.col("resp_us").isNotNull())
-              .select(RUN, F.lit(None).cast("string").alias("client"),
+              .select(RUN, F.col("_h.client_id").alias("client"),
                       F.coalesce(F.regexp_extract("fd_info", r"->([^\]]+)", 1), F.col("fd").cast("string")).alias("broker"),
-                      F.lit(None).cast("int").alias("corr_id"), F.lit("exchange").alias("request"),
+                      F.col("_h.corr_id").alias("corr_id"), F.coalesce(F.col("_h.api"), F.lit("exchange")).alias("request"),
                       F.col("written_bytes").alias("req_bytes"), F.col("ts_us").alias("send_us"),
                       F.col("resp_us").alias("recv_us"), F.lit(None).cast("double").alias("rtt_ms"),
                       "pid", "fd", "n_writes", "write_sizes", "send_line", "recv_line", "send_start_us",
@@ -428,6 +452,18 @@ def exchanges(sc):
               .withColumn("wait_ms", ms("recv_us", "send_us"))
               .withColumn("read_ms", F.lit(0.0))
               .withColumn("total_ms", ms("recv_us", "send_start_us")))
+
+
+def request_of_head(head: str | None) -> tuple[str, int, str | None] | None:
+    """(api, correlation id, client id) of the request a socket write
+    begins with, from its first bytes as strace printed them; None when
+    they are not a Kafka request's (TLS, another protocol, none kept)."""
+    if not head:
+        return None
+    h = request_of_write(unescape_bytes(head))
+    if h is None or h.api_name is None:
+        return None
+    return h.api_name, h.correlation_id, h.client_id
 
 
 def _cut_bursts(b):

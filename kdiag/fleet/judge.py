@@ -325,7 +325,7 @@ def _requests(spark, t: dict, of):
     alone, or exchanges inferred from syscalls."""
     from pyspark.sql import functions as F
 
-    from kdiag.analysis.job import unsplit
+    from kdiag.analysis.job import JUDGED_EXCHANGES, unsplit
     from kdiag.analysis.per_request import requests_from
 
     mine = lambda df, src: df.filter(F.col(RUN).isin(*of(src))) if df is not None else None  # noqa: E731
@@ -337,6 +337,8 @@ def _requests(spark, t: dict, of):
                                     ("syscalls", None, t["syscalls"])):
         if of(source):
             reqs = requests_from(spark, source, mine(lines, source), mine(syscalls, source)).filter(positive)
+            if source == "syscalls":
+                reqs = reqs.filter(F.col("request").isin(*JUDGED_EXCHANGES))
             parts.append(unsplit(reqs) if source == "log" else reqs)
     reqs = parts[0]
     for p in parts[1:]:

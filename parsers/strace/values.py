@@ -160,3 +160,9 @@ def unescape(s: str) -> str:
         return s
     raw = s.encode("utf-8", "surrogatepass")
     return _ESCAPE_RE.sub(_unescape_one, raw).decode("utf-8", "replace")
+
+
+def unescape_bytes(s: str) -> bytes:
+    """The bytes strace printed as ``s`` (a socket write's payload, say),
+    escapes decoded as unescape() decodes them."""
+    return _ESCAPE_RE.sub(_unescape_one, s.encode("utf-8", "surrogatepass"))

@@ -352,10 +352,26 @@ def _nodelay(flow, rows: list[dict]) -> tuple[bool | None, int]:
     s = flow.streams[0]
     mss = s.mss or flow.streams[1].mss
     ack_ts = [a[0] for a in s.acks]
+    grew_ts = [w[0] for w in s.windows]
+
+    def small(chunk) -> bool:
+        f = full(chunk[2])
+        return f is None or chunk[1] < f
+
+    def full(ts: int) -> int | None:
+        """Linux's segment size for Nagle at ts: the MSS, at most half the
+        largest window the peer has advertised (tcp_bound_to_half_wnd), so
+        a 32 KiB segment is full after a 64 KiB window on loopback."""
+        i = bisect_left(grew_ts, ts + 1)
+        if not i:
+            return mss
+        w = s.windows[i - 1][1]
+        cutoff = w >> 1 if w > 536 else w      # 536: TCP_MSS_DEFAULT
+        return min(mss, cutoff) if mss else cutoff
+
     chunks = [c for c in s.chunks if not c[4]]
     for prev, cur in zip(chunks, chunks[1:]):
-        small = mss is None or (prev[1] < mss and cur[1] < mss)
-        if not small or cur[2] - prev[2] > NAGLE_HOLD_MS * 1e6:
+        if not (small(prev) and small(cur)) or cur[2] - prev[2] > NAGLE_HOLD_MS * 1e6:
             continue
         # Was every byte of prev acknowledged before cur left? If not, a
         # small segment left behind an unacknowledged small one.

@@ -94,7 +94,9 @@ class Stream:
     -> the peer's ACK covering it, first transmissions only); ``length``;
     ``chunks``: (offset, length, ts_ns, captured, retransmit) per data
     segment in arrival order; ``acks``: (ts_ns, offset acknowledged) of each
-    peer ACK that moved forward."""
+    peer ACK that moved forward; ``windows``: (ts_ns, bytes) each time the
+    largest window the peer advertised grew (scaled where both SYNs were
+    captured with the option, else the raw field: a lower bound)."""
 
     def __init__(self):
         self.segments = 0
@@ -112,6 +114,9 @@ class Stream:
         self.fin = False
         self.chunks: list[tuple[int, int, int, int, bool]] = []
         self.acks: list[tuple[int, int]] = []
+        self.windows: list[tuple[int, int]] = []
+        self._max_window = 0
+        self._grow_above = -1
         self.wscale: int | None = None
         self.mss: int | None = None
         self.base: int | None = None         # the sequence number of offset 0
@@ -428,6 +433,16 @@ class Flow:
         if seg.flags & TCP_RST and self.rst_ns is None:
             self.rst_ns, self.rst_by = seg.ts_ns, ("client", "server")[d]
 
+    @staticmethod
+    def _grown(peer: Stream, seg: Segment, shift: int | None, most: int | None) -> None:
+        # A SYN's window is never scaled (RFC 7323 2.2).
+        w = seg.window << (shift or 0)
+        if w > peer._max_window:
+            peer._max_window = w
+            peer.windows.append((seg.ts_ns, w))
+        # The raw field that could be larger: one comparison per segment.
+        peer._grow_above = peer._max_window >> (most or 0)
+
     # The hot path: one call per segment of the capture, the rare cases
     # (handshake, close) apart.
     def add(self, seg: Segment, d: int) -> None:
@@ -445,6 +460,9 @@ class Flow:
             off = high + (u - 0x100000000 if u >= 0x80000000 else u)
             if off > peer._acked:
                 peer.ack(ts, off, not seg.payload_len and not flags & _SYN_FIN_RST)
+        if seg.window > peer._grow_above:
+            self._grown(peer, seg, mine.wscale if peer.wscale is not None and not flags & TCP_SYN else None,
+                        mine.wscale)
         # Only a zero window matters here, which no scale changes.
         if (not seg.window or peer._zero_since is not None) and not flags & (TCP_SYN | TCP_RST):
             peer.window(ts, seg.window)
