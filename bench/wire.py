@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from bench.common import Figure, check
+from kdiag.lab import tcpdump
 
 GOAL = ">= 200"
 
@@ -87,23 +88,10 @@ def make_capture(path: Path, n: int, mtu: int | None, body: int = 10_000) -> Non
                            capture_output=True)
         # A ring slot per packet of the snaplen (immediate mode): 64 KiB
         # frames in a 64 MiB ring, none dropped on a busy machine.
-        dump = subprocess.Popen([*ex, "tcpdump", "-i", "lo", "-n", "--immediate-mode", "-U", "-Z", "root",
-                                 "-s", str((mtu or 65536) + 100), "-B", "65536", "-w", str(path), "tcp port 9092"],
-                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
-        try:
-            line = ""
-            while "listening on" not in line:
-                line = dump.stderr.readline()
-                if not line:
-                    raise RuntimeError("tcpdump did not start")
+        with tcpdump.capture(path, bpf="tcp port 9092", prefix=ex, snaplen=(mtu or 65536) + 100,
+                             buffer_kib=65536):
             subprocess.run([*ex, sys.executable, "-c", _EXCHANGE, str(n), str(body), "9092"], check=True,
                            timeout=600)
-            time.sleep(0.3)
-        finally:
-            dump.terminate()
-            _, err = dump.communicate(timeout=30)
-        if "\n0 packets dropped by kernel" not in "\n" + err:
-            raise RuntimeError(f"tcpdump dropped packets: {err.strip()}")
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=False)
 

@@ -1,7 +1,7 @@
 """Every lab scenario, captured with tcpdump while kdiag traces it, replayed
 from the capture alone: the packets name the scenario's cause.
 
-Where tcpdump listens: tcpdump_capture.captured_lab. A loopback lab's
+Where tcpdump listens: kdiag.lab.tcpdump.captured_lab. A loopback lab's
 capture holds the TLS terminator's plaintext side too; a network lab's holds
 the producer's side of the path only, TLS. The bundle's own files are not
 given to the replay.
@@ -16,8 +16,8 @@ import pytest
 
 from conftest import need, need_tansu
 from kdiag.lab import scenarios
+from kdiag.lab.tcpdump import captured_lab
 from kdiag.lab.variants import NetworkPath
-from tcpdump_capture import captured_lab
 
 NAMES = scenarios.names()
 
