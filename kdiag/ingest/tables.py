@@ -254,7 +254,10 @@ def _parse_whole(fmt, path: Path, sink: TableSink, told: Told, snapshots: _Snaps
     table, pcounts = fmt.parser(data, told)
     if isinstance(table, dict):   # one capture, several tables (a pcap's probes and connections)
         for name, part in table.items():
-            sink.write(name, part)
+            # The format's own table is written as one table always was; the
+            # others only with rows (a probe capture has no requests).
+            if name == fmt.table or part.num_rows:
+                sink.write(name, part)
     else:
         sink.write(fmt.table, snapshots.renumbered(table))
     snapshots.file_done()
