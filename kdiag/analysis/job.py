@@ -409,9 +409,7 @@ def _judge_wire(spark, inp: _Inputs) -> dict:
     packet capture shows them (``wire``)."""
     from pyspark.sql import functions as F
 
-    conns = wire.connections(inp.tables_dir)
-    inp.meta["tcp_retrans"] = wire.retransmits(conns)
-    inp.meta["wire"] = wire.summary(inp.tables_dir)
+    conns = _wire_connections(inp)
     inp.meta["wire_no_hold"] = wire.no_hold(inp.meta["wire"])
     inp.meta["wire_waits"] = wire.client_waits(inp.tables_dir)
     reqs = wire.requests(spark, inp.tables_dir, inp.meta["wire_waits"])
@@ -475,10 +473,16 @@ def _joined_to_wire(spark, reqs, inp: _Inputs, unknowns: list[str]):
     unknowns[:] = [u for u in unknowns if u not in (UNSPLIT_LOG, UNTIMED)]
     unknowns.append(wire.JOINED)
     inp.meta["wire_joined"] = matched
+    return joined, _wire_connections(inp)
+
+
+def _wire_connections(inp: _Inputs) -> list[dict]:
+    """The capture's producer connections, for the judge beside the
+    requests; their retransmits and the capture's summary into the meta."""
     conns = wire.connections(inp.tables_dir)
     inp.meta["tcp_retrans"] = wire.retransmits(conns)
     inp.meta["wire"] = wire.summary(inp.tables_dir)
-    return joined, conns
+    return conns
 
 
 def _unsplit(reqs, unknowns: list[str]):

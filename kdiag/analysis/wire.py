@@ -40,21 +40,32 @@ TLS_ONLY = ("requests read off a packet capture over TLS: told apart by their re
             "log, names them)")
 
 
-def _rows(tables_dir: Path | None, table: str, columns: list[str]) -> list[dict]:
+def _table(tables_dir: Path | None, table: str, columns: list[str]):
+    """Those of ``columns`` the table's file has, read alone (a capture's
+    requests can be millions of rows); None without the file."""
     import pyarrow.parquet as pq
 
     path = Path(tables_dir) / f"{table}.parquet" if tables_dir is not None else None
     if path is None or not path.exists():
-        return []
-    t = pq.read_table(path)
-    return t.select([c for c in columns if c in t.column_names]).to_pylist()
+        return None
+    names = set(pq.read_schema(path).names)
+    return pq.read_table(path, columns=[c for c in columns if c in names])
+
+
+def _rows(tables_dir: Path | None, table: str, columns: list[str]) -> list[dict]:
+    t = _table(tables_dir, table, columns)
+    return [] if t is None else t.to_pylist()
 
 
 def has_requests(tables_dir: Path | None) -> bool:
     """Whether the capture holds a completed exchange on a connection the
-    producer made (read from the file's footer and one column)."""
-    return any(r["hop"] == CLIENT_HOP and r["response_first_us"] is not None
-               for r in _rows(tables_dir, "wire_requests", ["hop", "response_first_us"]))
+    producer made (two columns read, not walked row by row)."""
+    import pyarrow.compute as pc
+
+    t = _table(tables_dir, "wire_requests", ["hop", "response_first_us"])
+    if t is None or not t.num_rows:
+        return False
+    return bool(pc.any(pc.and_(pc.equal(t["hop"], CLIENT_HOP), pc.is_valid(t["response_first_us"]))).as_py())
 
 
 def connections(tables_dir: Path | None) -> list[dict]:
@@ -119,12 +130,10 @@ def other_client(tables_dir: Path | None) -> str | None:
     """The sentence for Produce requests whose client id is another
     library's default: the fixes name librdkafka's properties."""
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
-    path = Path(tables_dir) / "wire_requests.parquet" if tables_dir is not None else None
-    if path is None or not path.exists():
+    t = _table(tables_dir, "wire_requests", ["hop", "api", "client_id"])
+    if t is None:
         return None
-    t = pq.read_table(path, columns=["hop", "api", "client_id"])
     ids = t.filter(pc.and_(pc.equal(t["hop"], CLIENT_HOP), pc.equal(t["api"], "Produce")))["client_id"]
     ids = sorted({x for x in ids.unique().to_pylist() if x is not None})[:5]
     libs = sorted({lib for x in ids for pattern, lib in OTHER_CLIENTS if pattern.match(x)})
@@ -156,16 +165,14 @@ def client_waits(tables_dir: Path | None) -> dict | None:
     oldest message of each request, ``last_p50_ms``: the newest; None when
     no request's batches were read."""
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
-    path = Path(tables_dir) / "wire_requests.parquet" if tables_dir is not None else None
-    if path is None or not path.exists():
+    t = _table(tables_dir, "wire_requests", ["hop", "api", "first_us", "first_record_ms", "last_record_ms", "records"])
+    if t is None:
         return None
     sides = [c["seen_from"] for c in _rows(tables_dir, "wire_connections", ["hop", "seen_from"])
              if c.get("hop") == CLIENT_HOP]
     if sides and sides.count("server") * 2 > len(sides):
         return None   # taken near the broker: another host's clock stamped the messages
-    t = pq.read_table(path, columns=["hop", "api", "first_us", "first_record_ms", "last_record_ms", "records"])
     t = t.filter(pc.and_(pc.equal(t["hop"], CLIENT_HOP), pc.equal(t["api"], "Produce")))
     sent = pc.divide(pc.cast(t["first_us"], "double"), 1000.0)
     first, last = (pc.subtract(sent, pc.cast(t[c], "double")) for c in ("first_record_ms", "last_record_ms"))
@@ -245,12 +252,10 @@ def _opening_requests(tables_dir: Path | None) -> tuple[dict, list[int], list[in
     not walked."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
-    path = Path(tables_dir) / "wire_requests.parquet" if tables_dir is not None else None
-    if path is None or not path.exists():
+    t = _table(tables_dir, "wire_requests", ["flow", "hop", "api", "first_us", "response_last_us"])
+    if t is None:
         return {}, [], []
-    t = pq.read_table(path, columns=["flow", "hop", "api", "first_us", "response_last_us"])
     t = t.filter(pc.equal(t["hop"], CLIENT_HOP))
     produce = t.filter(pc.equal(t["api"], "Produce")).group_by("flow").aggregate([("first_us", "min")])
     firsts = sorted(x for x in produce["first_us_min"].to_pylist() if x is not None)
