@@ -375,8 +375,10 @@ def _nodelay(flow, rows: list[dict]) -> tuple[bool | None, int]:
             continue
         # Was every byte of prev acknowledged before cur left? If not, a
         # small segment left behind an unacknowledged small one.
+        # Stream.acks keeps only ACKs that moved forward: the last one
+        # before cur is the most acknowledged then.
         i = bisect_left(ack_ts, cur[2])
-        acked = max((a[1] for a in s.acks[:i]), default=0)
+        acked = s.acks[i - 1][1] if i else 0
         if acked < prev[0] + prev[1]:
             return True, 0
     return None, 0
