@@ -81,6 +81,31 @@ def test_a_lookup_in_the_capture_is_the_connections_resolve_phase(spark):
     assert "the packet capture's connections" in text and "CAPTURE " in text
 
 
+def test_messages_that_waited_for_metadata_are_not_the_clients_cpu(spark):
+    """metadata-wait: the topic appears 3 s into the run, so the first
+    Produce request carries messages produced 3 s before it. They waited
+    for the topic's leader (the Metadata asked again and again), not for a
+    core: the stall is counted from when the request could have left."""
+    got = _replay(LAB / "metadata-wait.pcap")
+    assert got["verdict"] == "metadata_wait", got["findings"]
+    assert [f["cause"] for f in got["findings"]] == ["metadata_wait"], got["findings"]
+
+
+def test_a_connections_first_produce_could_leave_once_metadata_was_answered(tmp_path):
+    import pyarrow.parquet as pq
+
+    tables, _, _ = parse_capture((LAB / "metadata-wait.pcap").read_bytes())
+    for name, t in tables.items():
+        pq.write_table(t, tmp_path / f"{name}.parquet")
+    reqs = [r for r in tables["wire_requests"].to_pylist() if r["hop"] == wire.CLIENT_HOP]
+    first = min((r for r in reqs if r["api"] == "Produce"), key=lambda r: r["first_us"])
+    answered = max(r["response_last_us"] for r in reqs if r["api"] == "Metadata" and r["first_us"] < first["first_us"])
+    ready = wire._ready(tmp_path)
+    assert ready[(first["flow"], first["first_us"])] == answered
+    # Its messages were produced about 3 s before it, while the leader was unknown.
+    assert first["first_us"] / 1000 - first["last_record_ms"] > 2000
+
+
 def test_a_client_id_that_is_a_terminal_escape_is_shown_as_data(tmp_path, spark):
     """The client id is the capture's word: bytes that would move the
     cursor are shown escaped, at the terminal and in the JSON."""

@@ -23,6 +23,7 @@ loopback) lends its decoded facts to the producer's exchange it carried.
 """
 from __future__ import annotations
 
+import bisect
 import re
 from pathlib import Path
 
@@ -186,6 +187,39 @@ def client_waits(tables_dir: Path | None) -> dict | None:
             "last_p50_ms": round(median(last), 3), "records_p50": median(records)}
 
 
+def _ready(tables_dir: Path | None) -> dict[tuple[int, int], int]:
+    """When each connection's first Produce request could have left: its
+    TCP and TLS handshakes done, and every request the producer asked before
+    it answered (ApiVersions, SASL, the Metadata asked again while a
+    topic's leader was unknown). Keyed by (flow, that request's first_us).
+    A message produced before then waited for the connection's life, which
+    the connection causes judge, not for the client's threads."""
+    import pyarrow.compute as pc
+
+    t = _table(tables_dir, "wire_requests", ["flow", "hop", "api", "first_us", "response_last_us"])
+    if t is None:
+        return {}
+    t = t.filter(pc.equal(t["hop"], CLIENT_HOP))
+    produce = pc.equal(t["api"], "Produce")
+    firsts = t.filter(produce).group_by("flow").aggregate([("first_us", "min")])
+    answered = sorted(x for x in t.filter(pc.invert(pc.fill_null(produce, False)))["response_last_us"].to_pylist()
+                      if x is not None)
+    conns = {c["flow"]: c for c in _rows(tables_dir, "wire_connections",
+                                         ["flow", "synack_us", "tls_hello_us", "tls_handshake_ms"])}
+    out = {}
+    for flow, first in zip(firsts["flow"].to_pylist(), firsts["first_us_min"].to_pylist()):
+        if first is None:
+            continue
+        i = bisect.bisect_right(answered, first)
+        c = conns.get(flow, {})
+        tls = (c["tls_hello_us"] + int(c["tls_handshake_ms"] * 1000)
+               if c.get("tls_hello_us") is not None and c.get("tls_handshake_ms") is not None else None)
+        marks = [x for x in (answered[i - 1] if i else None, c.get("synack_us"), tls) if x is not None and x <= first]
+        if marks:
+            out[(flow, first)] = max(marks)
+    return out
+
+
 def requests(spark, tables_dir: Path, waits: dict | None = None):
     """The producer's exchanges as request rows (see ``per_request.exchanges``
     for the columns): decoded where the connection, or a relay's onward
@@ -202,7 +236,14 @@ def requests(spark, tables_dir: Path, waits: dict | None = None):
     from kdiag.analysis.thresholds import SLOW_MS
 
     df = read_table(spark, Path(tables_dir), "wire_requests")
-    stall = F.col("first_us") / 1000.0 - F.col("last_record_ms")
+    ready = _ready(tables_dir)
+    if ready:
+        df = df.join(spark.createDataFrame([(f, t, r) for (f, t), r in ready.items()],
+                                           "flow long, first_us long, _ready_us long"), ["flow", "first_us"], "left")
+        held_from = F.greatest(F.col("last_record_ms"), F.col("_ready_us") / 1000.0)
+    else:
+        held_from = F.col("last_record_ms")
+    stall = F.col("first_us") / 1000.0 - held_from
     if waits is not None and waits["first_p50_ms"] < SLOW_MS:
         stalled = F.when((stall >= SLOW_MS) & (stall <= CREATED_BEFORE_MAX_MS), stall).otherwise(F.lit(0.0))
     else:
