@@ -157,7 +157,7 @@ def _declared(lab: kl.Lab | Loopback) -> tuple:
     """What tells one declared lab from another, of a running lab or a
     declaration."""
     return (lab.variant, lab.response_delay_ms, lab.quota_bytes_per_s, lab.first_flight_delay_ms, lab.outage_ms,
-            lab.topic_delay_ms)
+            lab.topic_delay_ms, lab.plaintext)
 
 
 def _reuse(state_dir: Path, topics: Sequence[str], parts: Loopback, deadline: float) -> kl.Lab | None:
@@ -203,7 +203,7 @@ def _plan(state_dir: Path, parts: Loopback) -> _Plan:
     relay_port = ports[-1] if relay is not None else None
     # Tansu advertises the port clients meet first, so that the connections
     # a client makes after metadata cross the relay as the bootstrap did.
-    advertised = relay_port if relay_port is not None else tls_port
+    advertised = broker_port if parts.plaintext else relay_port if relay_port is not None else tls_port
     # The terminator forwards to the proxy when there is one, else to Tansu.
     term_target = proxy_port if proxy_port is not None else broker_port
     cmds = {"tansu": [tansu, "broker",
@@ -229,7 +229,7 @@ def _plan(state_dir: Path, parts: Loopback) -> _Plan:
                  proxy_port=proxy_port, proxy_version=f"{proxy} {kdiag.__version__}" if proxy else None,
                  response_delay_ms=response_delay_ms, quota_bytes_per_s=quota_bytes_per_s, relay=relay,
                  relay_port=relay_port, first_flight_delay_ms=parts.first_flight_delay_ms,
-                 outage_ms=parts.outage_ms, topic_delay_ms=parts.topic_delay_ms)
+                 outage_ms=parts.outage_ms, topic_delay_ms=parts.topic_delay_ms, plaintext=parts.plaintext)
     return _Plan(lab, cmds, logs, envs)
 
 

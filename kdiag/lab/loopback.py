@@ -64,11 +64,14 @@ class Lab:
     first_flight_delay_ms: float | None = None
     outage_ms: float | None = None
     topic_delay_ms: float | None = None
+    plaintext: bool = False
 
     @property
     def client_port(self) -> int:
-        """The port clients connect to and Tansu advertises: the relay's
-        when there is one, else the terminator's."""
+        """The port clients connect to and Tansu advertises: Tansu's own in
+        plaintext, the relay's when there is one, else the terminator's."""
+        if self.plaintext:
+            return self.broker_port
         return self.relay_port if self.relay_port is not None else self.tls_port
 
     @property
@@ -76,6 +79,8 @@ class Lab:
         return f"127.0.0.1:{self.client_port}"
 
     def client_config(self) -> dict[str, str]:
+        if self.plaintext:
+            return {"bootstrap.servers": self.bootstrap}
         return {
             "bootstrap.servers": self.bootstrap,
             "security.protocol": "ssl",
@@ -107,6 +112,7 @@ class Lab:
             "first_flight_delay_ms": self.first_flight_delay_ms,
             "outage_ms": self.outage_ms,
             "topic_delay_ms": self.topic_delay_ms,
+            "plaintext": self.plaintext,
         }
 
     @classmethod
@@ -135,6 +141,7 @@ class Lab:
             first_flight_delay_ms=_ms(d.get("first_flight_delay_ms")),
             outage_ms=_ms(d.get("outage_ms")),
             topic_delay_ms=_ms(d.get("topic_delay_ms")),
+            plaintext=d.get("plaintext") is True,
         )
 
 

@@ -39,7 +39,12 @@ class Loopback:
     its port, so every client connection crosses it: it holds the server's
     first TLS flight on each connection that long, or refuses connections
     (nothing listens) for that long. With ``topic_delay_ms`` the run's topic
-    does not exist when the run starts and is created that long after."""
+    does not exist when the run starts and is created that long after.
+
+    With ``plaintext`` Tansu advertises its own port and clients speak
+    plaintext Kafka to it: the requests' headers are then in what a tracer
+    sees a producer write. The terminator still runs, unused, so that the
+    lab starts and is checked one way."""
 
     variant: str = "tls"                     # its name in the lab's state file and the manifest
     terminator: str = "stunnel4"             # one of TERMINATORS
@@ -50,6 +55,7 @@ class Loopback:
     first_flight_delay_ms: float | None = None  # the relay holds the server's first TLS flight this long
     outage_ms: float | None = None           # nothing listens on the client's port this long
     topic_delay_ms: float | None = None      # the run's topic is created this long after the run starts
+    plaintext: bool = False                  # clients reach Tansu's own port, in plaintext
 
     @property
     def proxy(self) -> str | None:
@@ -73,6 +79,8 @@ class Loopback:
             return f"quota_bytes_per_s out of range: {self.quota_bytes_per_s!r}"
         if self.cpu_limit_cores is not None and not 0 < self.cpu_limit_cores:
             return f"cpu_limit_cores out of range: {self.cpu_limit_cores!r}"
+        if self.plaintext and (self.proxy or self.relay):
+            return "plaintext has no proxy or relay: they stand on the TLS path"
         for name in ("first_flight_delay_ms", "outage_ms", "topic_delay_ms"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and 0 < value < MAX_MS):
