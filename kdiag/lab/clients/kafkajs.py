@@ -1,0 +1,6 @@
+"""kafkajs on Node.js (npm), writing through Node's net and tls sockets."""
+NAME = "kafkajs"
+RUNTIME = "node"
+MODULE = "kafkajs"
+INSTALL = "npm install kafkajs (and point NODE_PATH at its node_modules)"
+PROGRAM = "kafkajs_producer.js"
