@@ -58,6 +58,8 @@ INFERRED = ("the producer logged no librdkafka Sent/Received lines: requests wer
 # The exchanges inferred from syscalls that are judged: Produce requests,
 # and bursts no header named.
 JUDGED_EXCHANGES = ("Produce", "exchange")
+OPENINGS = ("each connection's opening (its TLS handshake and its first request, ApiVersions for every Kafka "
+            "client) is not judged as a request: it is the connection's life, not a wait for messages")
 INFERRED_NAMED = ("the producer logged no librdkafka Sent/Received lines: requests were inferred from "
                   "its syscalls (a burst of socket writes, then the first read of the response), each named "
                   "by the Kafka request header its first write begins with; pipelined requests would pair "
@@ -379,6 +381,15 @@ def _checked(spark, reqs, table: str, q, later: Later):
     return quality.exclude_negative(reqs, table, q, name, later)
 
 
+def judged_exchanges(reqs):
+    """The exchanges inferred from syscalls that are judged (the fleet's
+    too): Produce requests and unnamed bursts, without each connection's
+    opening (per_request.exchanges' ``opening``)."""
+    from pyspark.sql import functions as F
+
+    return reqs.filter(F.col("request").isin(*JUDGED_EXCHANGES) & ~F.col("opening")).drop("opening")
+
+
 def _judge_exchanges(spark, inp: _Inputs, q, later: Later) -> dict:
     """A producer that logs nothing: its requests inferred from syscalls."""
     from pyspark.sql import functions as F
@@ -397,7 +408,10 @@ def _judge_exchanges(spark, inp: _Inputs, q, later: Later) -> dict:
     # an unnamed burst (TLS) may be one.
     if any_rows(reqs.filter(F.col("request") != "exchange")):
         unknowns = [INFERRED_NAMED]
-    produce = reqs.filter(F.col("request").isin(*JUDGED_EXCHANGES))
+    elif any_rows(reqs.filter("opening")):
+        unknowns.append(OPENINGS)
+    produce = judged_exchanges(reqs)
+    reqs = reqs.drop("opening")
     result = judge(spark, produce, reqs, conns, inp.stats, inp.version, inp.source, unknowns, inp.meta,
                    inp.read.get("syscalls"), inp.small, inp.local)
     result["confidence"] = CONFIDENCE["syscalls"]

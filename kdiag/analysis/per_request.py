@@ -415,17 +415,18 @@ def exchanges(sc):
 
     sc = one_run(sc)
     # A Python worker only where there are bytes to read.
-    named = F.udf(request_of_head, HEAD_TYPE)("first_head") if "write_head" in sc.columns else \
-        F.lit(None).cast(HEAD_TYPE)
-    b = _cut_bursts(_bursts(sc)).withColumn("_h", named).select(
-                           "_h",
+    heads = "write_head" in sc.columns
+    named = F.udf(request_of_head, HEAD_TYPE)("first_head") if heads else F.lit(None).cast(HEAD_TYPE)
+    handshake = F.udf(is_tls_handshake, "boolean")("first_head") if heads else F.lit(False)
+    b = _cut_bursts(_bursts(sc)).withColumn("_h", named).withColumn("_hs", handshake).select(
+                           "_h", "_hs",
                            RUN, "pid", "fd", "fd_info", "n_writes", "write_sizes", "written_bytes", "last_write_bytes",
                            "n_writes_lower_bound", "unseen_bytes",
                            F.col("send_start_us"), F.col("send_end_us").alias("ts_us"),
                            F.col("first_line").alias("send_line"), F.lit(None).cast("long").alias("read_us"),
                            F.lit(None).cast("long").alias("read_line"))
     reads = sc.filter("sock_read").select(
-        F.lit(None).cast(HEAD_TYPE).alias("_h"),
+        F.lit(None).cast(HEAD_TYPE).alias("_h"), F.lit(None).cast("boolean").alias("_hs"),
         RUN, "pid", "fd", F.lit(None).cast("string").alias("fd_info"), F.lit(None).cast("long").alias("n_writes"),
         F.lit(None).cast("array<long>").alias("write_sizes"), F.lit(None).cast("long").alias("written_bytes"),
         F.lit(None).cast("long").alias("last_write_bytes"), F.lit(None).cast("boolean").alias("n_writes_lower_bound"),
@@ -440,14 +441,16 @@ def exchanges(sc):
     nxt = F.last(F.when(F.col("read_us").isNotNull(), F.struct("read_us", "read_line")), ignorenulls=True).over(w)
     ev = ev.withColumn("_n", nxt).withColumn("resp_us", F.col("_n.read_us")).withColumn("recv_line", F.col("_n.read_line"))
     ms = lambda a, c: (F.col(a) - F.col(c)) / 1000.0  # noqa: E731
-    return (ev.filter(F.col("n_writes").isNotNull() & F.col("resp_us").isNotNull())
+    done = ev.filter(F.col("n_writes").isNotNull() & F.col("resp_us").isNotNull())
+    done = _openings(done, sc)
+    return (done
               .select(RUN, F.col("_h.client_id").alias("client"),
                       F.coalesce(F.regexp_extract("fd_info", r"->([^\]]+)", 1), F.col("fd").cast("string")).alias("broker"),
                       F.col("_h.corr_id").alias("corr_id"), F.coalesce(F.col("_h.api"), F.lit("exchange")).alias("request"),
                       F.col("written_bytes").alias("req_bytes"), F.col("ts_us").alias("send_us"),
                       F.col("resp_us").alias("recv_us"), F.lit(None).cast("double").alias("rtt_ms"),
                       "pid", "fd", "n_writes", "write_sizes", "send_line", "recv_line", "send_start_us",
-                      "last_write_bytes", "n_writes_lower_bound", "unseen_bytes")
+                      "last_write_bytes", "n_writes_lower_bound", "unseen_bytes", "opening")
               .withColumn("send_ms", ms("send_us", "send_start_us"))
               .withColumn("wait_ms", ms("recv_us", "send_us"))
               .withColumn("read_ms", F.lit(0.0))
@@ -464,6 +467,41 @@ def request_of_head(head: str | None) -> tuple[str, int, str | None] | None:
     if h is None or h.api_name is None:
         return None
     return h.api_name, h.correlation_id, h.client_id
+
+
+def _openings(done, sc):
+    """``opening``: whether an exchange is part of its connection's opening,
+    not a request the producer waited on for its messages. A connection
+    opens with its TLS handshake, if any, then ApiVersions (every client
+    since Kafka 0.10: librdkafka, the Java client, kafka-python, aiokafka,
+    kafkajs). A burst that begins with a TLS handshake record is one
+    wherever it is; an unnamed burst is the ApiVersions only when it is the
+    first after a connect() the capture holds on that fd: an excerpt that
+    begins mid-connection has no opening. Named, ApiVersions is left out by
+    its name."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    hs = F.coalesce(F.col("_hs"), F.lit(False))
+    connects = sc.filter(F.col("syscall") == "connect").select(
+        RUN, "fd", "ts_us", F.col("line_no").alias("send_line"), F.lit(True).alias("_connect"))
+    both = done.withColumn("_connect", F.lit(False)).unionByName(connects, allowMissingColumns=True)
+    upto = lambda *by: Window.partitionBy(RUN, "fd", *by).orderBy("ts_us", "send_line").rowsBetween(  # noqa: E731
+        Window.unboundedPreceding, Window.currentRow)
+    both = both.withColumn("_gen", F.sum(F.col("_connect").cast("int")).over(upto()))
+    first = F.sum(F.when(~F.col("_connect") & ~hs, 1).otherwise(0)).over(upto("_gen")) == 1
+    return (both.filter(~F.col("_connect"))
+                .withColumn("opening", hs | (F.col("_h").isNull() & (F.col("_gen") > 0) & first))
+                .drop("_connect", "_gen"))
+
+
+def is_tls_handshake(head: str | None) -> bool:
+    """Whether a socket write begins with a TLS handshake record (RFC 8446
+    5.1: content type 22, then the legacy version's major byte 3)."""
+    if not head:
+        return False
+    b = unescape_bytes(head[:16])
+    return len(b) >= 2 and b[0] == 22 and b[1] == 3
 
 
 def _cut_bursts(b):
