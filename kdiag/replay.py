@@ -123,6 +123,8 @@ def _gather(inputs: Inputs, paths: list[Path], cleanup: contextlib.ExitStack) ->
                 got.probe = summary
                 got.meta["tcp_retrans"] = retransmits(got.probe)
                 got.delivery = bundle.delivery_ms(d / "raw" / "probe", inputs.limits)
+            elif isinstance(man.get("target"), dict):      # -- CMD or --pid: the producer's namespace
+                got.meta["tcp_retrans"] = retransmits(man["target"])
         elif p.is_dir():
             got.raw += sorted(f for f in p.rglob("*") if f.is_file())
         else:

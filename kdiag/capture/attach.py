@@ -46,7 +46,7 @@ from typing import Any
 
 from kdiag import collectors, progress
 from kdiag.bundle import redact
-from kdiag.capture import disk_budget, overhead, tracers
+from kdiag.capture import disk_budget, overhead, probe_producer, tracers
 from kdiag.capture.bundling import TraceResult, cap_bytes, default_bundle_path, finish, staged, start_spark
 from kdiag.collectors.base import COMMAND, PID, Capture, Collector, gaps, wait_state
 from kdiag.deadline import Deadline
@@ -71,6 +71,7 @@ class TargetOptions:
     max_capture_mb: float | None = disk_budget.DEFAULT_CAP_MB
     pseudonymise: Path | None = None
     tracer: str | None = None       # auto, strace, bpftrace; None: $KDIAG_TRACER, else auto
+    lab: dict | None = None         # the lab the command produces to, for the manifest (kdiag.capture.lab_client)
 
 
 # The settings --tracer takes: auto, then each tracer the registry holds.
@@ -182,6 +183,7 @@ def _run(opts: TargetOptions, staging: Path, out: Path, log):
     stderr_path = next((c.stderr_path() for c in active if c.stderr_path()), None)
     target = _start_target(opts, capture, stderr_path)
     window = Window(started_us=int(time.time() * 1e6))
+    counters = _Counters(target.pid)
     choice = _start_tracer(setting, target, active, log)
     _say_what_runs(opts, target, choice, log)
     if target.wrapped is not None:
@@ -192,16 +194,52 @@ def _run(opts: TargetOptions, staging: Path, out: Path, log):
     if target.wrapped is not None and target.wrapped.poll() is not None:
         target.wrapped.wait()
     producer_alive = _alive(target.pid)
-    log(f"detached; pid {target.pid} is " + ("still running" if producer_alive else "no longer running"))
+    counters.end(producer_alive)
+    # The command's own status: a producer that failed (a missing library,
+    # a refused connection) explains a run without requests.
+    exit_status = target.wrapped.returncode if target.wrapped is not None else None
+    log(f"detached; pid {target.pid} is " + ("still running" if producer_alive else "no longer running")
+        + (f" (it exited with status {exit_status})" if exit_status else ""))
 
     statuses = [st for st in (c.status() for c in active) if st is not None]
     reasons = ([window.interrupted] if window.interrupted else []) + gaps(statuses, mode, active)
     manifest = _manifest(opts, target, choice, window, statuses, reasons, producer_alive)
+    manifest["target"].update(exit_status=exit_status, **counters.to_dict())
     raw_inputs = [p for c in active for p in c.inputs()]
-    findings, out_path = finish(staging, raw_inputs, {}, spark_holder, warm, out, [], manifest,
+    findings, out_path = finish(staging, raw_inputs, {"tcp_retrans": probe_producer.retransmits(manifest["target"])},
+                                spark_holder, warm, out, [], manifest,
                                 {"partial": bool(reasons), "target": manifest["target"]}, log, opts.pseudonymise)
     return TraceResult(findings, out_path, None, bool(reasons), None, interrupted=window.interrupted is not None,
-                       tracer=choice.tool if choice.tracer is not None else None)
+                       tracer=choice.tool if choice.tracer is not None else None, exit_status=exit_status)
+
+
+class _Counters:
+    """TCP's counters (RetransSegs, ...) of the producer's network namespace
+    at the window's start and end, as the probe records its own: what the
+    packet_loss rule weighs. At the end a producer that has exited is read
+    through kdiag's own namespace when it is the same one, else not at all."""
+
+    def __init__(self, pid: int) -> None:
+        self.ns = _netns(pid)
+        self.before = probe_producer.tcp_counters(f"/proc/{pid}/net/snmp")
+        self.pid, self.after = pid, None
+
+    def end(self, alive: bool) -> None:
+        if alive:
+            self.after = probe_producer.tcp_counters(f"/proc/{self.pid}/net/snmp")
+        elif self.ns is not None and self.ns == _netns("self"):
+            self.after = probe_producer.tcp_counters()
+
+    def to_dict(self) -> dict:
+        ok = self.before is not None and self.after is not None
+        return {"tcp_counters_before": self.before if ok else None, "tcp_counters_after": self.after if ok else None}
+
+
+def _netns(pid) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
 
 
 def _start_target(opts: TargetOptions, capture: Capture, stderr_path: Path | None) -> Target:
@@ -325,6 +363,7 @@ def _manifest(opts: TargetOptions, target: Target, choice: TracerChoice, window:
         "partial": bool(reasons),
         "partial_reasons": reasons,
         "versions": _versions(choice),
+        **({"lab": opts.lab} if opts.lab is not None else {}),
         "tracer": {"tool": choice.tool if choice.tracer is not None else None, "setting": choice.setting,
                    "why": choice.why, **{f"{name}_failed": choice.failed.get(name) for name in tracers.threadless()},
                    "lost_events": bpf_status.get("lost_events"), "tracefs": bpf_status.get("tracefs")},

@@ -35,6 +35,7 @@ class TraceResult:
     # Stopped before its end: Ctrl-C, SIGTERM, the size cap or a full disk.
     interrupted: bool = False
     tracer: str | None = None       # the syscall tracer that ran, if any
+    exit_status: int | None = None  # -- CMD's, once it ended (negative: the signal that ended it)
 
 
 

@@ -151,10 +151,11 @@ def brokers_of(producer, timeout_s: float = 10.0) -> list[dict]:
     return [{"id": b.id, "host": b.host, "port": b.port} for b in md.brokers.values()]
 
 
-def tcp_counters() -> dict[str, int] | None:
-    """The Tcp: line of /proc/net/snmp (RetransSegs, OutSegs, ...)."""
+def tcp_counters(path: str = "/proc/net/snmp") -> dict[str, int] | None:
+    """The Tcp: line of /proc/net/snmp (RetransSegs, OutSegs, ...), of this
+    process's network namespace, or another's (/proc/PID/net/snmp)."""
     try:
-        with open("/proc/net/snmp") as f:
+        with open(path) as f:
             rows = [ln.split() for ln in f if ln.startswith("Tcp:")]
     except OSError:
         return None
@@ -164,7 +165,9 @@ def tcp_counters() -> dict[str, int] | None:
 
 
 def retransmits(summary: dict | None) -> int | None:
-    """Segments TCP retransmitted in the probe's namespace during the run."""
+    """Segments TCP retransmitted in the probe's namespace during the run
+    (or the traced producer's: a manifest's ``target``, which holds the
+    same two counters)."""
     try:
         return summary["tcp_counters_after"]["RetransSegs"] - summary["tcp_counters_before"]["RetransSegs"]
     except (KeyError, TypeError):

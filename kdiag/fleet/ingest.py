@@ -481,7 +481,8 @@ def _parsed(source: str, content: bytes | None, limits, verify: bool, facts: dic
     versions = man.get("versions") if isinstance(man.get("versions"), dict) else {}
     created = man.get("created_us")
     facts.update(host=_str(host.get("hostname")), librdkafka_version=_str(versions.get("librdkafka")),
-                 created_us=created if isinstance(created, int) else None, tcp_retrans=retransmits(probe),
+                 created_us=created if isinstance(created, int) else None,
+                 tcp_retrans=retransmits(probe if probe is not None else man.get("target")),
                  probe=json.dumps(probe) if probe is not None else None, notes=out.notes,
                  table_rows=out.rows, copies_in=copies)
 

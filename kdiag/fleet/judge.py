@@ -61,7 +61,7 @@ def judged(spark, tables: dict, facts: list[dict], kdiag_version: str | None = N
     from kdiag.analysis import input_checks as quality
 
     runs = {f["bundle_id"]: Run(f["bundle_id"], dict(f.get("table_rows") or {}),
-                                f.get("librdkafka_version"), f.get("tcp_retrans") if f.get("probe") else None,
+                                f.get("librdkafka_version"), f.get("tcp_retrans"),
                                 copies_in=tuple(f.get("copies_in") or ()))
             for f in facts if f.get("state") == "parsed"}
     if not runs:
@@ -325,7 +325,7 @@ def _requests(spark, t: dict, of):
     alone, or exchanges inferred from syscalls."""
     from pyspark.sql import functions as F
 
-    from kdiag.analysis.job import JUDGED_EXCHANGES, unsplit
+    from kdiag.analysis.job import judged_exchanges, unsplit
     from kdiag.analysis.per_request import requests_from
 
     mine = lambda df, src: df.filter(F.col(RUN).isin(*of(src))) if df is not None else None  # noqa: E731
@@ -338,7 +338,7 @@ def _requests(spark, t: dict, of):
         if of(source):
             reqs = requests_from(spark, source, mine(lines, source), mine(syscalls, source)).filter(positive)
             if source == "syscalls":
-                reqs = reqs.filter(F.col("request").isin(*JUDGED_EXCHANGES))
+                reqs = judged_exchanges(reqs)
             parts.append(unsplit(reqs) if source == "log" else reqs)
     reqs = parts[0]
     for p in parts[1:]:
