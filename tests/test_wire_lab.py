@@ -14,12 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import need, need_tansu
+from conftest import ROOT, need, need_tansu, require
 from kdiag.lab import scenarios
 from kdiag.lab.tcpdump import captured_lab
 from kdiag.lab.variants import NetworkPath
 
 NAMES = scenarios.names()
+# kafkajs, as setup.sh installs it.
+NODE_MODULES = ROOT / "build" / "clients" / "node_modules"
 
 
 def _needs(sc) -> None:
@@ -42,7 +44,7 @@ def _replay(paths: list[Path]) -> dict:
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("name", NAMES)
-def test_a_capture_of_each_scenario_names_its_cause(name, tmp_path, spark):
+def test_a_capture_of_each_scenario_names_its_cause(name, tmp_path, spark, monkeypatch):
     from kdiag.capture import trace
 
     sc = scenarios.get(name)
@@ -50,11 +52,23 @@ def test_a_capture_of_each_scenario_names_its_cause(name, tmp_path, spark):
     pcap = tmp_path / f"{name}.pcap"
     # As many messages as the matrix sends, or the scenario's own (a CPU
     # limit shows over hundreds of requests, not twenty).
-    opts = trace.TraceOptions(messages=sc.matrix_messages or sc.messages, out=tmp_path / f"{name}.tar.gz",
-                              lab=captured_lab(name, pcap), path_probe=False, props=dict(sc.props),
-                              rate=sc.rate)
-    res = trace.run(opts, log=lambda m: None)
-    assert res.error is None and res.probe["delivered"] > 0, res
+    messages = sc.matrix_messages or sc.messages
+    if sc.client is not None:
+        # Another library's producer, traced as -- CMD.
+        from kdiag.capture import lab_client
+
+        from kdiag.lab import clients
+
+        monkeypatch.setenv("NODE_PATH", str(NODE_MODULES))
+        require(clients.get(sc.client).missing())
+        res = lab_client.run(sc, tmp_path / f"{name}.tar.gz", messages, ["test"], lab=captured_lab(name, pcap))
+        assert res.error is None, res
+    else:
+        opts = trace.TraceOptions(messages=messages, out=tmp_path / f"{name}.tar.gz",
+                                  lab=captured_lab(name, pcap), path_probe=False, props=dict(sc.props),
+                                  rate=sc.rate)
+        res = trace.run(opts, log=lambda m: None)
+        assert res.error is None and res.probe["delivered"] > 0, res
     got = _replay([pcap])
     said = json.dumps({k: got.get(k) for k in ("verdict", "findings", "wire", "summary")}, indent=1)[:6000]
     assert got["verdict"] == sc.cause, said

@@ -111,6 +111,8 @@ def run(args, env) -> ExitStatus:
         args.rate = scenario.rate
     if args.messages < 1 or args.size < 0:
         raise UsageError("--messages must be >= 1 and --size >= 0")
+    if scenario is not None and scenario.client is not None:
+        return _run_client(args, env, scenario)
     # The scenario's own producer properties come with its lab's config; -X wins.
     lab = None if args.brokers else functools.partial(scenarios.running, args.scenario)
     opts = trace.TraceOptions(brokers=args.brokers, props=_props(args), topic=args.topic,
@@ -136,6 +138,20 @@ def _run_target(args, env) -> ExitStatus:
                                 pseudonymise=args.pseudonymise, tracer=args.tracer)
     with sigterm_interrupts():
         res = attach.run(opts, log=env.say)
+    return _status(env, res, args.json)
+
+
+def _run_client(args, env, scenario) -> ExitStatus:
+    """A scenario whose producer is another library: its program under
+    the tracer as -- CMD, against the scenario's lab."""
+    from kdiag.capture import lab_client
+
+    if args.props or args.prop_file or args.rate is not None:
+        raise UsageError(f"--scenario {scenario.name} runs {scenario.client} with its defaults, one message at a "
+                         f"time: -X/-F/--rate do not go with it")
+    with sigterm_interrupts():
+        res = lab_client.run(scenario, args.output, args.messages, ["kdiag", *args.argv], log=env.say,
+                             tracer=args.tracer)
     return _status(env, res, args.json)
 
 

@@ -92,7 +92,13 @@ def run_case(case: Case, out_dir: Path, messages: int | None, log) -> Row:
     row = Row(case)
     t0 = time.monotonic()
     try:
-        res = trace.run(opts, log=lambda m: log(f"[{case.name}] {m}"))
+        if case.scenario.client is not None:
+            from kdiag.capture import lab_client
+
+            res = lab_client.run(case.scenario, opts.out, opts.messages, opts.argv,
+                                 log=lambda m: log(f"[{case.name}] {m}"))
+        else:
+            res = trace.run(opts, log=lambda m: log(f"[{case.name}] {m}"))
     except KdiagError as e:
         row.error = str(e)
     else:

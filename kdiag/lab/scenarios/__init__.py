@@ -16,6 +16,13 @@ A scenario module declares, as module-level data, everything about it:
                      outage, a topic created late) or ``NetworkPath(...)``
                      (the link, a slow resolver, SYNs dropped)
 
+and may declare
+
+    CLIENT           the producer library the run drives instead of kdiag's
+                     probe (a name of ``kdiag.lab.clients``): its program is
+                     traced as ``kdiag trace -- CMD`` traces a user's
+                     (kdiag.capture.lab_client), with no librdkafka log
+
 Adding a scenario is one new module here plus its name in ``ORDER``.
 ``kdiag trace``, ``kdiag lab matrix``, the command line's help and
 docs/lab.md read this registry; ``running`` hands a scenario's ``LAB`` to
@@ -55,6 +62,12 @@ ORDER = (
     "dns_slow",
     "connect_slow",
     "clean",
+    "kafka_python_plain",
+    "kafka_python_tls",
+    "aiokafka_plain",
+    "aiokafka_tls",
+    "kafkajs_plain",
+    "kafkajs_tls",
 )
 # ``kdiag trace`` without --scenario or -b: the embedded default lab.
 DEFAULT = "nagle-on"
@@ -77,6 +90,7 @@ class Scenario:
     rate: float | None
     lab: Loopback | NetworkPath
     module: str
+    client: str | None = None
 
 
 @dataclass
@@ -105,10 +119,19 @@ def from_module(module: types.ModuleType) -> Scenario:
         raise ScenarioError(f"{module.__name__}.LAB: {problem}")
     if not (isinstance(module.HELP, str) and module.HELP and "\n" not in module.HELP):
         raise ScenarioError(f"{module.__name__}.HELP must be one non-empty line")
+    client = getattr(module, "CLIENT", None)
+    if client is not None:
+        from kdiag.lab import clients
+
+        if client not in clients.names():
+            raise ScenarioError(f"{module.__name__}.CLIENT {client!r} is not one of {', '.join(clients.names())}")
+        if module.PROPS or module.RATE is not None or not isinstance(lab, Loopback):
+            raise ScenarioError(f"{module.__name__}: a CLIENT runs with its library's defaults, one message at "
+                                f"a time, on the loopback lab (no PROPS, no RATE)")
     return Scenario(name=module.NAME, help=module.HELP, cause=module.CAUSE, setup=module.SETUP,
                     messages=int(module.MESSAGES), matrix_messages=module.MATRIX_MESSAGES,
                     props=types.MappingProxyType(dict(module.PROPS)), rate=module.RATE, lab=lab,
-                    module=module.__name__)
+                    module=module.__name__, client=client)
 
 
 @functools.cache
