@@ -264,3 +264,43 @@ def test_auto_prefers_it_and_says_why_not(why):
     tool, said = overhead.choose("auto", None, {"bpfcalls": why, "bpftrace": None})
     assert tool == ("bpfcalls" if why is None else "bpftrace")
     assert (why or "stops no thread") in said
+
+
+def test_a_sasl_plain_password_a_socket_write_kept_is_redacted(tmp_path):
+    """SaslAuthenticate (PLAIN) requests written to a socket under
+    bpfcalls: the bytes it keeps go through the bundle's redaction, which
+    takes the password whole, or as much of it as the first HEAD bytes
+    show (down to one character after a long client id); the header still
+    names the request."""
+    from kdiag.bundle import redact
+
+    password = b"Pl4inPw-kept-in-64ab"
+    token = b"\0alice\0" + password
+    sock = dict(ino=77, mode=0xC000, fam=2, typ=1, proto=6, lport=41550, rport=9093, la=LO, ra=LO)
+    records, shown = b"", []
+    # client ids that leave all of the password, part, 2 and 1 characters of it in the bytes kept
+    for corr, client in enumerate([b"rdkafka", b"kafka-python-producer-1", b"c" * 37, b"c" * 38]):
+        rest = struct.pack(">hhih", 36, 1, corr, len(client)) + client + struct.pack(">i", len(token)) + token
+        req = struct.pack(">i", len(rest)) + rest
+        kept = req[:bpfcalls.HEAD]
+        shown.append(kept[kept.index(b"\0alice\0") + 7:])
+        records += rec(bpfcalls.KIND_F, code=5, ts=10_000 * (corr + 1), ret=len(req), a=(7, 0, len(req), 0),
+                       count=len(req), data=kept, **sock)
+    assert [len(s) for s in shown] == [len(password), 16, 2, 1], shown
+    (tmp_path / "trace.records").write_bytes(records)
+    raw = tmp_path / "raw" / "strace"
+    raw.mkdir(parents=True)
+    bpfcalls.convert(tmp_path / "trace.records", raw / "strace.txt", 0)
+    before = (raw / "strace.txt").read_text()
+    assert all(s.decode() in before for s in shown), "the test plants what bpfcalls keeps"
+    counts = redact.scrub_tree_patterns(tmp_path / "raw")
+    assert counts.get("sasl_plain") == 4, counts
+    rows, _ = parse_lines((raw / "strace.txt").read_text().splitlines())
+    rows = rows.to_pylist()
+    for corr, r in enumerate(rows):
+        data = first_string(r["args"])
+        assert data.endswith(b"\0alice\0" + redact.REDACTED.encode()), r["args"]
+        got = request_of_head(re.search(FIRST_STRING, r["args"]).group(1))
+        assert got[:2] == ("SaslAuthenticate", corr), got
+    text = (raw / "strace.txt").read_bytes()
+    assert b"Pl4" not in text and b"\\x00alice\\x00P" not in text, text
