@@ -2,6 +2,8 @@
 
 The tracer (``kdiag.collectors.bpftrace``) prints one tab-separated record per
 call at its exit; the call table here is the format both sides share.
+bpfcalls's records, made into the same lines, also carry a socket write's
+first bytes, which become its buffer as strace ``-s`` writes one (``"..."...``).
 """
 from __future__ import annotations
 
