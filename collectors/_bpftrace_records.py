@@ -53,7 +53,7 @@ CALLS: dict[int, tuple[str, tuple[str | None, ...], str]] = {
 }
 CODE_OF = {name: code for code, (name, _, _) in CALLS.items()}
 # The writes whose first bytes bpfcalls keeps when the fd is a socket.
-_SENDS = ("write", "writev", "sendto", "sendmsg")
+SENDS = ("write", "writev", "sendto", "sendmsg")
 EXIT_GROUP = 99
 
 
@@ -252,7 +252,7 @@ def _sent(name: str, a2: int, extra: list[str]) -> tuple[str, str | None, int]:
     its length, writev's and sendmsg's first iovec's, the bytes, sendmsg's
     msg_iovlen), as strace -s writes a buffer, "..." after one cut short:
     (the buffer, the iovec array, msg_iovlen); else none kept."""
-    if name not in _SENDS or len(extra) < 2:
+    if name not in SENDS or len(extra) < 2:
         return '""...', None, 0
     length, data = int(extra[0]), _unbuf(extra[1])
     buf = _quote(data, length > len(data))

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import kdiag
 from kdiag.collectors import bpftrace as _bt
-from kdiag.collectors._bpftrace_records import CODE_OF, STRSIZE, Converted, Converter
+from kdiag.collectors._bpftrace_records import CODE_OF, SENDS, STRSIZE, Converted, Converter
 from kdiag.collectors._c_layout import Header
 from kdiag.collectors.base import AUTO_ANY_RATE, MODES, Requirement, Tracing, cpu_s, unmet
 
@@ -56,7 +56,7 @@ POLLS = HEADER.constants["POLLS"]
 # The bytes of a socket write kept (strace's -s for them).
 HEAD = HEADER.constants["HEAD"]
 POLLFD = struct.Struct("<ihh")
-SENDS = {CODE_OF[c] for c in ("write", "writev", "sendto", "sendmsg")}
+SEND_CODES = {CODE_OF[c] for c in SENDS}
 
 
 def loader():
@@ -143,7 +143,7 @@ def _fd_lines(r, name: str, data: bytes) -> list[str]:
     line = f"F\t{_head(r)}\t{_s64(a0)}\t{a1}\t{a2}\t{a3}\t" + "\t".join(map(str, fields))
     if r.code in (17, 18):
         line += f"\t{r.extra}"
-    elif data and r.code in SENDS:
+    elif data and r.code in SEND_CODES:
         # a socket write's first bytes: its length (writev, sendmsg: the
         # first iovec's), the bytes, and sendmsg's msg_iovlen
         line += f"\t{r.count}\t{_escape(data)}\t{r.extra}"
