@@ -12,7 +12,8 @@
 //
 // The record carries what bpftrace's record carries (see
 // kdiag/collectors/_bpftrace_records.py: the same call codes and fields), so
-// both become the same strace text.
+// both become the same strace text; and, which bpftrace's does not, a socket
+// write's first HEAD bytes, the Kafka request header that names it.
 //
 // Kernel structures are declared here only as far as they are read; CO-RE
 // (preserve_access_index) finds each field in the running kernel's BTF.
@@ -101,12 +102,15 @@ static __always_inline struct entry *entry_of(void)
     return bpf_task_storage_get(&entries, bpf_get_current_task_btf(), 0, 0);
 }
 
-// Room for a record (``big``: with log text), or null, counted as lost.
-static __always_inline struct rec *reserve(int big)
+// Room for a record of ``size`` bytes (REC_SMALL, REC_SEND or a whole
+// struct rec: with log text), or null, counted as lost.
+static __always_inline struct rec *reserve(__u64 size)
 {
     struct rec *r;
-    if (big)
+    if (size == sizeof(*r))
         r = bpf_ringbuf_reserve(&records, sizeof(*r), 0);
+    else if (size == REC_SEND)
+        r = bpf_ringbuf_reserve(&records, REC_SEND, 0);
     else
         r = bpf_ringbuf_reserve(&records, REC_SMALL, 0);
     if (!r) {
@@ -118,11 +122,11 @@ static __always_inline struct rec *reserve(int big)
     return r;
 }
 
-// A record of the call ``e`` for its exit; ``big``: room for log text.
-static __always_inline struct rec *begin(struct entry *e, __u32 kind, long ret, int big)
+// A record of the call ``e`` for its exit, of ``size`` bytes (see reserve).
+static __always_inline struct rec *begin(struct entry *e, __u32 kind, long ret, __u64 size)
 {
     __u32 tid = (__u32)bpf_get_current_pid_tgid();
-    struct rec *r = reserve(big);
+    struct rec *r = reserve(size);
     if (!r) {
         e->code = 0;
         return 0;
@@ -210,18 +214,52 @@ static __always_inline void name_fd(struct rec *r, struct entry *e, long fd)
 
 static __always_inline void on_exit_fd(struct entry *e, long ret, int by_ret)
 {
-    struct rec *r = begin(e, KIND_F, ret, 0);
+    struct rec *r = begin(e, KIND_F, ret, REC_SMALL);
     if (!r)
         return;
     name_fd(r, e, by_ret ? ret : (long)r->a[0]);
     submit(r);
 }
 
+// The first HEAD bytes a socket write sent (writev, sendmsg: of its first
+// iovec), as strace -s HEAD keeps them: a Kafka client's request begins its
+// write, and its header names the request. One bounded read of the bytes.
+static __always_inline void keep_head(struct rec *r, long ret)
+{
+    const void *buf = (const void *)r->a[1];
+    __u64 len = r->a[2];
+    if (r->code == 3 || r->code == 7) {
+        const void *vec = buf;
+        if (r->code == 7) {
+            // struct user_msghdr: msg_name, msg_namelen, msg_iov, msg_iovlen
+            struct { __u64 name; __u32 namelen, pad; __u64 iov, iovlen; } msg = {};
+            if (bpf_probe_read_user(&msg, sizeof(msg), buf) || !msg.iovlen)
+                return;
+            vec = (const void *)msg.iov;
+            r->extra = msg.iovlen > 0x7fffffff ? 0x7fffffff : (__s32)msg.iovlen;
+        } else if (!len) {
+            return;
+        }
+        struct { __u64 base, len; } iov = {};
+        if (bpf_probe_read_user(&iov, sizeof(iov), vec))
+            return;
+        buf = (const void *)iov.base;
+        len = iov.len;
+    }
+    r->count = len > 0xffffffff ? 0xffffffff : len;
+    __u64 n = len < (__u64)ret ? len : (__u64)ret;
+    if (n > HEAD)
+        n = HEAD;
+    if (bpf_probe_read_user(r->data, n, buf) == 0)
+        r->data_len = n;
+}
+
+// write, writev, sendto, sendmsg
 static __always_inline void on_exit_write(struct entry *e, long ret)
 {
     long fd = (long)e->a[0];
-    int log = fd >= 0 && fd <= 2;
-    struct rec *r = log ? begin(e, KIND_D, ret, 1) : begin(e, KIND_F, ret, 0);
+    int log = e->code == 1 && fd >= 0 && fd <= 2;
+    struct rec *r = log ? begin(e, KIND_D, ret, sizeof(struct rec)) : begin(e, KIND_F, ret, REC_SEND);
     if (!r)
         return;
     if (log) {
@@ -234,13 +272,15 @@ static __always_inline void on_exit_write(struct entry *e, long ret)
             r->data_len = n;
     } else {
         name_fd(r, e, fd);
+        if (ret > 0 && r->id.mode == S_IFSOCK)
+            keep_head(r, ret);
     }
     submit(r);
 }
 
 static __always_inline void on_exit_sockopt(struct entry *e, long ret)
 {
-    struct rec *r = begin(e, KIND_F, ret, 0);
+    struct rec *r = begin(e, KIND_F, ret, REC_SMALL);
     if (!r)
         return;
     name_fd(r, e, (long)r->a[0]);
@@ -251,7 +291,7 @@ static __always_inline void on_exit_sockopt(struct entry *e, long ret)
 
 static __always_inline void on_exit_poll(struct entry *e, long ret, int ppoll)
 {
-    struct rec *r = begin(e, KIND_P, ret, 0);
+    struct rec *r = begin(e, KIND_P, ret, REC_SMALL);
     if (!r)
         return;
     __u64 nfds = r->a[1];
@@ -274,7 +314,7 @@ static __always_inline void on_exit_poll(struct entry *e, long ret, int ppoll)
 
 static __always_inline void on_exit_connect(struct entry *e, long ret)
 {
-    struct rec *r = begin(e, KIND_C, ret, 0);
+    struct rec *r = begin(e, KIND_C, ret, REC_SMALL);
     if (!r)
         return;
     name_fd(r, e, (long)r->a[0]);
@@ -287,7 +327,7 @@ static __always_inline void on_exit_connect(struct entry *e, long ret)
 
 static __always_inline void on_exit_plain(struct entry *e, long ret)
 {
-    struct rec *r = begin(e, KIND_X, ret, 0);
+    struct rec *r = begin(e, KIND_X, ret, REC_SMALL);
     if (!r)
         return;
     e->last = 0;
@@ -296,7 +336,7 @@ static __always_inline void on_exit_plain(struct entry *e, long ret)
 
 static __always_inline void event(__u32 kind, long code)
 {
-    struct rec *r = reserve(0);
+    struct rec *r = reserve(REC_SMALL);
     if (!r)
         return;
     __builtin_memset(r, 0, REC_HEAD);
@@ -356,7 +396,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
     if (!e || !e->code)
         return 0;
     switch (e->code) {
-    case 1: on_exit_write(e, ret); break;
+    case 1: case 3: case 5: case 7: on_exit_write(e, ret); break;
     case 11: on_exit_poll(e, ret, 0); break;
     case 12: on_exit_poll(e, ret, 1); break;
     case 15: on_exit_connect(e, ret); break;

@@ -13,6 +13,12 @@
 #define POLLS 4
 /* Reserved for a record without log text: its name and up to SMALL_DATA bytes. */
 #define SMALL_DATA 32
+/* A socket write's first bytes kept: a Kafka request header names the
+ * request (size 4, api key 2, version 2, correlation id 4, client id length
+ * 2), and a typical client id (kafka-python-producer-1, rdkafka) fits in the
+ * 50 bytes left; a client id cut short still leaves the api and correlation
+ * id. */
+#define HEAD 64
 enum { KIND_F = 1, KIND_D, KIND_P, KIND_C, KIND_X, KIND_E, KIND_G };
 
 /* What names an fd, as strace -yy does: its inode's number and mode; a
@@ -33,16 +39,21 @@ struct rec {
     __u32 tid;
     __u16 code;        /* _bpftrace_records.CALLS code; E and G: none */
     __u16 kind;        /* KIND_* */
-    __u32 count;       /* D: bytes the call wrote; P: nfds */
+    __u32 count;       /* D: bytes the call wrote; P: nfds; F, a socket write
+                          with data: its bytes (writev, sendmsg: its first iovec's) */
     struct fdid id;
-    __s32 extra;       /* getsockopt/setsockopt: the int value; C: address length */
+    __s32 extra;       /* getsockopt/setsockopt: the int value; C: address length;
+                          sendmsg: msg_iovlen */
     __u16 name_len;    /* a file's last path component (files only) */
-    __u16 data_len;    /* bytes of data used: D text, P pollfds, C sockaddr */
+    __u16 data_len;    /* bytes of data used: D text, P pollfds, C sockaddr, F a
+                          socket write's first HEAD bytes */
     char name[NAME];
     __u8 data[DATA];
 };
 
 #define REC_HEAD __builtin_offsetof(struct rec, name)
 #define REC_SMALL (REC_HEAD + NAME + SMALL_DATA)
+/* Reserved for a write that may be a socket's: room for its HEAD bytes. */
+#define REC_SEND (REC_HEAD + NAME + HEAD)
 
 #endif

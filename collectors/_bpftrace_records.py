@@ -2,6 +2,8 @@
 
 The tracer (``kdiag.collectors.bpftrace``) prints one tab-separated record per
 call at its exit; the call table here is the format both sides share.
+bpfcalls's records, made into the same lines, also carry a socket write's
+first bytes, which become its buffer as strace ``-s`` writes one (``"..."...``).
 """
 from __future__ import annotations
 
@@ -50,6 +52,8 @@ CALLS: dict[int, tuple[str, tuple[str | None, ...], str]] = {
     19: ("close", ("fd", None, None, None), "plain"),
 }
 CODE_OF = {name: code for code, (name, _, _) in CALLS.items()}
+# The writes whose first bytes bpfcalls keeps when the fd is a socket.
+SENDS = ("write", "writev", "sendto", "sendmsg")
 EXIT_GROUP = 99
 
 
@@ -243,6 +247,20 @@ def _record(parts: list[str], name_of: dict[int, str]) -> _Rec | None:
     return _fd_call(parts, name_of, tid, ts, end, dur, name, ret)
 
 
+def _sent(name: str, a2: int, extra: list[str]) -> tuple[str, str | None, int]:
+    """A socket write's first bytes where the tracer kept them (bpfcalls:
+    its length, writev's and sendmsg's first iovec's, the bytes, sendmsg's
+    msg_iovlen), as strace -s writes a buffer, "..." after one cut short:
+    (the buffer, the iovec array, msg_iovlen); else none kept."""
+    if name not in SENDS or len(extra) < 2:
+        return '""...', None, 0
+    length, data = int(extra[0]), _unbuf(extra[1])
+    buf = _quote(data, length > len(data))
+    iovlen = int(extra[2]) if len(extra) > 2 else 1
+    more = (a2 if name == "writev" else iovlen) > 1
+    return buf, f"[{{iov_base={buf}, iov_len={length}}}{', ...' if more else ''}]", iovlen
+
+
 def _fd_call(parts: list[str], name_of: dict[int, str], tid: int, ts: int, end: int, dur: int, name: str,
              ret: int) -> _Rec:
     # F: a0..a3, then the fd's fields, then the kind's own
@@ -270,12 +288,14 @@ def _fd_call(parts: list[str], name_of: dict[int, str], tid: int, ts: int, end: 
         lvl = LEVELS.get(a1, str(a1))
         tail = f"[{val}], 4" if name == "setsockopt" else f"[{val}], [4]"
         return _Rec(tid, ts, end, f"{name}({fd}, {lvl}, {opt}, {tail}) = {r} {_dur(dur)}")
+    buf, iov, iovlen = _sent(name, a2, extra)
     if name in ("write", "read", "sendto", "recvfrom"):
-        args = f'{fd}, ""..., {a2}' + (f", {_bits(a3, MSG_BITS)}, NULL, 0" if name in ("sendto", "recvfrom") else "")
+        args = f"{fd}, {buf}, {a2}" + (f", {_bits(a3, MSG_BITS)}, NULL, 0" if name in ("sendto", "recvfrom") else "")
     elif name in ("writev", "readv"):
-        args = f"{fd}, [...], {a2}"
+        args = f"{fd}, {iov or '[...]'}, {a2}"
     elif name in ("sendmsg", "recvmsg"):
-        args = f"{fd}, {{...}}, {_bits(a2, MSG_BITS)}"
+        msg = f"{{msg_iov={iov}, msg_iovlen={iovlen}, ...}}" if iov else "{...}"
+        args = f"{fd}, {msg}, {_bits(a2, MSG_BITS)}"
     elif name in ("sendmmsg", "recvmmsg"):
         args = f"{fd}, [...], {a2}, {_bits(a3, MSG_BITS)}"
     elif name in ("epoll_wait", "epoll_pwait"):

@@ -2,6 +2,7 @@
 parser reads, and it traces a real process, only that process, in the
 kernel."""
 import io
+import re
 import signal
 import socket
 import struct
@@ -12,9 +13,11 @@ import time
 import pytest
 
 from conftest import need, require
+from kdiag.analysis.per_request import FIRST_STRING, request_of_head
 from kdiag.collectors import bpfcalls
 from kdiag.collectors._bpftrace_records import Converter
 from kdiag.parsers.strace import parse_lines
+from kdiag.parsers.strace.values import unescape_bytes
 
 LO = struct.unpack("<I", socket.inet_aton("127.0.0.1"))[0]
 
@@ -129,6 +132,131 @@ time.sleep(0.3)
     assert child.returncode == 0 and rows[-1]["kind"] == "exit"
 
 
+def request(corr: int, client: bytes = b"kdiag-head-client", body: int = 300) -> bytes:
+    """A Produce v9 request as a client writes it: size, api key, version,
+    correlation id, client id; then a body of ``body`` bytes."""
+    rest = struct.pack(">hhih", 0, 9, corr, len(client)) + client + bytes(range(256)) * (body // 256) + b"\x01" * (
+        body % 256)
+    return struct.pack(">i", len(rest)) + rest
+
+
+def first_string(args: str) -> bytes | None:
+    m = re.search(FIRST_STRING, args)
+    return unescape_bytes(m.group(1)) if m else None
+
+
+def test_a_socket_writes_first_bytes_become_a_strace_string():
+    """Each of the four writes with its first HEAD bytes: escaped as strace
+    -x escapes them, "..." where the write was longer, the request's header
+    read back from them; a write that kept none stays as before."""
+    req = request(7, client=b'id "with" \\ quotes')
+    head = req[:bpfcalls.HEAD]
+    sock = dict(ino=77, mode=0xC000, fam=2, typ=1, proto=6, lport=41550, rport=9093, la=LO, ra=LO)
+    n = len(req)
+    buf = b"".join([
+        rec(bpfcalls.KIND_F, code=1, ts=10_000, ret=n, a=(7, 0, n, 0), count=n, data=head, **sock),
+        rec(bpfcalls.KIND_F, code=5, ts=20_000, ret=n, a=(7, 0, n, 0x4000), count=n, data=head, **sock),
+        rec(bpfcalls.KIND_F, code=3, ts=30_000, ret=n + 4, a=(7, 0, 2, 0), count=n, data=head, **sock),
+        rec(bpfcalls.KIND_F, code=7, ts=40_000, ret=n, a=(7, 0, 0x4000, 0), count=n, extra=1, data=head, **sock),
+        rec(bpfcalls.KIND_F, code=5, ts=50_000, ret=12, a=(7, 0, 12, 0), count=12, data=req[:12], **sock),
+        rec(bpfcalls.KIND_F, code=1, ts=60_000, ret=n, a=(7, 0, n, 0), **sock),        # bpftrace's: none kept
+    ])
+    rows, bad, text = to_rows(buf)
+    assert bad == 0 and len(rows) == 6, text
+    assert [r["syscall"] for r in rows] == ["write", "sendto", "writev", "sendmsg", "sendto", "write"]
+    assert all(r["ret"] > 0 and r["fd_info"] == "TCP:[127.0.0.1:41550->127.0.0.1:9093]" for r in rows), text
+    for r in rows[:4]:
+        assert first_string(r["args"]) == head and '"...' in r["args"], r["args"]
+        assert request_of_head(re.search(FIRST_STRING, r["args"]).group(1)) == (
+            "Produce", 7, 'id "with" \\ quotes'), r["args"]
+    assert f"iov_len={n}}}, ...], 2" in rows[2]["args"] and "msg_iovlen=1" in rows[3]["args"], text
+    # a whole write kept: no "..."; a header cut short still names the api and correlation id
+    assert first_string(rows[4]["args"]) == req[:12] and '"..."' not in rows[4]["args"]
+    assert request_of_head(re.search(FIRST_STRING, rows[4]["args"]).group(1)) == ("Produce", 7, None)
+    assert rows[5]["args"].startswith('7<TCP:[127.0.0.1:41550->127.0.0.1:9093]>, ""...,'), rows[5]["args"]
+
+
+def trace(tmp_path, script: str, peer=None):
+    """``script`` run by a Python child under the bpfcalls tracer, started
+    once the tracer is ready; ``peer()`` runs meanwhile. The rows parsed
+    from its strace text."""
+    child = subprocess.Popen([sys.executable, "-c", "import sys\nsys.stdin.readline()\n" + script],
+                             stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = tmp_path / "strace.txt"
+    tracer = subprocess.Popen([sys.executable, "-m", "kdiag.collectors.bpfcalls", "--pid", str(child.pid),
+                               "--out", str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert tracer.stdout.readline().strip() == "ready"
+        child.stdin.write(b"go\n")
+        child.stdin.close()
+        if peer:
+            peer()
+        child.wait(20)
+        err = child.stderr.read()
+        time.sleep(0.2)
+    finally:
+        tracer.send_signal(signal.SIGINT)
+        status, _ = tracer.communicate(timeout=60)
+    assert '"state": "ok"' in status, status
+    assert child.returncode == 0, err
+    rows, _ = parse_lines(out.read_text().splitlines())
+    return [r for r in rows.to_pylist() if r["kind"] == "syscall"]
+
+
+def test_it_keeps_the_first_bytes_of_socket_writes_only(tmp_path):
+    """A real process's write, send, writev and sendmsg of a Kafka request
+    to a TCP socket: the strace text holds the first HEAD bytes of each (of
+    the first iovec), "..." for the rest, and the header names the request.
+    The same bytes written to a file and a pipe are not kept."""
+    need(root=True)
+    require(bpfcalls.check())
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    port = srv.getsockname()[1]
+    reqs = [request(corr) for corr in range(4)]
+    total = sum(len(r) + 5 for r in reqs)
+    script = f"""
+import os, socket
+reqs = {reqs!r}
+s = socket.create_connection(("127.0.0.1", {port}))
+os.write(s.fileno(), reqs[0] + b"tail!")
+s.send(reqs[1] + b"tail!")
+os.writev(s.fileno(), [reqs[2], b"tail!"])
+s.sendmsg([reqs[3], b"tail!"])
+r, w = os.pipe()
+os.write(w, reqs[0])
+with open({str(tmp_path / "file")!r}, "wb", buffering=0) as f:
+    f.write(reqs[0])
+s.recv(1)
+"""
+
+    def peer():
+        conn, _ = srv.accept()
+        got = b""
+        while len(got) < total:
+            got += conn.recv(65536)
+        conn.send(b"k")
+        conn.close()
+
+    try:
+        calls = trace(tmp_path, script, peer)
+    finally:
+        srv.close()
+    sent = [r for r in calls if (r["fd_info"] or "").endswith(f"->127.0.0.1:{port}]") and r["ret"]
+            and r["syscall"] in ("write", "sendto", "writev", "sendmsg")]
+    assert [r["syscall"] for r in sent] == ["write", "sendto", "writev", "sendmsg"], calls
+    for corr, (r, req) in enumerate(zip(sent, reqs)):
+        assert r["ret"] == len(req) + 5
+        assert first_string(r["args"]) == req[:bpfcalls.HEAD] and '"...' in r["args"], r["args"]
+        assert request_of_head(re.search(FIRST_STRING, r["args"]).group(1)) == ("Produce", corr, "kdiag-head-client")
+    assert f"iov_len={len(reqs[2])}}}, ...], 2" in sent[2]["args"], sent[2]["args"]
+    assert f"iov_len={len(reqs[3])}}}, ...], msg_iovlen=2" in sent[3]["args"], sent[3]["args"]
+    elsewhere = [r for r in calls if r["syscall"] == "write" and r["ret"] == len(reqs[0])]
+    assert sorted((r["fd_info"] or "").split(":")[0] for r in elsewhere) == ["file", "pipe"], elsewhere
+    assert all(first_string(r["args"]) == b"" for r in elsewhere), elsewhere
+
+
 @pytest.mark.parametrize("why", [None, "needs root (loads BPF programs)"])
 def test_auto_prefers_it_and_says_why_not(why):
     from kdiag.capture import overhead
@@ -136,3 +264,43 @@ def test_auto_prefers_it_and_says_why_not(why):
     tool, said = overhead.choose("auto", None, {"bpfcalls": why, "bpftrace": None})
     assert tool == ("bpfcalls" if why is None else "bpftrace")
     assert (why or "stops no thread") in said
+
+
+def test_a_sasl_plain_password_a_socket_write_kept_is_redacted(tmp_path):
+    """SaslAuthenticate (PLAIN) requests written to a socket under
+    bpfcalls: the bytes it keeps go through the bundle's redaction, which
+    takes the password whole, or as much of it as the first HEAD bytes
+    show (down to one character after a long client id); the header still
+    names the request."""
+    from kdiag.bundle import redact
+
+    password = b"Pl4inPw-kept-in-64ab"
+    token = b"\0alice\0" + password
+    sock = dict(ino=77, mode=0xC000, fam=2, typ=1, proto=6, lport=41550, rport=9093, la=LO, ra=LO)
+    records, shown = b"", []
+    # client ids that leave all of the password, part, 2 and 1 characters of it in the bytes kept
+    for corr, client in enumerate([b"rdkafka", b"kafka-python-producer-1", b"c" * 37, b"c" * 38]):
+        rest = struct.pack(">hhih", 36, 1, corr, len(client)) + client + struct.pack(">i", len(token)) + token
+        req = struct.pack(">i", len(rest)) + rest
+        kept = req[:bpfcalls.HEAD]
+        shown.append(kept[kept.index(b"\0alice\0") + 7:])
+        records += rec(bpfcalls.KIND_F, code=5, ts=10_000 * (corr + 1), ret=len(req), a=(7, 0, len(req), 0),
+                       count=len(req), data=kept, **sock)
+    assert [len(s) for s in shown] == [len(password), 16, 2, 1], shown
+    (tmp_path / "trace.records").write_bytes(records)
+    raw = tmp_path / "raw" / "strace"
+    raw.mkdir(parents=True)
+    bpfcalls.convert(tmp_path / "trace.records", raw / "strace.txt", 0)
+    before = (raw / "strace.txt").read_text()
+    assert all(s.decode() in before for s in shown), "the test plants what bpfcalls keeps"
+    counts = redact.scrub_tree_patterns(tmp_path / "raw")
+    assert counts.get("sasl_plain") == 4, counts
+    rows, _ = parse_lines((raw / "strace.txt").read_text().splitlines())
+    rows = rows.to_pylist()
+    for corr, r in enumerate(rows):
+        data = first_string(r["args"])
+        assert data.endswith(b"\0alice\0" + redact.REDACTED.encode()), r["args"]
+        got = request_of_head(re.search(FIRST_STRING, r["args"]).group(1))
+        assert got[:2] == ("SaslAuthenticate", corr), got
+    text = (raw / "strace.txt").read_bytes()
+    assert b"Pl4" not in text and b"\\x00alice\\x00P" not in text, text

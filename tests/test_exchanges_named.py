@@ -1,8 +1,9 @@
 """A producer that logs nothing (kafka-python, traced by strace -s 256):
 its requests inferred from syscalls are named by the Kafka request header
 each burst's first write begins with, so that only its Produce requests are
-judged and each has its correlation id. Without those bytes (TLS, a tracer
-that keeps none) the exchanges are as before: unnamed."""
+judged and each has its correlation id (bpfcalls keeps the same bytes:
+tests/test_bpfcalls_named.py). Without those bytes (TLS, a tracer that keeps
+none) the exchanges are as before: unnamed."""
 from __future__ import annotations
 
 import pytest
@@ -35,7 +36,7 @@ def test_exchanges_are_named_by_their_first_write(spark, tables):
     assert {r.client for r in named} == {"kafka-python-producer-1"}
     assert all(r.req_bytes == 338 for r in produce)
     # The same bursts, unnamed, where the bytes are not read (as for
-    # librdkafka's TLS writes or bpfcalls).
+    # librdkafka's TLS writes or bpftrace).
     plain = exchanges(prepare_syscalls(sc)).collect()
     assert sorted(r.send_us for r in plain) == sorted(r.send_us for r in named)
     assert {(r.request, r.corr_id, r.client) for r in plain} == {("exchange", None, None)}

@@ -48,6 +48,11 @@ def test_secret_cut_short_by_strace_loses_its_visible_part():
     for buf, secret in [(PLAIN_TOKEN[:-4], b"PlainPw-"), (OAUTH_TOKEN[:60], JWT[:20]), (SCRAM[2][0][:70], b"Proof")]:
         out = redact.scrub_line(_line(buf, "octal", cut=True), {})
         assert secret not in out, out
+    # as little as one character of a password before the cut (a long client id)
+    for keep in (1, 2):
+        for style in ("octal", "x", "xx"):
+            out = redact.scrub_line(_line(PLAIN_TOKEN[:len(PLAIN_TOKEN) - 12 + keep], style, cut=True), {})
+            assert sasl.decode(out.split(b'"')[1]).endswith(b"alice\0" + R), out
 
 
 def test_sasl_wire_format_decides_not_a_lookalike():

@@ -404,7 +404,7 @@ def _judge_exchanges(spark, inp: _Inputs, q, later: Later) -> dict:
     if inp.small:
         inp.meta["spin"] = spinning(inp.syscalls, inp.tables_dir)
     # Where the writes' first bytes named the requests (plaintext under
-    # strace), only the Produce requests are judged, as from a capture;
+    # strace or bpfcalls), only the Produce requests are judged, as from a capture;
     # an unnamed burst (TLS) may be one.
     if any_rows(reqs.filter(F.col("request") != "exchange")):
         unknowns = [INFERRED_NAMED]

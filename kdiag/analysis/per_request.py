@@ -38,7 +38,7 @@ WAITED_FD = r"(?:fd=|EPOLL_CTL_(?:ADD|MOD), )(\d+)"
 # this is only the tail of a request (a TLS record's last bytes).
 MIN_PRODUCE_BYTES = 100
 SOCKET_INFO = "^(" + "|".join(SOCKET_PREFIXES) + ")"
-# A write's first bytes as strace prints them (-s 256): the first quoted
+# A write's first bytes as strace prints them (-s 256; bpfcalls: 64): the first quoted
 # string of its arguments, `sendto(6<TCP:[...]>, "\0\0\1N\0\0..."..., 338,`
 # or a writev's first `iov_base="..."`. Possessive: no backtracking.
 FIRST_STRING = r'"((?:[^"\\]++|\\.)*+)"'
@@ -406,7 +406,7 @@ def exchanges(sc):
     first socket read on that fd is its response (a synchronous producer has
     one request in flight). A burst whose first write's bytes the tracer
     kept and that read as a Kafka request header (plaintext: strace -s 256
-    keeps them) is named by it: ``request`` its api, ``corr_id``,
+    and bpfcalls keep them) is named by it: ``request`` its api, ``corr_id``,
     ``client`` its client id; else ``request`` is "exchange", no
     correlation id: pipelined requests would pair with the wrong response,
     which the findings say."""

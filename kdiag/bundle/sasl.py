@@ -197,9 +197,11 @@ def _hex(literal: bytes) -> bytes:
 # One byte, escaped in any of strace's ways.
 _BYTE = rb'(?:[^\\"]|\\(?:x[0-9a-f]{2}|[0-7]{1,3}|.))'
 # A PLAIN token: after its 4-byte length (under 512), or at a buffer's
-# start; a password of at least 3 characters. Without these, every read of
-# a binary file would be looked at.
-_PLAIN_TOKEN = _NUL + _PRINT + rb"{1,255}?" + _NUL + _PRINT + rb"{3}"
+# start; a password of at least 3 characters, or the 1 or 2 a string cut
+# short shows before its end (bpfcalls keeps a socket write's first 64
+# bytes: a long client id leaves little of the token). Without these, every
+# read of a binary file would be looked at.
+_PLAIN_TOKEN = _NUL + _PRINT + rb"{1,255}?" + _NUL + _PRINT + rb'{1,2}(?:' + _PRINT + rb'|"|\Z)'
 
 # Each starts with a literal, which the re module finds at hundreds of MB/s;
 # an alternation in front runs at 20-40 MB/s.
