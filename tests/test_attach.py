@@ -94,6 +94,9 @@ def test_attach_names_the_cause_and_detaches(producer, spark, tmp_path, monkeypa
     assert set(ovh) == OVERHEAD_FIELDS and ovh["tool"] == want, ovh
     assert ovh["method"].startswith("measured:") and ovh["throughput_pct"] is not None
     assert f["target"]["pid"] == proc.pid and f["target"]["running_at_detach"] is True
+    # TCP's counters of its namespace, read at both ends of the window; no exit status while it runs
+    t = man["target"]
+    assert t["exit_status"] is None and t["tcp_counters_after"]["RetransSegs"] >= t["tcp_counters_before"]["RetransSegs"]
     # attached after connect(): strace cannot know TCP_NODELAY, the sampler read it off the socket
     assert any("as sampled live from the socket" in e for e in f["findings"][0]["evidence"])
     assert not any("TCP_NODELAY unknown" in u for u in f["unknowns"])
@@ -245,6 +248,8 @@ def test_wrap_runs_the_command_to_its_end(the_lab, spark, tmp_path, monkeypatch,
     ovh = man["overhead"]
     assert set(ovh) == OVERHEAD_FIELDS and ovh["tool"] == want and ovh["method"].startswith("estimated:"), ovh
     assert ovh["throughput_pct"] is not None and not man["partial"], man["partial_reasons"]
+    # It ended on its own: its status, and TCP's counters read through kdiag's namespace, which is its own
+    assert man["target"]["exit_status"] == 0 and man["target"]["tcp_counters_after"] is not None, man["target"]
 
 
 # One of each kind of secret a producer's host holds, with values planted to

@@ -71,3 +71,19 @@ def test_replay_judges_only_the_produce_requests(spark):
     f = json.loads(out.getvalue())
     assert rc == 0 and f["summary"]["source"] == "syscalls" and f["summary"]["requests"] == 30, f["summary"]
     assert any("named by the Kafka request header" in u for u in f["unknowns"]), f["unknowns"]
+
+
+@pytest.mark.parametrize("head,expected", [
+    (r"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", True),      # a ClientHello
+    (r"\26\3\1\2\0\1\0\1\374\3\3", True),                      # the same, as strace escapes by default
+    (r"\x14\x03\x03\x00\x01\x01\x17\x03\x03\x00E", True),          # TLS 1.3's change_cipher_spec, then Finished
+    (r"\x17\x03\x03\x00L", False),                              # application data: a request, or Finished alone
+    (r"\0\0\0&\0\3\0\f\0\0\0\2\0\5ab", False),                  # a plaintext Kafka request
+    (r"\x16", False),
+    ("", False),
+    (None, False),
+])
+def test_a_tls_handshake_write_is_told_by_its_record(head, expected):
+    from kdiag.analysis.per_request import is_tls_handshake
+
+    assert is_tls_handshake(head) is expected

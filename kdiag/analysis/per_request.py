@@ -495,13 +495,19 @@ def _openings(done, sc):
                 .drop("_connect", "_gen"))
 
 
+# RFC 8446 5.1's content types of a handshake's records: change_cipher_spec
+# (20; TLS 1.3 sends one before its encrypted Finished, for middleboxes) and
+# handshake (22).
+TLS_HANDSHAKE_TYPES = (20, 22)
+
+
 def is_tls_handshake(head: str | None) -> bool:
-    """Whether a socket write begins with a TLS handshake record (RFC 8446
-    5.1: content type 22, then the legacy version's major byte 3)."""
+    """Whether a socket write begins with a TLS handshake record: one of
+    TLS_HANDSHAKE_TYPES, then the legacy version's major byte 3."""
     if not head:
         return False
     b = unescape_bytes(head[:16])
-    return len(b) >= 2 and b[0] == 22 and b[1] == 3
+    return len(b) >= 2 and b[0] in TLS_HANDSHAKE_TYPES and b[1] == 3
 
 
 def _cut_bursts(b):

@@ -1,0 +1,100 @@
+"""The other clients' lab rows: kafka-python, aiokafka and kafkajs producers
+(kdiag.lab.clients), plaintext and TLS, each traced as ``kdiag trace --
+CMD`` traces a user's, with no client log. Each row must give a latency
+per request; in plaintext each request is named by the Kafka header its
+first socket write begins with, under the default tracer."""
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+import tarfile
+import types
+
+import pytest
+
+from conftest import ROOT, need, need_tansu, require
+from kdiag.lab import clients, matrix, scenarios
+
+# kafkajs, as setup.sh installs it.
+NODE_MODULES = ROOT / "build" / "clients" / "node_modules"
+ROWS = [s.name for s in scenarios.all_scenarios() if s.client is not None]
+MESSAGES = 40
+
+
+def test_every_client_module_is_in_the_order_and_declares_itself():
+    found = sorted(m.name for m in pkgutil.iter_modules(clients.__path__) if not m.name.startswith("_"))
+    assert sorted(clients.ORDER) == found
+    for c in clients.all_clients():
+        assert c.program.is_file() and c.runtime in clients.RUNTIMES and c.install
+    # Each client has its plaintext and its TLS row.
+    assert sorted(ROWS) == sorted(f"{c.name}-{how}" for c in clients.all_clients() for how in ("plain", "tls"))
+
+
+@pytest.mark.parametrize("attr", clients.REQUIRED)
+def test_a_client_module_without_a_declaration_is_refused(attr):
+    source = importlib.import_module(f"{clients.__name__}.{clients.ORDER[0]}")
+    module = types.ModuleType("kdiag.lab.clients.incomplete")
+    for a in clients.REQUIRED:
+        if a != attr:
+            setattr(module, a, getattr(source, a))
+    with pytest.raises(clients.ClientError, match=attr):
+        clients.from_module(module)
+
+
+def test_a_scenario_names_a_known_client_and_keeps_its_defaults():
+    source = importlib.import_module("kdiag.lab.scenarios.kafka_python_plain")
+
+    def module(**changed):
+        m = types.ModuleType("kdiag.lab.scenarios.changed")
+        for a in (*scenarios.REQUIRED, "CLIENT"):
+            setattr(m, a, changed.get(a, getattr(source, a)))
+        return m
+
+    assert scenarios.from_module(module()).client == "kafka-python"
+    with pytest.raises(scenarios.ScenarioError, match="not one of"):
+        scenarios.from_module(module(CLIENT="no-such-client"))
+    with pytest.raises(scenarios.ScenarioError, match="defaults"):
+        scenarios.from_module(module(PROPS={"linger.ms": "5"}))
+
+
+def test_the_command_takes_the_labs_config():
+    c = clients.get("kafka-python")
+    plain = c.command({"bootstrap.servers": "127.0.0.1:9092"}, "t", 5)
+    assert plain[1:] == [str(c.program), "127.0.0.1:9092", "t", "", "5", "each"]
+    tls = c.command({"bootstrap.servers": "127.0.0.1:9093", "security.protocol": "ssl",
+                     "ssl.ca.location": "/ca.pem"}, "t", 5, mode="hold")
+    assert tls[-4:] == ["t", "/ca.pem", "5", "hold"]
+    with pytest.raises(ValueError):
+        c.command({"bootstrap.servers": "x"}, "t", 5, mode="fast")
+
+
+def _bundle_json(path, name: str) -> dict:
+    with tarfile.open(path) as tar:
+        return json.load(tar.extractfile(name))
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", ROWS)
+def test_each_clients_row_gives_a_latency_per_request(name, tmp_path, spark, monkeypatch):
+    need("stunnel4")
+    need_tansu()
+    monkeypatch.setenv("NODE_PATH", str(NODE_MODULES))
+    case = next(c for c in matrix.cases() if c.name == name)
+    require(clients.get(case.scenario.client).missing())
+    row = matrix.run_case(case, tmp_path, MESSAGES, log=lambda m: None)
+    assert row.ok, row.to_dict()
+    assert row.p50_ms is not None and row.p99_ms is not None, row.to_dict()
+    f = _bundle_json(row.bundle, "findings.json")
+    man = _bundle_json(row.bundle, "manifest.json")
+    requests = f["summary"]["requests"]
+    assert man["lab"]["client"] == case.scenario.client and man["lab"]["client_version"], man["lab"]
+    assert man["target"]["exit_status"] == 0, man["target"]
+    if name.endswith("-plain"):
+        # One Produce request per message, each named by its header.
+        assert requests == MESSAGES, f["summary"]
+        assert any("named by the Kafka request header" in u for u in f["unknowns"]), f["unknowns"]
+    else:
+        # Over TLS each exchange is one: the messages' and the bootstrap's
+        # Metadata; each connection's handshake and ApiVersions are left out.
+        assert MESSAGES <= requests <= MESSAGES + 4, f["summary"]
