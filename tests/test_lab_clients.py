@@ -94,6 +94,8 @@ def test_each_clients_row_gives_a_latency_per_request(name, tmp_path, spark, mon
         # One Produce request per message, each named by its header.
         assert requests == MESSAGES, f["summary"]
         assert any("named by the Kafka request header" in u for u in f["unknowns"]), f["unknowns"]
+        # Its requests' client id is its library's default: the fixes' names are librdkafka's.
+        assert f["client_library"] == case.scenario.client, f.get("client_library")
     else:
         # Over TLS each exchange is one: the messages' and the bootstrap's
         # Metadata; each connection's handshake and ApiVersions are left out.

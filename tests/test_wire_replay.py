@@ -168,6 +168,8 @@ def test_only_another_librarys_default_client_id_names_it(tmp_path):
         pq.write_table(pa.Table.from_pylist(rows, WIRE_REQUESTS_SCHEMA), tmp_path / "wire_requests.parquet")
         return wire.other_client(tmp_path)
 
-    assert "kafka-python" in said("kafka-python-2.0.2") and "kafkajs" in said("kafkajs", None)
-    assert "the Java client" in said("producer-1")
+    libs, sentence = said("kafka-python-2.0.2")
+    assert libs == "kafka-python" and "(kafka-python-2.0.2)" in sentence
+    assert said("kafkajs", None)[0] == "kafkajs" and said("producer-1")[0] == "the Java client"
+    assert said("kafka-python-producer-1")[0] == "kafka-python" and said("aiokafka-producer-2")[0] == "aiokafka"
     assert said("rdkafka") is None and said("orders-service") is None and said("kafkajs-orders") is None

@@ -406,8 +406,13 @@ def _judge_exchanges(spark, inp: _Inputs, q, later: Later) -> dict:
     # Where the writes' first bytes named the requests (plaintext under
     # strace or bpfcalls), only the Produce requests are judged, as from a capture;
     # an unnamed burst (TLS) may be one.
+    other = None
     if any_rows(reqs.filter(F.col("request") != "exchange")):
         unknowns = [INFERRED_NAMED]
+        ids = reqs.filter(F.col("request") == "Produce").select("client").distinct().limit(20).collect()
+        other = wire.other_client_of([r.client for r in ids])
+        if other:
+            unknowns.append(other[1])
     elif any_rows(reqs.filter("opening")):
         unknowns.append(OPENINGS)
     produce = judged_exchanges(reqs)
@@ -415,6 +420,8 @@ def _judge_exchanges(spark, inp: _Inputs, q, later: Later) -> dict:
     result = judge(spark, produce, reqs, conns, inp.stats, inp.version, inp.source, unknowns, inp.meta,
                    inp.read.get("syscalls"), inp.small, inp.local)
     result["confidence"] = CONFIDENCE["syscalls"]
+    if other:
+        result["client_library"] = other[0]
     return result
 
 
@@ -436,10 +443,12 @@ def _judge_wire(spark, inp: _Inputs) -> dict:
     unknowns = [] if decoded else [wire.TLS_ONLY]
     other = wire.other_client(inp.tables_dir)
     if other:
-        unknowns.append(other)
+        unknowns.append(other[1])
     result = judge(spark, produce, reqs, inp.conns + conns, inp.stats, inp.version, wire.SOURCE, unknowns, inp.meta,
                    None, inp.small, inp.local)
     result["confidence"] = wire.CONFIDENCE[decoded]
+    if other:
+        result["client_library"] = other[0]
     return result
 
 

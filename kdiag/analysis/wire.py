@@ -121,28 +121,39 @@ def no_hold(seen: dict) -> str | None:
 
 # Client ids the libraries give a client that sets none, and the library.
 # A client id is the application's to set (librdkafka's default is
-# "rdkafka"): only these defaults name another library.
-OTHER_CLIENTS = ((re.compile(r"^kafka-python-[\w.]+$"), "kafka-python"), (re.compile(r"^aiokafka-[\w.]+$"), "aiokafka"),
+# "rdkafka"): only these defaults name another library. As sent, measured
+# in the lab: kafka-python 3.0.12 "kafka-python-producer-1", aiokafka
+# 0.14.0 "aiokafka-producer-1", kafkajs 2.2.4 "kafkajs"; older kafka-python
+# "kafka-python-2.0.2".
+OTHER_CLIENTS = ((re.compile(r"^kafka-python-[\w.-]+$"), "kafka-python"), (re.compile(r"^aiokafka-[\w.-]+$"), "aiokafka"),
                  (re.compile(r"^kafkajs$"), "kafkajs"), (re.compile(r"^producer-\d+$"), "the Java client"),
                  (re.compile(r"^sarama$"), "sarama"))
 
 
-def other_client(tables_dir: Path | None) -> str | None:
-    """The sentence for Produce requests whose client id is another
-    library's default: the fixes name librdkafka's properties."""
+def other_client(tables_dir: Path | None) -> tuple[str, str] | None:
+    """(the libraries, the sentence) for the capture's Produce requests
+    whose client id is another library's default (``other_client_of``)."""
     import pyarrow.compute as pc
 
     t = _table(tables_dir, "wire_requests", ["hop", "api", "client_id"])
     if t is None:
         return None
     ids = t.filter(pc.and_(pc.equal(t["hop"], CLIENT_HOP), pc.equal(t["api"], "Produce")))["client_id"]
-    ids = sorted({x for x in ids.unique().to_pylist() if x is not None})[:5]
+    return other_client_of(ids.unique().to_pylist())
+
+
+def other_client_of(client_ids: list) -> tuple[str, str] | None:
+    """(the libraries, the sentence) when Produce requests' client ids are
+    another library's default: the fixes name librdkafka's properties. The
+    ids are the producer's word, shown as data; None when none is."""
+    ids = sorted({x for x in client_ids if isinstance(x, str)})[:5]
     libs = sorted({lib for x in ids for pattern, lib in OTHER_CLIENTS if pattern.match(x)})
     if not libs:
         return None
-    return (f"the Produce requests' client id ({', '.join(ids)}) is the default of {', '.join(libs)}, not librdkafka: "
-            f"the fixes name librdkafka's properties, which that client calls by its own names (linger_ms, "
-            f"request_timeout_ms, ...)")
+    return ", ".join(libs), (
+        f"the Produce requests' client id ({', '.join(ids)}) is the default of {', '.join(libs)}, not librdkafka: "
+        f"the fixes name librdkafka's properties, which that client calls by its own names (linger_ms, "
+        f"request_timeout_ms, ...)")
 
 
 def retransmits(conns: list[dict]) -> int | None:

@@ -88,6 +88,15 @@ def _statistics_lines(s: dict) -> list[str]:
             f"(per snapshot, the slowest broker):", *("    " + ln for ln in series_lines(st))]
 
 
+def _client(findings: dict) -> str:
+    """The producer's library: librdkafka's version, or another library its
+    Produce requests' client ids are the default of."""
+    version, other = findings.get("librdkafka_version"), findings.get("client_library")
+    if not version and isinstance(other, str) and other:
+        return f"{visible(other)}, by its client id"
+    return f"librdkafka {visible(str(version)) if version else '?'}"
+
+
 def _head_lines(findings: dict, probe: dict | None) -> list[str]:
     s = findings.get("summary", {})
     out: list[str] = []
@@ -98,7 +107,7 @@ def _head_lines(findings: dict, probe: dict | None) -> list[str]:
         # No response timed (whole-second lines give no latency): the start only.
         when = f", {t0} +{(last - first) / 1e6:.1f}s" if isinstance(last, (int, float)) else f", {t0}"
     out.append(f"kdiag: {s.get('requests', 0)} Produce requests to {len(s.get('brokers', []))} broker(s){when}"
-               f" (librdkafka {findings.get('librdkafka_version') or '?'}; request timing from {s.get('source') or '?'})")
+               f" ({_client(findings)}; request timing from {s.get('source') or '?'})")
     if findings.get("probe_error"):
         out.append(f"  PROBE FAILED {findings['probe_error'].splitlines()[0]}")
     if isinstance(probe, dict) and probe:
