@@ -100,3 +100,45 @@ def test_each_clients_row_gives_a_latency_per_request(name, tmp_path, spark, mon
         # Over TLS each exchange is one: the messages' and the bootstrap's
         # Metadata; each connection's handshake and ApiVersions are left out.
         assert MESSAGES <= requests <= MESSAGES + 4, f["summary"]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("client,how", [("kafka-python", "plain"), ("kafkajs", "tls")])
+def test_a_running_producer_of_another_library_is_attached_to(client, how, tmp_path, spark, monkeypatch):
+    """kdiag trace --pid on a producer that was already connected: no
+    connection opens in the window, and its requests are still timed one by
+    one (named by their headers in plaintext); it keeps running."""
+    import io
+    import os
+    import subprocess
+    import time
+
+    from kdiag.capture.lab_client import TOPIC
+    from kdiag.cli import Environment, main
+
+    need("stunnel4")
+    need_tansu()
+    monkeypatch.setenv("NODE_PATH", str(NODE_MODULES))
+    require(clients.get(client).missing())
+    sc = scenarios.get(f"{client}-{how}")
+    with scenarios.running(sc.name, TOPIC, lambda m: None) as target:
+        # One message every 20 ms, each acknowledged, until stdin closes.
+        cmd = clients.get(client).command(target.config, TOPIC, 20, mode="steady")
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                env=dict(os.environ))
+        try:
+            time.sleep(3)
+            assert proc.poll() is None, proc.stderr.read()
+            out, err = io.StringIO(), io.StringIO()
+            rc = main(["trace", "--json", "--pid", str(proc.pid), "--duration", "3", "-o", str(tmp_path / "p.tar.gz")],
+                      Environment(stdout=out, stderr=err))
+            assert rc == 0, err.getvalue()
+            assert proc.poll() is None, "the producer stopped"
+        finally:
+            proc.stdin.close()
+            proc.wait(timeout=30)
+    f = json.loads(out.getvalue())
+    assert f["summary"]["requests"] >= 30 and f["summary"]["latency_p50_ms"] is not None, f["summary"]
+    if how == "plain":
+        assert any("named by the Kafka request header" in u for u in f["unknowns"]), f["unknowns"]
+        assert f["client_library"] == client

@@ -18,6 +18,8 @@ MESSAGES messages of 100 bytes:
     hold  all at once; once every one is acknowledged it prints
           ``READY <library> <version>`` and keeps its connections open until
           its stdin closes (what fixtures/clients_nodelay.py reads sockets of)
+    steady one message at a time, each acknowledged, MESSAGES ms apart, until
+          its stdin closes: a producer that runs on, for ``kdiag trace --pid``
 
 Node finds kafkajs through ``NODE_PATH``, as node itself does.
 """
@@ -36,7 +38,7 @@ ORDER = ("kafka_python", "aiokafka", "kafkajs")
 REQUIRED = ("NAME", "RUNTIME", "MODULE", "INSTALL", "PROGRAM")
 RUNTIMES = ("python", "node")
 PROGRAMS = Path(__file__).resolve().parent / "programs"
-MODES = ("each", "hold")
+MODES = ("each", "hold", "steady")
 
 
 class ClientError(Exception):

@@ -1,10 +1,10 @@
-"""A aiokafka producer, its library's defaults, in plaintext to Tansu: no
+"""An aiokafka producer, its library's defaults, in plaintext to Tansu: no
 librdkafka log; each request is named by the Kafka header it begins with,
 as the tracer sees the producer write it."""
 from kdiag.lab.scenarios import Loopback
 
 NAME = "aiokafka-plain"
-HELP = "a aiokafka producer in plaintext, traced as -- CMD (no client log)"
+HELP = "an aiokafka producer in plaintext, traced as -- CMD (no client log)"
 CAUSE = "healthy"
 SETUP = "aiokafka, plaintext"
 MESSAGES = 100

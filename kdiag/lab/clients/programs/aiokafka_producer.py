@@ -19,9 +19,14 @@ async def main():
         if mode == "each":
             for _ in range(n):
                 await p.send_and_wait(topic, b"x" * 100)
+        elif mode == "steady":
+            closed = asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+            while not closed.done():
+                await p.send_and_wait(topic, b"x" * 100)
+                await asyncio.sleep(n / 1000.0)
         else:
             await asyncio.gather(*[await p.send(topic, b"x" * 100) for _ in range(n)])
-        if mode == "each":
+        if mode in ("each", "steady"):
             # A producer stays up: its sockets are sampled (TCP_INFO) while it does.
             await asyncio.sleep(1)
         else:

@@ -13,12 +13,20 @@ p = kafka.KafkaProducer(**conf)
 if mode == "each":
     for _ in range(n):
         p.send(topic, b"x" * 100).get(timeout=30)
+elif mode == "steady":
+    import threading
+
+    closed = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), closed.set()), daemon=True).start()
+    while not closed.is_set():
+        p.send(topic, b"x" * 100).get(timeout=30)
+        closed.wait(n / 1000.0)
 else:
     futures = [p.send(topic, b"x" * 100) for _ in range(n)]
     p.flush(30)
     for f in futures:
         f.get(timeout=30)
-if mode == "each":
+if mode in ("each", "steady"):
     # A producer stays up: its sockets are sampled (TCP_INFO) while it does.
     time.sleep(1)
 else:

@@ -12,12 +12,20 @@ const kafka = new Kafka({ brokers: [bootstrap], logLevel: logLevel.NOTHING,
   const message = { topic, messages: [{ value: "x".repeat(100) }] };
   if (mode === "each") {
     for (let i = 0; i < Number(n); i++) await p.send(message);
+  } else if (mode === "steady") {
+    let closed = false;
+    process.stdin.on("end", () => { closed = true; });
+    process.stdin.resume();
+    while (!closed) {
+      await p.send(message);
+      await new Promise((done) => setTimeout(done, Number(n)));
+    }
   } else {
     const sends = [];
     for (let i = 0; i < Number(n); i++) sends.push(p.send(message));
     await Promise.all(sends);
   }
-  if (mode === "each") {
+  if (mode === "each" || mode === "steady") {
     // A producer stays up: its sockets are sampled (TCP_INFO) while it does.
     await new Promise((done) => setTimeout(done, 1000));
   } else {
