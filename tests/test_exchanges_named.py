@@ -87,3 +87,39 @@ def test_a_tls_handshake_write_is_told_by_its_record(head, expected):
     from kdiag.analysis.per_request import is_tls_handshake
 
     assert is_tls_handshake(head) is expected
+
+
+def _strace_with(spark, tmp_path, connect: bool, first_head: str = '""...') -> list:
+    """Four exchanges on one TLS socket (no bytes kept but the first
+    write's), after its connect() or not: an excerpt that begins
+    mid-connection."""
+    from kdiag.analysis.per_request import exchanges, prepare_syscalls
+    from kdiag.ingest.tables import parse_paths
+
+    fd = "6<TCP:[127.0.0.1:40000->127.0.0.1:9093]>"
+    lines = [f"100 1795000000.000100 connect({fd}, {{sa_family=AF_INET, sin_port=htons(9093), "
+             f'sin_addr=inet_addr("127.0.0.1")}}, 16) = 0 <0.000050>'] if connect else []
+    for i in range(4):
+        t = 1795000000.001 + i * 0.1
+        head = first_head if i == 0 else '""...'
+        lines += [f"100 {t:.6f} write({fd}, {head}, 300) = 300 <0.000020>",
+                  f"100 {t + 0.0001:.6f} poll([{{fd=6, events=POLLIN}}], 1, 1000) = 1 ([{{fd=6, revents=POLLIN}}]) "
+                  f"<0.002000>",
+                  f"100 {t + 0.0022:.6f} read({fd}, \"\"..., 4096) = 100 <0.000010>"]
+    f = tmp_path / "strace.txt"
+    f.write_text("\n".join(lines) + "\n")
+    parse_paths([f], tmp_path / "t")
+    return exchanges(prepare_syscalls(read_table(spark, tmp_path / "t", "syscalls"), heads=True)) \
+        .orderBy("send_us").collect()
+
+
+
+@pytest.mark.parametrize("connect,head,openings", [
+    (True, '""...', [True, False, False, False]),          # the first exchange after connect(): ApiVersions
+    (False, '""...', [False, False, False, False]),        # an excerpt from mid-connection: no opening
+    (False, r'"\x16\x03\x01\x02\x00"...', [True, False, False, False]),   # a ClientHello, wherever it is
+    (True, r'"\x16\x03\x01\x02\x00"...', [True, True, False, False]),     # the handshake, then ApiVersions
+])
+def test_a_connections_opening_is_not_a_request(spark, tmp_path, connect, head, openings):
+    got = _strace_with(spark, tmp_path, connect, head)
+    assert [r.opening for r in got] == openings, [(r.send_us, r.opening) for r in got]
