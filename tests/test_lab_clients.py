@@ -142,3 +142,35 @@ def test_a_running_producer_of_another_library_is_attached_to(client, how, tmp_p
     if how == "plain":
         assert any("named by the Kafka request header" in u for u in f["unknowns"]), f["unknowns"]
         assert f["client_library"] == client
+
+
+@pytest.mark.e2e
+def test_a_capture_beside_the_syscalls_names_the_tls_requests(tmp_path, spark, monkeypatch):
+    """kafka-python over TLS: its syscalls cannot name a request, the
+    capture (the terminator's plaintext side with it) can. Replayed
+    together, each burst of writes is named by the request the capture saw
+    leave while it was written: one Produce per message, ids consecutive."""
+    import io
+
+    from kdiag.capture import lab_client
+    from kdiag.cli import Environment, main
+    from kdiag.lab.tcpdump import captured_lab
+
+    need("tcpdump", root=True)
+    need("stunnel4")
+    need_tansu()
+    require(clients.get("kafka-python").missing())
+    sc = scenarios.get("kafka-python-tls")
+    pcap = tmp_path / "c.pcap"
+    res = lab_client.run(sc, tmp_path / "b.tar.gz", MESSAGES, ["test"], lab=captured_lab(sc.name, pcap))
+    assert res.error is None, res
+    out, err = io.StringIO(), io.StringIO()
+    rc = main(["replay", "--json", "--merge", str(res.bundle), str(pcap)], Environment(stdout=out, stderr=err))
+    assert rc == 0, err.getvalue()
+    f = json.loads(out.getvalue())
+    from kdiag.analysis import wire
+
+    assert wire.NAMED_BY_WIRE in f["unknowns"], f["unknowns"]
+    ids = sorted(r[f["request_rows"]["columns"].index("corr_id")] for r in f["request_rows"]["rows"])
+    assert f["summary"]["requests"] == MESSAGES and ids == list(range(ids[0], ids[0] + MESSAGES)), ids
+    assert f["client_library"] == "kafka-python"

@@ -407,6 +407,11 @@ def _judge_exchanges(spark, inp: _Inputs, q, later: Later) -> dict:
     # strace or bpfcalls), only the Produce requests are judged, as from a capture;
     # an unnamed burst (TLS) may be one.
     other = None
+    if wire.has_requests(inp.tables_dir) and any_rows(reqs.filter(F.col("request") == "exchange")):
+        reqs, named = wire.named_exchanges(spark, reqs, inp.tables_dir)
+        if named:
+            inp.meta["wire_named"] = named
+            reqs = cached(reqs, q, inp.local)
     if any_rows(reqs.filter(F.col("request") != "exchange")):
         unknowns = [INFERRED_NAMED]
         ids = reqs.filter(F.col("request") == "Produce").select("client").distinct().limit(20).collect()
@@ -415,6 +420,8 @@ def _judge_exchanges(spark, inp: _Inputs, q, later: Later) -> dict:
             unknowns.append(other[1])
     elif any_rows(reqs.filter("opening")):
         unknowns.append(OPENINGS)
+    if inp.meta.get("wire_named"):
+        unknowns.append(wire.NAMED_BY_WIRE)
     produce = judged_exchanges(reqs)
     reqs = reqs.drop("opening")
     result = judge(spark, produce, reqs, conns, inp.stats, inp.version, inp.source, unknowns, inp.meta,

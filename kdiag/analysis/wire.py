@@ -417,6 +417,16 @@ NOT_JOINED = ("a packet capture is in the input, but none of its requests matche
               "id within 50 ms (a capture of another host, or of another time): the log is judged alone")
 
 
+def _keyed(reqs):
+    """The rows with a key each, materialised: the key is read twice (the
+    rows matched, then the rows joined back), and monotonically_increasing_id
+    gives other ids when Spark computes the rows again (another plan,
+    another partitioning); the names of one request landed on another."""
+    from pyspark.sql import functions as F
+
+    return reqs.withColumn("_key", F.monotonically_increasing_id()).localCheckpoint()
+
+
 def joined_to_log(spark, reqs, tables_dir: Path):
     """The log's requests (``job.unsplit``'s rows), each joined to the
     capture's exchange with its correlation id whose first byte is nearest
@@ -429,7 +439,7 @@ def joined_to_log(spark, reqs, tables_dir: Path):
     wire = requests(spark, tables_dir).filter(F.col("corr_id").isNotNull()).select(
         F.col("corr_id").alias("_w_corr"), F.col("send_us").alias("_w_send"), F.col("fd").alias("_w_fd"),
         F.col("n_writes").alias("_w_writes"), F.col("wait_ms").alias("_w_wait"), F.col("read_ms").alias("_w_read"))
-    keyed = reqs.withColumn("_key", F.monotonically_increasing_id())
+    keyed = _keyed(reqs)
     near = (keyed.select("_key", "corr_id", "send_us")
             .join(wire, (F.col("corr_id") == F.col("_w_corr"))
                   & (F.abs(F.col("send_us") - F.col("_w_send")) <= JOIN_WINDOW_US))
@@ -445,3 +455,50 @@ def joined_to_log(spark, reqs, tables_dir: Path):
         out = out.withColumn(col, F.when(hit, F.col(w)).otherwise(F.col(col).cast(kind)).cast(kind))
     out = out.withColumn("send_ms", F.when(hit, F.lit(0.0)).otherwise(F.col("send_ms").cast("double")))
     return out.drop("_key", "_w_fd", "_w_writes", "_w_wait", "_w_read"), matched
+
+
+# A burst of socket writes is the last request the capture saw leave for the
+# same peer address while the burst was written: the tracer stamps each
+# write as it starts, the capture each first byte as it leaves,
+# microseconds apart on one host's clock. A burst can hold more than one
+# request (a TLS Finished and ApiVersions; two requests written back to
+# back): the response the burst's read pairs with is the last one's. The
+# next request leaves only after that response: a window wider than a
+# round trip after the burst would take it.
+EXCHANGE_BEFORE_US = 1_000
+EXCHANGE_AFTER_US = 200
+NAMED_BY_WIRE = ("the syscalls' exchanges joined to a packet capture of them: each burst of writes is named by the "
+                 "request the capture saw leave for the same broker nearest it (its api and correlation id; over TLS "
+                 "as the terminator's plaintext side shows it)")
+
+
+def named_exchanges(spark, reqs, tables_dir: Path):
+    """The exchanges inferred from syscalls (``per_request.exchanges``),
+    each unnamed one named by the last request the capture saw leave for
+    the same broker while its writes were made (from EXCHANGE_BEFORE_US
+    before the first to EXCHANGE_AFTER_US after the last): its api, correlation id and client id. Named ones keep their
+    own; one the capture names is judged by that name, not as a
+    connection's opening. Returns (rows, how many the capture named)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    wire = (read_table(spark, Path(tables_dir), "wire_requests")
+            .filter((F.col("hop") == CLIENT_HOP) & F.col("api").isNotNull())
+            .select(F.col("server").alias("_w_broker"), F.col("first_us").alias("_w_us"),
+                    F.col("api").alias("_w_api"), F.col("corr_id").alias("_w_corr"),
+                    F.coalesce(F.col("client_id"), F.lit(None).cast("string")).alias("_w_client")))
+    keyed = _keyed(reqs)
+    near = (keyed.filter(F.col("request") == "exchange").select("_key", "broker", "send_start_us", "send_us")
+            .join(wire, (F.col("broker") == F.col("_w_broker"))
+                  & F.col("_w_us").between(F.col("send_start_us") - EXCHANGE_BEFORE_US,
+                                           F.col("send_us") + EXCHANGE_AFTER_US))
+            .withColumn("_rank", F.row_number().over(Window.partitionBy("_key").orderBy(F.col("_w_us").desc())))
+            .filter(F.col("_rank") == 1).select("_key", "_w_api", "_w_corr", "_w_client"))
+    out = keyed.join(near, "_key", "left")
+    hit = F.col("_w_api").isNotNull()
+    matched = out.filter(hit).count()
+    out = (out.withColumn("request", F.when(hit, F.col("_w_api")).otherwise(F.col("request")))
+              .withColumn("corr_id", F.when(hit, F.col("_w_corr")).otherwise(F.col("corr_id")))
+              .withColumn("client", F.when(hit, F.col("_w_client")).otherwise(F.col("client")))
+              .withColumn("opening", F.when(hit, F.lit(False)).otherwise(F.col("opening"))))
+    return out.drop("_key", "_w_api", "_w_corr", "_w_client"), matched
