@@ -74,13 +74,19 @@ def test_records_become_the_strace_text_of_each_call():
     assert [r["ts_us"] for r in rows] == sorted(r["ts_us"] for r in rows)
 
 
-def test_it_traces_only_the_process_it_is_given(tmp_path):
+def _listening() -> tuple[socket.socket, int]:
+    """A TCP listener on loopback for a traced child to connect to, once
+    root and the tracer are here."""
     need(root=True)
     require(bpfcalls.check())
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen()
-    port = srv.getsockname()[1]
+    return srv, srv.getsockname()[1]
+
+
+def test_it_traces_only_the_process_it_is_given(tmp_path):
+    srv, port = _listening()
     script = f"""
 import socket, sys, time
 s = socket.socket()
@@ -200,12 +206,7 @@ def test_it_keeps_the_first_bytes_of_socket_writes_only(tmp_path):
     to a TCP socket: the strace text holds the first HEAD bytes of each (of
     the first iovec), "..." for the rest, and the header names the request.
     The same bytes written to a file and a pipe are not kept."""
-    need(root=True)
-    require(bpfcalls.check())
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen()
-    port = srv.getsockname()[1]
+    srv, port = _listening()
     reqs = [request(corr) for corr in range(4)]
     total = sum(len(r) + 5 for r in reqs)
     script = f"""
