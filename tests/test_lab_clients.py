@@ -145,11 +145,13 @@ def test_a_running_producer_of_another_library_is_attached_to(client, how, tmp_p
 
 
 @pytest.mark.e2e
-def test_a_capture_beside_the_syscalls_names_the_tls_requests(tmp_path, spark, monkeypatch):
-    """kafka-python over TLS: its syscalls cannot name a request, the
-    capture (the terminator's plaintext side with it) can. Replayed
-    together, each burst of writes is named by the request the capture saw
-    leave while it was written: one Produce per message, ids consecutive."""
+@pytest.mark.parametrize("name", ["kafka-python-tls", "kafkajs-plain"])
+def test_a_capture_beside_the_syscalls_is_joined_to_them(name, tmp_path, spark, monkeypatch):
+    """Over TLS the syscalls cannot name a request, the capture (the
+    terminator's plaintext side with it) can; in plaintext both do, by the
+    same correlation id. Replayed together, each burst of writes is joined
+    to the request the capture saw leave while it was written: one Produce
+    per message, ids consecutive."""
     import io
 
     from kdiag.capture import lab_client
@@ -159,8 +161,9 @@ def test_a_capture_beside_the_syscalls_names_the_tls_requests(tmp_path, spark, m
     need("tcpdump", root=True)
     need("stunnel4")
     need_tansu()
-    require(clients.get("kafka-python").missing())
-    sc = scenarios.get("kafka-python-tls")
+    monkeypatch.setenv("NODE_PATH", str(NODE_MODULES))
+    sc = scenarios.get(name)
+    require(clients.get(sc.client).missing())
     pcap = tmp_path / "c.pcap"
     res = lab_client.run(sc, tmp_path / "b.tar.gz", MESSAGES, ["test"], lab=captured_lab(sc.name, pcap))
     assert res.error is None, res
@@ -173,4 +176,4 @@ def test_a_capture_beside_the_syscalls_names_the_tls_requests(tmp_path, spark, m
     assert wire.NAMED_BY_WIRE in f["unknowns"], f["unknowns"]
     ids = sorted(r[f["request_rows"]["columns"].index("corr_id")] for r in f["request_rows"]["rows"])
     assert f["summary"]["requests"] == MESSAGES and ids == list(range(ids[0], ids[0] + MESSAGES)), ids
-    assert f["client_library"] == "kafka-python"
+    assert f["client_library"] == sc.client

@@ -407,7 +407,7 @@ def _judge_exchanges(spark, inp: _Inputs, q, later: Later) -> dict:
     # strace or bpfcalls), only the Produce requests are judged, as from a capture;
     # an unnamed burst (TLS) may be one.
     other = None
-    if wire.has_requests(inp.tables_dir) and any_rows(reqs.filter(F.col("request") == "exchange")):
+    if wire.has_requests(inp.tables_dir):
         reqs, named = wire.named_exchanges(spark, reqs, inp.tables_dir)
         if named:
             inp.meta["wire_named"] = named

@@ -467,18 +467,20 @@ def joined_to_log(spark, reqs, tables_dir: Path):
 # round trip after the burst would take it.
 EXCHANGE_BEFORE_US = 1_000
 EXCHANGE_AFTER_US = 200
-NAMED_BY_WIRE = ("the syscalls' exchanges joined to a packet capture of them: each burst of writes is named by the "
-                 "request the capture saw leave for the same broker nearest it (its api and correlation id; over TLS "
-                 "as the terminator's plaintext side shows it)")
+NAMED_BY_WIRE = ("the syscalls' exchanges joined to a packet capture of them: each burst of writes is the request "
+                 "the capture saw leave for the same broker while it was written, with the same correlation id where "
+                 "its bytes named it; an unnamed one (TLS) takes the capture's api and correlation id (as the "
+                 "terminator's plaintext side shows them)")
 
 
 def named_exchanges(spark, reqs, tables_dir: Path):
     """The exchanges inferred from syscalls (``per_request.exchanges``),
-    each unnamed one named by the last request the capture saw leave for
-    the same broker while its writes were made (from EXCHANGE_BEFORE_US
-    before the first to EXCHANGE_AFTER_US after the last): its api, correlation id and client id. Named ones keep their
-    own; one the capture names is judged by that name, not as a
-    connection's opening. Returns (rows, how many the capture named)."""
+    each joined to the last request the capture saw leave for the same
+    broker while its writes were made (from EXCHANGE_BEFORE_US before the
+    first to EXCHANGE_AFTER_US after the last), with the same correlation
+    id where its own bytes named it. An unnamed one takes the capture's
+    api, correlation id and client id, and is judged by that name, not as
+    a connection's opening. Returns (rows, how many were joined)."""
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
@@ -488,10 +490,12 @@ def named_exchanges(spark, reqs, tables_dir: Path):
                     F.col("api").alias("_w_api"), F.col("corr_id").alias("_w_corr"),
                     F.coalesce(F.col("client_id"), F.lit(None).cast("string")).alias("_w_client")))
     keyed = _keyed(reqs)
-    near = (keyed.filter(F.col("request") == "exchange").select("_key", "broker", "send_start_us", "send_us")
+    near = (keyed.select("_key", "broker", "send_start_us", "send_us", "request", "corr_id")
             .join(wire, (F.col("broker") == F.col("_w_broker"))
                   & F.col("_w_us").between(F.col("send_start_us") - EXCHANGE_BEFORE_US,
-                                           F.col("send_us") + EXCHANGE_AFTER_US))
+                                           F.col("send_us") + EXCHANGE_AFTER_US)
+                  # A burst its own bytes named is the capture's request with its id.
+                  & ((F.col("request") == "exchange") | (F.col("corr_id") == F.col("_w_corr"))))
             .withColumn("_rank", F.row_number().over(Window.partitionBy("_key").orderBy(F.col("_w_us").desc())))
             .filter(F.col("_rank") == 1).select("_key", "_w_api", "_w_corr", "_w_client"))
     out = keyed.join(near, "_key", "left")
