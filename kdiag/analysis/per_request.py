@@ -43,6 +43,9 @@ SOCKET_INFO = "^(" + "|".join(SOCKET_PREFIXES) + ")"
 # or a writev's first `iov_base="..."`. Possessive: no backtracking.
 FIRST_STRING = r'"((?:[^"\\]++|\\.)*+)"'
 HEAD_TYPE = "struct<api:string,corr_id:int,client_id:string>"
+# What a burst's first write tells (``head_facts``): the request it begins, if
+# any, and whether it is a TLS handshake record.
+HEAD_FACTS_TYPE = f"struct<request:{HEAD_TYPE},tls_handshake:boolean>"
 
 
 def requests(spark, events):
@@ -414,12 +417,11 @@ def exchanges(sc):
     from pyspark.sql.window import Window
 
     sc = one_run(sc)
-    # A Python worker only where there are bytes to read.
-    heads = "write_head" in sc.columns
-    named = F.udf(request_of_head, HEAD_TYPE)("first_head") if heads else F.lit(None).cast(HEAD_TYPE)
-    handshake = F.udf(is_tls_handshake, "boolean")("first_head") if heads else F.lit(False)
-    b = _cut_bursts(_bursts(sc)).withColumn("_h", named).withColumn("_hs", handshake).select(
-                           "_h", "_hs",
+    # A Python worker only where there are bytes to read, one pass over them.
+    facts = F.udf(head_facts, HEAD_FACTS_TYPE)("first_head") if "write_head" in sc.columns else \
+        F.lit(None).cast(HEAD_FACTS_TYPE)
+    b = _cut_bursts(_bursts(sc)).withColumn("_f", facts).select(
+                           F.col("_f.request").alias("_h"), F.col("_f.tls_handshake").alias("_hs"),
                            RUN, "pid", "fd", "fd_info", "n_writes", "write_sizes", "written_bytes", "last_write_bytes",
                            "n_writes_lower_bound", "unseen_bytes",
                            F.col("send_start_us"), F.col("send_end_us").alias("ts_us"),
@@ -467,6 +469,12 @@ def request_of_head(head: str | None) -> tuple[str, int, str | None] | None:
     if h is None or h.api_name is None:
         return None
     return h.api_name, h.correlation_id, h.client_id
+
+
+def head_facts(head: str | None) -> tuple[tuple[str, int, str | None] | None, bool]:
+    """``request_of_head`` and ``is_tls_handshake`` of one burst's first
+    write, for one Python worker pass over the bytes."""
+    return request_of_head(head), is_tls_handshake(head)
 
 
 def _openings(done, sc):
