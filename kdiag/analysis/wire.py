@@ -198,6 +198,24 @@ def client_waits(tables_dir: Path | None) -> dict | None:
             "last_p50_ms": round(median(last), 3), "records_p50": median(records)}
 
 
+def _client_requests(tables_dir: Path | None):
+    """The producer's own requests (hop "client"): their flow, api and
+    times, read with filters (a capture's millions of Produce rows are not
+    walked); None without a capture."""
+    import pyarrow.compute as pc
+
+    t = _table(tables_dir, "wire_requests", ["flow", "hop", "api", "first_us", "response_last_us"])
+    return None if t is None else t.filter(pc.equal(t["hop"], CLIENT_HOP))
+
+
+def _first_produces(t):
+    """Each connection's first Produce request, of ``_client_requests``:
+    a table of flow, first_us_min."""
+    import pyarrow.compute as pc
+
+    return t.filter(pc.equal(t["api"], "Produce")).group_by("flow").aggregate([("first_us", "min")])
+
+
 def _ready(tables_dir: Path | None) -> dict[tuple[int, int], int]:
     """When each connection's first Produce request could have left: its
     TCP and TLS handshakes done, and every request the producer asked before
@@ -207,14 +225,12 @@ def _ready(tables_dir: Path | None) -> dict[tuple[int, int], int]:
     the connection causes judge, not for the client's threads."""
     import pyarrow.compute as pc
 
-    t = _table(tables_dir, "wire_requests", ["flow", "hop", "api", "first_us", "response_last_us"])
+    t = _client_requests(tables_dir)
     if t is None:
         return {}
-    t = t.filter(pc.equal(t["hop"], CLIENT_HOP))
-    produce = pc.equal(t["api"], "Produce")
-    firsts = t.filter(produce).group_by("flow").aggregate([("first_us", "min")])
-    answered = sorted(x for x in t.filter(pc.invert(pc.fill_null(produce, False)))["response_last_us"].to_pylist()
-                      if x is not None)
+    firsts = _first_produces(t)
+    answered = sorted(x for x in t.filter(pc.invert(pc.fill_null(pc.equal(t["api"], "Produce"), False)))
+                      ["response_last_us"].to_pylist() if x is not None)
     conns = {c["flow"]: c for c in _rows(tables_dir, "wire_connections",
                                          ["flow", "synack_us", "tls_hello_us", "tls_handshake_ms"])}
     out = {}
@@ -305,12 +321,10 @@ def _opening_requests(tables_dir: Path | None) -> tuple[dict, list[int], list[in
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    t = _table(tables_dir, "wire_requests", ["flow", "hop", "api", "first_us", "response_last_us"])
+    t = _client_requests(tables_dir)
     if t is None:
         return {}, [], []
-    t = t.filter(pc.equal(t["hop"], CLIENT_HOP))
-    produce = t.filter(pc.equal(t["api"], "Produce")).group_by("flow").aggregate([("first_us", "min")])
-    firsts = sorted(x for x in produce["first_us_min"].to_pylist() if x is not None)
+    firsts = sorted(x for x in _first_produces(t)["first_us_min"].to_pylist() if x is not None)
     opening: dict[int, list[dict]] = {}
     for r in t.filter(pc.is_in(t["api"], pa.array(list(OPENING), pa.string()))).to_pylist():
         opening.setdefault(r["flow"], []).append(r)
@@ -488,7 +502,7 @@ def named_exchanges(spark, reqs, tables_dir: Path):
             .filter((F.col("hop") == CLIENT_HOP) & F.col("api").isNotNull())
             .select(F.col("server").alias("_w_broker"), F.col("first_us").alias("_w_us"),
                     F.col("api").alias("_w_api"), F.col("corr_id").alias("_w_corr"),
-                    F.coalesce(F.col("client_id"), F.lit(None).cast("string")).alias("_w_client")))
+                    F.col("client_id").alias("_w_client")))
     keyed = _keyed(reqs)
     near = (keyed.select("_key", "broker", "send_start_us", "send_us", "request", "corr_id")
             .join(wire, (F.col("broker") == F.col("_w_broker"))
