@@ -90,15 +90,15 @@ def run_case(case: Case, out_dir: Path, messages: int | None, log) -> Row:
                               messages=messages or case.messages, out=out_dir / f"{case.name}.tar.gz",
                               argv=["kdiag", "lab", "matrix", case.name])
     row = Row(case)
+    say = lambda m: log(f"[{case.name}] {m}")  # noqa: E731
     t0 = time.monotonic()
     try:
         if case.scenario.client is not None:
             from kdiag.capture import lab_client
 
-            res = lab_client.run(case.scenario, opts.out, opts.messages, opts.argv,
-                                 log=lambda m: log(f"[{case.name}] {m}"))
+            res = lab_client.run(case.scenario, opts.out, opts.messages, opts.argv, log=say)
         else:
-            res = trace.run(opts, log=lambda m: log(f"[{case.name}] {m}"))
+            res = trace.run(opts, log=say)
     except KdiagError as e:
         row.error = str(e)
     else:
