@@ -9,6 +9,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
+# Where setup.sh installs kafkajs.
+NODE_MODULES = ROOT / "build" / "clients" / "node_modules"
 CAPTURES = FIXTURES / "captures"
 # Replays in the suite analyse in their own process: none may start a warm
 # analysis server that outlives the suite or that a later test comes to rely

@@ -14,7 +14,7 @@ import importlib.util
 
 import pytest
 
-from conftest import ROOT, need, need_tansu, require
+from conftest import NODE_MODULES, ROOT, need, need_tansu, require
 
 # The script's client name -> the README row's first cell.
 ROWS = {
@@ -24,8 +24,6 @@ ROWS = {
     "aiokafka": "aiokafka",
     "kafkajs": "kafkajs (Node v20.20.2)",
 }
-# Where setup.sh installs kafkajs.
-NODE_MODULES = ROOT / "build" / "clients" / "node_modules"
 
 
 def _script():

@@ -13,11 +13,9 @@ import types
 
 import pytest
 
-from conftest import ROOT, need, need_tansu, require
+from conftest import NODE_MODULES, need, need_tansu, require
 from kdiag.lab import clients, matrix, scenarios
 
-# kafkajs, as setup.sh installs it.
-NODE_MODULES = ROOT / "build" / "clients" / "node_modules"
 ROWS = [s.name for s in scenarios.all_scenarios() if s.client is not None]
 MESSAGES = 40
 

@@ -14,14 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, need, need_tansu, require
+from conftest import NODE_MODULES, need, need_tansu, require
 from kdiag.lab import scenarios
 from kdiag.lab.tcpdump import captured_lab
 from kdiag.lab.variants import NetworkPath
 
 NAMES = scenarios.names()
-# kafkajs, as setup.sh installs it.
-NODE_MODULES = ROOT / "build" / "clients" / "node_modules"
 
 
 def _needs(sc) -> None:
