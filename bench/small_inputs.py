@@ -25,7 +25,10 @@ from pathlib import Path
 
 from bench.common import ROOT, Figure
 
-GOAL_S = 3.0
+# Seconds from the command to its exit, by input and by whether the warm
+# server was up: the first replay is the one a user meets, on 2 cores.
+GOALS_S = {("excerpt", "cold"): 4.0, ("bundle100", "cold"): 5.0,
+           ("excerpt", "warm"): 1.5, ("bundle100", "warm"): 2.0, ("bundle30", "warm"): 3.0}
 EXCERPT_LINES = 20
 
 
@@ -115,8 +118,11 @@ def run(smoke: bool = False, work: Path | None = None, n: int = 5, bundle100: Pa
     figures = []
     for r in rows:
         med = statistics.median(r["runs"])
+        goal_s = GOALS_S.get((r["input"], "cold" if r["mode"] == "cold" else
+                              "warm" if r["mode"].startswith("warm") else r["mode"]))
         figures.append(Figure("small_inputs", f"replay {r['input']}, {r['mode']}: median s", round(med, 2), "s",
-                              goal=f"<= {GOAL_S}", met=med <= GOAL_S,
+                              goal=None if goal_s is None else f"<= {goal_s}",
+                              met=None if goal_s is None else med <= goal_s,
                               command="python -m bench.small_inputs",
                               note=f"runs {', '.join(f'{x:.2f}' for x in r['runs'])}; max {max(r['runs']):.2f}"))
     return figures
@@ -131,11 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
     figures = run(work=a.work, n=a.n, bundle100=a.bundle100)
-    print("| input | mode | runs (s) | median | max |\n|---|---|---|---|---|")
+    print("| input | mode | runs (s) | median | max | goal |\n|---|---|---|---|---|---|")
     for f in figures:
         what, mode = f.name.removeprefix("replay ").removesuffix(": median s").split(", ", 1)
+        goal = "-" if f.goal is None else f"{f.goal} s: {'met' if f.met else 'not met'}"
         print(f"| {what} | {mode} | {f.note.split(';')[0].removeprefix('runs ')} | **{f.value:.2f}** "
-              f"| {f.note.split('max ')[1]} |")
+              f"| {f.note.split('max ')[1]} | {goal} |")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0
 
