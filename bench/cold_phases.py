@@ -82,9 +82,21 @@ def analyze(spark, *a, **k):
             if sub.isDefined() and end.isDefined():
                 jobs.append((sub.get().getTime() / 1000 - wall0, (end.get().getTime() - sub.get().getTime()) / 1000))
 jvm.launch, spark_mod.session, job.analyze = launch, session, analyze
+from kdiag.bundle import archive as bundle
+from kdiag.ingest import tables
+def summed(mod, name):
+    f = getattr(mod, name)
+    def g(*a, **k):
+        t = time.monotonic()
+        try:
+            return f(*a, **k)
+        finally:
+            marks[name + "_s"] = marks.get(name + "_s", 0.0) + time.monotonic() - t
+    setattr(mod, name, g)
+summed(bundle, "verify"); summed(bundle, "unpack"); summed(tables, "parse_paths")
 from kdiag.cli import main
 try:
-    rc = main(["replay", "--no-verify", sys.argv[1]])
+    rc = main(["replay", *sys.argv[2:], sys.argv[1]])
 finally:
     me = os.times()
     marks["python_cpu_s"] = me.user + me.system
@@ -94,6 +106,9 @@ finally:
 
 PHASES = (
     ("Python start and kdiag's imports", None, "imported"),
+    ("a bundle's verification (summed)", None, "verify_s"),
+    ("a bundle's unpacking (summed)", None, "unpack_s"),
+    ("parsing, beside the JVM's start (summed)", None, "parse_paths_s"),
     ("reading the input, to the session's start", "imported", "session_called"),
     ("Spark's launcher and the JVM, to its gateway", "jvm_launch", "gateway_up"),
     ("SparkContext and SparkSession", "gateway_up", "session_up"),
@@ -103,12 +118,14 @@ PHASES = (
 )
 
 
-def one(path: Path) -> dict:
-    """One cold replay of ``path``: its marks, jobs and wall time."""
+def one(path: Path, verify: bool = False) -> dict:
+    """One cold replay of ``path``: its marks, jobs and wall time. A bundle
+    is verified either way; ``verify``: a failed verification fails it."""
     env = {**os.environ, "KDIAG_WARM": "0"}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     t0 = time.monotonic()
-    run = subprocess.run([sys.executable, "-c", _CHILD, str(path)], cwd=ROOT, env=env,
+    run = subprocess.run([sys.executable, "-c", _CHILD, str(path), *([] if verify else ["--no-verify"])],
+                         cwd=ROOT, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
     wall = time.monotonic() - t0
     line = next((ln for ln in run.stderr.splitlines() if ln.startswith("KDIAG_PHASES ")), None)
@@ -129,7 +146,7 @@ def phases(got: dict) -> list[tuple[str, float]]:
         if end is None:   # planning: the analysis's start to its first job
             b = None if not jobs or a is None else a + jobs[0][0]
         else:
-            b = m.get(end)
+            b = m.get(end, 0.0 if end.endswith("_s") else None)
         out.append((name, None if a is None or b is None else b - a))
     busy = sum(d for _, d in got["jobs"])
     out.append(("analysis: Spark jobs running (summed)", busy))

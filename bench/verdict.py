@@ -100,46 +100,17 @@ def _phases(err_lines: list[tuple[float, str]]) -> str:
     return f"last progress line at {t:.1f} s: {text.strip()[:60]!r}"
 
 
-# Runs ``kdiag replay`` in-process with its steps timed, and prints them.
-_BREAKDOWN = r'''
-import json, sys, time
-t0 = time.monotonic()
-import kdiag.cli as cli
-marks = {"imports": time.monotonic() - t0}
-from kdiag.analysis import job as analysis
-from kdiag.bundle import archive as bundle
-from kdiag.ingest import tables
-from kdiag.analysis import spark
-def timed(mod, name, key):
-    f = getattr(mod, name)
-    def g(*a, **k):
-        t = time.monotonic()
-        try:
-            return f(*a, **k)
-        finally:
-            marks[key] = marks.get(key, 0.0) + time.monotonic() - t
-    setattr(mod, name, g)
-timed(bundle, "verify", "verify"); timed(bundle, "unpack", "unpack"); timed(tables, "parse_paths", "parse")
-timed(spark, "session", "session_start"); timed(analysis, "analyze", "analysis")
-out = open("/dev/null", "w")
-rc = cli.main(["replay", sys.argv[1]], cli.Environment(stdout=out, stderr=out))
-marks["total"] = time.monotonic() - t0
-print(json.dumps(marks))
-sys.exit(rc)
-'''
-
-
 def replay_breakdown(target: Path) -> dict[str, float]:
-    """Where one ``kdiag replay TARGET`` spends its time (seconds): imports,
-    verify and unpack of a bundle, parse, session_start (in a thread beside
-    the parse), analysis, total."""
-    import json
+    """Where one cold ``kdiag replay TARGET`` spends its time (seconds):
+    imports, verify and unpack of a bundle, parse, session_start (in a
+    thread beside the parse), analysis, total (bench.cold_phases has it all)."""
+    from bench.cold_phases import one
 
-    p = subprocess.run([sys.executable, "-c", _BREAKDOWN, str(target)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=600)
-    if p.returncode != 0:
-        raise RuntimeError(f"replay breakdown failed ({p.returncode}): {p.stderr[-1000:]}")
-    return {k: round(v, 2) for k, v in json.loads(p.stdout.strip().splitlines()[-1]).items()}
+    m = one(target, verify=True)["marks"]
+    return {k: round(v, 2) for k, v in {
+        "imports": m["imported"], "verify": m.get("verify_s", 0.0), "unpack": m.get("unpack_s", 0.0),
+        "parse": m.get("parse_paths_s", 0.0), "session_start": m["session_up"] - m["session_called"],
+        "analysis": m["analyze_end"] - m["analyze_start"], "total": m["exit"]}.items()}
 
 
 def _secs(xs: list[float]) -> str:
