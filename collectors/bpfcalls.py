@@ -43,6 +43,10 @@ REQUIRES = (
 # producer writes ~3 MB a second): the trace bounds its own disk.
 MAX_BYTES = 2 << 30
 NICE = 19
+# Set (to anything) in the tracer's environment, it hooks the raw syscall
+# tracepoints, where it falls back to when the per-syscall ones cannot be
+# attached: bench/overhead.py measures one against the other.
+RAW_ENV = "KDIAG_BPFCALLS_RAW"
 
 # The record's layout comes from the header the C code compiles with, so the
 # two cannot disagree: struct rec up to its name (RECORD), then the name,
@@ -222,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
 
     offset = time.time_ns() - time.monotonic_ns()
     try:
-        got = loader().trace(r.pid, str(records), ready, MAX_BYTES)
+        got = loader().trace(r.pid, str(records), ready, MAX_BYTES, bool(os.environ.get(RAW_ENV)))
     except (OSError, RuntimeError) as e:
         st.state, st.reason = "failed", f"bpfcalls: {e}"
         records.unlink(missing_ok=True)
@@ -244,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(OSError):
             records.unlink()
     extra.update(lost_events=got["lost_events"], bad_records=res.bad_records, lines=res.lines,
-                 over_budget=got["over_budget"])
+                 over_budget=got["over_budget"], hooks=got["hooks"])
     if got["lost_events"] or got["over_budget"]:
         st.state = "partial"
         st.reason = "; ".join(
