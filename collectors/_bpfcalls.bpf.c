@@ -2,13 +2,14 @@
 // the producer's socket, log and wait syscalls, one binary record per call,
 // filtered by process in the kernel.
 //
-// bpftrace's program (kdiag.collectors.bpftrace) hangs on the per-syscall
-// tracepoints, whose argument buffers are filled before its predicates run,
-// and its records are text formatted in bpftrace's process. Here one
-// program on the raw sys_enter/sys_exit tracepoints (tp_btf: no argument
-// buffer) answers "not the traced process" with one comparison, keeps a
-// call's entry on the thread itself (task storage), and the record is a
-// struct the loader (_bpfcalls.c) writes out as it is.
+// bpftrace's program (kdiag.collectors.bpftrace) runs its predicates in
+// bpftrace's own bytecode, and its records are text formatted in bpftrace's
+// process. Here a program on each per-syscall tracepoint the record needs
+// (no other call of any process runs one) answers "not the traced process"
+// with one comparison, keeps a call's entry on the thread itself (task
+// storage), and the record is a struct the loader (_bpfcalls.c) writes out
+// as it is. Where those tracepoints cannot be attached, the loader hangs
+// the raw sys_enter/sys_exit programs at the end instead.
 //
 // The record carries what bpftrace's record carries (see
 // kdiag/collectors/_bpftrace_records.py: the same call codes and fields), so
@@ -456,13 +457,13 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 {
     if (id == NR_EXIT_GROUP) {
         if (traced())
-            event(KIND_G, (long)BPF_CORE_READ(regs, di));
+            event(KIND_G, (long)regs->di);
         return 0;
     }
     __u32 code = code_of(id);
+    // regs is the kernel's own (BTF): read in place, not copied by a helper
     if (code && traced())
-        enter(code, BPF_CORE_READ(regs, di), BPF_CORE_READ(regs, si), BPF_CORE_READ(regs, dx),
-              BPF_CORE_READ(regs, r10));
+        enter(code, regs->di, regs->si, regs->dx, regs->r10);
     return 0;
 }
 
@@ -470,7 +471,7 @@ SEC("tp_btf/sys_exit")
 int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 {
     // the call's number, as the kernel keeps it for the exit (syscall_get_nr)
-    if (!code_of(BPF_CORE_READ(regs, orig_ax)) || !traced())
+    if (!code_of(regs->orig_ax) || !traced())
         return 0;
     struct entry *e = entry_of();
     if (e && e->code)

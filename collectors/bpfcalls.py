@@ -4,21 +4,23 @@ a compiled BPF program (``_bpfcalls.bpf.c``, loaded by libbpf from
 reads, like the bpftrace tracer's, at a fraction of its cost.
 
 Where bpftrace's cost lies (bench/RESULTS.md, "Tracing overhead"): its
-probes on the per-syscall tracepoints, whose argument buffers are filled
-and whose predicates run for every process's calls, and a text record per
-call formatted in bpftrace's own process on a core the producer needs.
-Here one program on the raw ``sys_enter``/``sys_exit`` tracepoints (BTF,
-no argument buffer) answers "not the producer" with one comparison, and a
-record is a struct the loader copies to a file unformatted. It becomes
-text when tracing has stopped, through the same converter as bpftrace's
-records (``_bpftrace_records``), so both tracers' captures are one format.
+predicates, run for every process's calls on its tracepoints, and a text
+record per call formatted in bpftrace's own process on a core the producer
+needs. Here programs on the per-syscall tracepoints of only the calls the
+record carries answer "not the producer" with one comparison, and a record
+is a struct the loader copies to a file unformatted. It becomes text when
+tracing has stopped, through the same converter as bpftrace's records
+(``_bpftrace_records``), so both tracers' captures are one format.
 A socket write's record also keeps its first ``HEAD`` bytes, written as
 strace ``-s HEAD`` writes them: a producer that logs nothing has its
 requests named by their Kafka header (``per_request.request_of_head``).
 
-The kernel here has no kprobes, and BPF trampolines (fentry/fexit) with
-helper calls are refused (EPERM), so the raw tracepoints are the cheapest
-hook it offers; the program reads x86-64 syscall numbers.
+The kernel here has no kprobes, and BPF trampolines (fentry/fexit) are
+refused (EPERM), so the syscall tracepoints are the hooks it offers. The
+per-syscall ones keep the other calls of every process from running the
+program; the raw ones, where the loader falls back to, run it for every
+call and it exits on the call's number (bench/hosttax.py measures both).
+The program reads x86-64 syscall numbers.
 """
 from __future__ import annotations
 
