@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bench.common import ROOT, machine
 
-BENCHES = ("parse", "wire", "overhead", "analysis", "verdict")
+BENCHES = ("parse", "wire", "overhead", "hosttax", "analysis", "verdict")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """What every benchmark returns: figures, each beside its reference and goal."""
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import subprocess
@@ -70,3 +71,27 @@ def peak_rss_mib(pid_children: bool = True) -> float:
 
     who = resource.RUSAGE_CHILDREN if pid_children else resource.RUSAGE_SELF
     return resource.getrusage(who).ru_maxrss / 1024
+
+
+@contextlib.contextmanager
+def environ(env: dict[str, str]):
+    """``env`` set in this process's environment, which the tracers kdiag
+    starts inherit, and unset again after."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def loadavg() -> str:
+    """The 1, 5 and 15 minute load averages, as /proc/loadavg has them."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"

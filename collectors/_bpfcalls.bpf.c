@@ -2,13 +2,14 @@
 // the producer's socket, log and wait syscalls, one binary record per call,
 // filtered by process in the kernel.
 //
-// bpftrace's program (kdiag.collectors.bpftrace) hangs on the per-syscall
-// tracepoints, whose argument buffers are filled before its predicates run,
-// and its records are text formatted in bpftrace's process. Here one
-// program on the raw sys_enter/sys_exit tracepoints (tp_btf: no argument
-// buffer) answers "not the traced process" with one comparison, keeps a
-// call's entry on the thread itself (task storage), and the record is a
-// struct the loader (_bpfcalls.c) writes out as it is.
+// bpftrace's program (kdiag.collectors.bpftrace) runs its predicates in
+// bpftrace's own bytecode, and its records are text formatted in bpftrace's
+// process. Here a program on each per-syscall tracepoint the record needs
+// (no other call of any process runs one) answers "not the traced process"
+// with one comparison, keeps a call's entry on the thread itself (task
+// storage), and the record is a struct the loader (_bpfcalls.c) writes out
+// as it is. Where those tracepoints cannot be attached, the loader hangs
+// the raw sys_enter/sys_exit programs at the end instead.
 //
 // The record carries what bpftrace's record carries (see
 // kdiag/collectors/_bpftrace_records.py: the same call codes and fields), so
@@ -31,7 +32,7 @@
 
 #define __pra __attribute__((preserve_access_index))
 
-struct pt_regs { unsigned long r10, r8, r9, dx, si, di; } __pra;
+struct pt_regs { unsigned long r10, r8, r9, dx, si, di, orig_ax; } __pra;
 struct qstr { const unsigned char *name; } __pra;
 struct dentry { struct qstr d_name; } __pra;
 struct path { struct dentry *dentry; } __pra;
@@ -83,7 +84,7 @@ static __always_inline int traced(void)
     return forked && bpf_map_lookup_elem(&tgids, &tgid) != 0;
 }
 
-static __always_inline void enter(__u32 code, struct pt_regs *regs)
+static __always_inline void enter(__u32 code, __u64 a0, __u64 a1, __u64 a2, __u64 a3)
 {
     struct entry *e = bpf_task_storage_get(&entries, bpf_get_current_task_btf(), 0,
                                            BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -91,10 +92,10 @@ static __always_inline void enter(__u32 code, struct pt_regs *regs)
         return;
     e->ts = bpf_ktime_get_ns();
     e->code = code;
-    e->a[0] = BPF_CORE_READ(regs, di);
-    e->a[1] = BPF_CORE_READ(regs, si);
-    e->a[2] = BPF_CORE_READ(regs, dx);
-    e->a[3] = BPF_CORE_READ(regs, r10);
+    e->a[0] = a0;
+    e->a[1] = a1;
+    e->a[2] = a2;
+    e->a[3] = a3;
 }
 
 static __always_inline struct entry *entry_of(void)
@@ -347,6 +348,85 @@ static __always_inline void event(__u32 kind, long code)
     submit(r);
 }
 
+// The record of the call ``e`` began with, as it returns ``ret``.
+static __always_inline void leave(struct entry *e, long ret)
+{
+    switch (e->code) {
+    case 1: case 3: case 5: case 7: on_exit_write(e, ret); break;
+    case 11: on_exit_poll(e, ret, 0); break;
+    case 12: on_exit_poll(e, ret, 1); break;
+    case 15: on_exit_connect(e, ret); break;
+    case 16: on_exit_fd(e, ret, 1); break;
+    case 17: case 18: on_exit_sockopt(e, ret); break;
+    case 19: on_exit_plain(e, ret); break;
+    default: on_exit_fd(e, ret, 0);
+    }
+}
+
+// The hooks, one pair per call the record carries, on the per-syscall
+// tracepoints: a call no pair names (futex, mmap, any other process's
+// getppid...) runs no program at all, and only the traced process's calls
+// get past traced(). Their context is the event's record, as
+// /sys/kernel/tracing/events/syscalls/sys_enter_write/format lays it out:
+//   field:int __syscall_nr;  offset:8;  size:4;  signed:1;
+//   field:unsigned int fd;   offset:16; size:8;  signed:0;   (each argument 8 bytes)
+// and sys_exit_write's
+//   field:long ret;          offset:16; size:8;  signed:1;
+// A call's arguments past its own are not in the record: they are kept as 0.
+struct sc_enter { __u64 common; long nr; __u64 args[6]; };
+struct sc_exit { __u64 common; long nr; long ret; };
+
+#define ARG(c, i, nargs) ((nargs) > (i) ? (c)->args[i] : 0)
+
+#define HOOK(call, CODE, nargs)                                                         \
+SEC("tp/syscalls/sys_enter_" #call)                                                     \
+int enter_##call(struct sc_enter *c)                                                    \
+{                                                                                       \
+    if (traced())                                                                       \
+        enter(CODE, ARG(c, 0, nargs), ARG(c, 1, nargs), ARG(c, 2, nargs), ARG(c, 3, nargs)); \
+    return 0;                                                                           \
+}                                                                                       \
+SEC("tp/syscalls/sys_exit_" #call)                                                      \
+int exit_##call(struct sc_exit *c)                                                      \
+{                                                                                       \
+    if (!traced())                                                                      \
+        return 0;                                                                       \
+    struct entry *e = entry_of();                                                       \
+    /* not its own entry: one from before the hooks were all attached */                \
+    if (e && e->code == (CODE))                                                         \
+        leave(e, c->ret);                                                               \
+    return 0;                                                                           \
+}
+
+HOOK(write, 1, 3)
+HOOK(read, 2, 3)
+HOOK(writev, 3, 3)
+HOOK(sendto, 5, 4)
+HOOK(recvfrom, 6, 4)
+HOOK(sendmsg, 7, 3)
+HOOK(recvmsg, 8, 3)
+HOOK(poll, 11, 3)
+HOOK(ppoll, 12, 4)
+HOOK(epoll_wait, 13, 4)
+HOOK(epoll_pwait, 14, 4)
+HOOK(connect, 15, 3)
+HOOK(socket, 16, 3)
+HOOK(setsockopt, 17, 4)
+HOOK(getsockopt, 18, 4)
+HOOK(close, 19, 1)
+
+SEC("tp/syscalls/sys_enter_exit_group")
+int enter_exit_group(struct sc_enter *c)
+{
+    if (traced())
+        event(KIND_G, (long)c->args[0]);
+    return 0;
+}
+
+// Where the per-syscall tracepoints cannot be attached (the loader falls
+// back to these): one program for every call of every process, which asks
+// the call's number first, before traced() and any map lookup.
+
 // x86-64 syscall numbers -> _bpftrace_records.CALLS codes
 static __always_inline __u32 code_of(long id)
 {
@@ -375,36 +455,27 @@ static __always_inline __u32 code_of(long id)
 SEC("tp_btf/sys_enter")
 int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 {
-    if (!traced())
-        return 0;
     if (id == NR_EXIT_GROUP) {
-        event(KIND_G, (long)BPF_CORE_READ(regs, di));
+        if (traced())
+            event(KIND_G, (long)regs->di);
         return 0;
     }
     __u32 code = code_of(id);
-    if (code)
-        enter(code, regs);
+    // regs is the kernel's own (BTF): read in place, not copied by a helper
+    if (code && traced())
+        enter(code, regs->di, regs->si, regs->dx, regs->r10);
     return 0;
 }
 
 SEC("tp_btf/sys_exit")
 int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 {
-    if (!traced())
+    // the call's number, as the kernel keeps it for the exit (syscall_get_nr)
+    if (!code_of(regs->orig_ax) || !traced())
         return 0;
     struct entry *e = entry_of();
-    if (!e || !e->code)
-        return 0;
-    switch (e->code) {
-    case 1: case 3: case 5: case 7: on_exit_write(e, ret); break;
-    case 11: on_exit_poll(e, ret, 0); break;
-    case 12: on_exit_poll(e, ret, 1); break;
-    case 15: on_exit_connect(e, ret); break;
-    case 16: on_exit_fd(e, ret, 1); break;
-    case 17: case 18: on_exit_sockopt(e, ret); break;
-    case 19: on_exit_plain(e, ret); break;
-    default: on_exit_fd(e, ret, 0);
-    }
+    if (e && e->code)
+        leave(e, ret);
     return 0;
 }
 

@@ -26,6 +26,8 @@
 /* The program wakes the loader only once a MiB waits (WAKE_BYTES there);
  * a 16 MiB ring holds 1.5 s of the busiest producer measured. */
 #define POLL_MS 50
+/* 17 calls' entries, 16 exits, and the process events */
+#define MAX_LINKS 64
 
 struct sink {
     FILE *out;
@@ -73,32 +75,37 @@ static int supported(void)
     return uname(&u) == 0 && strcmp(u.machine, "x86_64") == 0;
 }
 
-static PyObject *trace(PyObject *self, PyObject *args)
+/* The per-syscall tracepoints' programs (section tp/syscalls/...), or the
+ * raw sys_enter/sys_exit ones that stand in for them (tp_btf/sys_...). */
+static int per_syscall(const struct bpf_program *p)
 {
-    int pid;
-    const char *out_path;
-    PyObject *ready;
-    unsigned long long budget;
-    if (!PyArg_ParseTuple(args, "isOK", &pid, &out_path, &ready, &budget))
-        return NULL;
-    PyObject *result = NULL;
-    struct bpf_object *obj = NULL;
-    struct bpf_link *links[64];
-    int n_links = 0;
-    struct ring_buffer *rb = NULL;
-    struct sink sink = {0};
-    sink.budget = budget;
-    int err;
-    if (!supported()) {
-        PyErr_SetString(PyExc_OSError, "the program reads x86-64 syscalls only");
-        goto out;
-    }
+    return strncmp(bpf_program__section_name(p), "tp/syscalls/", 12) == 0;
+}
 
+static int raw_syscalls(const struct bpf_program *p)
+{
+    const char *s = bpf_program__section_name(p);
+    return strcmp(s, "tp_btf/sys_enter") == 0 || strcmp(s, "tp_btf/sys_exit") == 0;
+}
+
+static void detach(struct bpf_link **links, int *n_links)
+{
+    for (int i = 0; i < *n_links; i++)
+        bpf_link__destroy(links[i]);
+    *n_links = 0;
+}
+
+/* The object opened for ``pid``, loaded and attached with one set of
+ * syscall hooks (``raw``: the raw tracepoints), or NULL with a Python
+ * error set. */
+static struct bpf_object *attach(int pid, int raw, struct bpf_link **links, int *n_links)
+{
+    int err;
     LIBBPF_OPTS(bpf_object_open_opts, opts, .object_name = "kdiag_bpfcalls");
-    obj = bpf_object__open_mem(BPF_OBJECT, sizeof(BPF_OBJECT), &opts);
+    struct bpf_object *obj = bpf_object__open_mem(BPF_OBJECT, sizeof(BPF_OBJECT), &opts);
     if (!obj) {
         fail("opening the BPF object", errno);
-        goto out;
+        return NULL;
     }
     /* cfg, the program's only read-only data: which process to trace */
     struct bpf_map *ro = NULL, *m;
@@ -111,27 +118,70 @@ static PyObject *trace(PyObject *self, PyObject *args)
     uint32_t cfg = (uint32_t)pid;
     if (!ro || bpf_map__set_initial_value(ro, &cfg, sizeof(cfg))) {
         fail("naming the process to trace", ro ? errno : ENOENT);
-        goto out;
-    }
-    if ((err = bpf_object__load(obj))) {
-        fail("loading the BPF programs", err);
-        goto out;
+        goto fail;
     }
     struct bpf_program *p;
     bpf_object__for_each_program(p, obj) {
+        if (per_syscall(p) || raw_syscalls(p))
+            bpf_program__set_autoload(p, raw ? raw_syscalls(p) : per_syscall(p));
+    }
+    if ((err = bpf_object__load(obj))) {
+        fail("loading the BPF programs", err);
+        goto fail;
+    }
+    bpf_object__for_each_program(p, obj) {
         if (!bpf_program__autoload(p))
             continue;
-        if (n_links >= 64) {
-            PyErr_SetString(PyExc_RuntimeError, "more than 64 BPF programs");
-            goto out;
+        if (*n_links >= MAX_LINKS) {
+            PyErr_SetString(PyExc_RuntimeError, "more BPF programs than the loader has room for");
+            goto fail;
         }
         struct bpf_link *l = bpf_program__attach(p);
         if (!l) {
             PyErr_Format(PyExc_OSError, "attaching %s: %s", bpf_program__name(p), strerror(errno));
-            goto out;
+            goto fail;
         }
-        links[n_links++] = l;
+        links[(*n_links)++] = l;
     }
+    return obj;
+fail:
+    detach(links, n_links);
+    bpf_object__close(obj);
+    return NULL;
+}
+
+static PyObject *trace(PyObject *self, PyObject *args)
+{
+    int pid;
+    const char *out_path;
+    PyObject *ready;
+    unsigned long long budget;
+    int raw = 0;
+    if (!PyArg_ParseTuple(args, "isOK|p", &pid, &out_path, &ready, &budget, &raw))
+        return NULL;
+    PyObject *result = NULL;
+    struct bpf_object *obj = NULL;
+    struct bpf_link *links[MAX_LINKS];
+    int n_links = 0;
+    struct ring_buffer *rb = NULL;
+    struct sink sink = {0};
+    sink.budget = budget;
+    int err;
+    if (!supported()) {
+        PyErr_SetString(PyExc_OSError, "the program reads x86-64 syscalls only");
+        goto out;
+    }
+    /* The per-syscall tracepoints where the kernel has them (CONFIG_FTRACE_SYSCALLS),
+     * else the raw ones, which every kernel with syscall tracepoints has. */
+    if (!raw) {
+        obj = attach(pid, 0, links, &n_links);
+        if (!obj) {
+            PyErr_Clear();
+            raw = 1;
+        }
+    }
+    if (!obj && !(obj = attach(pid, 1, links, &n_links)))
+        goto out;
     sink.out = fopen(out_path, "wb");
     if (!sink.out) {
         PyErr_SetFromErrnoWithFilename(PyExc_OSError, out_path);
@@ -164,9 +214,7 @@ static PyObject *trace(PyObject *self, PyObject *args)
             stopped = 1;
         }
     }
-    for (int i = 0; i < n_links; i++)
-        bpf_link__destroy(links[i]);
-    n_links = 0;
+    detach(links, &n_links);
     ring_buffer__consume(rb);
     uint32_t zero = 0;
     uint64_t lost = 0;
@@ -175,11 +223,11 @@ static PyObject *trace(PyObject *self, PyObject *args)
         PyErr_SetFromErrnoWithFilename(PyExc_OSError, out_path);
         goto out;
     }
-    result = Py_BuildValue("{sKsKsKsK}", "records", sink.records, "bytes", sink.bytes, "lost_events",
-                           (unsigned long long)lost, "over_budget", sink.over_budget);
+    result = Py_BuildValue("{sKsKsKsKss}", "records", sink.records, "bytes", sink.bytes, "lost_events",
+                           (unsigned long long)lost, "over_budget", sink.over_budget, "hooks",
+                           raw ? "raw syscall tracepoints" : "per-syscall tracepoints");
 out:
-    for (int i = 0; i < n_links; i++)
-        bpf_link__destroy(links[i]);
+    detach(links, &n_links);
     if (rb)
         ring_buffer__free(rb);
     if (sink.out)
@@ -190,7 +238,8 @@ out:
 
 static PyMethodDef methods[] = {
     {"trace", trace, METH_VARARGS,
-     "trace(pid, out_path, ready, max_bytes) -> dict: traces until a signal's handler raises"},
+     "trace(pid, out_path, ready, max_bytes, raw=False) -> dict: traces until a signal's handler raises; "
+     "raw: on the raw syscall tracepoints, not the per-syscall ones"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -4,21 +4,23 @@ a compiled BPF program (``_bpfcalls.bpf.c``, loaded by libbpf from
 reads, like the bpftrace tracer's, at a fraction of its cost.
 
 Where bpftrace's cost lies (bench/RESULTS.md, "Tracing overhead"): its
-probes on the per-syscall tracepoints, whose argument buffers are filled
-and whose predicates run for every process's calls, and a text record per
-call formatted in bpftrace's own process on a core the producer needs.
-Here one program on the raw ``sys_enter``/``sys_exit`` tracepoints (BTF,
-no argument buffer) answers "not the producer" with one comparison, and a
-record is a struct the loader copies to a file unformatted. It becomes
-text when tracing has stopped, through the same converter as bpftrace's
-records (``_bpftrace_records``), so both tracers' captures are one format.
+predicates, run for every process's calls on its tracepoints, and a text
+record per call formatted in bpftrace's own process on a core the producer
+needs. Here programs on the per-syscall tracepoints of only the calls the
+record carries answer "not the producer" with one comparison, and a record
+is a struct the loader copies to a file unformatted. It becomes text when
+tracing has stopped, through the same converter as bpftrace's records
+(``_bpftrace_records``), so both tracers' captures are one format.
 A socket write's record also keeps its first ``HEAD`` bytes, written as
 strace ``-s HEAD`` writes them: a producer that logs nothing has its
 requests named by their Kafka header (``per_request.request_of_head``).
 
-The kernel here has no kprobes, and BPF trampolines (fentry/fexit) with
-helper calls are refused (EPERM), so the raw tracepoints are the cheapest
-hook it offers; the program reads x86-64 syscall numbers.
+The kernel here has no kprobes, and BPF trampolines (fentry/fexit) are
+refused (EPERM), so the syscall tracepoints are the hooks it offers. The
+per-syscall ones keep the other calls of every process from running the
+program; the raw ones, where the loader falls back to, run it for every
+call and it exits on the call's number (bench/hosttax.py measures both).
+The program reads x86-64 syscall numbers.
 """
 from __future__ import annotations
 
@@ -43,6 +45,10 @@ REQUIRES = (
 # producer writes ~3 MB a second): the trace bounds its own disk.
 MAX_BYTES = 2 << 30
 NICE = 19
+# Set (to anything) in the tracer's environment, it hooks the raw syscall
+# tracepoints, where it falls back to when the per-syscall ones cannot be
+# attached: bench/overhead.py measures one against the other.
+RAW_ENV = "KDIAG_BPFCALLS_RAW"
 
 # The record's layout comes from the header the C code compiles with, so the
 # two cannot disagree: struct rec up to its name (RECORD), then the name,
@@ -222,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
 
     offset = time.time_ns() - time.monotonic_ns()
     try:
-        got = loader().trace(r.pid, str(records), ready, MAX_BYTES)
+        got = loader().trace(r.pid, str(records), ready, MAX_BYTES, bool(os.environ.get(RAW_ENV)))
     except (OSError, RuntimeError) as e:
         st.state, st.reason = "failed", f"bpfcalls: {e}"
         records.unlink(missing_ok=True)
@@ -244,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(OSError):
             records.unlink()
     extra.update(lost_events=got["lost_events"], bad_records=res.bad_records, lines=res.lines,
-                 over_budget=got["over_budget"])
+                 over_budget=got["over_budget"], hooks=got["hooks"])
     if got["lost_events"] or got["over_budget"]:
         st.state = "partial"
         st.reason = "; ".join(

@@ -20,9 +20,11 @@ def test_overhead_smoke(tmp_path):
     alternating = [a[0] for a in overhead.ALTERNATE]
     assert names[1:] == [f"{m} % of untraced" for m in expected + alternating]
     for f in figures[1:]:
-        assert f.unit == "%" and f.goal == overhead.GOAL and f.command
+        # the default tracer has the goal; strace, bpftrace and bpfcalls' fallback are references
+        goal = overhead.GOAL if "bpfcalls" in f.name and "fallback" not in f.name else None
+        assert f.unit == "%" and f.goal == goal and f.command
         assert f.value is not None, f"{f.name}: {f.note}"
-        assert f.met is (f.value >= float(overhead.GOAL.split()[-1]))
+        assert f.met is (None if goal is None else f.value >= float(goal.split()[-1]))
     for f in figures[1:1 + len(expected)]:
         assert f.ref_value == figures[0].value and "either side" in f.note
     for f in figures[1 + len(expected):]:

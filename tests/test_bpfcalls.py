@@ -2,6 +2,8 @@
 parser reads, and it traces a real process, only that process, in the
 kernel."""
 import io
+import json
+import os
 import re
 import signal
 import socket
@@ -85,7 +87,8 @@ def _listening() -> tuple[socket.socket, int]:
     return srv, srv.getsockname()[1]
 
 
-def test_it_traces_only_the_process_it_is_given(tmp_path):
+@pytest.mark.parametrize("raw", [False, True], ids=["per-syscall", "raw-fallback"])
+def test_it_traces_only_the_process_it_is_given(tmp_path, raw):
     srv, port = _listening()
     script = f"""
 import socket, sys, time
@@ -108,7 +111,7 @@ time.sleep(0.3)
         conn.close()
 
     try:
-        rows, pid = trace(tmp_path, script, peer, every_kind=True)
+        rows, pid = trace(tmp_path, script, peer, every_kind=True, raw=raw)
     finally:
         srv.close()
     assert {r["pid"] for r in rows} == {pid}, "only the traced process"
@@ -170,17 +173,20 @@ def test_a_socket_writes_first_bytes_become_a_strace_string():
     assert rows[5]["args"].startswith('7<TCP:[127.0.0.1:41550->127.0.0.1:9093]>, ""...,'), rows[5]["args"]
 
 
-def trace(tmp_path, script: str, peer=None, every_kind: bool = False):
+def trace(tmp_path, script: str, peer=None, every_kind: bool = False, raw: bool = False):
     """``script`` run by a Python child under the bpfcalls tracer, started
     once the tracer is ready (it makes no call before: a tracer slow to
     load its programs on a busy host must not miss the first); ``peer()``
     runs meanwhile. The calls parsed from its strace text; with
-    ``every_kind``, (every row, the child's pid)."""
+    ``every_kind``, (every row, the child's pid). ``raw``: on the raw
+    syscall tracepoints, the loader's fallback."""
+
     child = subprocess.Popen([sys.executable, "-c", "import sys\nsys.stdin.readline()\n" + script],
                              stdin=subprocess.PIPE, stderr=subprocess.PIPE)
     out = tmp_path / "strace.txt"
+    env = {k: v for k, v in os.environ.items() if k != bpfcalls.RAW_ENV} | ({bpfcalls.RAW_ENV: "1"} if raw else {})
     tracer = subprocess.Popen([sys.executable, "-m", "kdiag.collectors.bpfcalls", "--pid", str(child.pid),
-                               "--out", str(out)], stdout=subprocess.PIPE, text=True)
+                               "--out", str(out)], stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert tracer.stdout.readline().strip() == "ready"
         child.stdin.write(b"go\n")
@@ -194,6 +200,8 @@ def trace(tmp_path, script: str, peer=None, every_kind: bool = False):
         tracer.send_signal(signal.SIGINT)
         status, _ = tracer.communicate(timeout=60)
     assert '"state": "ok"' in status, status
+    hooks = json.loads(status.strip().splitlines()[-1])["hooks"]
+    assert hooks == ("raw syscall tracepoints" if raw else "per-syscall tracepoints"), hooks
     assert child.returncode == 0, err
     rows, _ = parse_lines(out.read_text().splitlines())
     if every_kind:
