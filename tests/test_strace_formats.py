@@ -299,3 +299,26 @@ def test_replay_names_nagle(spark, name, note):
     assert 38 < f["summary"]["split_ms"]["wait_response"] < 60
     assert any("TCP_NODELAY was not set" in e for e in top["evidence"])
     assert any(note in n for n in f["input_notes"]), f["input_notes"]
+
+
+def test_time_of_day_dated_as_written_same_as_dated_after(tmp_path, monkeypatch):
+    """-tt rows get their day as they are written (the first chunk's
+    librdkafka lines say it), and no second pass; a guess that the whole
+    file's lines overrule (another day) is put right after: the tables are
+    the same either way, and the same as dating every row after the parse."""
+    from kdiag.ingest import strace_clock
+
+    def tables(guess):
+        monkeypatch.setattr(strace_clock, "first_day", guess)
+        out = parse_paths([path_of("nagle_tt_y")], tmp_path / str(len(list(tmp_path.iterdir()))))
+        return {name: out.read(name) for name in ("syscalls", "log_writes")}, out.notes
+
+    right = strace_clock.first_day
+    got, notes = tables(right)
+    assert got["syscalls"]["ts_us"].to_numpy().min() > 1_700_000_000 * 10**6
+    assert any("dated from librdkafka" in n for n in notes)
+    for guess in (lambda t: 0, lambda t: right(t) + strace_clock.DAY_US, lambda t: right(t) - 3 * strace_clock.DAY_US):
+        other, other_notes = tables(guess)
+        assert other_notes == notes
+        for name in got:
+            assert other[name].equals(got[name]), name
