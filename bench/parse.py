@@ -201,11 +201,24 @@ _STRACE_TOD = re.compile(rb"^(\d+ +)(\d\d):(\d\d):(\d\d)\.(\d{6}) ", re.M)
 _DAY_US = 86_400_000_000
 
 
+# librdkafka's own "%7|1795334606.649|" inside the writes strace shows.
+_EMBEDDED_TS = re.compile(rb"(%\d\|)(\d+)\.(\d{3})\|")
+
+
+def _shift_embedded(body: bytes, us: int) -> bytes:
+    """The librdkafka lines the producer wrote, ``us`` later: the parse
+    dates -tt and -r times by them."""
+    def ts(m):
+        t = int(m.group(2)) * 1000 + int(m.group(3)) + us // 1000
+        return b"%s%d.%03d|" % (m.group(1), t // 1000, t % 1000)
+    return _EMBEDDED_TS.sub(ts, body)
+
+
 def make_strace_tt(path: Path, lines: int) -> list[Path]:
     """strace -f -tt -T -y: a real capture (three of librdkafka's threads
     and the application's, a third of its calls <unfinished ...> and
     <... resumed>), repeated later in the day (past midnight as strace
-    wraps it)."""
+    wraps it), librdkafka's lines in it as much later, every repeat."""
     body = (ROOT / "fixtures" / "strace" / "nagle_tt_y.txt").read_bytes()
 
     def us(m) -> int:
@@ -218,19 +231,26 @@ def make_strace_tt(path: Path, lines: int) -> list[Path]:
             t = (us(m) + k * span) % _DAY_US
             s = t // 1_000_000
             return b"%s%02d:%02d:%02d.%06d " % (m.group(1), s // 3600, s // 60 % 60, s % 60, t % 1_000_000)
-        return _STRACE_TOD.sub(ts, body)
-    _repeat(path, lines, body.count(b"\n"), shifted)
+        return _shift_embedded(_STRACE_TOD.sub(ts, body), k * span)
+    _repeat(path, lines, body.count(b"\n"), shifted, block=1)
     return [path]
 
 
-def _repeated(fixture: str):
-    """A generator of strace output that repeats a real capture as it is:
-    -r's deltas need no shifting."""
-    def make(path: Path, lines: int) -> list[Path]:
-        body = (ROOT / "fixtures" / "strace" / fixture).read_bytes()
-        _repeat(path, lines, body.count(b"\n"), lambda k: body)
-        return [path]
-    return make
+# "20454      0.000031 clone3(...": pid, -r's delta.
+_STRACE_REL = re.compile(rb"^\d+ +(\d+)\.(\d{6}) ", re.M)
+
+
+def make_strace_r(path: Path, lines: int) -> list[Path]:
+    """strace -f -r -T -yy: a real capture repeated (its deltas as they
+    are), librdkafka's lines in it later by the time they span, every
+    repeat."""
+    body = (ROOT / "fixtures" / "strace" / "nagle_r.txt").read_bytes()
+    deltas = [int(a) * 1_000_000 + int(b) for a, b in _STRACE_REL.findall(body)]
+    # strace cuts each delta to the microsecond: the clock moved on by half
+    # a microsecond a line more than the deltas say (as the parser assumes).
+    span = sum(deltas) + len(deltas) // 2
+    _repeat(path, lines, body.count(b"\n"), lambda k: _shift_embedded(body, k * span), block=1)
+    return [path]
 
 
 def _ttt_span(body: bytes, pattern: re.Pattern) -> int:
@@ -283,11 +303,12 @@ def make_strace_ff(path: Path, lines: int) -> list[Path]:
     return out
 
 
-def _repeat(path: Path, lines: int, per: int, piece) -> int:
+def _repeat(path: Path, lines: int, per: int, piece, block: int = 64) -> int:
     """Write piece(0), piece(1), ... until ``lines`` lines; the shifted
-    copies are made once per 64 repeats (the time moves on by blocks)."""
+    copies are made once per ``block`` repeats (the time moves on by
+    blocks)."""
     written = 0
-    block_k = 64
+    block_k = block
     with open(path, "wb") as f:
         k = 0
         while written < lines:
@@ -377,7 +398,7 @@ SHAPES = (
     ("rdkafka_log_async", make_log_async, LOG_GOAL,
      f"librdkafka log, async producer, {ASYNC_BROKERS} brokers, {ASYNC_IN_FLIGHT} requests in flight each"),
     ("strace_tt", make_strace_tt, STRACE_GOAL, "strace -f -tt -T -y, 4 threads, unfinished/resumed"),
-    ("strace_r", _repeated("nagle_r.txt"), STRACE_GOAL, "strace -f -r -T -yy, 4 threads, unfinished/resumed"),
+    ("strace_r", make_strace_r, STRACE_GOAL, "strace -f -r -T -yy, 4 threads, unfinished/resumed"),
     ("strace_threads", make_strace_threads, STRACE_GOAL, "strace -f -ttt -T -yy, 6 threads, unfinished/resumed"),
     ("strace_ff", make_strace_ff, STRACE_GOAL, "strace -ff -ttt -T -yy, a file a thread (5)"),
 )
