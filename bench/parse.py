@@ -248,8 +248,8 @@ def make_strace_r(path: Path, lines: int) -> list[Path]:
     deltas = [int(a) * 1_000_000 + int(b) for a, b in _STRACE_REL.findall(body)]
     # strace cuts each delta to the microsecond: the clock moved on by half
     # a microsecond a line more than the deltas say (as the parser assumes).
-    span = sum(deltas) + len(deltas) // 2
-    _repeat(path, lines, body.count(b"\n"), lambda k: _shift_embedded(body, k * span), block=1)
+    twice = 2 * sum(deltas) + len(deltas)
+    _repeat(path, lines, body.count(b"\n"), lambda k: _shift_embedded(body, k * twice // 2), block=1)
     return [path]
 
 
