@@ -310,7 +310,12 @@ static inline int contains(const uint8_t *d, int64_t n, const uint8_t *x, int64_
 {
     const uint8_t *p = d + a, *end = d + n - m + 1 + a;
     while (p < end && (p = memchr(p, x[a], (size_t)(end - p))) != NULL) {
-        if (memcmp(p - a, x, (size_t)m) == 0) return 1;
+        /* The needle's first and last bytes before a call to memcmp: most
+         * anchors found are not the needle, and the call cost more than the
+         * compare (a fifth of an async producer's log parse). */
+        const uint8_t *q = p - a;
+        if (q[0] == x[0] && q[m - 1] == x[m - 1] && (m <= 2 || memcmp(q + 1, x + 1, (size_t)(m - 2)) == 0))
+            return 1;
         p++;
     }
     return 0;
@@ -324,6 +329,8 @@ static int byte_rank(uint8_t c)
     const char *at = c ? strchr(common, c) : NULL;
     if (at) return 100 - (int)(at - common);
     if (c >= '0' && c <= '9') return 60;
+    /* librdkafka's lines hold several of each ("[thrd:ssl://h:9093/1]: "). */
+    if (c && strchr(":/.|[](),", c)) return 55;
     if (c >= 'a' && c <= 'z') return 50;
     return 40;
 }

@@ -231,3 +231,29 @@ def test_short_buffers_are_refused():
                           np.zeros(1, np.uint8))
     with pytest.raises(ValueError):
         _scan.edge_bytes(off, first, n, data, np.zeros(1, np.uint8), 0)
+
+
+def test_resumed_calls_joined_args(monkeypatch):
+    """An <unfinished ...> call's arguments and its <... resumed> rest are
+    joined in one compiled copy: the same as the reference's join, across
+    threads, with UTF-8 and empty halves, and a feed's end between the two
+    halves."""
+    lines = []
+    for i in range(300):
+        a, b, t = 100 + i % 3, 200 + i % 2, f"10:00:{i // 10:02d}.{i:06d}"
+        lines += [f"{a} {t} read(7<TCP:[1]>, <unfinished ...>",
+                  f"{b} {t} poll([{{fd=7, events=POLLIN}}], 1, {i} <unfinished ...>",
+                  f"{a} {t} <... read resumed>\"é{i}\", 4096) = 3 <0.000011>",
+                  f"{b} {t} <... poll resumed>) = 0 (Timeout) <0.001000>"]
+
+    def table():
+        p = StraceParser()
+        out = [p.feed(pa.array(lines[s:s + 101], pa.string()), s + 1) for s in range(0, len(lines), 101)]
+        return pa.concat_tables([*out, p.finish()]).sort_by("line_no")
+
+    got = table()
+    monkeypatch.setattr(scan, "COMPILED", False)
+    ref = table()
+    assert got.equals(ref)
+    assert got.num_rows == 600 and not any(got["unfinished"].to_pylist())
+    assert got["args"].to_pylist()[10:12] == ['7<TCP:[1]>,"é5", 4096', "[{fd=7, events=POLLIN}], 1, 5"]

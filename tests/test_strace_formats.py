@@ -299,3 +299,53 @@ def test_replay_names_nagle(spark, name, note):
     assert 38 < f["summary"]["split_ms"]["wait_response"] < 60
     assert any("TCP_NODELAY was not set" in e for e in top["evidence"])
     assert any(note in n for n in f["input_notes"]), f["input_notes"]
+
+
+def test_time_of_day_dated_as_written_same_as_dated_after(tmp_path, monkeypatch):
+    """-tt rows get their day as they are written (the first chunk's
+    librdkafka lines say it), and no second pass; a guess that the whole
+    file's lines overrule (another day) is put right after: the tables are
+    the same either way, and the same as dating every row after the parse."""
+    from kdiag.ingest import strace_clock
+
+    def tables(guess):
+        monkeypatch.setattr(strace_clock, "first_day", guess)
+        out = parse_paths([path_of("nagle_tt_y")], tmp_path / str(len(list(tmp_path.iterdir()))))
+        return {name: out.read(name) for name in ("syscalls", "log_writes")}, out.notes
+
+    right = strace_clock.first_day
+    got, notes = tables(right)
+    assert got["syscalls"]["ts_us"].to_numpy().min() > 1_700_000_000 * 10**6
+    assert any("dated from librdkafka" in n for n in notes)
+    for guess in (lambda t: 0, lambda t: right(t) + strace_clock.DAY_US, lambda t: right(t) - 3 * strace_clock.DAY_US):
+        other, other_notes = tables(guess)
+        assert other_notes == notes
+        for name in got:
+            assert other[name].equals(got[name]), name
+
+
+def test_relative_shift_taken_as_written_within_slack(tmp_path, monkeypatch):
+    """-r rows are shifted onto librdkafka's clock as they are written, by
+    the first chunk's lines; the whole file's shift overrules a guess
+    further off than RELATIVE_SLACK_US (the tables are then those of no
+    guess at all), else the times differ from it by at most that."""
+    from kdiag.ingest import strace_clock
+
+    def tables(guess):
+        monkeypatch.setattr(strace_clock, "first_shift", guess)
+        out = parse_paths([path_of("nagle_r")], tmp_path / str(len(list(tmp_path.iterdir()))))
+        return {name: out.read(name) for name in ("syscalls", "log_writes")}, out.notes
+
+    right = strace_clock.first_shift
+    after, notes = tables(lambda t: 0)
+    for guess in (lambda t: right(t) + 10_000, lambda t: right(t) - 2 * strace_clock.RELATIVE_SLACK_US):
+        other, other_notes = tables(guess)
+        assert other_notes == notes
+        for name in after:
+            assert other[name].equals(after[name]), name
+    ahead, ahead_notes = tables(right)
+    assert ahead_notes == notes
+    for name in after:
+        gap = pc.subtract(ahead[name]["ts_us"], after[name]["ts_us"]).to_numpy()
+        assert np.abs(gap).max() <= strace_clock.RELATIVE_SLACK_US and len(set(gap)) == 1, name
+        assert ahead[name].drop_columns(["ts_us"]).equals(after[name].drop_columns(["ts_us"])), name

@@ -19,7 +19,9 @@ file names):
                -r    the parser's running sum of the deltas, shifted onto
                      librdkafka's clock by the median of log_ts_us - ts_us:
                      right to about a millisecond (librdkafka prints
-                     milliseconds). Not with -ff: strace measures each delta
+                     milliseconds). The median of the first chunk's lines
+                     is used where the whole file's is within
+                     RELATIVE_SLACK_US of it. Not with -ff: strace measures each delta
                      from the previous line of any thread, so one thread's
                      file cannot be summed alone; a note says so.
                -t    whole seconds, dated as -tt. A request takes well under
@@ -43,6 +45,11 @@ from kdiag.parsers.strace import log_writes
 from kdiag.parsers.strace.log_writes import WRITE_COLUMNS
 
 DAY_US = 86_400 * 1_000_000
+# -r: how far the whole file's shift onto librdkafka's clock may be from
+# the one its first lines gave (and its rows were written with) before the
+# rows are shifted again: half of librdkafka's millisecond, finer than the
+# shift is known.
+RELATIVE_SLACK_US = 500
 
 
 @dataclass
@@ -63,6 +70,10 @@ class StraceFile:
     estimated: bool = False
     last_start: int = 0
     thread_ends: dict = field(default_factory=dict)
+    # -tt, -r: what was already added to ts_us as the rows were written,
+    # from its first chunk's librdkafka lines (see _shift_ahead); None until
+    # that chunk.
+    shift_ahead: int | None = None
 
 
 # "strace.12345", "out.txt.12345": what -ff -o adds to the name it is given.
@@ -79,7 +90,7 @@ def emit_strace(sink, table: pa.Table, sf: StraceFile, ahead: LogWritesAhead | N
     sink, noting where they went and how librdkafka's clock compares.
     ``ahead``: the log_writes are made on its thread."""
     if len(table):
-        table = _strace_rows(table, sf)
+        table = _shift_ahead(_strace_rows(table, sf), sf)
     write_rows(sink, "syscalls", table, sf)
     if len(table):
         if ahead is None:
@@ -185,6 +196,50 @@ def _strace_rows(table: pa.Table, sf: StraceFile) -> pa.Table:
     return table
 
 
+def _shift_ahead(table: pa.Table, sf: StraceFile) -> pa.Table:
+    """-tt: the day, -r: the shift onto librdkafka's clock, that the file's
+    first chunk's librdkafka lines give, added to ts_us as the rows are
+    written, so that they need no second pass (reading both tables back
+    and writing them again was a fifth of ``kdiag parse``'s time on -tt
+    and -r files). put_on_epoch still dates the file by the median over
+    all its lines: a day that differs from the guess, or a -r shift that
+    differs from it by more than RELATIVE_SLACK_US, is added after. A first
+    chunk without librdkafka lines adds nothing (all is done after)."""
+    if sf.shift_ahead is None:
+        # Only the first chunk decides: the file's rows all get one guess.
+        if sf.clock == "time_of_day" and sf.fraction and not sf.estimated:
+            sf.shift_ahead = first_day(table)
+        elif sf.clock == "relative" and not sf.pid_from_name:
+            sf.shift_ahead = first_shift(table)
+        else:
+            sf.shift_ahead = 0
+    if not sf.shift_ahead:
+        return table
+    i = table.schema.get_field_index("ts_us")
+    return table.set_column(i, table.schema.field("ts_us"),
+                            pc.add(table["ts_us"], pa.scalar(sf.shift_ahead, pa.int64())))
+
+
+def _diffs(table: pa.Table) -> np.ndarray:
+    lw = log_writes(table)
+    ok = pc.and_(pc.is_valid(lw["log_ts_us"]), pc.is_valid(lw["ts_us"]))
+    return pc.subtract(lw["log_ts_us"], lw["ts_us"]).filter(ok).to_numpy()
+
+
+def first_day(table: pa.Table) -> int:
+    """The day (us) that the librdkafka lines among a chunk's rows put its
+    time-of-day rows in; 0 without such lines."""
+    diffs = _diffs(table)
+    return round(float(np.median(diffs)) / DAY_US) * DAY_US if len(diffs) else 0
+
+
+def first_shift(table: pa.Table) -> int:
+    """-r: the shift onto librdkafka's clock (us) that the librdkafka lines
+    among a chunk's rows give; 0 without such lines."""
+    diffs = _diffs(table)
+    return int(np.floor(np.median(diffs))) if len(diffs) else 0
+
+
 def _estimate_seconds(table: pa.Table, sf: StraceFile) -> pa.Table:
     """strace -t prints whole seconds, far coarser than a request. Each
     call's start is estimated, in line order, as the latest of: its second;
@@ -232,7 +287,8 @@ def put_on_epoch(paths: dict[str, Path], files: list[StraceFile]) -> list[str]:
     days = {}
     for f in files:
         if f.clock == "time_of_day" and f.diffs:
-            days[id(f)] = round(float(np.median(np.concatenate(f.diffs))) / DAY_US)
+            # (The diffs are from times that already hold shift_ahead.)
+            days[id(f)] = round(float(np.median(np.concatenate(f.diffs))) / DAY_US) + (f.shift_ahead or 0) // DAY_US
     common_day = max(set(days.values()), key=list(days.values()).count) if days else None
     tod_dated = tod_undated = False
     for f in files:
@@ -245,7 +301,7 @@ def put_on_epoch(paths: dict[str, Path], files: list[StraceFile]) -> list[str]:
             if day is None:
                 tod_undated = True
             else:
-                shifts[id(f)] = day * DAY_US
+                shifts[id(f)] = day * DAY_US - (f.shift_ahead or 0)
                 tod_dated = True
         elif f.clock == "relative":
             notes.append(_date_relative(f, shifts))
@@ -271,7 +327,10 @@ def _date_relative(f: StraceFile, shifts: dict[int, int]) -> str:
         return (f"{f.shown}: strace -r in per-thread files (-ff) cannot be put on one clock: strace "
                 "measures each line's delta from the previous line of any thread; capture with -ttt")
     if f.diffs:
-        shifts[id(f)] = int(np.median(np.concatenate(f.diffs)))
+        # (The diffs are from times that already hold shift_ahead.)
+        # (floor, not int(): the same whether or not shift_ahead was taken off.)
+        more = int(np.floor(np.median(np.concatenate(f.diffs))))
+        shifts[id(f)] = more if not f.shift_ahead or abs(more) > RELATIVE_SLACK_US else 0
         return (f"{f.shown}: strace -r times (each line's time since the previous one) were summed and "
                 "dated from librdkafka's own timestamps, to about a millisecond")
     return (f"{f.shown}: strace -r times (each line's time since the previous one) were summed, but "
