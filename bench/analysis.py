@@ -45,7 +45,7 @@ from bench.common import Figure, check
 
 SIZES = (100_000, 1_000_000, 10_000_000)
 SMOKE_SIZES = (2_000,)
-RATIO_GOAL = "<= 1.5"
+RATIO_GOAL = "<= 1.2"
 # The reference's range join joins on (thread, time bucket), then filters.
 BUCKET_US = 50_000
 # DuckDB's own default is 80 % of the memory; the machine is shared.
