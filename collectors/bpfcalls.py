@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import kdiag
+from kdiag import settings
 from kdiag.collectors import bpftrace as _bt
 from kdiag.collectors._bpftrace_records import CODE_OF, SENDS, STRSIZE, Converted, Converter
 from kdiag.collectors._c_layout import Header
@@ -228,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
 
     offset = time.time_ns() - time.monotonic_ns()
     try:
-        got = loader().trace(r.pid, str(records), ready, MAX_BYTES, bool(os.environ.get(RAW_ENV)))
+        got = loader().trace(r.pid, str(records), ready, MAX_BYTES, bool(settings.get(RAW_ENV)))
     except (OSError, RuntimeError) as e:
         st.state, st.reason = "failed", f"bpfcalls: {e}"
         records.unlink(missing_ok=True)

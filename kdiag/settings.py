@@ -41,6 +41,8 @@ class Setting:
 SETTINGS = (
     Setting("KDIAG_TRACER", str, "auto",
             "the syscall tracer of kdiag trace when --tracer is not given: one of --tracer's choices"),
+    Setting("KDIAG_BPFCALLS_RAW", bool, False,
+            "1: bpfcalls hooks the raw sys_enter/sys_exit tracepoints, its fallback, not the per-syscall ones"),
     Setting("KDIAG_VERBOSE", bool, False,
             "1: let Spark's and the JVM's own output through, as --verbose does"),
     Setting("KDIAG_WARM", bool, True,
