@@ -392,6 +392,8 @@ def _one(make):
 
 # (name, generator, goal, what it is): the benchmark's first two shapes,
 # then the others users have.
+# Names some SHAPES to run, comma separated (all when unset).
+SHAPES_ENV = "KDIAG_BENCH_PARSE_SHAPES"
 SHAPES = (
     ("rdkafka_log", _one(make_log), LOG_GOAL, "librdkafka log, one broker, request by request"),
     ("strace", _one(make_strace), STRACE_GOAL, "strace -f -ttt -T -yy, a whole capture"),
@@ -406,10 +408,10 @@ SHAPES = (
 
 def _shapes() -> list[tuple]:
     """SHAPES, or those KDIAG_BENCH_PARSE_SHAPES names (comma separated)."""
-    want = [w for w in os.environ.get("KDIAG_BENCH_PARSE_SHAPES", "").split(",") if w.strip()]
+    want = [w for w in os.environ.get(SHAPES_ENV, "").split(",") if w.strip()]
     unknown = set(want) - {s[0] for s in SHAPES}
     if unknown:
-        raise ValueError(f"KDIAG_BENCH_PARSE_SHAPES: no shape {', '.join(sorted(unknown))} "
+        raise ValueError(f"{SHAPES_ENV}: no shape {', '.join(sorted(unknown))} "
                          f"(shapes: {', '.join(s[0] for s in SHAPES)})")
     return [s for s in SHAPES if not want or s[0] in want]
 

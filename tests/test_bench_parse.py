@@ -9,7 +9,7 @@ from bench import parse
 def test_parse_bench_smoke(tmp_path, monkeypatch):
     # Two shapes, one of each kind and one of several files: the others
     # run the same code (their inputs are checked below).
-    monkeypatch.setenv("KDIAG_BENCH_PARSE_SHAPES", "rdkafka_log,strace_ff")
+    monkeypatch.setenv(parse.SHAPES_ENV, "rdkafka_log,strace_ff")
     figs = parse.run(smoke=True, work=tmp_path)
     names = {f.name for f in figs}
     assert {"rdkafka_log lines/s", "strace_ff lines/s", "rdkafka_log peak RSS", "strace_ff peak RSS"} <= names
