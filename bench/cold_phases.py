@@ -148,9 +148,7 @@ def phases(got: dict) -> list[tuple[str, float]]:
         else:
             b = m.get(end, 0.0 if end.endswith("_s") else None)
         out.append((name, None if a is None or b is None else b - a))
-    busy = sum(d for _, d in got["jobs"])
-    out.append(("analysis: Spark jobs running (summed)", busy))
-    out.append((f"analysis: jobs run ({len(jobs)})", None))
+    out.append(("analysis: Spark jobs running (summed)", sum(d for _, d in jobs)))
     return out
 
 
@@ -186,14 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     cpus = [cpu(r) for r in runs]
     rows += [(cpus[0][i][0], [c[i][1] for c in cpus]) for i in range(len(cpus[0]))]
     for name, vals in rows:
-        if name.startswith("analysis: jobs run"):
-            name = f"analysis: jobs run ({', '.join(str(len(r['jobs'])) for r in runs)})"
-            print(f"| {name} |" + " |" * (a.n + 1))
-            continue
         shown = [f"{v:.2f}" if v is not None else "-" for v in vals]
         known = [v for v in vals if v is not None]
         med = f"**{statistics.median(known):.2f}**" if known else "-"
         print(f"| {name} | " + " | ".join(shown) + f" | {med} |")
+    print(f"| analysis: jobs run ({', '.join(str(len(r['jobs'])) for r in runs)}) |" + " |" * (a.n + 1))
     return 0
 
 
