@@ -46,6 +46,8 @@ from bench.common import Figure, check
 SIZES = (100_000, 1_000_000, 10_000_000)
 SMOKE_SIZES = (2_000,)
 RATIO_GOAL = "<= 1.2"
+# The kdiag functions whose Spark actions took longest, named in a figure's note.
+SLOWEST_SHOWN = 6
 # The reference's range join joins on (thread, time bucket), then filters.
 BUCKET_US = 50_000
 # DuckDB's own default is 80 % of the memory; the machine is shared.
@@ -276,14 +278,15 @@ def duckdb_job(tables: Path, bucketed: bool = False) -> Timed:
 
 # ---- Spark: kdiag's own job ----
 
-def spark_job(spark, tables: Path, steps: dict[str, float] | None = None) -> Timed:
+def spark_job(spark, tables: Path, steps: dict[str, float] | None = None,
+              functions: dict[str, float] | None = None) -> Timed:
     """``kdiag.analysis.job.analyze``, what replay and trace run after parsing.
-    ``steps``: filled with the seconds of Spark actions per step (see
-    ``action_steps``)."""
+    ``steps``, ``functions``: filled with the seconds of Spark actions per
+    step and per kdiag function (see ``action_steps``)."""
     from kdiag.analysis.job import analyze
 
     t0 = time.monotonic()
-    with action_steps(steps if steps is not None else {}):
+    with action_steps(steps if steps is not None else {}, functions):
         f = analyze(spark, tables, {})
     return Timed(time.monotonic() - t0, f["verdict"], f["summary"].get("requests"))
 
@@ -301,11 +304,13 @@ STEPS = {
 
 
 @contextlib.contextmanager
-def action_steps(into: dict[str, float]):
+def action_steps(into: dict[str, float], functions: dict[str, float] | None = None):
     """Wall time of every Spark action (collect, count) the analysis runs,
     summed per step: the innermost kdiag function on the stack names it
     (``STEPS``; anything else is "causes and evidence"). Actions that run
-    at once on a small input are each counted whole."""
+    at once on a small input are each counted whole. ``functions``: the
+    same times per that function ("signals.signals_by_run"), which is how a
+    step that grew is traced to the job that grew."""
     import traceback
 
     import kdiag
@@ -326,10 +331,15 @@ def action_steps(into: dict[str, float]):
             try:
                 return orig(self, *a, **k)
             finally:
-                step = next((STEPS.get(fr.name, "causes and evidence") for fr in reversed(
-                    traceback.extract_stack()) if fr.filename.startswith(package)), None)
-                if step is not None:
-                    into[step] = into.get(step, 0.0) + time.monotonic() - t0
+                inner = next((fr for fr in reversed(traceback.extract_stack())
+                              if fr.filename.startswith(package)), None)
+                if inner is not None:
+                    took = time.monotonic() - t0
+                    step = STEPS.get(inner.name, "causes and evidence")
+                    into[step] = into.get(step, 0.0) + took
+                    if functions is not None:
+                        name = f"{Path(inner.filename).stem}.{inner.name}"
+                        functions[name] = functions.get(name, 0.0) + took
         return timed
 
     for name, orig in saved.items():
@@ -370,10 +380,13 @@ def run(smoke: bool, work: Path) -> list[Figure]:
         made = time.monotonic() - t0
         repeats = 1 if smoke or n >= 10_000_000 else 2
         steps: list[dict[str, float]] = [{} for _ in range(repeats)]
-        sp = [spark_job(spark, tables, steps[i]) for i in range(repeats)]
+        functions: list[dict[str, float]] = [{} for _ in range(repeats)]
+        sp = [spark_job(spark, tables, steps[i], functions[i]) for i in range(repeats)]
         dk = [duckdb_job(tables, bucketed=True) for _ in range(repeats)]
         s_best, d_best = min(t.seconds for t in sp), min(t.seconds for t in dk)
-        best_steps = steps[[t.seconds for t in sp].index(s_best)]
+        best = [t.seconds for t in sp].index(s_best)
+        best_steps = steps[best]
+        slowest = sorted(functions[best].items(), key=lambda kv: -kv[1])[:SLOWEST_SHOWN]
         agree = sp[0].verdict == dk[0].verdict and sp[0].requests == dk[0].requests
         shown = f"python -m bench --only analysis  # {n:,} requests"
         note = (f"{rows['syscalls']:,} syscalls, {rows['log_writes']:,} log lines written to stderr, "
@@ -381,7 +394,9 @@ def run(smoke: bool, work: Path) -> list[Figure]:
                 f"{repeats} ({_fmt([t.seconds for t in sp])} s), warm JVM, without session start or parsing; "
                 f"verdict {sp[0].verdict}, {sp[0].requests:,} Produce requests"
                 + ("" if agree else f"; DuckDB disagrees: {dk[0].verdict}, {dk[0].requests}")
-                + "; Spark actions by step: " + ", ".join(f"{k} {v:.1f} s" for k, v in best_steps.items()))
+                + "; Spark actions by step: " + ", ".join(f"{k} {v:.1f} s" for k, v in best_steps.items())
+                + "; the slowest by the kdiag function that ran them: "
+                + ", ".join(f"{k} {v:.1f} s" for k, v in slowest))
         figs.append(Figure("analysis", f"Spark job, {n:,} requests", round(s_best, 2), "s",
                            reference="DuckDB, the same work", ref_value=round(d_best, 2), command=shown, note=note))
         figs.append(Figure("analysis", f"DuckDB same work, {n:,} requests", round(d_best, 2), "s", command=shown,

@@ -3,6 +3,8 @@ measured and carries its reference (the figures of a small run say nothing
 about speed, so none is judged here)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from conftest import need
@@ -25,6 +27,14 @@ def test_analysis_smoke(tmp_path):
     # (in the order the steps' first actions ended: some run at once)
     steps = spark.note.split("Spark actions by step: ", 1)[1]
     assert "input checks" in steps and "pairing and split" in steps and "facts and connections" in steps, spark.note
+    # and by the kdiag function that ran each action: the same seconds, the
+    # slowest functions' at most all the steps'
+    steps, functions = steps.split("; the slowest by the kdiag function that ran them: ")
+    took = lambda part: {k.strip(): float(v) for k, v in re.findall(r"([\w. ]+?) (\d+\.\d) s", part)}  # noqa: E731
+    by_step, by_function = took(steps), took(functions)
+    assert 1 <= len(by_function) <= analysis.SLOWEST_SHOWN, spark.note
+    assert all(re.fullmatch(r"[a-z_]+\.[A-Za-z_<>]+", k) for k in by_function), by_function
+    assert sum(by_function.values()) <= sum(by_step.values()) + 0.05 * (len(by_step) + len(by_function)), spark.note
     ratio = by[f"Spark / DuckDB at {n:,} requests"]
     # the times are figures rounded to 0.01 s, the ratio is of the times
     # themselves: DuckDB's ~0.1 s here moves it by up to 5 % on rounding alone
