@@ -154,12 +154,13 @@ def _columns() -> list:
     # message's message.timeout.ms ran out, as the application got it (not a
     # Metadata request's "Metadata request failed: Local: Message timed out").
     app = ev == "app_error"
-    # Every pattern below is read only on the lines it can match, by a
-    # when(): Spark computes an expression used twice once for every row,
-    # before the aggregates, even on the right of an & (its subexpression
-    # elimination; the skipForShortcutExpr setting is off by default). An
-    # unguarded pattern ran on all 2e7 Sent/Received lines of the analysis
-    # bench's 1e7 requests: this job 9 s -> 88 s.
+    # A pattern below that reads a line's text is read only on the lines it
+    # can match, by a when(): Spark computes an expression used twice once
+    # for every row, before the aggregates, even on the right of an & (its
+    # subexpression elimination; the skipForShortcutExpr setting is off by
+    # default). An unguarded pattern on the text ran on all 2e7
+    # Sent/Received lines of the analysis bench's 1e7 requests: this job
+    # 9 s -> 88 s. The patterns on ``error`` meet a null (or "") on those.
     delivery_timeout = F.coalesce(F.when(app, F.col("error").rlike("(?i)Message timed out")
                                          & ~F.coalesce(F.col("text"), F.lit("")).rlike("(?i)metadata")),
                                   F.lit(False))
