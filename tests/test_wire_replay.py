@@ -173,3 +173,45 @@ def test_only_another_librarys_default_client_id_names_it(tmp_path):
     assert said("kafkajs", None)[0] == "kafkajs" and said("producer-1")[0] == "the Java client"
     assert said("kafka-python-producer-1")[0] == "kafka-python" and said("aiokafka-producer-2")[0] == "aiokafka"
     assert said("rdkafka") is None and said("orders-service") is None and said("kafkajs-orders") is None
+
+
+def _held_request(spark, tables_dir: Path, *, gap_ms: float, after_ack: bool, handshake_ms: float = 0.02,
+                  seen: str = "client") -> dict:
+    """One Produce request whose three TLS records left with ``gap_ms``
+    between the first and the last, answered 0.5 ms after the last, as the
+    producer's side of the client-cpu lab shows it; its wire row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kdiag.parsers.wire.parser import WIRE_CONNECTIONS_SCHEMA, WIRE_REQUESTS_SCHEMA
+
+    t0 = 1_800_000_000_000_000
+    conn = {"flow": 1, "hop": wire.CLIENT_HOP, "protocol": "tls", "client": "127.0.0.1:40000",
+            "server": "127.0.0.1:9093", "syn_us": t0 - 100_000, "synack_us": t0 - 100_000 + int(handshake_ms * 1000),
+            "seen_from": seen}
+    last = t0 + int(gap_ms * 1000)
+    req = {"flow": 1, "hop": wire.CLIENT_HOP, "protocol": "tls", "client": "127.0.0.1:40000",
+           "server": "127.0.0.1:9093", "corr_id": 7, "api": "Produce", "request_records": 3, "request_segments": 3,
+           "first_us": t0, "last_us": last, "response_first_us": last + 500, "response_last_us": last + 600,
+           "held_ms": gap_ms, "held_after_ack": after_ack, "first_record_ms": t0 // 1000, "last_record_ms": t0 // 1000}
+    tables_dir.mkdir()
+    pq.write_table(pa.Table.from_pylist([conn], WIRE_CONNECTIONS_SCHEMA), tables_dir / "wire_connections.parquet")
+    pq.write_table(pa.Table.from_pylist([req], WIRE_REQUESTS_SCHEMA), tables_dir / "wire_requests.parquet")
+    waits = {"first_p50_ms": 0.5, "last_p50_ms": 0.5}
+    return wire.requests(spark, tables_dir, waits).first().asDict()
+
+
+def test_a_request_held_between_its_own_records_is_the_clients_time(tmp_path, spark):
+    """A gap between a request's records that no ACK ended is the client
+    holding it (its thread lost the CPU), not the broker's wait; Nagle's
+    hold, ended by the ACK, a gap a slow path's round trips explain, and a
+    capture taken near the broker stay in the wait."""
+    held = _held_request(spark, tmp_path / "cpu", gap_ms=80.0, after_ack=False)
+    assert held["send_ms"] == 80.0 and held["wait_ms"] == 0.5 and held["stalled_ms"] == 80.0, held
+    assert held["total_ms"] == 80.6, held
+    for name, kw in {"nagle": {"gap_ms": 40.0, "after_ack": True},
+                     "short": {"gap_ms": 8.0, "after_ack": False},
+                     "slow_path": {"gap_ms": 80.0, "after_ack": False, "handshake_ms": 30.0},
+                     "near_broker": {"gap_ms": 80.0, "after_ack": False, "seen": "server"}}.items():
+        row = _held_request(spark, tmp_path / name, **kw)
+        assert row["send_ms"] == 0.0 and row["wait_ms"] == kw["gap_ms"] + 0.5 and row["stalled_ms"] == 0.0, (name, row)

@@ -7,7 +7,8 @@ A capture sees what the producer's socket did, not what its threads did:
   last bytes back (Nagle waiting for the peer's ACK) then falls inside its
   wait, as it falls inside the broker thread's ``poll()`` in the syscalls.
   So ``wait_ms`` runs from the request's first byte to the response's first
-  byte, and ``send_ms`` is 0;
+  byte, and ``send_ms`` is 0, except for a request the client held between
+  its own writes (``_client_held``);
 - its writes are its TLS records over TLS (librdkafka writes a request as
   several), its segments over plaintext;
 - the client socket's TCP_NODELAY is read from what the socket did
@@ -247,6 +248,48 @@ def _ready(tables_dir: Path | None) -> dict[tuple[int, int], int]:
     return out
 
 
+# A gap inside a request must be this many of its connections' handshake
+# round trips to be the client's: a sender limited by its congestion window
+# waits about one round trip for the ACKs that open it.
+CLIENT_HELD_RTTS = 4.0
+
+
+def _handshake_rtt_ms(tables_dir: Path | None) -> float | None:
+    """The slowest TCP handshake (SYN to SYN-ACK) of the producer's
+    connections, where the capture was taken on the producer's side; None
+    otherwise (near the broker, a segment lost on the path leaves a gap
+    that only its retransmission ends, as a held one would)."""
+    rows = [c for c in _rows(tables_dir, "wire_connections", ["hop", "seen_from", "syn_us", "synack_us"])
+            if c.get("hop") == CLIENT_HOP]
+    if not rows or sum(1 for c in rows if c.get("seen_from") == "server") * 2 > len(rows):
+        return None
+    rtts = [(c["synack_us"] - c["syn_us"]) / 1000.0 for c in rows
+            if c.get("syn_us") is not None and c.get("synack_us") is not None]
+    return max(rtts) if rtts else None
+
+
+def _client_held(tables_dir: Path | None):
+    """The milliseconds from a request's first byte to its last where the
+    client held it between its own writes: the longest gap between two of
+    them was SLOW_MS or more, CLIENT_HELD_RTTS handshakes or more, and no
+    ACK from the peer ended it (``held_after_ack``; Nagle's hold is ended by
+    one). Its thread lost the CPU mid-request: in the client-cpu lab a
+    Produce request's three TLS records left with the last about 80 ms (a
+    CFS period's rest) after the first, and its wait seemed the broker's.
+    0 where the capture cannot say (no handshake seen, or taken near the
+    broker)."""
+    from pyspark.sql import functions as F
+
+    from kdiag.analysis.thresholds import SLOW_MS
+
+    rtt = _handshake_rtt_ms(tables_dir)
+    if rtt is None:
+        return F.lit(0.0)
+    held = ((F.col("held_ms") >= F.lit(max(SLOW_MS, CLIENT_HELD_RTTS * rtt)))
+            & ~F.coalesce(F.col("held_after_ack"), F.lit(True)))
+    return F.when(held, (F.col("last_us") - F.col("first_us")) / 1000.0).otherwise(F.lit(0.0))
+
+
 def requests(spark, tables_dir: Path, waits: dict | None = None):
     """The producer's exchanges as request rows (see ``per_request.exchanges``
     for the columns): decoded where the connection, or a relay's onward
@@ -257,7 +300,9 @@ def requests(spark, tables_dir: Path, waits: dict | None = None):
     it left was held in the client (``stalled_ms``), and that wait is part
     of its time: nothing in batching holds the newest message of a batch.
     Where most waited, that is batching (client_queueing), judged over the
-    run."""
+    run. A request held between its own writes (``_client_held``) was held
+    in the client too: that time is its ``send_ms`` and part of its
+    ``stalled_ms``, not its wait."""
     from pyspark.sql import functions as F
 
     from kdiag.analysis.thresholds import SLOW_MS
@@ -275,6 +320,8 @@ def requests(spark, tables_dir: Path, waits: dict | None = None):
         stalled = F.when((stall >= SLOW_MS) & (stall <= CREATED_BEFORE_MAX_MS), stall).otherwise(F.lit(0.0))
     else:
         stalled = F.lit(None).cast("double")
+    sent = _client_held(tables_dir)
+    held = F.when(sent > 0, F.coalesce(stalled, F.lit(0.0)) + sent).otherwise(stalled)
     tls = F.col("protocol") == "tls"
     ms = lambda a, b: (F.col(a) - F.col(b)) / 1000.0  # noqa: E731
     return (df.filter((F.col("hop") == CLIENT_HOP) & F.col("response_first_us").isNotNull())
@@ -292,9 +339,9 @@ def requests(spark, tables_dir: Path, waits: dict | None = None):
                       F.col("first_us").alias("send_start_us"), F.lit(None).cast("long").alias("last_write_bytes"),
                       F.lit(False).alias("n_writes_lower_bound"), F.lit(None).cast("long").alias("unseen_bytes"),
                       F.col("throttle_ms").cast("double").alias("throttle_ms"),
-                      F.lit(0.0).alias("send_ms"), ms("response_first_us", "first_us").alias("wait_ms"),
+                      sent.alias("send_ms"), (ms("response_first_us", "first_us") - sent).alias("wait_ms"),
                       ms("response_last_us", "response_first_us").alias("read_ms"),
-                      stalled.alias("stalled_ms"),
+                      held.alias("stalled_ms"),
                       (ms("response_last_us", "first_us") + F.coalesce(stalled, F.lit(0.0))).alias("total_ms")))
 
 
@@ -452,23 +499,23 @@ def joined_to_log(spark, reqs, tables_dir: Path):
 
     wire = requests(spark, tables_dir).filter(F.col("corr_id").isNotNull()).select(
         F.col("corr_id").alias("_w_corr"), F.col("send_us").alias("_w_send"), F.col("fd").alias("_w_fd"),
-        F.col("n_writes").alias("_w_writes"), F.col("wait_ms").alias("_w_wait"), F.col("read_ms").alias("_w_read"))
+        F.col("n_writes").alias("_w_writes"), F.col("wait_ms").alias("_w_wait"), F.col("read_ms").alias("_w_read"),
+        F.col("send_ms").alias("_w_sent"))
     keyed = _keyed(reqs)
     near = (keyed.select("_key", "corr_id", "send_us")
             .join(wire, (F.col("corr_id") == F.col("_w_corr"))
                   & (F.abs(F.col("send_us") - F.col("_w_send")) <= JOIN_WINDOW_US))
             .withColumn("_rank", F.row_number().over(Window.partitionBy("_key").orderBy(
                 F.abs(F.col("send_us") - F.col("_w_send")))))
-            .filter(F.col("_rank") == 1).select("_key", "_w_fd", "_w_writes", "_w_wait", "_w_read"))
+            .filter(F.col("_rank") == 1).select("_key", "_w_fd", "_w_writes", "_w_wait", "_w_read", "_w_sent"))
     out = keyed.join(near, "_key", "left")
     matched = out.filter(F.col("_w_wait").isNotNull()).count()
     hit = F.col("_w_wait").isNotNull()
     # The log's own are null (job.unsplit), of no type.
     for col, w, kind in (("fd", "_w_fd", "int"), ("n_writes", "_w_writes", "long"), ("wait_ms", "_w_wait", "double"),
-                         ("read_ms", "_w_read", "double")):
+                         ("read_ms", "_w_read", "double"), ("send_ms", "_w_sent", "double")):
         out = out.withColumn(col, F.when(hit, F.col(w)).otherwise(F.col(col).cast(kind)).cast(kind))
-    out = out.withColumn("send_ms", F.when(hit, F.lit(0.0)).otherwise(F.col("send_ms").cast("double")))
-    return out.drop("_key", "_w_fd", "_w_writes", "_w_wait", "_w_read"), matched
+    return out.drop("_key", "_w_fd", "_w_writes", "_w_wait", "_w_read", "_w_sent"), matched
 
 
 # A burst of socket writes is the last request the capture saw leave for the

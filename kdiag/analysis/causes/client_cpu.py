@@ -11,7 +11,8 @@ NAME = "client_cpu"
 # A CPU limit stalls a few requests for long (the rest of a CFS period).
 TAIL = True
 COLUMNS = ("total_ms", "runq_ms", "stalled_ms")
-SUMMED = ("runq_ms", "stalled_ms")
+# send_ms: on the wire, the part of stalled_ms held between a request's own writes.
+SUMMED = ("runq_ms", "stalled_ms", "send_ms")
 EXAMPLE_COLUMNS = ("pid", "runq_ms")
 MEETS = {"wait_ms": 80.0, "total_ms": 80.5, "n_writes": 3, "runq_ms": 75.0}
 COLOUR = "#bcbd22"
@@ -28,7 +29,9 @@ SIGNATURE = (
     " counted by `uniq -c`)."
     " From a packet capture, where most requests leave within a millisecond of their newest message's "
     "CreateTime (the record batch's timestamp): a tail that left 10 ms or more after it, which no "
-    "batching explains."
+    "batching explains; or, taken on the producer's side, a tail whose own writes (TLS records, segments) left"
+    " 10 ms or more apart, four handshake round trips or more, with no ACK from the broker ending the gap (Nagle's"
+    " hold ends with one)."
 )
 FIX_DOC = (
     "Give the producer CPU: raise or remove its CPU limit (Kubernetes `limits.cpu`, `cpu.max`), "
@@ -119,10 +122,13 @@ def spin_fix(kind: str | None, version: tuple[int, ...] | None) -> str:
 def _wire_evidence(facts) -> list[str]:
     agg, n, waits = facts.agg, facts.requests, facts.meta.get("wire_waits") or {}
     path_rtt = facts.path_rtt_ms
-    return [f"{agg.k} of {n} Produce requests left the client {agg.p50['stalled_ms']:.1f} ms (median; up to "
-            f"{agg.max['stalled_ms']:.1f} ms) after their newest message was produced, by the record batches' "
-            f"timestamps (CreateTime), while most left {waits.get('last_p50_ms')} ms after it: the producer "
-            f"could not run to send them (a CPU limit, a busy host, a runtime's pause)",
+    mid = agg.max.get("send_ms") or 0.0
+    between = (f"; some were held between their own writes, up to {mid:.1f} ms, with no ACK from the broker "
+               f"awaited (a gap Nagle's hold would end with one)" if mid > 0 else "")
+    return [f"{agg.k} of {n} Produce requests were held in the client {agg.p50['stalled_ms']:.1f} ms (median; up to "
+            f"{agg.max['stalled_ms']:.1f} ms): from their newest message's CreateTime (the record batches' "
+            f"timestamp) to their first byte on the wire, where most left {waits.get('last_p50_ms')} ms after it"
+            f"{between}: the producer could not run to send them (a CPU limit, a busy host, a runtime's pause)",
             f"the path ({rounded(path_rtt, 3) if path_rtt is not None else '?'} ms) and the broker answer fast "
             f"(median request {facts.summary['latency_p50_ms']} ms on the wire): the time is lost in the client",
             "the capture cannot see the producer's threads: its CPU samples (kdiag trace --pid PID) say whether "
