@@ -188,7 +188,7 @@ def _held_request(spark, tables_dir: Path, *, gap_ms: float, after_ack: bool, ha
     t0 = 1_800_000_000_000_000
     conn = {"flow": 1, "hop": wire.CLIENT_HOP, "protocol": "tls", "client": "127.0.0.1:40000",
             "server": "127.0.0.1:9093", "syn_us": t0 - 100_000, "synack_us": t0 - 100_000 + int(handshake_ms * 1000),
-            "seen_from": seen}
+            "handshake_ms": handshake_ms, "seen_from": seen}
     last = t0 + int(gap_ms * 1000)
     req = {"flow": 1, "hop": wire.CLIENT_HOP, "protocol": "tls", "client": "127.0.0.1:40000",
            "server": "127.0.0.1:9093", "corr_id": 7, "api": "Produce", "request_records": 3, "request_segments": 3,

@@ -170,6 +170,20 @@ CREATED_BEFORE_MAX_MS = 300_000.0
 CREATED_AFTER_MAX_MS = 2.0
 
 
+def _client_connections(tables_dir: Path | None, columns: list[str]) -> list[dict]:
+    """The producer's own connections (hop "client"): ``columns`` and the
+    side each was seen from."""
+    return [c for c in _rows(tables_dir, "wire_connections", ["hop", "seen_from", *columns])
+            if c.get("hop") == CLIENT_HOP]
+
+
+def _near_broker(conns: list[dict]) -> bool:
+    """Whether most of ``_client_connections`` were seen from the broker's
+    side of the path (``seen_from``)."""
+    sides = [c["seen_from"] for c in conns]
+    return bool(sides) and sides.count("server") * 2 > len(sides)
+
+
 def client_waits(tables_dir: Path | None) -> dict | None:
     """How long the Produce requests' messages waited in the client: from
     their CreateTime (the record batch's timestamps, set when the
@@ -182,9 +196,7 @@ def client_waits(tables_dir: Path | None) -> dict | None:
     t = _table(tables_dir, "wire_requests", ["hop", "api", "first_us", "first_record_ms", "last_record_ms", "records"])
     if t is None:
         return None
-    sides = [c["seen_from"] for c in _rows(tables_dir, "wire_connections", ["hop", "seen_from"])
-             if c.get("hop") == CLIENT_HOP]
-    if sides and sides.count("server") * 2 > len(sides):
+    if _near_broker(_client_connections(tables_dir, [])):
         return None   # taken near the broker: another host's clock stamped the messages
     t = t.filter(pc.and_(pc.equal(t["hop"], CLIENT_HOP), pc.equal(t["api"], "Produce")))
     sent = pc.divide(pc.cast(t["first_us"], "double"), 1000.0)
@@ -255,16 +267,15 @@ CLIENT_HELD_RTTS = 4.0
 
 
 def _handshake_rtt_ms(tables_dir: Path | None) -> float | None:
-    """The slowest TCP handshake (SYN to SYN-ACK) of the producer's
-    connections, where the capture was taken on the producer's side; None
-    otherwise (near the broker, a segment lost on the path leaves a gap
-    that only its retransmission ends, as a held one would)."""
-    rows = [c for c in _rows(tables_dir, "wire_connections", ["hop", "seen_from", "syn_us", "synack_us"])
-            if c.get("hop") == CLIENT_HOP]
-    if not rows or sum(1 for c in rows if c.get("seen_from") == "server") * 2 > len(rows):
+    """The slowest TCP handshake round trip (``handshake_ms``, from the last
+    SYN) of the producer's connections, where the capture was taken on the
+    producer's side; None otherwise (near the broker, a segment lost on the
+    path leaves a gap that only its retransmission ends, as a held one
+    would)."""
+    conns = _client_connections(tables_dir, ["handshake_ms"])
+    if not conns or _near_broker(conns):
         return None
-    rtts = [(c["synack_us"] - c["syn_us"]) / 1000.0 for c in rows
-            if c.get("syn_us") is not None and c.get("synack_us") is not None]
+    rtts = [c["handshake_ms"] for c in conns if c.get("handshake_ms") is not None]
     return max(rtts) if rtts else None
 
 
