@@ -249,15 +249,18 @@ def main(argv: list[str] | None = None) -> int:
     # spawn() blocks these until here, so a stop sent while Python starts
     # waits for the handler instead of killing the sampler without a status.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    # The handlers stay until the status line is out: a sampler that ended
+    # with its target is still sent the caller's stop, and the default
+    # action would kill it before it says what it took.
     try:
         st = sample_loop(a.pid, a.out, interval_ms=a.interval_ms, duration_s=a.duration, ports=ports, stop=stop)
+        if got and st.stopped_by == "stop":
+            st.stopped_by = "signal"
+        st.command = [*kdiag.python_m(sys.modules[__name__]), *(sys.argv[1:] if argv is None else argv)]
+        print(json.dumps(st.to_dict()), flush=True)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-    if got and st.stopped_by == "stop":
-        st.stopped_by = "signal"
-    st.command = [*kdiag.python_m(sys.modules[__name__]), *(sys.argv[1:] if argv is None else argv)]
-    print(json.dumps(st.to_dict()))
     return 0 if st.state in ("ok", "partial") else 1
 
 

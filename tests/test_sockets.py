@@ -371,6 +371,42 @@ def test_a_stop_sent_while_the_sampler_starts_still_gets_a_status_and_a_sample(p
     assert st_["state"] == "ok" and st_["stopped_by"] == "signal" and st_["samples"] == 1, st_
 
 
+def test_a_stop_sent_after_the_target_ended_still_gets_the_status(tmp_path):
+    """The capture stops its sampler when the producer ends, and the sampler
+    may have seen that end first. A stop that lands while it writes its
+    status must not kill it before the status is out. Here the stop is sent
+    from inside the status write."""
+    need(root=True)
+    target = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    out = tmp_path / "s.jsonl"
+    script = textwrap.dedent(f"""
+        import json, os, signal, sys
+        from kdiag.collectors import sockets
+
+        class StopWhileWriting:
+            @staticmethod
+            def dumps(o):
+                os.kill(os.getpid(), signal.SIGTERM)
+                return json.dumps(o)
+
+        sockets.json = StopWhileWriting
+        sys.exit(sockets.main(["--pid", "{target.pid}", "--out", {str(out)!r}, "--interval-ms", "50"]))
+    """)
+    c = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (not out.exists() or not out.read_text()):
+            time.sleep(0.02)
+    finally:
+        target.stdin.close()
+        target.wait(timeout=5)
+    stdout, stderr = c.communicate(timeout=20)
+    assert c.returncode == 0, (c.returncode, stdout, stderr)
+    st_ = json.loads(stdout.strip().splitlines()[-1])
+    assert st_["state"] == "ok" and st_["stopped_by"] == "target_exit" and st_["samples"] >= 1, st_
+
+
 _libc = ctypes.CDLL(None, use_errno=True)
 PR_CAPBSET_DROP, CAP_SYS_PTRACE = 24, 19
 
