@@ -174,7 +174,7 @@ def test_parsing_on_several_threads_in_small_chunks_gives_the_same_tables(path, 
 
 
 def test_the_footers_keep_the_bounds_the_analysis_reads(tmp_path):
-    # writer_options: line_no delta-encoded, min/max for numbers only. The
+    # writer_options: line_no and ts_us delta-encoded, min/max for numbers only. The
     # analysis cuts a large capture into pieces by ts_us's and line_no's
     # bounds in each row group's footer (analysis.pieces.pieces_of).
     import pyarrow.parquet as pq
@@ -188,7 +188,7 @@ def test_the_footers_keep_the_bounds_the_analysis_reads(tmp_path):
     for g in range(meta.num_row_groups):
         rg = meta.row_group(g)
         cols = {names[i]: rg.column(i) for i in range(rg.num_columns)}
-        assert "DELTA_BINARY_PACKED" in cols["line_no"].encodings
+        assert "DELTA_BINARY_PACKED" in cols["line_no"].encodings and "DELTA_BINARY_PACKED" in cols["ts_us"].encodings
         assert cols["ts_us"].statistics.has_min_max and cols["line_no"].statistics.has_min_max
         assert cols["args"].statistics is None or not cols["args"].statistics.has_min_max
     rows = pq.read_table(out.paths["syscalls"])

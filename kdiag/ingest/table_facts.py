@@ -146,7 +146,11 @@ def _segments(code):
     """Rows sorted by group, file order kept within each; where each group starts."""
     import numpy as np
 
-    order = np.argsort(code, kind="stable")
+    # numpy's stable sort of 16-bit integers is a radix sort: 4x faster
+    # than of int64 on a 90,000-row chunk of 5 threads; threads and
+    # client-broker-event groups rarely number more.
+    small = len(code) and 0 <= code.min() and code.max() < 1 << 16
+    order = np.argsort(code.astype(np.uint16) if small else code, kind="stable")
     sc = code[order]
     starts = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]])
     return order, sc, starts
