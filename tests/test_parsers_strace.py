@@ -555,7 +555,7 @@ def test_binary_garbage_never_raises(blob):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from([-1, 7, 12, 12345, 4194304]), min_size=1, max_size=300),
        st.lists(st.integers(-1, 60), max_size=600))
-def test_rows_groupedthread_order_keep_their_line_order(few, late):
+def test_rows_grouped_by_thread_keep_their_line_order(few, late):
     """The pairing's order of a block's rows by thread is a stable sort's:
     with a few threads, with many, and with threads whose first rows come
     after the first 1,024 (the ones it looks at for the threads)."""

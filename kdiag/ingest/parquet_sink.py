@@ -127,7 +127,8 @@ def writer_options(schema: pa.Schema) -> dict:
     a dictionary of every distinct value cost 24 ns a row (5 with delta).
     ``ts_us`` nearly rises with it, line after line: on 2 M rows of
     ``syscalls`` from strace -r (2026-11-30) its dictionary took 0.83 s of
-    CPU to write and delta 0.69 s, in a file of 57 MiB against 68. Statistics are kept for the numbers (the analysis reads ``ts_us``'s
+    CPU to write and delta 0.69 s, in a file of 57 MiB against 68.
+    Statistics are kept for the numbers (the analysis reads ``ts_us``'s
     and ``line_no``'s bounds from the footers) and dropped for the strings,
     which nothing reads and whose min and max cost 30 ns a row."""
     numbers = [f.name for f in schema if not (pa.types.is_string(f.type) or pa.types.is_binary(f.type)
