@@ -245,6 +245,7 @@ class _ClassArchive:
             proc.wait(timeout=60)
             if self.temp.exists() and self.temp.stat().st_size and not self.path.exists():
                 self.temp.replace(self.path)
+                drop_replaced(self.path)
         except Exception:  # noqa: BLE001 - a cache: without it the next run just starts slower
             pass
         finally:
@@ -267,12 +268,43 @@ def _class_archive() -> _ClassArchive | None:
             return None
         if not jars.is_dir():
             return None
-        h = hashlib.sha256(f"{pyspark.__version__}|{jars}|{java}|{java.stat().st_mtime_ns}".encode())
-        for jar in sorted(jars.iterdir()):
-            h.update(f"{jar.name}:{jar.stat().st_size}".encode())
-        return _ClassArchive(cache_dir() / f"spark-classes-{h.hexdigest()[:16]}.jsa", write=mode == "write")
+        return _ClassArchive(cache_dir() / archive_name(pyspark.__version__, jars, java), write=mode == "write")
     except OSError:
         return None
+
+
+ARCHIVE_PREFIX = "spark-classes-"
+
+
+def archive_name(version: str, jars: Path, java: Path) -> str:
+    """A class archive's file name: where its jars are, then what they are.
+    The JVM maps an archive only if every jar on its class path has the
+    size and modification time it had when the archive was written, and
+    otherwise runs without it, silently (its CDS messages are off). So both
+    are in the name: a pyspark reinstalled at the same version (same jars,
+    new times) gets a new archive, where a name without the times kept
+    naming one the JVM refused (measured: one jar touched, 13,261 classes
+    from the archive -> 0, and the excerpt's cold replay about twice as
+    long)."""
+    where = hashlib.sha256(f"{jars}".encode()).hexdigest()[:8]
+    h = hashlib.sha256(f"{version}|{java}|{java.stat().st_mtime_ns}".encode())
+    for jar in sorted(jars.iterdir()):
+        st = jar.stat()
+        h.update(f"{jar.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return f"{ARCHIVE_PREFIX}{where}-{h.hexdigest()[:16]}.jsa"
+
+
+def drop_replaced(kept: Path) -> None:
+    """Removes the archives written before ``kept`` for the same jars'
+    place (about 170 MB each), which no JVM will map again, and those named
+    before names held the place; another place's (another environment's
+    pyspark) are its own. A JVM mapping one right now keeps it readable
+    until it exits."""
+    where = kept.name[len(ARCHIVE_PREFIX):].split("-", 1)[0]
+    for old in kept.parent.glob(f"{ARCHIVE_PREFIX}*.jsa"):
+        named = old.name[len(ARCHIVE_PREFIX):-len(".jsa")]
+        if old != kept and ("-" not in named or named.startswith(f"{where}-")):
+            old.unlink(missing_ok=True)
 
 
 def tune_for(spark, input_bytes: int) -> None:
@@ -297,13 +329,6 @@ def tune_for(spark, input_bytes: int) -> None:
 
 def tables_bytes(tables_dir: Path) -> int:
     return sum(p.stat().st_size for p in Path(tables_dir).glob("*.parquet"))
-
-
-if __name__ == "__main__":
-    # python -m kdiag.analysis.spark: write the class archive (setup.sh)
-    made = build_class_archive()
-    print(made or "no class archive: no Java, no Spark jars or no fixture capture to record it with")
-    sys.exit(0 if made else 1)
 
 
 def failure(e: BaseException) -> str | None:
@@ -394,3 +419,10 @@ def restarted(app: str = "kdiag", master: str | None = None):
         except Exception:  # noqa: BLE001 - its JVM is gone: only its Python side is closed
             pass
     return session(app, master=master)
+
+
+if __name__ == "__main__":
+    # python -m kdiag.analysis.spark: write the class archive (setup.sh)
+    made = build_class_archive()
+    print(made or "no class archive: no Java, no Spark jars or no fixture capture to record it with")
+    sys.exit(0 if made else 1)
