@@ -27,5 +27,5 @@ python3 -m pip install -q --disable-pip-version-check -e '.[test,bench]'
 # kafkajs, a client the tests run beside librdkafka (README: which clients
 # set TCP_NODELAY), in build/ where they look for it (build/ is not the tree's).
 [ -d build/clients/node_modules/kafkajs ] || npm install --silent --no-audit --no-fund --prefix build/clients kafkajs@2 >/dev/null
-# A cache: kdiag runs without it, only slower to start (kdiag/analysis/spark.py).
-python3 -m kdiag.analysis.spark >/dev/null || echo "setup: no Spark class archive; small analyses start slower" >&2
+# A cache: kdiag runs without it, only slower to start (kdiag/analysis/class_archive.py).
+python3 -m kdiag.analysis.class_archive >/dev/null || echo "setup: no Spark class archive; small analyses start slower" >&2

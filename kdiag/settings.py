@@ -72,7 +72,7 @@ SETTINGS = (
             "Spark's shuffle partitions (spark.sql.shuffle.partitions)",
             "1 for a small input, else 8 a core"),
     Setting("KDIAG_SPARK_CDS", str, "1",
-            "the JVM's class-data archive, which starts Spark sooner: 1 use it, write: write it, 0: none"),
+            "the JVM's class-data archive, which starts Spark sooner: 1 use it (the warm server records it when missing), write: write it, 0: none"),
     Setting("KDIAG_LOCAL_TABLE_BYTES", int, 8 << 20,
             "a table up to this size (uncompressed) goes to Spark as rows in the plan, not as a scan"),
     Setting("KDIAG_LAB_DIR", str, "/tmp/kdiag-lab",

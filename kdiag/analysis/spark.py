@@ -3,7 +3,6 @@ when run on a cluster."""
 from __future__ import annotations
 
 import atexit
-import hashlib
 import os
 import sys
 from pathlib import Path
@@ -27,7 +26,7 @@ def session(app: str = "kdiag", small: bool = False, master: str | None = None):
     C1 only: a JVM that lives seconds is gone before C2's code pays for its
     compiling. Measured on a 100-request capture, 2 cores: session start
     6.7 -> 4.6 s, first analysis 24 -> 16 s. It also maps the classes it
-    loads from an archive when there is one (see ``_class_archive``). A big
+    loads from an archive when there is one (``class_archive``). A big
     input wants C2, and a heap for its sorts and cached requests (local
     mode: the driver's heap is the executors')."""
     # Loopback keeps local mode off the network; the executors' Python must
@@ -65,7 +64,9 @@ def session(app: str = "kdiag", small: bool = False, master: str | None = None):
         if not options["spark.master"].startswith("local"):
             options["spark.executor.extraJavaOptions"] = " ".join(tuned)
         if small:
-            archive = _class_archive()
+            from kdiag.analysis import class_archive
+
+            archive = class_archive.current()
             if archive is not None:
                 java += archive.java_options()
         else:
@@ -176,135 +177,6 @@ def _big_heap() -> str:
     except (ValueError, OSError):
         return "2g"
     return f"{max(2, min(8, total // 4 >> 30))}g"
-
-
-def build_class_archive() -> Path | None:
-    """Writes the class archive small runs start from (see _ClassArchive):
-    a replay of a fixture capture whose JVM records the classes it loads.
-    Takes about a minute, once per Java and Spark; setup runs it. Returns
-    the archive, or None when it could not be written."""
-    import subprocess
-
-    archive = _class_archive()
-    if archive is None:
-        return None
-    if archive.path.exists():
-        return archive.path
-    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "captures" / "nagle_on"
-    if not fixture.is_dir():
-        return None
-    # In this process, not the warm server: the JVM that records must be
-    # the one stopped and waited for at this run's exit.
-    env = {**os.environ, "KDIAG_SPARK_CDS": "write", "KDIAG_WARM": "0"}
-    subprocess.run([sys.executable, "-m", "kdiag", "replay", str(fixture)], env=env, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, timeout=600, check=False)
-    return archive.path if archive.path.exists() else None
-
-
-class _ClassArchive:
-    """A CDS archive of the classes a short Spark run loads (JDK 13+:
-    -XX:ArchiveClassesAtExit): mapped instead of loaded and verified one by
-    one, it halves the session's start (2 cores: 4.9-5.2 -> 2.4-2.7 s).
-
-    Recording it slows that run down (2 cores: a 200-request replay 20 ->
-    28 s to the verdict, then 14 s more to write 180 MB), so no ordinary run
-    does: ``build_class_archive`` (setup) runs one that does, with
-    KDIAG_SPARK_CDS=write. That run's JVM is stopped at Python's exit and
-    waited for, then the archive is renamed into place, so no run ever maps
-    a half-written one. KDIAG_SPARK_CDS=0: no archive at all. The name
-    holds a hash of the Java and the Spark jars: another Java or Spark makes
-    another archive. A JVM that finds an archive it cannot use (-Xshare:auto,
-    the default) runs without it; its CDS messages are switched off, as they
-    would otherwise land on stdout."""
-
-    def __init__(self, path: Path, write: bool) -> None:
-        self.path = path
-        self.writing = write and not path.exists()
-        self.temp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-
-    def java_options(self) -> list[str]:
-        if self.writing:
-            use = f"-XX:ArchiveClassesAtExit={self.temp}"
-        elif self.path.exists():
-            use = f"-XX:SharedArchiveFile={self.path}"
-        else:
-            return []
-        return [use, "-Xlog:cds*=off", "-Xlog:class+path=off"]
-
-    def seal(self, spark) -> None:
-        from pyspark import SparkContext
-
-        try:
-            gateway = SparkContext._gateway
-            proc = getattr(gateway, "proc", None)
-            spark.stop()
-            if proc is None:
-                return
-            # The JVM exits when its stdin closes, and writes the archive then.
-            proc.stdin.close()
-            proc.wait(timeout=60)
-            if self.temp.exists() and self.temp.stat().st_size and not self.path.exists():
-                self.temp.replace(self.path)
-                drop_replaced(self.path)
-        except Exception:  # noqa: BLE001 - a cache: without it the next run just starts slower
-            pass
-        finally:
-            self.temp.unlink(missing_ok=True)
-
-
-def _class_archive() -> _ClassArchive | None:
-    mode = settings.get("KDIAG_SPARK_CDS")
-    if mode == "0":
-        return None
-    try:
-        import pyspark
-
-        jars = Path(pyspark.__file__).parent / "jars"
-        from kdiag.analysis.jvm import NoJava, cache_dir, java_or_fail
-
-        try:
-            java = java_or_fail().resolve()
-        except NoJava:
-            return None
-        if not jars.is_dir():
-            return None
-        return _ClassArchive(cache_dir() / archive_name(pyspark.__version__, jars, java), write=mode == "write")
-    except OSError:
-        return None
-
-
-ARCHIVE_PREFIX = "spark-classes-"
-
-
-def archive_name(version: str, jars: Path, java: Path) -> str:
-    """A class archive's file name: where its jars are, then what they are.
-    The JVM maps an archive only if every jar on its class path has the
-    size and modification time it had when the archive was written, and
-    otherwise runs without it, silently (its CDS messages are off). So both
-    are in the name: a pyspark reinstalled at the same version (same jars,
-    new times) gets a new archive, where a name without the times kept
-    naming one the JVM refused (measured: one jar touched, 13,261 classes
-    from the archive -> 0, and the excerpt's cold replay about twice as
-    long)."""
-    where = hashlib.sha256(f"{jars}".encode()).hexdigest()[:8]
-    h = hashlib.sha256(f"{version}|{java}|{java.stat().st_mtime_ns}".encode())
-    for jar in sorted(jars.iterdir()):
-        st = jar.stat()
-        h.update(f"{jar.name}:{st.st_size}:{st.st_mtime_ns}".encode())
-    return f"{ARCHIVE_PREFIX}{where}-{h.hexdigest()[:16]}.jsa"
-
-
-def drop_replaced(kept: Path) -> None:
-    """Removes the archives written before ``kept`` for the same jars'
-    place (about 170 MB each), which no JVM will map again, and those named
-    before names held the place; another place's (another environment's
-    pyspark) are its own. A JVM mapping one right now keeps it readable
-    until it exits."""
-    where = kept.name[len(ARCHIVE_PREFIX):].split("-", 1)[0]
-    for old in kept.parent.glob(f"{ARCHIVE_PREFIX}*.jsa"):
-        named = old.name[len(ARCHIVE_PREFIX):-len(".jsa")]
-        if old != kept and ("-" not in named or named.startswith(f"{where}-")):
-            old.unlink(missing_ok=True)
 
 
 def tune_for(spark, input_bytes: int) -> None:
@@ -420,9 +292,3 @@ def restarted(app: str = "kdiag", master: str | None = None):
             pass
     return session(app, master=master)
 
-
-if __name__ == "__main__":
-    # python -m kdiag.analysis.spark: write the class archive (setup.sh)
-    made = build_class_archive()
-    print(made or "no class archive: no Java, no Spark jars or no fixture capture to record it with")
-    sys.exit(0 if made else 1)

@@ -36,6 +36,10 @@ each way over a Unix socket, with the standard library only.
 - After it answers, while nobody waits, it practises on a copy of the
   tables it was given, so that its JVM's JIT has compiled Spark's planner
   before the next replay (``warm_practice``; ``KDIAG_WARM_PRACTICE=0``: never).
+- After its first answer, when this Java and these Spark jars have no class
+  archive (an installed kdiag: setup.sh writes one in a source tree), a child
+  at the lowest CPU priority records one from a copy of that request's tables
+  (``record_archive_later``): the next cold start maps it.
 - ``kdiag replay --no-warm`` or ``KDIAG_WARM=0``: no server at all.
 """
 from __future__ import annotations
@@ -56,6 +60,7 @@ import time
 from pathlib import Path
 
 from kdiag import settings
+from kdiag.analysis import class_archive
 from kdiag.deadline import Deadline, wait_until
 from kdiag.visible import visible
 
@@ -423,6 +428,8 @@ class _Serving:
     def __init__(self, spark, idle_s: float, timeout_s: float, read_s: float, key: str, practice) -> None:
         self.spark, self.idle_s, self.timeout_s, self.read_s, self.key = spark, idle_s, timeout_s, read_s, key
         self.practice = practice
+        # Once per server: the class archive's recording, when there is none.
+        self.archive_tried = False
         self.analysing = threading.Lock()
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.stopping = threading.Event()
@@ -529,6 +536,9 @@ class _Serving:
                 answer = _analyze(self.spark, request, self.timeout_s)
                 # Kept before the answer: the client removes the tables then.
                 copy = self.practice.keep(Path(request["tables"])) if answer.get("ok") else None
+                if answer.get("ok") and not self.archive_tried:
+                    self.archive_tried = True
+                    record_archive_later(Path(request["tables"]), self.practice.dir)
                 _answer(conn, answer, self.read_s)
                 self.practice.begin(copy, request["meta"])
             finally:
@@ -644,6 +654,72 @@ def _answer(conn: socket.socket, answer: dict, timeout_s: float) -> None:
         pass   # the client gave up or does not read; it analyses in-process
 
 
+def record_archive_later(tables: Path, work: Path) -> subprocess.Popen | None:
+    """The class archive's recording, when this Java and these jars have
+    none yet: a copy of ``tables`` (a small input's, just analysed) in
+    ``work``, analysed by a child at the lowest CPU priority that records
+    and then removes the copy. Not when the cache's filesystem would keep
+    less than class_archive.MIN_FREE_BYTES. The child outlives the server
+    if it must (it ends by itself within class_archive.RECORD_TIMEOUT_S);
+    returns it, or None."""
+    import shutil
+
+    archive = class_archive.current()
+    if archive is None or archive.path.exists():
+        return None
+    cache = archive.path.parent
+    class_archive.drop_dead_temps(cache)
+    try:
+        if shutil.disk_usage(cache).free < class_archive.MIN_FREE_BYTES:
+            return None
+        copy = work / f"archive-tables-{os.getpid()}"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(tables, copy)
+    except OSError:
+        return None
+    import kdiag
+
+    env = {**_server_env(), "KDIAG_SPARK_CDS": "write", "KDIAG_WARM": "0"}
+    try:
+        return subprocess.Popen([*kdiag.python_m(sys.modules[__name__]), "--record-archive", str(copy)], env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError:
+        shutil.rmtree(copy, ignore_errors=True)
+        return None
+
+
+def _record_archive(tables: Path) -> int:
+    """The recording child: analyses ``tables`` (its own copy, removed at
+    the end) in a small session that records the archive at exit."""
+    import shutil
+    import signal
+
+    def late(signum, frame):
+        raise SystemExit(1)   # the copy is removed, the JVM stopped
+
+    try:
+        os.nice(19)
+        signal.signal(signal.SIGALRM, late)
+        signal.signal(signal.SIGTERM, late)
+        signal.alarm(class_archive.RECORD_TIMEOUT_S)
+        archive = class_archive.current()
+        if archive is None or not archive.writing:
+            return 0
+        with open(archive.path.parent / class_archive.LOCK_NAME, "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return 0   # another server's child is recording it
+            from kdiag.analysis.job import analyze
+            from kdiag.analysis.spark import session
+
+            # session() registers the archive's seal for this process's exit.
+            analyze(session("kdiag-class-archive", small=True), tables)
+        return 0
+    finally:
+        shutil.rmtree(tables, ignore_errors=True)
+
+
 def _log(msg: str) -> None:
     print(f"kdiag: warm server: {msg}".splitlines()[0], file=sys.stderr, flush=True)
 
@@ -657,7 +733,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout-s", type=float, default=REQUEST_TIMEOUT_S)
     ap.add_argument("--read-s", type=float, default=READ_S)
     ap.add_argument("--key", default=None)
+    ap.add_argument("--record-archive", type=Path, help=argparse.SUPPRESS)   # record_archive_later's child
     a = ap.parse_args(argv)
+    if a.record_archive is not None:
+        return _record_archive(a.record_archive)
     try:
         return serve(a.dir or warm_dir(), a.idle_s, a.timeout_s, a.key or code_key(), a.read_s)
     except WarmUnavailable as e:
