@@ -174,9 +174,10 @@ def test_parsing_on_several_threads_in_small_chunks_gives_the_same_tables(path, 
 
 
 def test_the_footers_keep_the_bounds_the_analysis_reads(tmp_path):
-    # writer_options: line_no and ts_us delta-encoded, min/max for numbers only. The
-    # analysis cuts a large capture into pieces by ts_us's and line_no's
-    # bounds in each row group's footer (analysis.pieces.pieces_of).
+    # writer_options: line_no and ts_us delta-encoded, min/max for numbers
+    # only, zstd for the strings. The analysis cuts a large capture into
+    # pieces by ts_us's and line_no's bounds in each row group's footer
+    # (analysis.pieces.pieces_of).
     import pyarrow.parquet as pq
 
     from kdiag.analysis.time_pieces import _line_bits
@@ -191,5 +192,6 @@ def test_the_footers_keep_the_bounds_the_analysis_reads(tmp_path):
         assert "DELTA_BINARY_PACKED" in cols["line_no"].encodings and "DELTA_BINARY_PACKED" in cols["ts_us"].encodings
         assert cols["ts_us"].statistics.has_min_max and cols["line_no"].statistics.has_min_max
         assert cols["args"].statistics is None or not cols["args"].statistics.has_min_max
+        assert cols["args"].compression == "ZSTD" and cols["line_no"].compression == "SNAPPY"
     rows = pq.read_table(out.paths["syscalls"])
     assert _line_bits(meta) == int(max(rows["line_no"].to_pylist())).bit_length()
