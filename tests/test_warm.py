@@ -119,6 +119,31 @@ def test_replay_reuses_the_running_server(warm, tmp_path):
     assert _server_pid(warm.dir) == pid
 
 
+# Runs a warm replay in a child and lists the heavy modules it imported.
+_CLIENT = r"""
+import sys
+from kdiag.cli import main
+rc = main(["replay", "--json", *sys.argv[1:]])
+print("HEAVY " + ",".join(sorted(m for m in ("pyarrow", "numpy", "pandas", "pyspark") if m in sys.modules)),
+      file=sys.stderr)
+sys.exit(rc)
+"""
+
+
+def test_a_warm_replays_client_imports_neither_arrow_nor_numpy(warm, tmp_path):
+    # The server reads the captures and analyses them: the client that only
+    # sends their paths and prints the answer would otherwise spend 0.3 s of
+    # a 20-line excerpt's warm replay importing pyarrow, numpy and pandas.
+    env = {**os.environ, "KDIAG_WARM": "1", "KDIAG_WARM_DIR": str(warm.dir), "KDIAG_WARM_START_S": "5"}
+    run = subprocess.run([sys.executable, "-c", _CLIENT, *map(str, NAGLE)], env=env, capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["verdict"] == "nagle_delayed_ack"
+    assert "note:" not in run.stderr
+    heavy = [ln for ln in run.stderr.splitlines() if ln.startswith("HEAVY ")]
+    assert heavy == ["HEAVY "], run.stderr[-2000:]
+
+
 def test_the_server_practises_after_answering_and_gives_way_to_a_request(tmp_path, monkeypatch, spark):
     """After an answer the server analyses a copy of the tables again, so
     its JIT is warm for the next replay; a request that comes meanwhile

@@ -8,14 +8,12 @@ from pathlib import Path
 
 from kdiag.analysis.per_request import WAIT_CALLS
 from kdiag.analysis.spark_plumbing import RUN, one_run, pctl, quantile, read_table
+from kdiag.analysis.thresholds import SYN_RETRANSMIT_MS
 
 # A wait after connect() times its handshake only this soon after it.
 HANDSHAKE_WINDOW_US = 10_000_000
 MAX_HANDSHAKE_SPANS = 100
 DNS_PORT = 53
-# The first SYN is retransmitted after TCP_TIMEOUT_INIT (1 s): a handshake
-# this long held at least one retransmit (Linux: 1 s, then 3 s, 7 s, ...).
-SYN_RETRANSMIT_MS = 900.0
 
 _PEER = re.compile(r'sin6?_port=htons\((\d+)\).*?(?:inet_addr\("([^"]+)"\)|inet_pton\(AF_INET6, "([^"]+)")')
 

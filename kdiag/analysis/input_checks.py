@@ -380,7 +380,11 @@ def _dur(us: int) -> str:
 def name_inputs(checks: list[dict], files: list[dict]) -> list[dict]:
     """A table's checks named by the input file that fed it when there is
     one; else by the table, with its files listed. The formats that fill a
-    table are the registry's (kdiag.parsers.registry)."""
+    table are the registry's (kdiag.parsers.registry), imported only when
+    there are checks: with it come pyarrow and the parsers, which a warm
+    replay's client does not otherwise import."""
+    if not checks:
+        return checks
     from kdiag.parsers.registry import formats
 
     for c in checks:

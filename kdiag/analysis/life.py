@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import re
 
-from kdiag.analysis.connections import SYN_RETRANSMIT_MS
 from kdiag.analysis.spark_plumbing import RUN, one_run, rounded
+from kdiag.analysis.thresholds import SYN_RETRANSMIT_MS
 
 PHASES = ("backoff", "resolve", "connect", "tls", "apiversion", "sasl", "metadata")
 # The cause a phase's stall is named (its colour in the report's timeline);

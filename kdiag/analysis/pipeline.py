@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable
 from kdiag import __version__, progress
 
 if TYPE_CHECKING:
-    from kdiag.ingest.tables import Parsed
+    from kdiag.ingest.parsed import Parsed
 
 
 def analyse(raw: list[Path], tables_dir: Path, meta: dict | None = None, spark=None,

@@ -20,7 +20,6 @@ findings is thinned to ``SERIES_MAX`` points.
 from __future__ import annotations
 
 from kdiag.analysis.spark_plumbing import pctl, rounded
-from kdiag.parsers.stats import KEY_BY_POSITION
 
 # Points of the per-snapshot series kept in the findings: the first, the
 # last, the worst and an even sample between.
@@ -86,6 +85,11 @@ def perf_summary(perf) -> dict:
 
 def _stats_summary(stats, topics) -> dict | None:
     from pyspark.sql import functions as F
+
+    # Here, not at the top: the report's text imports this module for
+    # series_lines, and a warm replay's client must not import the parsers
+    # (pyarrow, numpy and pandas with them).
+    from kdiag.parsers.stats import KEY_BY_POSITION
 
     rows_all = 0 if stats is None else stats.count()
     if not rows_all:

@@ -45,3 +45,6 @@ THROTTLE_SHARE = 0.5
 # round trip, and this is most of any latency a producer is called slow
 # for. A shorter path alone decides nothing.
 PATH_ALONE_SLOW_MS = 50.0
+# The first SYN is retransmitted after TCP_TIMEOUT_INIT (1 s): a handshake
+# this long held at least one retransmit (Linux: 1 s, then 3 s, 7 s, ...).
+SYN_RETRANSMIT_MS = 900.0

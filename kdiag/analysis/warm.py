@@ -228,7 +228,7 @@ class Server:
     def read_and_analyze(self, raw: list[Path], tables_dir: Path, meta: dict, base: Path | None = None):
         """(findings, Parsed): the server parses the captures into
         ``tables_dir`` first, as parse_paths here would."""
-        from kdiag.ingest.tables import Parsed
+        from kdiag.ingest.parsed import Parsed
 
         answer = self._analysis(tables_dir, meta, raw=[str(Path(p).resolve()) for p in raw],
                                 base=None if base is None else str(base))

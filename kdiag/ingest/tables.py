@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import stat
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,27 +20,15 @@ from kdiag import progress
 from kdiag.ingest.detect import detect, kafka_words
 from kdiag.ingest.feeding import feed_chunks
 from kdiag.ingest.parquet_sink import TableSink
+from kdiag.ingest.parsed import Parsed
 from kdiag.ingest.strace_clock import LogWritesAhead, StraceFile, emit_strace, pid_of_name, put_on_epoch, write_rows
 from kdiag.parsers.format import BYTES, CHUNKS, Told
 from kdiag.parsers.strace import log_writes
 
-__all__ = ["MAX_WHOLE_BYTES", "Parsed", "log_writes", "parse_paths"]
+__all__ = ["MAX_WHOLE_BYTES", "log_writes", "parse_paths"]
 
 # Whole-file formats are small by nature (probe packets) and read at once.
 MAX_WHOLE_BYTES = 256 << 20
-
-
-@dataclass
-class Parsed:
-    rows: dict[str, int] = field(default_factory=dict)     # table -> rows written
-    paths: dict[str, Path] = field(default_factory=dict)   # table -> Parquet file
-    files: list[dict] = field(default_factory=list)        # per input: path, kind, counts
-    notes: list[str] = field(default_factory=list)         # what could not be read, in words
-
-    def read(self, name: str) -> pa.Table | None:
-        import pyarrow.parquet as pq
-
-        return pq.read_table(self.paths[name]) if name in self.paths else None
 
 
 def _shown(path: Path, base: Path | None) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kdiag.analysis.causes import _life
 from kdiag.analysis.causes._captures import DEBUG_MSG, SAID_BY_LINES
-from kdiag.analysis.connections import SYN_RETRANSMIT_MS
+from kdiag.analysis.thresholds import SYN_RETRANSMIT_MS
 
 NAME = "connect_slow"
 TAIL = False
