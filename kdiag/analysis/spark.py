@@ -291,4 +291,3 @@ def restarted(app: str = "kdiag", master: str | None = None):
         except Exception:  # noqa: BLE001 - its JVM is gone: only its Python side is closed
             pass
     return session(app, master=master)
-
