@@ -69,26 +69,32 @@ def test_a_damaged_capture_is_never_told_clean(spark, tmp_path, case):
 def _random_table(rng: random.Random, name: str) -> pa.Table:
     """Rows of a few threads in file order: times mostly rising, with a
     chance of a copied row, a time that does not rise, a step back or a
-    forward gap, and lines that restart (a second input file)."""
+    forward gap, and lines that restart (a second input file). A row may
+    repeat the one before it in all but its result (a tie the facts compare
+    column by column); results and a float (NaN, -0.0) are often equal."""
     n = rng.randint(2, 60)
     rows, line, ts, corr = [], 1, 1_700_000_000_000_000, 0
     for _ in range(n):
         r = rng.random()
         if rows and r < 0.04:
             rows.append({**rng.choice(rows), "line_no": line})
+        elif rows and r < 0.08:
+            rows.append({**rows[-1], "line_no": line, "ret": rng.choice([0, 1, None]),
+                         "f": rng.choice([0.0, -0.0, float("nan"), None])})
         else:
-            ts += rng.choice([1, 3, 250, 1_500, 400_000]) if r > 0.08 else rng.choice(
+            ts += rng.choice([1, 3, 250, 1_500, 400_000]) if r > 0.12 else rng.choice(
                 [0, -2_000, -300_000, 61_000_000, -1])
             rows.append({"line_no": line, "ts_us": ts if rng.random() > 0.03 else None,
                          "pid": rng.choice([7, 8, None]), "thread": rng.choice(["main", "broker"]),
                          "client": "c", "broker": rng.choice(["b1", "b2"]), "event": rng.choice(["send", "recv", "x"]),
-                         "corr_id": (corr := corr + 1) if rng.random() > 0.05 else rng.randint(1, 8), "dur_us": rng.choice([None, 5, 70_000_000])})
+                         "corr_id": (corr := corr + 1) if rng.random() > 0.05 else rng.randint(1, 8), "dur_us": rng.choice([None, 5, 70_000_000]),
+                         "ret": rng.choice([0, 1, None]), "f": rng.choice([0.0, -0.0, float("nan"), None])})
         line = 1 if rng.random() < 0.03 else line + 1
-    cols = {"syscalls": ["line_no", "pid", "ts_us", "dur_us"],
-            "rdkafka_events": ["line_no", "ts_us", "client", "thread", "broker", "event", "corr_id"]}[name]
+    cols = {"syscalls": ["line_no", "pid", "ts_us", "dur_us", "ret", "f"],
+            "rdkafka_events": ["line_no", "ts_us", "client", "thread", "broker", "event", "corr_id", "f"]}[name]
     types = {"line_no": pa.int64(), "pid": pa.int32(), "ts_us": pa.int64(), "dur_us": pa.int64(),
              "client": pa.string(), "thread": pa.string(), "broker": pa.string(), "event": pa.string(),
-             "corr_id": pa.int32()}
+             "corr_id": pa.int32(), "ret": pa.int64(), "f": pa.float64()}
     return pa.table({c: pa.array([r[c] for r in rows], types[c]) for c in cols})
 
 
@@ -131,6 +137,51 @@ def test_random_tables_fed_in_chunks_are_never_told_clean_where_spark_finds(spar
         found += bool(drops or run in stepped)
     # Both kinds of table were made: the comparison could have failed.
     assert told_clean >= 5 and found >= 5, (told_clean, found)
+
+
+def _calls(*rows) -> pa.Table:
+    """syscalls rows (pid, ts_us, args, ret, data) of one thread, in file order."""
+    return pa.table({"line_no": pa.array(range(1, len(rows) + 1), pa.int64()),
+                     "pid": pa.array([r[0] for r in rows], pa.int32()),
+                     "ts_us": pa.array([r[1] for r in rows], pa.int64()),
+                     "dur_us": pa.array([0] * len(rows), pa.int64()), "syscall": ["read"] * len(rows),
+                     "args": [r[2] for r in rows], "ret": pa.array([r[3] for r in rows], pa.int64()),
+                     "data": [r[4] for r in rows]})
+
+
+HEADER = (7, 1_700_000_000_000_001, '3, "\\x17\\x03\\x03\\x01\\x0b", 5', 5, "")
+BODY = (7, 1_700_000_000_000_001, '3, "..."..., 267', 267, "")
+LATER = (7, 1_700_000_000_000_040, "3, 0x7f, 5", -1, "")
+
+
+@pytest.mark.parametrize("case, rows, clean", [
+    # A TLS record's header, then its body, in one microsecond: a tie, not a copy.
+    ("tied", (HEADER, BODY, LATER), True),
+    ("copied", (HEADER, HEADER, LATER), False),
+    # Spark's check reads no socket text (job._inputs): not a difference.
+    ("copied_but_text", (HEADER, HEADER[:4] + ("x",), LATER), False),
+    ("tied_then_copied", (HEADER, BODY, HEADER, LATER), False),
+    ("back", (LATER, HEADER), False),
+])
+@pytest.mark.parametrize("cut", [None, 1, 2])
+def test_calls_in_one_microsecond_are_compared_column_by_column(spark, case, rows, clean, cut):
+    """One thread's calls that share a time are told apart by their other
+    columns, also across the chunks the parse feeds (``cut``: where the
+    table is split); where they agree, Spark's check drops one."""
+    t = _calls(*rows)
+    w = table_facts.Watch("syscalls")
+    for a, b in ((0, t.num_rows),) if cut is None else ((0, cut), (cut, t.num_rows)):
+        w.feed(t.slice(a, b - a))
+    assert w.facts()["no_copies"] is clean
+    drops, _ = spark_finds(spark, t.drop_columns(["data"]), "syscalls")
+    assert drops == (0 if case in ("tied", "back") else 1)
+
+
+def test_ties_past_the_bound_are_not_compared():
+    many = _calls(*[(7, 1_700_000_000_000_001, f"3, {i}", i, "") for i in range(table_facts.MAX_TIED + 1)])
+    w = table_facts.Watch("syscalls")
+    w.feed(many)
+    assert w.facts()["no_copies"] is False
 
 
 def test_facts_describe_their_rows_only(tmp_path):

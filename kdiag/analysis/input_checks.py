@@ -24,6 +24,7 @@ from kdiag.ingest.input_rules import (
     CORR_EVENTS,
     FORWARD_GAP_US,
     LOG_BACK_TOLERANCE_US,
+    PLACE,
     STRACE_BACK_TOLERANCE_US,
     in_copy_scope,
 )
@@ -74,11 +75,6 @@ def copy_candidates(df, table: str):
         return None
     return df.filter(_copy_scope(table)).groupBy(_copy_hash(df).alias("_h")).count() \
         .filter("count > 1").select("_h")
-
-
-# A row's place in its input, which a copy does not repeat: its line, and
-# the ordinal of the statistics snapshot it came from.
-PLACE = ("line_no", "snapshot", "_id")
 
 
 def _content(df) -> list[str]:

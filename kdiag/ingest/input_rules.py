@@ -25,6 +25,10 @@ LOG_BACK_TOLERANCE_US = 250_000
 # (rd_kafka_max_block_ms): a minute in which no traced thread made one call
 # is a stopped process or a clock set forward, not a wait.
 FORWARD_GAP_US = 60_000_000
+# A row's place in its input, which a copy does not repeat: its line, and
+# the ordinal of the statistics snapshot it came from (_id: the analysis's
+# own row number). A copy repeats every other column.
+PLACE = ("line_no", "snapshot", "_id")
 # librdkafka lines that carry a correlation id are logged once per request;
 # other lines (state changes, "Not selecting any broker") can repeat within
 # the log's millisecond resolution and are left alone.

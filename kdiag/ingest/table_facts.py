@@ -11,9 +11,11 @@ sure. Each fact is a sufficient condition, never a guess: where it does not
 hold the analysis runs its checks as before.
 
 - No copies: within each group of rows a copy would share (same thread, or
-  same client, broker and event), one column rises strictly in file order
-  (the call's time, or the CorrId), so no two rows in the check's scope
-  agree on it: none is a copy of another, whatever the other columns hold.
+  same client, broker and event), one column never goes back in file order
+  (the call's time, or the CorrId), so only rows next to each other can
+  agree on it; and where they do (one thread's two reads in one
+  microsecond: a TLS record's header, then its body), they differ in
+  another column. None is a copy of another.
 - No clock steps: per thread, in file order, no row is behind the previous
   one by more than the check's tolerance and none follows it by more than
   its forward gap: the check would observe nothing.
@@ -28,19 +30,35 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from kdiag.ingest.input_rules import FORWARD_GAP_US, LOG_BACK_TOLERANCE_US, RUN, STRACE_BACK_TOLERANCE_US, in_copy_scope
+from kdiag.ingest.input_rules import (
+    FORWARD_GAP_US,
+    LOG_BACK_TOLERANCE_US,
+    PLACE,
+    RUN,
+    STRACE_BACK_TOLERANCE_US,
+    in_copy_scope,
+)
 
 KEY = "kdiag.facts"
 VERSION = 1
 # Past this many threads (or client, broker and event groups) the state is
 # not kept: the facts are left unknown, as for a table no parse wrote.
 MAX_GROUPS = 100_000
+# Rows that tie on the column that rises are compared column by column, up
+# to this many a chunk; past it the table is said to maybe hold copies.
+MAX_TIED = 20_000
+# Not compared: a row's place, and a socket write's text, which the analysis
+# does not read (job._inputs), so that its copy check cannot tell rows apart
+# by it either.
+NOT_COMPARED = (*PLACE, RUN, "data")
+# The row of the chunk a scoped row came from.
+_ROW = "_facts_row"
 
 
 @dataclass(frozen=True)
 class _Plan:
     copy_group: tuple[str, ...]     # rows a copy shares these with ...
-    copy_rises: str                 # ... and this, which rises strictly when there is none
+    copy_rises: str                 # ... and this, which never goes back when there is none
     clock_group: tuple[str, ...] = ()   # a thread, for the clock check (none: not checked)
     back_tolerance_us: int = 0
     ends_after_dur: bool = False    # a call's end is ts_us + dur_us (syscalls)
@@ -64,9 +82,9 @@ class Watch:
         self.plan = _plans().get(table)
         self.table = table
         self.rows = 0
-        self.copies_seen = False      # a group whose value did not rise: maybe a copy
+        self.copies_seen = False      # a value that went back, or tied rows that agree: maybe a copy
         self.steps_seen = False       # a row the clock check would observe
-        self._last_rise: dict = {}    # copy group -> its last value
+        self._last_rise: dict = {}    # copy group -> (its last value, the rows that have it, compared)
         self._last_call: dict = {}    # thread -> (line_no, ts_us, end_us) of its last timed row
         self.lost = False             # too many groups: no facts
 
@@ -74,18 +92,22 @@ class Watch:
         self.rows += t.num_rows
         if self.plan is None or self.lost or not t.num_rows:
             return
+        import numpy as np
         import pyarrow as pa
 
         extra = (RUN,) if RUN in t.column_names else ()
         p = self.plan
-        # Only the columns looked at: filtering the rest (a call's args) is most of the cost.
+        # Only the columns looked at: filtering the rest (a call's args) is
+        # most of the cost. The rows that tie are taken from ``full``.
         wanted = {*extra, *p.copy_group, p.copy_rises, *p.clock_group, "ts_us", "line_no", "event", "corr_id",
                   *(("dur_us",) if p.ends_after_dur else ())}
+        full = t
         t = t.select([c for c in t.column_names if c in wanted])
         try:
             if not self.copies_seen:
-                self.copies_seen = not _rises(in_copy_scope(t, self.table), extra + p.copy_group, p.copy_rises,
-                                              self._last_rise)
+                scoped = in_copy_scope(t.append_column(_ROW, pa.array(np.arange(t.num_rows))), self.table)
+                self.copies_seen = not _no_copies(scoped, full, extra + p.copy_group, p.copy_rises,
+                                                  self._last_rise)
             if p.clock_group and not self.steps_seen:
                 self.steps_seen = _steps(t, extra + p.clock_group, p, self._last_call)
         except (KeyError, TypeError, ValueError, pa.ArrowException):
@@ -156,10 +178,14 @@ def _segments(code):
     return order, sc, starts
 
 
-def _rises(t, cols: tuple[str, ...], rises: str, last: dict) -> bool:
-    """Whether ``rises`` rises strictly within each group, from the group's
-    last value in earlier chunks on."""
+def _no_copies(t, full, cols: tuple[str, ...], rises: str, last: dict) -> bool:
+    """Whether no row of ``t`` can be a copy of another of its group, here
+    or in earlier chunks: ``rises`` never goes back within a group, from the
+    group's last value on, and the rows that share a value (a tie) differ in
+    a compared column. ``t``: the rows in the copy check's scope, narrow,
+    with ``_ROW``, their row in ``full`` (the whole chunk)."""
     import numpy as np
+    import pyarrow as pa
 
     if not t.num_rows:
         return True
@@ -167,16 +193,67 @@ def _rises(t, cols: tuple[str, ...], rises: str, last: dict) -> bool:
     order, sc, starts = _segments(code)
     v = _np(t[rises])[order]
     same = sc[1:] == sc[:-1]
-    if np.any(v[1:][same] <= v[:-1][same]):
+    if np.any(v[1:][same] < v[:-1][same]):
         return False
+    # Runs of rows that tie, within a group; a group's first run continues
+    # its last from the chunk before when the value is the same.
+    run = np.cumsum(np.r_[True, ~(same & (v[1:] == v[:-1]))]) - 1
     ends = np.r_[starts[1:], len(v)] - 1
-    for s, e in zip(starts, ends):
-        k = _key(sc[s], dicts)
-        prev = last.get(k)
-        if prev is not None and v[s] <= prev:
+    carried = {}
+    for s in starts:
+        prev = last.get(_key(sc[s], dicts))
+        if prev is not None:
+            if v[s] < prev[0]:
+                return False
+            if v[s] == prev[0]:
+                carried[int(run[s])] = prev[1]
+    compared = np.bincount(run) >= 2
+    compared[list(carried)] = True
+    compared[run[ends]] = True            # each group's last run, for the next chunk
+    idx = np.flatnonzero(compared[run])
+    if len(idx) + sum(map(len, carried.values())) > MAX_TIED:
+        return False
+    names = [c for c in full.column_names if c not in NOT_COMPARED]
+    taken = full.select(names).take(pa.array(_np(t[_ROW])[order][idx]))
+    seen: dict[int, set] = {}
+    for i, row in zip(idx, zip(*(_values(col) for col in taken.columns))):
+        r = int(run[i])
+        got = seen.get(r)
+        if got is None:
+            got = seen[r] = set(carried.get(r, ()))
+        if row in got:
             return False
-        last[k] = int(v[e])
+        got.add(row)
+    for s, e in zip(starts, ends):
+        last[_key(sc[s], dicts)] = (int(v[e]), frozenset(seen[int(run[e])]))
     return True
+
+
+# A NaN as the copy check holds it: equal to every other NaN (Spark
+# normalises NaN, and -0.0 to 0.0, before it groups; Python's -0.0 already
+# equals 0.0). Nested values become tuples, which a set can hold.
+_NAN = ("NaN",)
+
+
+def _values(col) -> list:
+    import pyarrow as pa
+
+    values = col.to_pylist()
+    if pa.types.is_floating(col.type):
+        return [_NAN if x != x else x for x in values]
+    if pa.types.is_nested(col.type):
+        return [_held(x) for x in values]
+    return values
+
+
+def _held(x):
+    if isinstance(x, float):
+        return _NAN if x != x else x
+    if isinstance(x, list):
+        return tuple(map(_held, x))
+    if isinstance(x, dict):
+        return tuple((k, _held(y)) for k, y in x.items())
+    return x
 
 
 def _steps(t, cols: tuple[str, ...], plan: _Plan, last: dict) -> bool:
