@@ -25,6 +25,7 @@ class Inputs:
     limits: object
     probes: int = 0                                       # bundles with a probe, once analysed
     versions: dict = field(default_factory=dict)          # bundle -> librdkafka version, once analysed
+    sources: tuple[str, ...] | None = None                # bundle.ANALYSED_SOURCES, when the warm server told them
 
     def apart(self) -> list[list[Path]]:
         """The runs to analyse apart: each bundle alone, and the raw
@@ -74,8 +75,9 @@ def checked_inputs(args, env) -> Inputs:
     # whose manifest is missing or not first is what verification reports.
     bundles = [p for p in paths if bundle.is_bundle(p) or bundle.is_archive(p)]
     limits = bundle.Limits.resolve(args)
+    verify = _Verifier(bundles, getattr(args, "no_warm", False))
     with progress.current().stage(f"verifying {len(bundles)} bundle(s)" if bundles else "reading"):
-        checked = [bundle.verify(p, limits) for p in bundles]
+        checked = [verify(p, limits) for p in bundles]
     for v in checked:
         if v.unsealed:
             env.say(f"warning: {visible(v.path)} is unsealed (kdiag was stopped before it finished); its captures are "
@@ -88,7 +90,39 @@ def checked_inputs(args, env) -> Inputs:
     for v in failed:
         env.say(f"warning: {visible(v.path)} failed verification, replaying it anyway: "
                 + "; ".join(map(str, v.problems)))
-    return Inputs(paths, bundles, limits)
+    return Inputs(paths, bundles, limits, sources=verify.sources)
+
+
+class _Verifier:
+    """bundle.verify, run by the warm analysis server when one is serving
+    already (a fresh process spends most of a second importing pyarrow and
+    the parsers to check a bundle's tables): the same function, the same
+    answer; here whenever it cannot. ``sources``: the raw/ folders the
+    analysis reads, from the server's registry (the same code: a server
+    whose key is not the client's answers nothing), else None."""
+
+    def __init__(self, bundles: list, no_warm: bool) -> None:
+        self.server = None
+        self.sources: tuple[str, ...] | None = None
+        if bundles:
+            from kdiag.analysis.warm import Server, wanted
+
+            if wanted(no_warm):
+                self.server = Server()
+
+    def __call__(self, path: Path, limits):
+        from kdiag.bundle import archive as bundle
+
+        if self.server is not None:
+            from kdiag.analysis.warm import WarmUnavailable
+
+            try:
+                checked = self.server.verify(path, limits)
+                self.sources = self.server.sources
+                return checked
+            except (WarmUnavailable, OSError):
+                pass
+        return bundle.verify(path, limits)
 
 
 @dataclass
@@ -116,7 +150,10 @@ def _gather(inputs: Inputs, paths: list[Path], cleanup: contextlib.ExitStack) ->
                 cleanup.callback(shutil.rmtree, d, ignore_errors=True)
             man = bundle.manifest(d, inputs.limits)
             inputs.versions[str(p)] = man.get("versions", {}).get("librdkafka")
-            got.raw += [f for f in bundle.raw_files(d) if f.parent.name in bundle.ANALYSED_SOURCES]
+            # The registry's answer, from the warm server when it gave it:
+            # asked here, it imports every parser.
+            sources = inputs.sources or bundle.ANALYSED_SOURCES
+            got.raw += [f for f in bundle.raw_files(d) if f.parent.name in sources]
             summary = bundle.probe_summary(d, inputs.limits)
             if summary is not None:
                 got.probes += 1

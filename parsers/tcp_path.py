@@ -24,27 +24,42 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from kdiag.visible import visible
 
-PATH_SCHEMA = pa.schema(
-    [
-        ("target_host", pa.string()),
-        ("target_port", pa.int32()),
-        ("broker", pa.string()),
-        ("method", pa.string()),
-        ("ttl", pa.int16()),
-        ("responder", pa.string()),
-        ("answer", pa.string()),
-        ("rtt_min_ms", pa.float64()),
-        ("rtt_median_ms", pa.float64()),
-        ("rtt_max_ms", pa.float64()),
-        ("answered", pa.int16()),
-        ("sent", pa.int16()),
-    ]
-)
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+def __getattr__(name: str):
+    # The schema needs pyarrow, which a report that only draws the table
+    # (format_path_rows, from the findings' rows) does not import.
+    if name == "PATH_SCHEMA":
+        return _path_schema()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _path_schema():
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("target_host", pa.string()),
+            ("target_port", pa.int32()),
+            ("broker", pa.string()),
+            ("method", pa.string()),
+            ("ttl", pa.int16()),
+            ("responder", pa.string()),
+            ("answer", pa.string()),
+            ("rtt_min_ms", pa.float64()),
+            ("rtt_median_ms", pa.float64()),
+            ("rtt_max_ms", pa.float64()),
+            ("answered", pa.int16()),
+            ("sent", pa.int16()),
+        ]
+    )
+
 
 # Answers after which a further TTL tells nothing new.
 FINAL_ANSWERS = ("open", "closed", "unreachable")
@@ -61,11 +76,14 @@ def _most_common(values: list):
 
 def path_table(probes: pa.Table) -> pa.Table:
     """Per (target, method, ttl): the hop as traceroute would list it."""
+    import pyarrow as pa
+
+    schema = _path_schema()
     groups: dict[tuple, dict[int, list[dict]]] = {}
     for r in probes.to_pylist():
         key = (r["target_host"], r["target_port"], r["method"])
         groups.setdefault(key, {}).setdefault(r["ttl"], []).append(r)
-    cols: dict[str, list] = {f.name: [] for f in PATH_SCHEMA}
+    cols: dict[str, list] = {f.name: [] for f in schema}
     for (host, port, method), hops in groups.items():
         broker = next((r["broker"] for rs in hops.values() for r in rs if r["broker"]), None)
         for ttl in sorted(t for t in hops if t is not None):
@@ -87,13 +105,21 @@ def path_table(probes: pa.Table) -> pa.Table:
             cols["sent"].append(len(rs))
             if answer in FINAL_ANSWERS or any(r["answer"] in ("open", "closed") for r in got):
                 break
-    return pa.table(cols, schema=PATH_SCHEMA)
+    return pa.table(cols, schema=schema)
 
 
 def _rtt_text(row: dict) -> str:
-    if row["rtt_min_ms"] is None:
+    rtts = [row.get(k) for k in ("rtt_min_ms", "rtt_median_ms", "rtt_max_ms")]
+    if rtts[0] is None:
         return "*"
-    return f"{row['rtt_min_ms']:.3f}/{row['rtt_median_ms']:.3f}/{row['rtt_max_ms']:.3f}"
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in rtts):
+        return "/".join(f"{v:.3f}" for v in rtts)
+    return "/".join(map(visible, rtts))
+
+
+def _key(value):
+    """A field as a block's key: a findings file's may be a list or a map."""
+    return value if value is None or isinstance(value, (str, int, float)) else visible(value)
 
 
 def format_path_table(table: pa.Table) -> str:
@@ -106,21 +132,30 @@ def format_path_table(table: pa.Table) -> str:
 
     RTT is min/median/max over the answered rounds; ``*`` marks no answer.
     """
+    return format_path_rows(table.to_pylist())
+
+
+def format_path_rows(rows: list) -> str:
+    """``format_path_table`` of the rows as dicts: ``path_table``'s, or a
+    findings file's, where any field may be missing or of another type
+    (each is shown as data)."""
     blocks: dict[tuple, list[dict]] = {}
-    for r in table.to_pylist():
-        blocks.setdefault((r["target_host"], r["target_port"], r["broker"], r["method"]), []).append(r)
+    for r in rows:
+        if isinstance(r, dict):
+            key = tuple(_key(r.get(k)) for k in ("target_host", "target_port", "broker", "method"))
+            blocks.setdefault(key, []).append(r)
     out: list[str] = []
     for (host, port, broker, method), rows in blocks.items():
         # Hosts and answers come from captures: shown as data, each cell
         # before the columns are measured.
-        cells = [tuple(map(visible, (r["ttl"], r["responder"] or "*", _rtt_text(r),
-                                     f"{r['answer']} {r['answered']}/{r['sent']}")))
+        cells = [tuple(map(visible, (r.get("ttl"), r.get("responder") or "*", _rtt_text(r),
+                                     f"{r.get('answer')} {r.get('answered')}/{r.get('sent')}")))
                  for r in rows]
         w_hop = max(3, *(len(c[0]) for c in cells))
         w_addr = max(len("ADDRESS"), *(len(c[1]) for c in cells))
         w_rtt = max(len("RTT(ms)"), *(len(c[2]) for c in cells))
         last = rows[-1]
-        reached = last["answer"] in ("open", "closed", "reply")   # reply: the host answered a ping
+        reached = last.get("answer") in ("open", "closed", "reply")   # reply: the host answered a ping
         title = f"{host}" + (f":{port}" if port is not None else "")   # a ping has no port
         title += (f" (broker {broker})" if broker else "") + f", {method or 'unknown'} probes, "
         title += f"{len(rows)} hop{'s' if len(rows) != 1 else ''}" if reached else f"target not reached in {len(rows)} hops"

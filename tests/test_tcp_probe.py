@@ -474,3 +474,13 @@ def test_path_table_rows():
         "  3  h        2.000/2.000/2.000  open 1/1\n"
     )
     assert format_path_table(path_table(PROBES_SCHEMA.empty_table())) == ""
+    # The report draws the findings' rows as they are, without Arrow: the same text.
+    from kdiag.parsers.tcp_path import format_path_rows
+
+    assert format_path_rows(t.to_pylist()) == format_path_table(t)
+    # A findings file anyone may have edited: fields missing, of other
+    # types, or holding terminal controls; entries that are not rows.
+    forged = [{"target_host": ["x"], "ttl": "1\x1b[2J", "rtt_min_ms": "fast", "rtt_median_ms": 1,
+               "rtt_max_ms": None, "answer": {"a": 1}}, "not a row", {"ttl": 2, "rtt_min_ms": True}]
+    text = format_path_rows(forged)
+    assert "\x1b" not in text and "fast" in text and text.count("HOP") == 2

@@ -144,6 +144,97 @@ def test_a_warm_replays_client_imports_neither_arrow_nor_numpy(warm, tmp_path):
     assert heavy == ["HEAVY "], run.stderr[-2000:]
 
 
+BUNDLE = Path(__file__).parent.parent / "fixtures" / "bundles" / "nagle_on.tar.gz"
+
+
+def _tampered(tmp_path: Path) -> Path:
+    """The fixture bundle with one byte of its log changed after sealing."""
+    import io
+    import tarfile
+
+    out = tmp_path / "tampered.tar.gz"
+    with tarfile.open(BUNDLE) as src, tarfile.open(out, "w:gz") as dst:
+        for m in src.getmembers():
+            data = src.extractfile(m).read() if m.isfile() else None
+            if m.name == "raw/rdkafka_log/rdkafka.log":
+                data = b"X" + data[1:]
+            dst.addfile(m, None if data is None else io.BytesIO(data))
+    return out
+
+
+def test_the_server_verifies_a_bundle_as_this_process_would(warm, tmp_path):
+    """The same Verification, problem by problem, for a sealed bundle, a
+    tampered one and a file that is none; and the raw/ folders the
+    analysis reads, as this process's registry has them."""
+    import dataclasses
+
+    from kdiag.bundle import archive as bundle
+    from kdiag.parsers.registry import bundle_dirs
+
+    (tmp_path / "none.txt").write_text("not a bundle\n")
+    limits = bundle.Limits.resolve()
+    for path in (BUNDLE, _tampered(tmp_path), tmp_path / "none.txt"):
+        here, there = bundle.verify(path, limits), warm.verify(path, limits)
+        assert there.path == path and there.to_dict() == here.to_dict(), path
+        assert (there.ok, there.state) == (here.ok, here.state)
+    assert not warm.verify(_tampered(tmp_path), limits).ok
+    assert warm.sources == bundle_dirs()
+    # Caps are the client's: one the fixture passes is refused there too.
+    small = dataclasses.replace(limits, members=3)
+    assert warm.verify(BUNDLE, small).to_dict() == bundle.verify(BUNDLE, small).to_dict()
+    assert not warm.verify(BUNDLE, small).ok
+
+
+@pytest.mark.parametrize("request_", [
+    {"op": "verify", "key": KEY, "path": "relative.tar.gz", "limits": {}},
+    {"op": "verify", "key": KEY, "path": "/x.tar.gz", "limits": {"members": 3}},
+    {"op": "verify", "key": KEY, "path": "/x.tar.gz",
+     "limits": {"unpacked_bytes": -1, "members": 3, "manifest_bytes": 1, "manifest_depth": 1}},
+    {"op": "verify", "key": KEY, "path": "/x.tar.gz",
+     "limits": {"unpacked_bytes": True, "members": 3, "manifest_bytes": 1, "manifest_depth": 1}},
+])
+def test_a_malformed_verify_request_is_refused(warm, request_):
+    answer = warm.call(request_, 30)
+    assert answer["ok"] is False and "bad request" in answer["error"]
+    _serves(warm)
+
+
+def test_a_client_verifies_itself_when_no_server_serves(tmp_path, monkeypatch):
+    """No server in the directory: the verification is this process's, at
+    once, and no server is started for it."""
+    from kdiag.bundle import archive as bundle
+    from kdiag.replay import _Verifier
+
+    d = _private(tmp_path / "none")
+    monkeypatch.setenv("KDIAG_WARM_DIR", str(d))
+    monkeypatch.setenv("KDIAG_WARM", "1")
+    verify = _Verifier([BUNDLE], no_warm=False)
+    t0 = time.monotonic()
+    got = verify(BUNDLE, bundle.Limits.resolve())
+    assert got.ok and verify.sources is None and time.monotonic() - t0 < 30
+    assert not (d / LOCK_NAME).exists() or not _lock_held_here(d)
+
+
+def _lock_held_here(d: Path) -> bool:
+    from kdiag.analysis.warm import _lock_held
+
+    return _lock_held(d / LOCK_NAME)
+
+
+def test_a_warm_bundle_replays_client_imports_neither_arrow_nor_numpy(warm, tmp_path):
+    # The bundle is verified by the server, which also names the raw/
+    # folders the analysis reads; the report's path table is drawn from the
+    # findings' rows. The client imports none of the parsers.
+    env = {**os.environ, "KDIAG_WARM": "1", "KDIAG_WARM_DIR": str(warm.dir), "KDIAG_WARM_START_S": "5"}
+    run = subprocess.run([sys.executable, "-c", _CLIENT.replace('"--json", ', ""), str(BUNDLE)], env=env,
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "VERDICT: nagle_delayed_ack" in run.stdout and "HOP" in run.stdout
+    assert "note:" not in run.stderr
+    heavy = [ln for ln in run.stderr.splitlines() if ln.startswith("HEAVY ")]
+    assert heavy == ["HEAVY "], run.stderr[-2000:]
+
+
 def test_the_server_practises_after_answering_and_gives_way_to_a_request(tmp_path, monkeypatch, spark):
     """After an answer the server analyses a copy of the tables again, so
     its JIT is warm for the next replay; a request that comes meanwhile

@@ -33,6 +33,10 @@ each way over a Unix socket, with the standard library only.
   request, after a request that ran past ``KDIAG_WARM_TIMEOUT_S`` (120; it
   may be hung), and when the code it runs is not the client's (kdiag was
   upgraded or edited; ``code_key``): the client then starts a fresh one.
+- It also verifies bundles (``verify``) for a client that finds it already
+  serving: its parsers and pyarrow are imported, which a fresh client
+  spends most of a second on to check a bundle's table schemas and footers.
+  One that is not serving yet is not waited for: the client verifies.
 - After it answers, while nobody waits, it practises on a copy of the
   tables it was given, so that its JVM's JIT has compiled Spark's planner
   before the next replay (``warm_practice``; ``KDIAG_WARM_PRACTICE=0``: never).
@@ -44,6 +48,7 @@ each way over a Unix socket, with the standard library only.
 """
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -58,11 +63,15 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kdiag import settings
 from kdiag.analysis import class_archive
 from kdiag.deadline import Deadline, wait_until
 from kdiag.visible import visible
+
+if TYPE_CHECKING:
+    from kdiag.bundle.verify import Verification
 
 SOCKET_NAME = "analysis.sock"
 LOCK_NAME = "server.lock"
@@ -190,6 +199,9 @@ class Server:
         self.read_s = _env_s("KDIAG_WARM_READ_S", READ_S)
         self.key = code_key()
         self.started = False
+        # The raw/ folders the analysis reads (bundle.ANALYSED_SOURCES), as the
+        # server's registry gave them with its last verification.
+        self.sources: tuple[str, ...] | None = None
 
     def start(self) -> None:
         """Starts a server unless one is alive; does not wait for it to be ready."""
@@ -237,6 +249,24 @@ class Server:
                                           notes=p.get("notes") or [],
                                           paths={k: Path(v) for k, v in (p.get("paths") or {}).items()})
 
+    def verify(self, path: Path, limits) -> Verification:
+        """``bundle.verify(path, limits)``, run by the server when it is
+        serving now (not waited for); WarmUnavailable when it is not, or
+        could not."""
+        from kdiag.bundle.verify import Verification
+
+        answer = self.call({"op": "verify", "key": self.key, "path": str(Path(path).resolve()),
+                            "limits": dataclasses.asdict(limits)}, self.timeout_s, wait=False)
+        if not answer.get("ok") or not isinstance(answer.get("verification"), dict):
+            raise WarmUnavailable(visible(str(answer.get("error") or "the analysis server did not verify")))
+        sources = answer.get("sources")
+        if isinstance(sources, list) and all(isinstance(x, str) for x in sources):
+            self.sources = tuple(sources)
+        try:
+            return Verification.from_dict(answer["verification"], Path(path))
+        except (KeyError, TypeError, ValueError) as e:
+            raise WarmUnavailable(f"the analysis server's verification is malformed ({type(e).__name__})") from None
+
     def _analysis(self, tables_dir: Path, meta: dict, **extra) -> dict:
         request = {"op": "analyze", "tables": str(Path(tables_dir).resolve()), "meta": meta, "key": self.key, **extra}
         answer = self.call(request, self.timeout_s)
@@ -250,12 +280,13 @@ class Server:
             raise WarmUnavailable(visible(str(answer.get("error") or "the analysis server refused the request")))
         return answer
 
-    def call(self, request: dict, timeout_s: float) -> dict:
+    def call(self, request: dict, timeout_s: float, wait: bool = True) -> dict:
+        """``wait``: for a server that is starting, up to its start timeout."""
         line = json.dumps(request, default=str).encode() + b"\n"
         if len(line) > MAX_REQUEST_BYTES:
             raise WarmUnavailable(f"the request to the analysis server is {len(line)} bytes, over its "
                                   f"{MAX_REQUEST_BYTES}")
-        conn = self._connect()
+        conn = self._connect(wait)
         try:
             conn.settimeout(timeout_s)
             conn.sendall(line)
@@ -279,8 +310,8 @@ class Server:
             raise WarmUnavailable("the analysis server's answer is not a JSON object")
         return answer
 
-    def _connect(self) -> socket.socket:
-        """A connection, waiting for a server that is starting."""
+    def _connect(self, wait: bool = True) -> socket.socket:
+        """A connection, waiting for a server that is starting (``wait``)."""
         private_dir(self.dir)   # whoever owns the directory could swap the socket
         deadline = Deadline(self.start_timeout_s)
         while True:
@@ -299,6 +330,8 @@ class Server:
                 raise WarmUnavailable(f"no analysis server is running in {self.dir}"
                                       + (f" ({error})" if error else "")
                                       + (f"; see {self.dir / LOG_NAME}" if self.started else ""))
+            if not wait:
+                raise WarmUnavailable("the analysis server is not serving yet")
             if deadline.expired():
                 raise WarmUnavailable(f"the analysis server did not start within {self.start_timeout_s:g} s")
             time.sleep(0.05)
@@ -411,6 +444,7 @@ def _run(directory: Path, idle_s: float, timeout_s: float, read_s: float, key: s
 def _preload() -> None:
     try:
         import kdiag.analysis.job  # noqa: F401
+        import kdiag.bundle.verify  # noqa: F401
         import kdiag.ingest.tables  # noqa: F401
     except Exception:  # noqa: BLE001 - the request that needs them imports them again, and fails in its own words
         pass
@@ -521,6 +555,10 @@ class _Serving:
                            "practice": {"left": max(0, practice.left), "ran": practice.ran,
                                         "interrupted": practice.interrupted}}, self.read_s)
             return
+        if op == "verify":
+            # No Spark: not one of the analyses, which run one at a time.
+            _answer(conn, _verify(request), self.read_s)
+            return
         with self.state:
             self.waiting += 1
         try:
@@ -557,6 +595,7 @@ _FIELDS = {
     "ping": (),
     "analyze": (("tables", str, True), ("meta", dict, False), ("raw", (list, type(None)), False),
                 ("base", (str, type(None)), False)),
+    "verify": (("path", str, True), ("limits", dict, True)),
 }
 
 
@@ -578,6 +617,8 @@ def _request(line: bytes) -> dict:
             raise _BadRequest(f"{name} is {'missing' if name not in request else 'of the wrong type'}")
     if op == "analyze":
         _check_paths(request)
+    if op == "verify":
+        _check_verify(request)
     return request
 
 
@@ -606,6 +647,28 @@ def _check_paths(request: dict) -> None:
     for p in [request["tables"], *raw, *([request["base"]] if request.get("base") is not None else [])]:
         if "\0" in p or not os.path.isabs(p):
             raise _BadRequest("a path is not absolute or holds a NUL")
+
+
+def _check_verify(request: dict) -> None:
+    from kdiag.bundle.limits import Limits
+
+    if "\0" in request["path"] or not os.path.isabs(request["path"]):
+        raise _BadRequest("a path is not absolute or holds a NUL")
+    limits, names = request["limits"], {f.name for f in dataclasses.fields(Limits)}
+    if set(limits) != names or not all(type(v) is int and v > 0 for v in limits.values()):
+        raise _BadRequest(f"limits are not {', '.join(sorted(names))}, each a number above 0")
+
+
+def _verify(request: dict) -> dict:
+    from kdiag.bundle.limits import Limits
+    from kdiag.bundle.verify import verify
+    from kdiag.parsers.registry import bundle_dirs
+
+    try:
+        return {"ok": True, "verification": verify(Path(request["path"]), Limits(**request["limits"])).to_dict(),
+                "sources": list(bundle_dirs())}
+    except Exception as e:  # noqa: BLE001 - the client verifies in its own process, where the error is its own
+        return {"ok": False, "error": f"the verification failed in the server: {type(e).__name__}"}
 
 
 def _deeper(value, limit: int) -> bool:

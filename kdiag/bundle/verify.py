@@ -89,6 +89,21 @@ class Verification:
                 "files": self.files, "tables": self.tables,
                 "problems": [{"path": p.path, "problem": p.what} for p in self.problems]}
 
+    @classmethod
+    def from_dict(cls, d: dict, path: Path) -> Verification:
+        """The verification ``to_dict`` gave, of the bundle at ``path``."""
+        def count(v) -> int:
+            if type(v) is not int:
+                raise TypeError("a count is not an integer")
+            return v
+
+        fmt = d["bundle_format"]
+        if fmt is not None:
+            fmt = count(fmt)
+        return cls(Path(path), [Problem(None if p["path"] is None else str(p["path"]), str(p["problem"]))
+                                for p in d["problems"]],
+                   count(d["files"]), count(d["tables"]), fmt, d["state"] == "not a bundle", d["unsealed"] is True)
+
     def add(self, path: str | None, what: str) -> None:
         self.problems.append(Problem(path, what))
 

@@ -128,14 +128,12 @@ def _head_lines(findings: dict, probe: dict | None) -> list[str]:
 def _path_lines(paths: list | None) -> list[str]:
     if not paths:
         return []
-    import pyarrow as pa
-
-    from kdiag.parsers.tcp_probe import PATH_SCHEMA, format_path_table
+    from kdiag.parsers.tcp_path import format_path_rows
     from kdiag.report.page_limits import IN_PROBES, paths_shown
 
     out = [_path_title(paths)]
     shown, more = paths_shown(paths)
-    table = format_path_table(pa.Table.from_pylist(shown, schema=PATH_SCHEMA))
+    table = format_path_rows(shown)
     out.extend("    " + ln for ln in table.splitlines())
     if more:
         out.append(f"    ... and {more:,} more hops not shown; {IN_PROBES}")
