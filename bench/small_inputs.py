@@ -11,6 +11,15 @@ Without ``--bundle100`` a 100-request bundle is made first with
 ``kdiag trace --messages 100`` (the lab: root, strace, stunnel4, Tansu).
 Bundles are replayed with ``--no-verify``: verification still runs (and is
 timed), a bundle written before a table gained columns only warns.
+
+References, in the same run (the machine's speed wanders from hour to hour:
+bench/history/2026-11-30.md): for cold replays, Spark's floor (a fresh
+process starts a small-input session, runs one job and stops:
+``bench.verdict``), taken before each input's cold runs; for warm ones, a
+fresh process's ping of the same warm server (Python's start, kdiag's
+client imports, one round trip), taken after each input's warm runs. Any
+other warm analysis server running when the bench starts is named in its
+output: its practice takes a core.
 """
 from __future__ import annotations
 
@@ -61,6 +70,35 @@ def replay_s(path: Path, env: dict, cwd: Path) -> float:
     return took
 
 
+_PING = r"""
+import sys, time
+from pathlib import Path
+from kdiag.analysis.warm import Server
+s = Server(Path(sys.argv[1]))
+assert s.call({"op": "ping", "key": s.key}, 30)["ok"]
+"""
+
+
+def warm_floor_s(warm_dir: Path, env: dict, cwd: Path) -> float:
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-c", _PING, str(warm_dir)], env=env, cwd=cwd, check=True, timeout=60,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return time.monotonic() - t0
+
+
+def other_servers() -> list[str]:
+    """Warm analysis servers already running (another user's, an earlier
+    measurement's): each one's practice takes a core from the runs."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if "kdiag.analysis.warm" in cmd and "--dir" in cmd:
+            found.append(f"pid {p.info['pid']} in {cmd[cmd.index('--dir') + 1]}")
+    return found
+
+
 def measure(inputs: dict[str, Path], n: int, work: Path) -> list[dict]:
     # pip compiles an installed kdiag's modules; a checkout run with
     # PYTHONDONTWRITEBYTECODE would compile ~70 of them at every replay
@@ -68,9 +106,12 @@ def measure(inputs: dict[str, Path], n: int, work: Path) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     cold_env = {**env, "KDIAG_WARM": "0"}
     rows = []
+    from bench.verdict import _floor
+
     for name, path in inputs.items():
+        floors = [_floor() for _ in range(n)]
         cold = [replay_s(path, cold_env, work) for _ in range(n)]
-        rows.append({"input": name, "mode": "cold", "runs": cold})
+        rows.append({"input": name, "mode": "cold", "runs": cold, "ref": floors, "ref_what": "Spark's floor"})
     # A server's practice (kdiag.analysis.warm_practice) runs after first use:
     # replays that follow at once interrupt it, later ones find it done.
     rows += _warm(inputs, n, work / "warm", env, practised=False)
@@ -98,8 +139,9 @@ def _warm(inputs: dict[str, Path], n: int, warm_dir: Path, env: dict, practised:
         else:
             rows.append({"input": "bundle30", "mode": "first use (starts the server)", "runs": [first]})
         for name, path in inputs.items():
-            rows.append({"input": name, "mode": mode,
-                         "runs": [replay_s(path, warm_env, warm_dir.parent) for _ in range(n)]})
+            runs = [replay_s(path, warm_env, warm_dir.parent) for _ in range(n)]
+            rows.append({"input": name, "mode": mode, "runs": runs, "ref_what": "a fresh process's ping",
+                         "ref": [warm_floor_s(warm_dir, warm_env, warm_dir.parent) for _ in range(n)]})
         if (warm_dir / LOCK_NAME).read_text().split()[0] != pid:
             raise RuntimeError("the warm server was restarted during the runs (its code changed): measure again")
     finally:
@@ -120,11 +162,14 @@ def run(smoke: bool = False, work: Path | None = None, n: int = 5, bundle100: Pa
         med = statistics.median(r["runs"])
         goal_s = GOALS_S.get((r["input"], "cold" if r["mode"] == "cold" else
                               "warm" if r["mode"].startswith("warm") else r["mode"]))
+        ref = r.get("ref")
         figures.append(Figure("small_inputs", f"replay {r['input']}, {r['mode']}: median s", round(med, 2), "s",
                               goal=None if goal_s is None else f"<= {goal_s}",
                               met=None if goal_s is None else med <= goal_s,
+                              reference=r.get("ref_what"), ref_value=ref and round(statistics.median(ref), 2),
                               command="python -m bench.small_inputs",
-                              note=f"runs {', '.join(f'{x:.2f}' for x in r['runs'])}; max {max(r['runs']):.2f}"))
+                              note=f"runs {', '.join(f'{x:.2f}' for x in r['runs'])}; max {max(r['runs']):.2f}"
+                                   + (f"; reference runs {', '.join(f'{x:.2f}' for x in ref)}" if ref else "")))
     return figures
 
 
@@ -136,13 +181,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, help="scratch directory (default: a new temporary one)")
     a = ap.parse_args(argv)
     print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
+    for other in other_servers():
+        print(f"another warm analysis server is running ({other}): its practice takes a core", flush=True)
     figures = run(work=a.work, n=a.n, bundle100=a.bundle100)
-    print("| input | mode | runs (s) | median | max | goal |\n|---|---|---|---|---|---|")
+    print("| input | mode | runs (s) | median | max | reference (median s) | goal |\n|---|---|---|---|---|---|---|")
     for f in figures:
         what, mode = f.name.removeprefix("replay ").removesuffix(": median s").split(", ", 1)
         goal = "-" if f.goal is None else f"{f.goal} s: {'met' if f.met else 'not met'}"
+        ref = "-" if f.ref_value is None else f"{f.reference} {f.ref_value:.2f}"
         print(f"| {what} | {mode} | {f.note.split(';')[0].removeprefix('runs ')} | **{f.value:.2f}** "
-              f"| {f.note.split('max ')[1]} | {goal} |")
+              f"| {f.note.split('max ')[1].split(';')[0]} | {ref} | {goal} |")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0
 
