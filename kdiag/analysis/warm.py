@@ -312,6 +312,9 @@ class Server:
 
     def _connect(self, wait: bool = True) -> socket.socket:
         """A connection, waiting for a server that is starting (``wait``)."""
+        if not wait and not self.dir.is_dir():
+            # Not made for a request that only asks a running server.
+            raise WarmUnavailable(f"no analysis server is running in {self.dir}")
         private_dir(self.dir)   # whoever owns the directory could swap the socket
         deadline = Deadline(self.start_timeout_s)
         while True:
