@@ -71,7 +71,7 @@ def replay_s(path: Path, env: dict, cwd: Path) -> float:
 
 
 _PING = r"""
-import sys, time
+import sys
 from pathlib import Path
 from kdiag.analysis.warm import Server
 s = Server(Path(sys.argv[1]))
@@ -106,10 +106,10 @@ def measure(inputs: dict[str, Path], n: int, work: Path) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     cold_env = {**env, "KDIAG_WARM": "0"}
     rows = []
-    from bench.verdict import _floor
+    from bench.verdict import fresh_spark_floor
 
     for name, path in inputs.items():
-        floors = [_floor() for _ in range(n)]
+        floors = [fresh_spark_floor() for _ in range(n)]
         cold = [replay_s(path, cold_env, work) for _ in range(n)]
         rows.append({"input": name, "mode": "cold", "runs": cold, "ref": floors, "ref_what": "Spark's floor"})
     # A server's practice (kdiag.analysis.warm_practice) runs after first use:

@@ -87,7 +87,8 @@ def spark_floor() -> float:
     return time.monotonic() - t0
 
 
-def _floor() -> float:
+def fresh_spark_floor() -> float:
+    """spark_floor, in a fresh process: what a cold replay starts from."""
     out = subprocess.run([sys.executable, "-m", "bench.verdict", "spark"], cwd=ROOT, capture_output=True, text=True,
                          timeout=300, check=True).stdout
     return float(out.strip().splitlines()[-1])
@@ -123,7 +124,7 @@ def run(smoke: bool, work: Path) -> list[Figure]:
     work.mkdir(parents=True, exist_ok=True)
     repeats = 1 if smoke else 3
     kd = [sys.executable, "-m", "kdiag"]
-    floors = [_floor() for _ in range(repeats)]
+    floors = [fresh_spark_floor() for _ in range(repeats)]
     floor = statistics.median(floors)
     ref = "Spark session start + one job + stop"
     figs = []

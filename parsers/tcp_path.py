@@ -22,6 +22,7 @@ sent           int16    rounds sent
 """
 from __future__ import annotations
 
+import functools
 import statistics
 from collections import Counter
 from typing import TYPE_CHECKING
@@ -40,6 +41,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+@functools.cache
 def _path_schema():
     import pyarrow as pa
 

@@ -648,15 +648,18 @@ def _check_paths(request: dict) -> None:
     if not all(isinstance(p, str) for p in raw):
         raise _BadRequest("raw holds a path that is not a string")
     for p in [request["tables"], *raw, *([request["base"]] if request.get("base") is not None else [])]:
-        if "\0" in p or not os.path.isabs(p):
-            raise _BadRequest("a path is not absolute or holds a NUL")
+        _check_path(p)
+
+
+def _check_path(p: str) -> None:
+    if "\0" in p or not os.path.isabs(p):
+        raise _BadRequest("a path is not absolute or holds a NUL")
 
 
 def _check_verify(request: dict) -> None:
     from kdiag.bundle.limits import Limits
 
-    if "\0" in request["path"] or not os.path.isabs(request["path"]):
-        raise _BadRequest("a path is not absolute or holds a NUL")
+    _check_path(request["path"])
     limits, names = request["limits"], {f.name for f in dataclasses.fields(Limits)}
     if set(limits) != names or not all(type(v) is int and v > 0 for v in limits.values()):
         raise _BadRequest(f"limits are not {', '.join(sorted(names))}, each a number above 0")

@@ -239,9 +239,7 @@ def _values(col) -> list:
     import pyarrow as pa
 
     values = col.to_pylist()
-    if pa.types.is_floating(col.type):
-        return [_NAN if x != x else x for x in values]
-    if pa.types.is_nested(col.type):
+    if pa.types.is_floating(col.type) or pa.types.is_nested(col.type):
         return [_held(x) for x in values]
     return values
 
