@@ -635,7 +635,10 @@ def test_an_old_produce_version_from_a_real_client(tansu, tmp_path, fallback, co
     UNKNOWN_PRODUCER_ID (59)."""
     cap = tmp_path / "old.pcap"
     messages = [("wire-old", 0, b"m%d" % i) for i in range(4)]
-    capture_produce(tansu, cap, {"client.id": "kdiag-wire", "api.version.request": False,
+    # linger.ms 500: the four messages must go in one request, since Tansu
+    # closes the connection after a v0 one; the default 20 ms was once too
+    # short on a loaded CI machine and the first message went alone.
+    capture_produce(tansu, cap, {"client.id": "kdiag-wire", "linger.ms": 500, "api.version.request": False,
                                  "broker.version.fallback": fallback, "compression.type": codec,
                                  "message.send.max.retries": 0, "message.timeout.ms": 1500}, messages, flush_s=2.5)
     rows = decode_capture(cap.read_bytes())
