@@ -1,0 +1,455 @@
+"""What user-space probes would cost, measured before the tracer uses them.
+
+bpfcalls hooks the kernel's per-syscall tracepoints. Enabling any of them
+moves every task on the host to the kernel's slower syscall path, and a
+hooked call of any process runs the program: an unrelated process pays
+(``bench/hosttax.py``). A uprobe is a breakpoint in the traced process's own
+pages of libc: no other process meets it. What it costs the traced process
+depends on where it sits. The kernel runs the instruction a breakpoint
+displaced either by emulating it (jumps, calls, pushes, nops) or by
+single-stepping a copy of it; in a KVM guest each single step's debug trap
+is a VM exit (KVM intercepts #DB), thousands of cycles.
+
+Measured, on a loop of write(2) of 1 byte to /dev/null that times its own
+CPU a call (``SELF_C``; the median of each round's ns a call):
+  untraced                           the reference
+  bpfcalls                           kdiag's tracer as it runs today
+  uprobe at write()'s first instruction     (glibc: a compare, single-stepped)
+  uprobe at write()'s first conditional jump (emulated: no single step)
+  the same with a uretprobe          the call's return, for its duration
+and, as bench/hosttax.py measures it, an unrelated write() loop's calls a
+CPU second with the jump's uprobe and uretprobe attached to another, busy,
+process, against the untraced runs either side. Last, whether a probe
+opened on a process's main thread (perf_event_open with its pid) fires in
+its other threads: the tracer would need one per thread.
+
+The probes' program (``PROBE_BPF_C``) only counts: what the tracer's
+records would add is bpfcalls' own cost, the same on either hook. The
+loader (``LOADER_C``) is built here with cc and libbpf, the program with
+clang, as setup.py builds bpfcalls'.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import Figure, loadavg
+
+PROBE_BPF_C = r"""
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+char LICENSE[] SEC("license") = "GPL";
+const volatile __u32 tgid_cfg = 0;
+/* [0] entries in the main thread, [1] in the process's other threads, [2] returns, [3] other processes */
+__u64 hits[4] = {};
+SEC("uprobe") int on_entry(void *ctx)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    if ((id >> 32) != tgid_cfg)
+        __sync_fetch_and_add(&hits[3], 1);
+    else
+        __sync_fetch_and_add(&hits[(__u32)id == tgid_cfg ? 0 : 1], 1);
+    return 0;
+}
+SEC("uretprobe") int on_return(void *ctx)
+{
+    __sync_fetch_and_add(&hits[2], 1);
+    return 0;
+}
+"""
+
+LOADER_C = r"""
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+/* loader OBJ PID LIB OFFSET RET THREADS: a uprobe (and with RET a uretprobe)
+ * at LIB+OFFSET, opened on PID's main thread only (THREADS 0) or on each of
+ * its threads; prints "ready", and at SIGINT the program's counts. */
+static volatile sig_atomic_t stop;
+static void on_signal(int s) { (void)s; stop = 1; }
+static struct bpf_map *ending(struct bpf_object *o, const char *suffix)
+{
+    struct bpf_map *m;
+    bpf_object__for_each_map(m, o) {
+        const char *n = bpf_map__name(m);
+        size_t l = strlen(n), k = strlen(suffix);
+        if (l >= k && strcmp(n + l - k, suffix) == 0)
+            return m;
+    }
+    return NULL;
+}
+static int probe(struct bpf_object *o, int tid, const char *lib, size_t off, int ret)
+{
+    LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = ret);
+    struct bpf_program *p = bpf_object__find_program_by_name(o, ret ? "on_return" : "on_entry");
+    if (!bpf_program__attach_uprobe_opts(p, tid, lib, off, &opts)) {
+        fprintf(stderr, "attaching to thread %d: %s\n", tid, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+int main(int argc, char **argv)
+{
+    if (argc != 7)
+        return 2;
+    int pid = atoi(argv[2]), ret = atoi(argv[5]), threads = atoi(argv[6]);
+    size_t off = strtoul(argv[4], NULL, 0);
+    struct bpf_object *o = bpf_object__open_file(argv[1], NULL);
+    unsigned cfg = (unsigned)pid;
+    if (!o || bpf_map__set_initial_value(ending(o, ".rodata"), &cfg, sizeof cfg) || bpf_object__load(o)) {
+        fprintf(stderr, "loading the program: %s\n", strerror(errno));
+        return 1;
+    }
+    signal(SIGINT, on_signal);
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/task", pid);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        int tid = atoi(e->d_name);
+        if (tid <= 0 || (!threads && tid != pid))
+            continue;
+        if (probe(o, tid, argv[3], off, 0) || (ret && probe(o, tid, argv[3], off, 1)))
+            return 1;
+    }
+    printf("ready\n");
+    fflush(stdout);
+    while (!stop)
+        pause();
+    unsigned long long v[4];
+    unsigned zero = 0;
+    bpf_map_lookup_elem(bpf_map__fd(ending(o, ".bss")), &zero, v);
+    printf("%llu %llu %llu %llu\n", v[0], v[1], v[2], v[3]);
+    return 0;
+}
+"""
+
+SELF_C = r"""
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+/* self N ROUNDS: says "ready", waits for a line on stdin, then ROUNDS rounds of N write()s
+ * of 1 byte to /dev/null; prints each round's CPU ns a call */
+static double cpu_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec * 1e9 + t.tv_nsec;
+}
+int main(int argc, char **argv)
+{
+    long n = atol(argv[1]);
+    int rounds = atoi(argv[2]), fd = open("/dev/null", O_WRONLY);
+    char c = 0, line[8];
+    printf("ready\n");
+    fflush(stdout);
+    if (!fgets(line, sizeof line, stdin))
+        return 1;
+    for (int r = 0; r < rounds; r++) {
+        double t = cpu_ns();
+        for (long i = 0; i < n; i++)
+            write(fd, &c, 1);
+        printf("%.1f\n", (cpu_ns() - t) / n);
+    }
+    return 0;
+}
+"""
+
+# A Python process whose main thread and two others write to /dev/null.
+THREADS_PY = r"""
+import os, sys, threading, time
+fd = os.open("/dev/null", os.O_WRONLY)
+def w():
+    while True:
+        os.write(fd, b"x"); time.sleep(0.001)
+for _ in range(2):
+    threading.Thread(target=w, daemon=True).start()
+print("ready", flush=True)
+w()
+"""
+
+# glibc's syscall wrappers begin (after endbr64 where built with CET) with
+# SINGLE_THREAD_P, "cmpb $0x0,__libc_single_threaded(%rip)", then a
+# conditional jump to the cancellable path:
+#   80 3d <disp32> 00        cmpb   $0x0,0x...(%rip)
+#   74 17                    je     ...
+ENDBR64 = b"\xf3\x0f\x1e\xfa"
+CMPB_RIP = b"\x80\x3d"
+
+
+def first_jump(code: bytes) -> int | None:
+    """The offset of the conditional jump after glibc's single-thread test
+    at a wrapper's start, or None for another shape."""
+    i = len(ENDBR64) if code.startswith(ENDBR64) else 0
+    if code[i:i + 2] != CMPB_RIP or len(code) < i + 9:
+        return None
+    i += 7
+    if 0x70 <= code[i] <= 0x7f or (code[i] == 0x0f and 0x80 <= code[i + 1] <= 0x8f):
+        return i
+    return None
+
+
+def function_offset(path: Path, name: str) -> tuple[int, bytes] | None:
+    """(the file offset of the function ``name`` in the ELF64 little-endian
+    shared object ``path``, from its .dynsym, as a uprobe names it; its
+    first 32 bytes), or None."""
+    data = path.read_bytes()
+    if data[:4] != b"\x7fELF" or data[4:6] != b"\x02\x01":
+        return None
+    e_phoff, e_shoff = struct.unpack_from("<QQ", data, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 0x36)
+    # sh_name, sh_type, sh_flags, sh_addr, sh_offset, sh_size, sh_link, ...
+    sections = [struct.unpack_from("<IIQQQQI", data, e_shoff + i * shentsize) for i in range(shnum)]
+    want = name.encode()
+    for sec in sections:
+        if sec[1] != 11:    # SHT_DYNSYM
+            continue
+        strtab = sections[sec[6]][4]
+        for at in range(sec[4], sec[4] + sec[5], 24):
+            st_name, st_info, _, _, st_value, _ = struct.unpack_from("<IBBHQQ", data, at)
+            if st_info & 0xf != 2 or not st_value:    # STT_FUNC, defined
+                continue
+            if data[strtab + st_name:data.index(b"\0", strtab + st_name)] != want:
+                continue
+            for i in range(phnum):
+                p_type, _, p_offset, p_vaddr, _, p_filesz = struct.unpack_from("<IIQQQQ", data, e_phoff + i * phentsize)
+                if p_type == 1 and p_vaddr <= st_value < p_vaddr + p_filesz:     # PT_LOAD
+                    off = st_value - p_vaddr + p_offset
+                    return off, data[off:off + 32]
+    return None
+
+
+def libc_of(pid: int, wait_s: float = 5.0) -> Path | None:
+    """The libc ``pid`` mapped, as this process reaches it; waits until the
+    dynamic loader has mapped it."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+            path = line.split(maxsplit=5)[-1] if len(line.split()) == 6 else ""
+            if "/libc.so" in path or "/libc-" in path:
+                # the process's root as a path of this one's, valid after it exits
+                return Path(os.path.realpath(f"/proc/{pid}/root")) / path.lstrip("/")
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.01)
+
+
+class Probes:
+    """The program and its loader, built in ``work``."""
+
+    def __init__(self, work: Path):
+        cc, clang = shutil.which("cc") or shutil.which("gcc"), shutil.which("clang")
+        if not cc or not clang:
+            raise RuntimeError("needs cc and clang")
+        work.mkdir(parents=True, exist_ok=True)
+        self.obj, self.loader, self.self_exe = work / "probe.bpf.o", work / "loader", work / "self"
+        for name, text in (("probe.bpf.c", PROBE_BPF_C), ("loader.c", LOADER_C), ("self.c", SELF_C)):
+            (work / name).write_text(text)
+        arch = os.uname().machine + "-linux-gnu"
+        for cmd in ([clang, "-O2", "-g", "-target", "bpf", f"-I/usr/include/{arch}", "-c", str(work / "probe.bpf.c"),
+                     "-o", str(self.obj)],
+                    [cc, "-O2", "-o", str(self.loader), str(work / "loader.c"), "-lbpf"],
+                    [cc, "-O2", "-o", str(self.self_exe), str(work / "self.c")]):
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            if res.returncode:
+                raise RuntimeError(f"{Path(cmd[0]).name} failed: {res.stderr.strip()[-500:]}")
+
+    def attach(self, pid: int, lib: Path, offset: int, ret: bool, threads: bool = True) -> subprocess.Popen:
+        p = subprocess.Popen([str(self.loader), str(self.obj), str(pid), str(lib), hex(offset), str(int(ret)),
+                              str(int(threads))], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             stdin=subprocess.DEVNULL)
+        if p.stdout.readline().strip() != "ready":
+            p.wait(timeout=10)
+            raise RuntimeError(f"the probe did not attach: {p.stderr.read().strip()[-300:]}")
+        return p
+
+    @staticmethod
+    def detach(p: subprocess.Popen) -> list[int]:
+        """The program's counts: main thread, other threads, returns, other processes."""
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=20)
+        if p.returncode:
+            raise RuntimeError(f"the loader failed: {err.strip()[-300:]}")
+        return [int(x) for x in out.split()]
+
+    def self_ns(self, n: int, rounds: int, hook) -> tuple[list[float], list[int] | None]:
+        """The traced loop's ns a call, each round; ``hook(pid)`` attaches and
+        returns what ends it (its result is returned too)."""
+        loop = subprocess.Popen([str(self.self_exe), str(n), str(rounds)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        end = None
+        try:
+            loop.stdout.readline()
+            end = hook(loop.pid) if hook else None
+            out, _ = loop.communicate("go\n", timeout=600)
+        finally:
+            if loop.poll() is None:
+                loop.kill()
+                loop.wait()
+            got = end() if end else None
+        return [float(x) for x in out.split()], got
+
+
+def _tracepoints(pid: int, work: Path):
+    """kdiag's bpfcalls on ``pid``, started as ``kdiag trace --pid`` starts it."""
+    from kdiag.capture import attach
+    from kdiag.collectors import bpftrace, strace
+
+    with tempfile.TemporaryFile() as err:
+        tracer, why = attach.start_tracer("bpfcalls", pid, work / "trace", strace.ATTACH_FLAGS, err, lambda *a: None)
+    if tracer is None:
+        raise RuntimeError(why)
+
+    def end():
+        st = bpftrace.collect(tracer.bpf, name=tracer.tool)
+        (work / "trace").unlink(missing_ok=True)
+        return st
+    return end
+
+
+def run(smoke: bool, work: Path) -> list[Figure]:
+    from bench import hosttax
+    from bench.overhead import paired
+    from kdiag.collectors import bpfcalls
+
+    n, rounds, repeats, tax_rounds = (100_000, 3, 1, 2) if smoke else (400_000, 5, 3, 8)
+    figures: list[Figure] = []
+    why, lib, start, jump = None, None, 0, None
+    try:
+        probes = Probes(work)
+        loop = subprocess.Popen([str(probes.self_exe), "1", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        try:
+            loop.stdout.readline()
+            lib = libc_of(loop.pid)
+        finally:
+            loop.communicate(b"go\n", timeout=30)
+        found = function_offset(lib, "write") if lib else None
+        if not found:
+            raise RuntimeError(f"no write() in the loop's libc ({lib})")
+        start, code = found
+        jump = first_jump(code)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+        why, probes = str(e), None
+
+    # (name, what attaches, fewer calls: a single-stepped probe costs ~100x)
+    modes = [("untraced", None, 1)]
+    if probes is not None:
+        if not bpfcalls.check():
+            modes.append(("bpfcalls (per-syscall tracepoints)", lambda pid: _tracepoints(pid, work), 1))
+        modes.append(("uprobe at write()'s first instruction",
+                      lambda pid: _probe_end(probes, probes.attach(pid, lib, start, False)), 20))
+        if jump is not None:
+            modes.append(("uprobe at write()'s first conditional jump",
+                          lambda pid: _probe_end(probes, probes.attach(pid, lib, start + jump, False)), 1))
+            modes.append(("uprobe and uretprobe at that jump",
+                          lambda pid: _probe_end(probes, probes.attach(pid, lib, start + jump, True)), 1))
+    per_mode: dict[str, list[float]] = {name: [] for name, _, _ in modes}
+    hits: dict[str, list] = {}
+    load0 = loadavg()
+    for _ in range(repeats if probes is not None else 0):
+        for name, hook, fewer in modes:
+            got, counts = probes.self_ns(n // fewer, rounds, hook)
+            per_mode[name].append(statistics.median(got))
+            hits[name] = counts
+    base = statistics.median(per_mode["untraced"]) if per_mode["untraced"] else None
+    for name, _, fewer in modes:
+        vals = per_mode[name]
+        val = statistics.median(vals) if vals else None
+        note = (f"median of {len(vals)} run(s), each the median of {rounds} rounds of {n // fewer:,} write()s "
+                f"({'/'.join(f'{v:.0f}' for v in sorted(vals))} ns); load average {load0} .. {loadavg()}"
+                if vals else f"not measured: {why}")
+        if name in hits and isinstance(hits[name], list):
+            note += f"; the program counted {hits[name][0]:,} entries, {hits[name][2]:,} returns"
+        if jump is None and probes is not None and name == modes[-1][0]:
+            note += "; write()'s start is not glibc's known shape: no jump to probe"
+        figures.append(Figure("uprobes", f"write() of the traced process under {name} ns a call",
+                              None if val is None else round(val, 1), "ns", reference="untraced ns a call",
+                              ref_value=None if base is None else round(base, 1),
+                              command="python -m bench.uprobes", note=note))
+    if probes is not None and jump is not None:
+        figures.append(_tax(probes, lib, start + jump, work, tax_rounds, hosttax, paired))
+        figures.append(_threads(probes, start + jump))
+    return figures
+
+
+def _probe_end(probes: Probes, p: subprocess.Popen):
+    return lambda: probes.detach(p)
+
+
+def _tax(probes: Probes, lib: Path, offset: int, work: Path, rounds: int, hosttax, paired) -> Figure:
+    exe = hosttax.build(work)
+    n = int(hosttax.RUN_S * max(hosttax.loop_rate(exe, "write", 200_000) for _ in range(3)))
+    busy = subprocess.Popen([str(exe), "send", str(1 << 40), str(hosttax.BUSY_PER_S)], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL)
+    untraced, traced, counted = [], [], 0
+    load0 = loadavg()
+    try:
+        busy_lib = libc_of(busy.pid)
+        untraced.append(hosttax.loop_rate(exe, "write", n))
+        for _ in range(rounds):
+            p = probes.attach(busy.pid, busy_lib, offset, True)
+            time.sleep(0.2)
+            traced.append(hosttax.loop_rate(exe, "write", n))
+            counted += probes.detach(p)[0]
+            untraced.append(hosttax.loop_rate(exe, "write", n))
+    finally:
+        busy.kill()
+        busy.wait()
+    ratios = paired(untraced, traced)
+    pct = statistics.median(ratios) if ratios else None
+    return Figure("uprobes", "write() of an unrelated process, a uprobe and uretprobe on another % of untraced",
+                  None if pct is None else round(pct, 2), "%", reference="untraced write() calls a CPU second",
+                  ref_value=round(statistics.median(untraced)), command="python -m bench.uprobes",
+                  note=f"median of {len(ratios)} traced run(s) of {n:,} calls, each against the untraced runs either "
+                       f"side ({'/'.join(f'{r:.2f}' for r in sorted(ratios))} %); the probes on a process writing "
+                       f"{hosttax.BUSY_PER_S:,} times a second, which they counted {counted:,} times; load average "
+                       f"{load0} .. {loadavg()}")
+
+
+def _threads(probes: Probes, offset: int) -> Figure:
+    target = subprocess.Popen([sys.executable, "-c", THREADS_PY], stdout=subprocess.PIPE, text=True,
+                              stdin=subprocess.DEVNULL)
+    try:
+        target.stdout.readline()
+        lib = libc_of(target.pid)
+        p = probes.attach(target.pid, lib, offset, False, threads=False)
+        time.sleep(1.0)
+        main_only = probes.detach(p)
+        p = probes.attach(target.pid, lib, offset, False, threads=True)
+        time.sleep(1.0)
+        each = probes.detach(p)
+    finally:
+        target.kill()
+        target.wait()
+    return Figure("uprobes", "write()s of a process's other threads seen by a probe opened on its main thread",
+                  main_only[1], "calls", reference="its main thread's write()s seen", ref_value=main_only[0],
+                  command="python -m bench.uprobes",
+                  note=f"1 s, three threads writing 1,000 times a second: the probe's filter is the process's memory, "
+                       f"not the thread. Opened on each thread instead, a call runs the program once for each probe: "
+                       f"{each[0]:,} calls of the main thread and {each[1]:,} of the others counted in 1 s")
+
+
+if __name__ == "__main__":
+    from bench.__main__ import _line
+
+    with tempfile.TemporaryDirectory(prefix="kdiag-bench-") as tmp:
+        for f in run(smoke="--smoke" in sys.argv, work=Path(tmp)):
+            print(_line(f), flush=True)
+            print("    " + f.note, flush=True)

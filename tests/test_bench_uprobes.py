@@ -1,0 +1,36 @@
+"""bench/uprobes.py: what uprobes would cost the traced process and the
+host (the values are the machine's; the order between them is not)."""
+from conftest import need, require
+
+
+def test_uprobes_smoke(tmp_path):
+    need("clang", root=True)
+    need("cc")
+    from bench import uprobes
+    from kdiag.collectors import bpfcalls
+
+    require(bpfcalls.check())
+    figures = {f.name: f for f in uprobes.run(smoke=True, work=tmp_path)}
+    ns = {name.split(" under ")[1].removesuffix(" ns a call"): f.value for name, f in figures.items()
+          if " under " in name}
+    assert all(v is not None and v > 0 for v in ns.values()), figures
+    assert set(ns) == {"untraced", "bpfcalls (per-syscall tracepoints)", "uprobe at write()'s first instruction",
+                       "uprobe at write()'s first conditional jump", "uprobe and uretprobe at that jump"}, ns
+    # An emulated instruction is never dearer than a single-stepped one, and a
+    # return probe adds to its entry's.
+    assert ns["uprobe at write()'s first conditional jump"] < ns["uprobe at write()'s first instruction"]
+    assert ns["untraced"] < ns["uprobe at write()'s first conditional jump"] < ns["uprobe and uretprobe at that jump"]
+    tax = next(f for f in figures.values() if "unrelated process" in f.name)
+    assert tax.value is not None and tax.value > 80, tax.note
+    threads = next(f for f in figures.values() if "other threads" in f.name)
+    assert threads.value > 0 and threads.ref_value > 0, threads.note
+
+
+def test_the_single_thread_test_and_its_jump_are_found():
+    from bench.uprobes import first_jump
+
+    # glibc 2.36's write(): cmpb $0x0,__libc_single_threaded(%rip); je
+    assert first_jump(bytes.fromhex("803d9132 0e0000 7417 b801000000 0f05".replace(" ", ""))) == 7
+    assert first_jump(bytes.fromhex("f30f1efa 803d91320e00 00 0f8412000000".replace(" ", ""))) == 11
+    assert first_jump(bytes.fromhex("b801000000 0f05 483d00f0ffff".replace(" ", ""))) is None
+    assert first_jump(bytes.fromhex("803d9132 0e0000 b801".replace(" ", ""))) is None
