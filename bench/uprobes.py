@@ -34,7 +34,6 @@ import os
 import shutil
 import signal
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ import time
 from pathlib import Path
 
 from bench.common import Figure, loadavg
+from kdiag.collectors import _libc_probes
 
 PROBE_BPF_C = r"""
 #include <linux/types.h>
@@ -185,70 +185,12 @@ print("ready", flush=True)
 w()
 """
 
-# glibc's syscall wrappers begin (after endbr64 where built with CET) with
-# SINGLE_THREAD_P, "cmpb $0x0,__libc_single_threaded(%rip)", then a
-# conditional jump to the cancellable path:
-#   80 3d <disp32> 00        cmpb   $0x0,0x...(%rip)
-#   74 17                    je     ...
-ENDBR64 = b"\xf3\x0f\x1e\xfa"
-CMPB_RIP = b"\x80\x3d"
-
-
-def first_jump(code: bytes) -> int | None:
-    """The offset of the conditional jump after glibc's single-thread test
-    at a wrapper's start, or None for another shape."""
-    i = len(ENDBR64) if code.startswith(ENDBR64) else 0
-    if code[i:i + 2] != CMPB_RIP or len(code) < i + 9:
-        return None
-    i += 7
-    if 0x70 <= code[i] <= 0x7f or (code[i] == 0x0f and 0x80 <= code[i + 1] <= 0x8f):
-        return i
-    return None
-
-
-def function_offset(path: Path, name: str) -> tuple[int, bytes] | None:
-    """(the file offset of the function ``name`` in the ELF64 little-endian
-    shared object ``path``, from its .dynsym, as a uprobe names it; its
-    first 32 bytes), or None."""
-    data = path.read_bytes()
-    if data[:4] != b"\x7fELF" or data[4:6] != b"\x02\x01":
-        return None
-    e_phoff, e_shoff = struct.unpack_from("<QQ", data, 0x20)
-    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 0x36)
-    # sh_name, sh_type, sh_flags, sh_addr, sh_offset, sh_size, sh_link, ...
-    sections = [struct.unpack_from("<IIQQQQI", data, e_shoff + i * shentsize) for i in range(shnum)]
-    want = name.encode()
-    for sec in sections:
-        if sec[1] != 11:    # SHT_DYNSYM
-            continue
-        strtab = sections[sec[6]][4]
-        for at in range(sec[4], sec[4] + sec[5], 24):
-            st_name, st_info, _, _, st_value, _ = struct.unpack_from("<IBBHQQ", data, at)
-            if st_info & 0xf != 2 or not st_value:    # STT_FUNC, defined
-                continue
-            if data[strtab + st_name:data.index(b"\0", strtab + st_name)] != want:
-                continue
-            for i in range(phnum):
-                p_type, _, p_offset, p_vaddr, _, p_filesz = struct.unpack_from("<IIQQQQ", data, e_phoff + i * phentsize)
-                if p_type == 1 and p_vaddr <= st_value < p_vaddr + p_filesz:     # PT_LOAD
-                    off = st_value - p_vaddr + p_offset
-                    return off, data[off:off + 32]
-    return None
-
-
-def libc_of(pid: int, wait_s: float = 5.0) -> Path | None:
-    """The libc ``pid`` mapped, as this process reaches it; waits until the
-    dynamic loader has mapped it."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
-            path = line.split(maxsplit=5)[-1] if len(line.split()) == 6 else ""
-            if "/libc.so" in path or "/libc-" in path:
-                # the process's root as a path of this one's, valid after it exits
-                return Path(os.path.realpath(f"/proc/{pid}/root")) / path.lstrip("/")
-        if time.monotonic() > deadline:
-            return None
+def libc_of(pid: int) -> Path | None:
+    """The libc ``pid`` mapped, once the dynamic loader has mapped it."""
+    deadline = time.monotonic() + 5.0
+    while (found := _libc_probes.libc_of(pid)) is None and time.monotonic() < deadline:
         time.sleep(0.01)
+    return found[0] if found else None
 
 
 class Probes:
@@ -340,11 +282,12 @@ def run(smoke: bool, work: Path) -> list[Figure]:
             lib = libc_of(loop.pid)
         finally:
             loop.communicate(b"go\n", timeout=30)
-        found = function_offset(lib, "write") if lib else None
+        found = _libc_probes.function_code(lib, "write") if lib else None
         if not found:
             raise RuntimeError(f"no write() in the loop's libc ({lib})")
         start, code = found
-        jump = first_jump(code)
+        # (glibc: its first conditional jump, after the single-thread test)
+        jump = _libc_probes.probe_point(code)
     except (RuntimeError, OSError, subprocess.SubprocessError) as e:
         why, probes = str(e), None
 
@@ -378,7 +321,7 @@ def run(smoke: bool, work: Path) -> list[Figure]:
         if name in hits and isinstance(hits[name], list):
             note += f"; the program counted {hits[name][0]:,} entries, {hits[name][2]:,} returns"
         if jump is None and probes is not None and name == modes[-1][0]:
-            note += "; write()'s start is not glibc's known shape: no jump to probe"
+            note += "; write()'s start is not a shape collectors/_libc_probes.py knows: no jump to probe"
         figures.append(Figure("uprobes", f"write() of the traced process under {name} ns a call",
                               None if val is None else round(val, 1), "ns", reference="untraced ns a call",
                               ref_value=None if base is None else round(base, 1),

@@ -32,7 +32,7 @@
 
 #define __pra __attribute__((preserve_access_index))
 
-struct pt_regs { unsigned long r10, r8, r9, dx, si, di, orig_ax; } __pra;
+struct pt_regs { unsigned long r10, r8, r9, dx, si, di, orig_ax, cx, ax; } __pra;
 struct qstr { const unsigned char *name; } __pra;
 struct dentry { struct qstr d_name; } __pra;
 struct path { struct dentry *dentry; } __pra;
@@ -47,7 +47,8 @@ struct socket { struct sock *sk; } __pra;
 struct file { struct inode *f_inode; void *private_data; struct path f_path; } __pra;
 struct fdtable { unsigned int max_fds; struct file **fd; } __pra;
 struct files_struct { struct fdtable *fdt; } __pra;
-struct task_struct { struct files_struct *files; int exit_code; int tgid; } __pra;
+struct thread_struct { unsigned long fsbase; } __pra;
+struct task_struct { struct files_struct *files; int exit_code; int tgid; struct thread_struct thread; } __pra;
 struct pollfd { int fd; short events; short revents; };
 struct __kernel_timespec { long long tv_sec; long long tv_nsec; };
 
@@ -70,8 +71,8 @@ struct { __uint(type, BPF_MAP_TYPE_TASK_STORAGE); __uint(map_flags, BPF_F_NO_PRE
 struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, 1); __type(key, __u32); __type(value, __u64); }
     lost SEC(".maps");
 
-// Set by the loader before it loads the program.
-const volatile struct { __u32 tgid; } cfg = {};
+// Set by the loader before it loads the program (struct cfg in _bpfcalls.h).
+const volatile struct cfg cfg = {};
 // Set once the traced process forks another: only then is the map asked.
 __u32 forked = 0;
 
@@ -420,6 +421,49 @@ int enter_exit_group(struct sc_enter *c)
 {
     if (traced())
         event(KIND_G, (long)c->args[0]);
+    return 0;
+}
+
+// Or uprobes in the process's libc (collectors/_libc_probes.py): a breakpoint
+// in the traced process's own pages, which no other process meets. The
+// loader hangs this pair on each call's function, the record's call code as
+// the probe's cookie. libc's calling convention puts the fourth argument in
+// rcx (the syscall's is in r10).
+SEC("uprobe")
+int call_entry(struct pt_regs *ctx)
+{
+    __u32 code = bpf_get_attach_cookie(ctx);
+    if (!traced())
+        return 0;
+    if (code == CODE_EXIT_GROUP)
+        event(KIND_G, (long)(int)ctx->di);
+    else
+        enter(code, ctx->di, ctx->si, ctx->dx, ctx->cx);
+    return 0;
+}
+
+// Calls from code 11 on (poll ... close) return an int: the upper half of
+// rax is not theirs.
+#define RETURNS_INT(code) ((code) >= 11)
+
+SEC("uretprobe")
+int call_return(struct pt_regs *ctx)
+{
+    __u32 code = bpf_get_attach_cookie(ctx);
+    struct entry *e = entry_of();
+    if (!e || e->code != code)
+        return 0;
+    long ret = RETURNS_INT(code) ? (long)(int)ctx->ax : (long)ctx->ax;
+    // libc returns -1 and keeps the error in errno, at the thread pointer
+    // plus errno's offset: the record holds -errno, as the syscall returned it.
+    if (ret == -1 && cfg.errno_tp) {
+        struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+        unsigned long tp = BPF_CORE_READ(t, thread.fsbase);
+        int err = 0;
+        if (bpf_probe_read_user(&err, sizeof(err), (void *)(tp + cfg.errno_tp)) == 0 && err > 0)
+            ret = -err;
+    }
+    leave(e, ret);
     return 0;
 }
 

@@ -88,6 +88,22 @@ static int raw_syscalls(const struct bpf_program *p)
     return strcmp(s, "tp_btf/sys_enter") == 0 || strcmp(s, "tp_btf/sys_exit") == 0;
 }
 
+static int uprobe_program(const struct bpf_program *p)
+{
+    const char *s = bpf_program__section_name(p);
+    return strcmp(s, "uprobe") == 0 || strcmp(s, "uretprobe") == 0;
+}
+
+/* Where the loader hangs the uprobes: libc's path as this process reaches
+ * it, errno's offset from the thread pointer, and each call's probe. */
+struct uprobes {
+    const char *path;
+    long long errno_tp;
+    Py_ssize_t n;
+    unsigned long long offset[32];
+    unsigned code[32];
+};
+
 static void detach(struct bpf_link **links, int *n_links)
 {
     for (int i = 0; i < *n_links; i++)
@@ -96,9 +112,9 @@ static void detach(struct bpf_link **links, int *n_links)
 }
 
 /* The object opened for ``pid``, loaded and attached with one set of
- * syscall hooks (``raw``: the raw tracepoints), or NULL with a Python
- * error set. */
-static struct bpf_object *attach(int pid, int raw, struct bpf_link **links, int *n_links)
+ * hooks (``raw``: the raw tracepoints; ``up``: uprobes, else the
+ * per-syscall tracepoints), or NULL with a Python error set. */
+static struct bpf_object *attach(int pid, int raw, const struct uprobes *up, struct bpf_link **links, int *n_links)
 {
     int err;
     LIBBPF_OPTS(bpf_object_open_opts, opts, .object_name = "kdiag_bpfcalls");
@@ -115,22 +131,24 @@ static struct bpf_object *attach(int pid, int raw, struct bpf_link **links, int 
         if (l >= 7 && strcmp(nm + l - 7, ".rodata") == 0)
             ro = m;
     }
-    uint32_t cfg = (uint32_t)pid;
+    struct cfg cfg = {.tgid = (uint32_t)pid, .errno_tp = up ? up->errno_tp : 0};
     if (!ro || bpf_map__set_initial_value(ro, &cfg, sizeof(cfg))) {
         fail("naming the process to trace", ro ? errno : ENOENT);
         goto fail;
     }
     struct bpf_program *p;
     bpf_object__for_each_program(p, obj) {
-        if (per_syscall(p) || raw_syscalls(p))
-            bpf_program__set_autoload(p, raw ? raw_syscalls(p) : per_syscall(p));
+        if (uprobe_program(p))
+            bpf_program__set_autoload(p, up != NULL);
+        else if (per_syscall(p) || raw_syscalls(p))
+            bpf_program__set_autoload(p, up ? 0 : raw ? raw_syscalls(p) : per_syscall(p));
     }
     if ((err = bpf_object__load(obj))) {
         fail("loading the BPF programs", err);
         goto fail;
     }
     bpf_object__for_each_program(p, obj) {
-        if (!bpf_program__autoload(p))
+        if (!bpf_program__autoload(p) || uprobe_program(p))
             continue;
         if (*n_links >= MAX_LINKS) {
             PyErr_SetString(PyExc_RuntimeError, "more BPF programs than the loader has room for");
@@ -142,6 +160,25 @@ static struct bpf_object *attach(int pid, int raw, struct bpf_link **links, int 
             goto fail;
         }
         links[(*n_links)++] = l;
+    }
+    /* Opened on the process: the kernel filters a uprobe by the process's
+     * memory, so each fires in every thread of it, and only there. */
+    for (Py_ssize_t i = 0; up && i < up->n; i++) {
+        for (int ret = 0; ret < (up->code[i] == CODE_EXIT_GROUP ? 1 : 2); ret++) {
+            if (*n_links >= MAX_LINKS) {
+                PyErr_SetString(PyExc_RuntimeError, "more BPF programs than the loader has room for");
+                goto fail;
+            }
+            LIBBPF_OPTS(bpf_uprobe_opts, uo, .retprobe = ret, .bpf_cookie = up->code[i]);
+            p = bpf_object__find_program_by_name(obj, ret ? "call_return" : "call_entry");
+            struct bpf_link *l = p ? bpf_program__attach_uprobe_opts(p, pid, up->path, up->offset[i], &uo) : NULL;
+            if (!l) {
+                PyErr_Format(PyExc_OSError, "attaching a uprobe at %s+0x%llx: %s", up->path, up->offset[i],
+                             strerror(errno));
+                goto fail;
+            }
+            links[(*n_links)++] = l;
+        }
     }
     return obj;
 fail:
@@ -157,8 +194,25 @@ static PyObject *trace(PyObject *self, PyObject *args)
     PyObject *ready;
     unsigned long long budget;
     int raw = 0;
-    if (!PyArg_ParseTuple(args, "isOK|p", &pid, &out_path, &ready, &budget, &raw))
+    PyObject *probes = Py_None;
+    if (!PyArg_ParseTuple(args, "isOK|pO", &pid, &out_path, &ready, &budget, &raw, &probes))
         return NULL;
+    struct uprobes up = {0}, *use_up = NULL;
+    if (probes != Py_None) {
+        PyObject *list;
+        if (!PyArg_ParseTuple(probes, "sLO!", &up.path, &up.errno_tp, &PyList_Type, &list))
+            return NULL;
+        up.n = PyList_GET_SIZE(list);
+        if (up.n > 32) {
+            PyErr_SetString(PyExc_ValueError, "at most 32 uprobes");
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < up.n; i++) {
+            if (!PyArg_ParseTuple(PyList_GET_ITEM(list, i), "KI", &up.offset[i], &up.code[i]))
+                return NULL;
+        }
+        use_up = &up;
+    }
     PyObject *result = NULL;
     struct bpf_object *obj = NULL;
     struct bpf_link *links[MAX_LINKS];
@@ -171,17 +225,24 @@ static PyObject *trace(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_OSError, "the program reads x86-64 syscalls only");
         goto out;
     }
-    /* The per-syscall tracepoints where the kernel has them (CONFIG_FTRACE_SYSCALLS),
-     * else the raw ones, which every kernel with syscall tracepoints has. */
-    if (!raw) {
-        obj = attach(pid, 0, links, &n_links);
-        if (!obj) {
-            PyErr_Clear();
-            raw = 1;
+    /* Uprobes where asked for (a failure is the caller's to handle); else the
+     * per-syscall tracepoints where the kernel has them
+     * (CONFIG_FTRACE_SYSCALLS), else the raw ones, which every kernel with
+     * syscall tracepoints has. */
+    if (use_up) {
+        if (!(obj = attach(pid, 0, use_up, links, &n_links)))
+            goto out;
+    } else {
+        if (!raw) {
+            obj = attach(pid, 0, NULL, links, &n_links);
+            if (!obj) {
+                PyErr_Clear();
+                raw = 1;
+            }
         }
+        if (!obj && !(obj = attach(pid, 1, NULL, links, &n_links)))
+            goto out;
     }
-    if (!obj && !(obj = attach(pid, 1, links, &n_links)))
-        goto out;
     sink.out = fopen(out_path, "wb");
     if (!sink.out) {
         PyErr_SetFromErrnoWithFilename(PyExc_OSError, out_path);
@@ -225,7 +286,7 @@ static PyObject *trace(PyObject *self, PyObject *args)
     }
     result = Py_BuildValue("{sKsKsKsKss}", "records", sink.records, "bytes", sink.bytes, "lost_events",
                            (unsigned long long)lost, "over_budget", sink.over_budget, "hooks",
-                           raw ? "raw syscall tracepoints" : "per-syscall tracepoints");
+                           use_up ? "uprobes in libc" : raw ? "raw syscall tracepoints" : "per-syscall tracepoints");
 out:
     detach(links, &n_links);
     if (rb)
@@ -238,8 +299,9 @@ out:
 
 static PyMethodDef methods[] = {
     {"trace", trace, METH_VARARGS,
-     "trace(pid, out_path, ready, max_bytes, raw=False) -> dict: traces until a signal's handler raises; "
-     "raw: on the raw syscall tracepoints, not the per-syscall ones"},
+     "trace(pid, out_path, ready, max_bytes, raw=False, uprobes=None) -> dict: traces until a signal's handler "
+     "raises; raw: on the raw syscall tracepoints, not the per-syscall ones; uprobes: (libc path, errno's offset "
+     "from the thread pointer, [(file offset, call code), ...]) to hook libc's functions instead"},
     {NULL, NULL, 0, NULL},
 };
 

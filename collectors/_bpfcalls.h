@@ -20,6 +20,8 @@
  * id. */
 #define HEAD 64
 enum { KIND_F = 1, KIND_D, KIND_P, KIND_C, KIND_X, KIND_E, KIND_G };
+/* The cookie of the uprobe on libc's _exit, which makes the process's exit_group. */
+#define CODE_EXIT_GROUP 255
 
 /* What names an fd, as strace -yy does: its inode's number and mode; a
  * socket's family, type, protocol, ports, and IPv4 and IPv6 addresses as
@@ -49,6 +51,13 @@ struct rec {
                           socket write's first HEAD bytes */
     char name[NAME];
     __u8 data[DATA];
+};
+
+/* What the loader tells the program before it loads it. */
+struct cfg {
+    __u32 tgid;        /* the process traced */
+    __u32 pad;
+    __s64 errno_tp;    /* uprobes: errno's offset from the thread pointer, 0 unknown */
 };
 
 #define REC_HEAD __builtin_offsetof(struct rec, name)

@@ -16,11 +16,13 @@ strace ``-s HEAD`` writes them: a producer that logs nothing has its
 requests named by their Kafka header (``per_request.request_of_head``).
 
 The kernel here has no kprobes, and BPF trampolines (fentry/fexit) are
-refused (EPERM), so the syscall tracepoints are the hooks it offers. The
-per-syscall ones keep the other calls of every process from running the
-program; the raw ones, where the loader falls back to, run it for every
-call and it exits on the call's number (bench/hosttax.py measures both).
-The program reads x86-64 syscall numbers.
+refused (EPERM). The per-syscall tracepoints keep the other calls of every
+process from running the program; the raw ones, where the loader falls
+back to, run it for every call and it exits on the call's number
+(bench/hosttax.py measures both). Either moves every task on the host to
+the kernel's slower syscall path. Uprobes in the producer's libc
+(``HOOKS_ENV``, collectors/_libc_probes.py) touch no other process.
+The program reads x86-64 syscall numbers and registers.
 """
 from __future__ import annotations
 
@@ -50,6 +52,10 @@ NICE = 19
 # tracepoints, where it falls back to when the per-syscall ones cannot be
 # attached: bench/overhead.py measures one against the other.
 RAW_ENV = "KDIAG_BPFCALLS_RAW"
+# Set to "uprobes", it hooks libc's functions in the traced process instead
+# (collectors/_libc_probes.py), which no other process meets; where they
+# cannot be placed it keeps to the tracepoints and says why.
+HOOKS_ENV = "KDIAG_BPFCALLS_HOOKS"
 
 # The record's layout comes from the header the C code compiles with, so the
 # two cannot disagree: struct rec up to its name (RECORD), then the name,
@@ -227,9 +233,23 @@ def main(argv: list[str] | None = None) -> int:
         extra["setup_cpu_s"] = cpu_s(me)
         print("ready", flush=True)
 
+    uprobes = None
+    if settings.get(HOOKS_ENV) == "uprobes":
+        from kdiag.collectors import _libc_probes
+
+        plan, why_not = _libc_probes.plan(r.pid)
+        if plan is None:
+            extra["uprobes_not_used"] = why_not
+        else:
+            exit_code = HEADER.constants["CODE_EXIT_GROUP"]
+            uprobes = (str(plan.path), plan.errno_tp,
+                       [(p.offset, exit_code if p.code is None else p.code) for p in plan.probes])
+            extra["uprobes"] = {"libc": str(plan.path), "errno_known": bool(plan.errno_tp),
+                                "single_stepped": [p.function for p in plan.probes if not p.emulated],
+                                "missing": plan.missing}
     offset = time.time_ns() - time.monotonic_ns()
     try:
-        got = loader().trace(r.pid, str(records), ready, MAX_BYTES, bool(settings.get(RAW_ENV)))
+        got = loader().trace(r.pid, str(records), ready, MAX_BYTES, bool(settings.get(RAW_ENV)), uprobes)
     except (OSError, RuntimeError) as e:
         st.state, st.reason = "failed", f"bpfcalls: {e}"
         records.unlink(missing_ok=True)

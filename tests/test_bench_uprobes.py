@@ -24,13 +24,3 @@ def test_uprobes_smoke(tmp_path):
     assert tax.value is not None and tax.value > 80, tax.note
     threads = next(f for f in figures.values() if "other threads" in f.name)
     assert threads.value > 0 and threads.ref_value > 0, threads.note
-
-
-def test_the_single_thread_test_and_its_jump_are_found():
-    from bench.uprobes import first_jump
-
-    # glibc 2.36's write(): cmpb $0x0,__libc_single_threaded(%rip); je
-    assert first_jump(bytes.fromhex("803d9132 0e0000 7417 b801000000 0f05".replace(" ", ""))) == 7
-    assert first_jump(bytes.fromhex("f30f1efa 803d91320e00 00 0f8412000000".replace(" ", ""))) == 11
-    assert first_jump(bytes.fromhex("b801000000 0f05 483d00f0ffff".replace(" ", ""))) is None
-    assert first_jump(bytes.fromhex("803d9132 0e0000 b801".replace(" ", ""))) is None

@@ -87,8 +87,8 @@ def _listening() -> tuple[socket.socket, int]:
     return srv, srv.getsockname()[1]
 
 
-@pytest.mark.parametrize("raw", [False, True], ids=["per-syscall", "raw-fallback"])
-def test_it_traces_only_the_process_it_is_given(tmp_path, raw):
+@pytest.mark.parametrize("hooks", ["per-syscall", "raw", "uprobes"])
+def test_it_traces_only_the_process_it_is_given(tmp_path, hooks):
     srv, port = _listening()
     script = f"""
 import socket, sys, time
@@ -111,7 +111,7 @@ time.sleep(0.3)
         conn.close()
 
     try:
-        rows, pid = trace(tmp_path, script, peer, every_kind=True, raw=raw)
+        rows, pid = trace(tmp_path, script, peer, every_kind=True, hooks=hooks)
     finally:
         srv.close()
     assert {r["pid"] for r in rows} == {pid}, "only the traced process"
@@ -127,6 +127,70 @@ time.sleep(0.3)
     assert nodelay and "TCP_NODELAY, [1]" in nodelay[0]["args"], "seen before connect(), as strace sees it"
     assert any(r["syscall"] == "connect" and f"htons({port})" in r["args"] for r in calls)
     assert rows[-1]["kind"] == "exit"
+
+
+def test_uprobes_see_what_the_tracepoints_see(tmp_path):
+    """libc's functions hooked instead of the syscalls: the same calls with
+    the same results, errors read from errno, a thread started after the
+    tracer attached, the exit; and the other calls the tracepoints see
+    (Python's own reads of its files) are the only difference."""
+    srv, port = _listening()
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    refused = closed.getsockname()[1]
+    closed.close()
+    script = f"""
+import socket, sys, threading, time
+s = socket.socket()
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+s.connect(("127.0.0.1", {port}))
+def later():
+    for i in range(3):
+        sys.stderr.write("Sent ProduceRequest (v7, 100 bytes @ 0, CorrId %d)\\n" % i)
+        sys.stderr.flush()
+        s.send(b"x" * 100)
+        s.recv(100)
+t = threading.Thread(target=later)
+t.start()
+t.join()
+s.setblocking(False)
+try:
+    s.recv(10)
+except BlockingIOError:
+    pass
+r = socket.socket()
+try:
+    r.connect(("127.0.0.1", {refused}))
+except ConnectionRefusedError:
+    pass
+time.sleep(0.2)
+"""
+
+    open_conns = []
+
+    def peer():     # the connection stays open: the last read finds nothing yet
+        conn, _ = srv.accept()
+        open_conns.append(conn)
+        for _ in range(3):
+            conn.recv(100)
+            conn.send(b"y" * 7)
+
+    got = {}
+    try:
+        for hooks in ("per-syscall", "uprobes"):
+            rows, pid = trace(tmp_path, script, peer, every_kind=True, hooks=hooks)
+            got[hooks] = [(r["kind"], r["syscall"], r["ret"], r["errno"], r["data"], r["pid"] == pid)
+                          for r in rows if r["syscall"] not in ("read", "close", "write") or r["fd"] == 2]
+    finally:
+        srv.close()
+        for conn in open_conns:
+            conn.close()
+    assert got["uprobes"] == got["per-syscall"], got
+    calls = got["uprobes"]
+    assert ("syscall", "recvfrom", -1, "EAGAIN", None, True) in calls
+    assert ("syscall", "connect", -1, "ECONNREFUSED", None, True) in calls
+    assert [c[5] for c in calls if c[1] == "sendto"] == [False] * 3, "sent from the thread started later"
+    assert calls[-1][0] == "exit" and any(c[1] == "exit_group" for c in calls), calls
 
 
 def request(corr: int, client: bytes = b"kdiag-head-client", body: int = 300) -> bytes:
@@ -173,18 +237,23 @@ def test_a_socket_writes_first_bytes_become_a_strace_string():
     assert rows[5]["args"].startswith('7<TCP:[127.0.0.1:41550->127.0.0.1:9093]>, ""...,'), rows[5]["args"]
 
 
-def trace(tmp_path, script: str, peer=None, every_kind: bool = False, raw: bool = False):
+HOOKS = {"per-syscall": ({}, "per-syscall tracepoints"),
+         "raw": ({bpfcalls.RAW_ENV: "1"}, "raw syscall tracepoints"),
+         "uprobes": ({bpfcalls.HOOKS_ENV: "uprobes"}, "uprobes in libc")}
+
+
+def trace(tmp_path, script: str, peer=None, every_kind: bool = False, hooks: str = "per-syscall"):
     """``script`` run by a Python child under the bpfcalls tracer, started
     once the tracer is ready (it makes no call before: a tracer slow to
     load its programs on a busy host must not miss the first); ``peer()``
     runs meanwhile. The calls parsed from its strace text; with
-    ``every_kind``, (every row, the child's pid). ``raw``: on the raw
-    syscall tracepoints, the loader's fallback."""
+    ``every_kind``, (every row, the child's pid). ``hooks``: a key of
+    HOOKS (raw: the loader's fallback; uprobes: libc's functions)."""
 
     child = subprocess.Popen([sys.executable, "-c", "import sys\nsys.stdin.readline()\n" + script],
                              stdin=subprocess.PIPE, stderr=subprocess.PIPE)
     out = tmp_path / "strace.txt"
-    env = {k: v for k, v in os.environ.items() if k != bpfcalls.RAW_ENV} | ({bpfcalls.RAW_ENV: "1"} if raw else {})
+    env = {k: v for k, v in os.environ.items() if k not in (bpfcalls.RAW_ENV, bpfcalls.HOOKS_ENV)} | HOOKS[hooks][0]
     tracer = subprocess.Popen([sys.executable, "-m", "kdiag.collectors.bpfcalls", "--pid", str(child.pid),
                                "--out", str(out)], stdout=subprocess.PIPE, text=True, env=env)
     try:
@@ -200,8 +269,8 @@ def trace(tmp_path, script: str, peer=None, every_kind: bool = False, raw: bool 
         tracer.send_signal(signal.SIGINT)
         status, _ = tracer.communicate(timeout=60)
     assert '"state": "ok"' in status, status
-    hooks = json.loads(status.strip().splitlines()[-1])["hooks"]
-    assert hooks == ("raw syscall tracepoints" if raw else "per-syscall tracepoints"), hooks
+    ran = json.loads(status.strip().splitlines()[-1])["hooks"]
+    assert ran == HOOKS[hooks][1], status
     assert child.returncode == 0, err
     rows, _ = parse_lines(out.read_text().splitlines())
     if every_kind:
