@@ -24,6 +24,8 @@ figure's note. The modes:
   kdiag -- CMD, strace / bpfcalls / bpftrace   the same from the command's exec (kdiag's shim)
   bpfcalls on the raw syscall tracepoints   where bpfcalls falls back to when the
                         per-syscall tracepoints cannot be attached (alternating only)
+  bpfcalls on uprobes in libc   KDIAG_BPFCALLS_HOOKS=uprobes: no syscall tracepoint
+                        (alternating only; its host's tax is in bench/hosttax.py)
   bpftrace, log lines without their text / probes only   kdiag's program cut
                         down, to show where its cost lies (``variant_program``)
 The tracers are started exactly as kdiag.capture.attach starts them; kdiag's Spark
@@ -443,6 +445,9 @@ ALTERNATE = [
     ("kdiag --pid, bpfcalls on the raw syscall tracepoints (its fallback), alternating in one producer",
      "bpfcalls", 4, {"KDIAG_BPFCALLS_RAW": "1"}),
     ("kdiag --pid, bpftrace, alternating in one producer", "bpftrace", 4, {}),
+    # no syscall tracepoint: what the host's tax asks for (bench/hosttax.py)
+    ("kdiag --pid, bpfcalls on uprobes in libc (KDIAG_BPFCALLS_HOOKS=uprobes), alternating in one producer",
+     "bpfcalls", 8, {"KDIAG_BPFCALLS_HOOKS": "uprobes"}),
 ]
 
 
