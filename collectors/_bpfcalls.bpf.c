@@ -32,7 +32,7 @@
 
 #define __pra __attribute__((preserve_access_index))
 
-struct pt_regs { unsigned long r10, r8, r9, dx, si, di, orig_ax, cx, ax; } __pra;
+struct pt_regs { unsigned long r10, r8, r9, dx, si, di, orig_ax, cx, ax, ip; } __pra;
 struct qstr { const unsigned char *name; } __pra;
 struct dentry { struct qstr d_name; } __pra;
 struct path { struct dentry *dentry; } __pra;
@@ -57,7 +57,7 @@ char LICENSE[] SEC("license") = "GPL";
 // The call in progress on a thread (code 0: none), and the file its last
 // call named: a producer calls on the same socket thousands of times, and
 // naming it again is most of a record's cost in the kernel.
-struct entry { __u64 ts; __u64 a[4]; __u32 code; struct file *last; struct fdid id; };
+struct entry { __u64 ts; __u64 a[4]; __u32 code; struct file *last; struct fdid id; __u64 libc; };
 
 struct { __uint(type, BPF_MAP_TYPE_RINGBUF); __uint(max_entries, 16 << 20); } records SEC(".maps");
 // The processes the traced one forked (itself is cfg.tgid).
@@ -85,18 +85,19 @@ static __always_inline int traced(void)
     return forked && bpf_map_lookup_elem(&tgids, &tgid) != 0;
 }
 
-static __always_inline void enter(__u32 code, __u64 a0, __u64 a1, __u64 a2, __u64 a3)
+static __always_inline struct entry *enter(__u32 code, __u64 a0, __u64 a1, __u64 a2, __u64 a3)
 {
     struct entry *e = bpf_task_storage_get(&entries, bpf_get_current_task_btf(), 0,
                                            BPF_LOCAL_STORAGE_GET_F_CREATE);
     if (!e)
-        return;
+        return 0;
     e->ts = bpf_ktime_get_ns();
     e->code = code;
     e->a[0] = a0;
     e->a[1] = a1;
     e->a[2] = a2;
     e->a[3] = a3;
+    return e;
 }
 
 static __always_inline struct entry *entry_of(void)
@@ -426,19 +427,26 @@ int enter_exit_group(struct sc_enter *c)
 
 // Or uprobes in the process's libc (collectors/_libc_probes.py): a breakpoint
 // in the traced process's own pages, which no other process meets. The
-// loader hangs this pair on each call's function, the record's call code as
-// the probe's cookie. libc's calling convention puts the fourth argument in
-// rcx (the syscall's is in r10).
+// loader hangs this pair on each call's function, the call's code and the
+// probe's place in libc as the probe's cookie (COOKIE_CODE_BITS). libc's
+// calling convention puts the fourth argument in rcx (the syscall's is in
+// r10).
 SEC("uprobe")
 int call_entry(struct pt_regs *ctx)
 {
-    __u32 code = bpf_get_attach_cookie(ctx);
+    __u64 cookie = bpf_get_attach_cookie(ctx);
+    __u32 code = cookie & ((1 << COOKIE_CODE_BITS) - 1);
     if (!traced())
         return 0;
-    if (code == CODE_EXIT_GROUP)
+    if (code == CODE_EXIT_GROUP) {
         event(KIND_G, (long)(int)ctx->di);
-    else
-        enter(code, ctx->di, ctx->si, ctx->dx, ctx->cx);
+        return 0;
+    }
+    struct entry *e = enter(code, ctx->di, ctx->si, ctx->dx, ctx->cx);
+    // the kernel sets ip to the probe's address for the handler: less the
+    // probe's place in libc, libc's base in this process
+    if (e)
+        e->libc = ctx->ip - (cookie >> COOKIE_CODE_BITS);
     return 0;
 }
 
@@ -446,24 +454,31 @@ int call_entry(struct pt_regs *ctx)
 // rax is not theirs.
 #define RETURNS_INT(code) ((code) >= 11)
 
+// libc returns -1 and keeps the error in errno, at the thread pointer plus
+// an offset in libc's GOT (cfg.errno_slot): the record holds -errno, as the
+// syscall returned it.
+static __always_inline long errno_of(struct entry *e)
+{
+    long long tpoff = 0;
+    int err = 0;
+    if (!cfg.errno_slot || bpf_probe_read_user(&tpoff, sizeof(tpoff), (void *)(e->libc + cfg.errno_slot)))
+        return -1;
+    struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+    unsigned long tp = BPF_CORE_READ(t, thread.fsbase);
+    if (bpf_probe_read_user(&err, sizeof(err), (void *)(tp + tpoff)) || err <= 0)
+        return -1;
+    return -err;
+}
+
 SEC("uretprobe")
 int call_return(struct pt_regs *ctx)
 {
-    __u32 code = bpf_get_attach_cookie(ctx);
+    __u32 code = bpf_get_attach_cookie(ctx) & ((1 << COOKIE_CODE_BITS) - 1);
     struct entry *e = entry_of();
     if (!e || e->code != code)
         return 0;
     long ret = RETURNS_INT(code) ? (long)(int)ctx->ax : (long)ctx->ax;
-    // libc returns -1 and keeps the error in errno, at the thread pointer
-    // plus errno's offset: the record holds -errno, as the syscall returned it.
-    if (ret == -1 && cfg.errno_tp) {
-        struct task_struct *t = (struct task_struct *)bpf_get_current_task();
-        unsigned long tp = BPF_CORE_READ(t, thread.fsbase);
-        int err = 0;
-        if (bpf_probe_read_user(&err, sizeof(err), (void *)(tp + cfg.errno_tp)) == 0 && err > 0)
-            ret = -err;
-    }
-    leave(e, ret);
+    leave(e, ret == -1 ? errno_of(e) : ret);
     return 0;
 }
 

@@ -95,13 +95,14 @@ static int uprobe_program(const struct bpf_program *p)
 }
 
 /* Where the loader hangs the uprobes: libc's path as this process reaches
- * it, errno's offset from the thread pointer, and each call's probe. */
+ * it, the GOT slot of errno's offset, and each call's probe: its place in
+ * the file and its cookie (_bpfcalls.h). */
 struct uprobes {
     const char *path;
-    long long errno_tp;
+    unsigned long long errno_slot;
     Py_ssize_t n;
     unsigned long long offset[32];
-    unsigned code[32];
+    unsigned long long cookie[32];
 };
 
 static void detach(struct bpf_link **links, int *n_links)
@@ -131,7 +132,7 @@ static struct bpf_object *attach(int pid, int raw, const struct uprobes *up, str
         if (l >= 7 && strcmp(nm + l - 7, ".rodata") == 0)
             ro = m;
     }
-    struct cfg cfg = {.tgid = (uint32_t)pid, .errno_tp = up ? up->errno_tp : 0};
+    struct cfg cfg = {.tgid = (uint32_t)pid, .errno_slot = up ? up->errno_slot : 0};
     if (!ro || bpf_map__set_initial_value(ro, &cfg, sizeof(cfg))) {
         fail("naming the process to trace", ro ? errno : ENOENT);
         goto fail;
@@ -164,12 +165,13 @@ static struct bpf_object *attach(int pid, int raw, const struct uprobes *up, str
     /* Opened on the process: the kernel filters a uprobe by the process's
      * memory, so each fires in every thread of it, and only there. */
     for (Py_ssize_t i = 0; up && i < up->n; i++) {
-        for (int ret = 0; ret < (up->code[i] == CODE_EXIT_GROUP ? 1 : 2); ret++) {
+        int code = (int)(up->cookie[i] & ((1 << COOKIE_CODE_BITS) - 1));
+        for (int ret = 0; ret < (code == CODE_EXIT_GROUP ? 1 : 2); ret++) {
             if (*n_links >= MAX_LINKS) {
                 PyErr_SetString(PyExc_RuntimeError, "more BPF programs than the loader has room for");
                 goto fail;
             }
-            LIBBPF_OPTS(bpf_uprobe_opts, uo, .retprobe = ret, .bpf_cookie = up->code[i]);
+            LIBBPF_OPTS(bpf_uprobe_opts, uo, .retprobe = ret, .bpf_cookie = up->cookie[i]);
             p = bpf_object__find_program_by_name(obj, ret ? "call_return" : "call_entry");
             struct bpf_link *l = p ? bpf_program__attach_uprobe_opts(p, pid, up->path, up->offset[i], &uo) : NULL;
             if (!l) {
@@ -200,7 +202,7 @@ static PyObject *trace(PyObject *self, PyObject *args)
     struct uprobes up = {0}, *use_up = NULL;
     if (probes != Py_None) {
         PyObject *list;
-        if (!PyArg_ParseTuple(probes, "sLO!", &up.path, &up.errno_tp, &PyList_Type, &list))
+        if (!PyArg_ParseTuple(probes, "sKO!", &up.path, &up.errno_slot, &PyList_Type, &list))
             return NULL;
         up.n = PyList_GET_SIZE(list);
         if (up.n > 32) {
@@ -208,7 +210,7 @@ static PyObject *trace(PyObject *self, PyObject *args)
             return NULL;
         }
         for (Py_ssize_t i = 0; i < up.n; i++) {
-            if (!PyArg_ParseTuple(PyList_GET_ITEM(list, i), "KI", &up.offset[i], &up.code[i]))
+            if (!PyArg_ParseTuple(PyList_GET_ITEM(list, i), "KK", &up.offset[i], &up.cookie[i]))
                 return NULL;
         }
         use_up = &up;
@@ -300,8 +302,8 @@ out:
 static PyMethodDef methods[] = {
     {"trace", trace, METH_VARARGS,
      "trace(pid, out_path, ready, max_bytes, raw=False, uprobes=None) -> dict: traces until a signal's handler "
-     "raises; raw: on the raw syscall tracepoints, not the per-syscall ones; uprobes: (libc path, errno's offset "
-     "from the thread pointer, [(file offset, call code), ...]) to hook libc's functions instead"},
+     "raises; raw: on the raw syscall tracepoints, not the per-syscall ones; uprobes: (libc path, errno's GOT "
+     "slot, [(file offset, cookie), ...]) to hook libc's functions instead"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -20,8 +20,11 @@
  * id. */
 #define HEAD 64
 enum { KIND_F = 1, KIND_D, KIND_P, KIND_C, KIND_X, KIND_E, KIND_G };
-/* The cookie of the uprobe on libc's _exit, which makes the process's exit_group. */
+/* A uprobe's cookie: the call code in its low byte (CODE_EXIT_GROUP: libc's
+ * _exit, which makes the process's exit_group), the probe's address in
+ * libc's addresses above it. */
 #define CODE_EXIT_GROUP 255
+#define COOKIE_CODE_BITS 8
 
 /* What names an fd, as strace -yy does: its inode's number and mode; a
  * socket's family, type, protocol, ports, and IPv4 and IPv6 addresses as
@@ -57,7 +60,8 @@ struct rec {
 struct cfg {
     __u32 tgid;        /* the process traced */
     __u32 pad;
-    __s64 errno_tp;    /* uprobes: errno's offset from the thread pointer, 0 unknown */
+    __u64 errno_slot;  /* uprobes: the GOT slot of errno's offset from the thread pointer, in libc's
+                          addresses (collectors/_libc_probes.py); 0 unknown */
 };
 
 #define REC_HEAD __builtin_offsetof(struct rec, name)

@@ -25,13 +25,15 @@ of times a second (``HOT``) must have such a point, or the tracer keeps to
 the tracepoints; the rest (a connection's socket, its options) are probed
 at their first instruction.
 
-libc returns -1 and leaves the error in errno, a thread-local variable; the
-program reads it at the thread pointer plus errno's offset, which the
-loader reads from the process: ``__errno_location`` is
+libc returns -1 and leaves the error in errno, a thread-local variable at
+the thread pointer plus an offset the dynamic loader writes in a GOT slot
+of libc's, the slot ``__errno_location`` loads:
     48 8b 05 <disp32>       mov errno@gottpoff(%rip),%rax
     64 48 03 04 25 0 0 0 0  add %fs:0x0,%rax
-and the GOT slot it loads holds the offset, written there by the dynamic
-loader.
+The program reads that slot in the process itself, where libc is mapped
+(the entry probe's address, less the probe's place in the file, is libc's
+base), so it holds in any process that maps this libc: a command kdiag
+starts is probed before its exec.
 """
 from __future__ import annotations
 
@@ -69,6 +71,7 @@ MAX_ELF_BYTES = 64 << 20
 class Probe(NamedTuple):
     function: str
     offset: int         # in the file, as a uprobe names it
+    vaddr: int          # in libc's addresses (the program finds libc's base from it)
     code: int | None    # the record's call code (CODE_OF); None: EXIT
     emulated: bool      # False: single-stepped
 
@@ -76,7 +79,7 @@ class Probe(NamedTuple):
 class Plan(NamedTuple):
     path: Path          # the libc, as this process reaches it
     probes: list[Probe]
-    errno_tp: int       # errno's offset from the thread pointer; 0: unknown
+    errno_slot: int     # the GOT slot of errno's offset from the thread pointer, in libc's addresses; 0: unknown
     missing: list[str]  # functions the libc has not
 
 
@@ -172,9 +175,9 @@ def libc_of(pid: int) -> tuple[Path, int] | None:
     return None
 
 
-def errno_offset(pid: int, elf: _Elf, base: int) -> int:
-    """errno's offset from the thread pointer in ``pid``, read from the GOT
-    slot ``__errno_location`` loads; 0 where its shape is not known."""
+def errno_slot(elf: _Elf) -> int:
+    """The GOT slot ``__errno_location`` loads errno's offset from, in
+    libc's addresses; 0 where its shape is not known."""
     vaddr = elf.symbols.get("__errno_location")
     at = _file_offset(elf, vaddr) if vaddr else None
     if at is None:
@@ -183,19 +186,7 @@ def errno_offset(pid: int, elf: _Elf, base: int) -> int:
     i = len(ENDBR64) if code.startswith(ENDBR64) else 0
     if code[i:i + 3] != ERRNO_LOAD or code[i + 7:i + 16] != ADD_FS0:
         return 0
-    slot = vaddr + i + 7 + struct.unpack_from("<i", code, i + 3)[0]
-    lowest = min((v - o for v, o, _ in elf.loads if o == 0), default=0)
-    try:
-        with open(f"/proc/{pid}/mem", "rb") as mem:
-            mem.seek(base - lowest + slot)
-            raw = mem.read(8)
-    except (OSError, OverflowError, ValueError):
-        return 0
-    if len(raw) != 8:
-        return 0
-    tp = struct.unpack("<q", raw)[0]
-    # static TLS sits below the thread pointer on x86-64, within a few MiB
-    return tp if -(64 << 20) < tp < 0 else 0
+    return vaddr + i + 7 + struct.unpack_from("<i", code, i + 3)[0]
 
 
 def plan(pid: int) -> tuple[Plan | None, str]:
@@ -203,7 +194,7 @@ def plan(pid: int) -> tuple[Plan | None, str]:
     found = libc_of(pid)
     if found is None:
         return None, "no libc mapped in the process (static, or another C library)"
-    path, base = found
+    path, _ = found
     try:
         elf = _read_elf(path)
     except OSError as e:
@@ -220,8 +211,8 @@ def plan(pid: int) -> tuple[Plan | None, str]:
         point = probe_point(elf.data[at:at + 32])
         if point is None and fn in HOT:
             return None, f"{fn}() in {path} begins with no instruction the kernel emulates"
-        probes.append(Probe(fn, at + (point or 0), CODE_OF.get(call), point is not None))
+        probes.append(Probe(fn, at + (point or 0), vaddr + (point or 0), CODE_OF.get(call), point is not None))
     hot_missing = [fn for fn in missing if fn in HOT and fn not in ("send", "recv")]
     if hot_missing:
         return None, f"{path} has no {', '.join(hot_missing)}"
-    return Plan(path, probes, errno_offset(pid, elf, base), missing), ""
+    return Plan(path, probes, errno_slot(elf), missing), ""

@@ -241,10 +241,10 @@ def main(argv: list[str] | None = None) -> int:
         if plan is None:
             extra["uprobes_not_used"] = why_not
         else:
-            exit_code = HEADER.constants["CODE_EXIT_GROUP"]
-            uprobes = (str(plan.path), plan.errno_tp,
-                       [(p.offset, exit_code if p.code is None else p.code) for p in plan.probes])
-            extra["uprobes"] = {"libc": str(plan.path), "errno_known": bool(plan.errno_tp),
+            bits, exit_code = HEADER.constants["COOKIE_CODE_BITS"], HEADER.constants["CODE_EXIT_GROUP"]
+            uprobes = (str(plan.path), plan.errno_slot,
+                       [(p.offset, p.vaddr << bits | (exit_code if p.code is None else p.code)) for p in plan.probes])
+            extra["uprobes"] = {"libc": str(plan.path), "errno_known": bool(plan.errno_slot),
                                 "single_stepped": [p.function for p in plan.probes if not p.emulated],
                                 "missing": plan.missing}
     offset = time.time_ns() - time.monotonic_ns()
@@ -272,12 +272,17 @@ def main(argv: list[str] | None = None) -> int:
             records.unlink()
     extra.update(lost_events=got["lost_events"], bad_records=res.bad_records, lines=res.lines,
                  over_budget=got["over_budget"], hooks=got["hooks"])
-    if got["lost_events"] or got["over_budget"]:
+    # A uprobe fires only in the file it was hung on: a command that runs
+    # another libc after its exec makes no record at all.
+    unseen = uprobes is not None and not got["records"]
+    if got["lost_events"] or got["over_budget"] or unseen:
         st.state = "partial"
         st.reason = "; ".join(
             ([f"the ring buffer had no room for {got['lost_events']} records"] if got["lost_events"] else [])
             + ([f"{got['over_budget']} records past the {MAX_BYTES >> 20} MiB disk budget"]
-               if got["over_budget"] else []))
+               if got["over_budget"] else [])
+            + ([f"no call was seen at the uprobes in {uprobes[0]}: the process may run another libc"]
+               if unseen else []))
     else:
         st.state = "ok"
     return finish()

@@ -106,14 +106,18 @@ def test_attach_names_the_cause_and_detaches(producer, spark, tmp_path, monkeypa
     assert wait_for(lambda: progress(prog) >= before + 10, 10), "producer stopped after kdiag detached"
 
 
-@pytest.mark.parametrize("tool", ["bpfcalls", "bpftrace"])
+@pytest.mark.parametrize("tool", ["bpfcalls", "bpfcalls-uprobes", "bpftrace"])
 def test_attach_in_kernel_names_the_cause_and_detaches(producer, spark, tmp_path, monkeypatch, tool):
-    """The tracers auto picks for a busy producer, each asked for here: the
-    same verdict and evidence from its capture, and the producer runs on."""
+    """The tracers auto picks for a busy producer, each asked for here (and
+    bpfcalls on uprobes in libc): the same verdict and evidence from its
+    capture, and the producer runs on."""
     from kdiag.collectors import bpfcalls
 
     need("bpftrace" if tool == "bpftrace" else None, root=True)
-    require(bpfcalls.check() if tool == "bpfcalls" else None)
+    require(bpfcalls.check() if tool.startswith("bpfcalls") else None)
+    tool, _, hooks = tool.partition("-")
+    if hooks:
+        monkeypatch.setenv(bpfcalls.HOOKS_ENV, hooks)
     monkeypatch.setenv("KDIAG_TRACER", tool)
     proc, prog = producer
     out, err = io.StringIO(), io.StringIO()
@@ -126,6 +130,8 @@ def test_attach_in_kernel_names_the_cause_and_detaches(producer, spark, tmp_path
     assert any("as sampled live from the socket" in e for e in f["findings"][0]["evidence"])
     man = manifest_of(bundle)
     assert man["tracer"]["tool"] == tool and man["tracer"]["lost_events"] == 0, man["tracer"]
+    assert man["tracer"].get("hooks") == {"bpfcalls": "per-syscall tracepoints", "bpfcalls-uprobes": "uprobes in libc",
+                                          "bpftrace": None}["-".join(filter(None, (tool, hooks)))], man["tracer"]
     assert [c["name"] for c in man["collectors"]][0] == tool and not man["partial"], man["partial_reasons"]
     ovh = man["overhead"]
     assert set(ovh) == OVERHEAD_FIELDS and ovh["method"].startswith("measured:"), ovh
@@ -222,11 +228,18 @@ def test_sigterm_detaches_and_keeps_a_partial_bundle(producer, tmp_path):
     assert wait_for(lambda: progress(prog) >= before + 10, 10), "producer stopped after kdiag's SIGTERM"
 
 
-@pytest.mark.parametrize("tracer", ["auto", "strace"])
+@pytest.mark.parametrize("tracer", ["auto", "auto-uprobes", "strace"])
 def test_wrap_runs_the_command_to_its_end(the_lab, spark, tmp_path, monkeypatch, tracer):
     """auto traces a command in the kernel where it can (bpfcalls, else
     bpftrace): from the exec, so the setsockopt() before connect() is seen,
-    as strace sees it."""
+    as strace sees it. On uprobes too: they are hung on the shim's libc
+    before the exec, and fire in the command's."""
+    from kdiag.collectors import bpfcalls
+
+    tracer, _, hooks = tracer.partition("-")
+    if hooks:
+        require(bpfcalls.check())
+        monkeypatch.setenv(bpfcalls.HOOKS_ENV, hooks)
     monkeypatch.setenv("KDIAG_TRACER", tracer)
     prog = tmp_path / "progress"
     out, err = io.StringIO(), io.StringIO()
@@ -245,6 +258,8 @@ def test_wrap_runs_the_command_to_its_end(the_lab, spark, tmp_path, monkeypatch,
     usable = [t.NAME for t in (bpfcalls, bpftrace) if t.check() is None]
     want = usable[0] if tracer == "auto" and usable else "strace"
     assert man["tracer"]["tool"] == want, man["tracer"]
+    if hooks:
+        assert man["tracer"]["hooks"] == "uprobes in libc", man["tracer"]
     ovh = man["overhead"]
     assert set(ovh) == OVERHEAD_FIELDS and ovh["tool"] == want and ovh["method"].startswith("estimated:"), ovh
     assert ovh["throughput_pct"] is not None and not man["partial"], man["partial_reasons"]

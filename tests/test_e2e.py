@@ -116,6 +116,23 @@ def test_nagle_off_is_healthy_and_replays(tmp_path, spark):
     assert man["versions"]["strace"] and "strace" in {c["name"] for c in man["collectors"]}
 
 
+def test_on_uprobes_the_trace_finds_the_same_and_says_what_it_hooked(tmp_path, spark, monkeypatch):
+    """bpfcalls on libc's functions (no syscall tracepoint, nothing other
+    processes pay for): the same verdict from the same evidence; the
+    manifest names the hooks, as it does the tracepoints'."""
+    need(root=True)
+    assert bpfcalls.check() is None, bpfcalls.check()
+    monkeypatch.setenv(bpfcalls.HOOKS_ENV, "uprobes")
+    f, bundle = trace(tmp_path, "uprobes")
+    assert f["verdict"] == "nagle_delayed_ack" and f["findings"][0]["share"] >= 0.9, f["findings"]
+    assert any("waited in poll()" in e for e in f["findings"][0]["evidence"]), f["findings"][0]["evidence"]
+    tracer = manifest_of(bundle)["tracer"]
+    assert (tracer["tool"], tracer["hooks"]) == ("bpfcalls", "uprobes in libc"), tracer
+    monkeypatch.delenv(bpfcalls.HOOKS_ENV)
+    f, bundle = trace(tmp_path, "tracepoints")
+    assert manifest_of(bundle)["tracer"]["hooks"] == "per-syscall tracepoints"
+
+
 def test_probe_falls_back_to_strace_when_bpfcalls_does_not_start(tmp_path, spark, monkeypatch):
     """The probe waits, stopped, for its tracer: when bpfcalls fails to
     start, strace attaches before the probe's first call, and the verdict

@@ -366,7 +366,8 @@ def _manifest(opts: TargetOptions, target: Target, choice: TracerChoice, window:
         **({"lab": opts.lab} if opts.lab is not None else {}),
         "tracer": {"tool": choice.tool if choice.tracer is not None else None, "setting": choice.setting,
                    "why": choice.why, **{f"{name}_failed": choice.failed.get(name) for name in tracers.threadless()},
-                   "lost_events": bpf_status.get("lost_events"), "tracefs": bpf_status.get("tracefs")},
+                   "lost_events": bpf_status.get("lost_events"), "tracefs": bpf_status.get("tracefs"),
+                   **tracers.hooks_of(bpf_status)},
         "overhead": _overhead(choice, target, window).to_dict(),
         "collectors": statuses,
     }

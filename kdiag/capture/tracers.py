@@ -71,3 +71,12 @@ def markdown_table() -> str:
         rows.append(f"| `{c.name}` | {t.auto_when} | {'yes' if t.stops_threads else 'no'} | {t.captures} "
                     f"| {t.cost} |")
     return "\n".join(rows) + "\n"
+
+
+def hooks_of(status: dict | None) -> dict:
+    """What a BPF tracer hooked, for the manifest's tracer: the kernel's
+    syscall tracepoints, which every process on the host pays for, or
+    uprobes in the producer's libc (collectors/bpfcalls.py); and why not
+    uprobes where they were asked for. Nothing for the other tracers."""
+    status = status or {}
+    return {k: status[k] for k in ("hooks", "uprobes_not_used") if status.get(k)}
