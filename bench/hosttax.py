@@ -76,11 +76,12 @@ RUN_S = 0.6
 BUSY_PER_S = 2000
 # (figure name, tracer environment, process traced)
 MODES = [
-    ("bpfcalls (per-syscall tracepoints) on an idle process", {}, "idle"),
-    ("bpfcalls (per-syscall tracepoints) on a busy process", {}, "busy"),
+    # kdiag's default: auto, which takes uprobes for a process this quiet
+    ("bpfcalls (auto) on an idle process", {}, "idle"),
+    ("bpfcalls (auto) on a busy process", {}, "busy"),
+    ("bpfcalls on the per-syscall tracepoints (KDIAG_BPFCALLS_HOOKS=tracepoints) on a busy process",
+     {"KDIAG_BPFCALLS_HOOKS": "tracepoints"}, "busy"),
     ("bpfcalls on raw syscall tracepoints (the fallback) on an idle process", {"KDIAG_BPFCALLS_RAW": "1"}, "idle"),
-    ("bpfcalls on uprobes in libc (KDIAG_BPFCALLS_HOOKS=uprobes) on a busy process",
-     {"KDIAG_BPFCALLS_HOOKS": "uprobes"}, "busy"),
 ]
 
 
@@ -118,12 +119,13 @@ class Tax:
     @contextlib.contextmanager
     def traced(self, env: dict, pid: int):
         """kdiag's tracer on ``pid``, started as ``kdiag trace --pid`` starts it."""
-        from kdiag.capture import attach
+        from kdiag.capture import attach, overhead
         from kdiag.collectors import bpftrace, strace
 
         with environ(env), tempfile.TemporaryFile() as err:
+            # the process's calls a second, measured as kdiag trace --pid measures them
             tracer, why = attach.start_tracer("bpfcalls", pid, self.work / "trace", strace.ATTACH_FLAGS, err,
-                                              lambda *a: None)
+                                              lambda *a: None, overhead.baseline(pid).calls_per_s())
         if tracer is None:
             raise RuntimeError(why)
         try:
@@ -179,7 +181,7 @@ def run(smoke: bool, work: Path) -> list[Figure]:
                 hooks, load = tax.hooks, f"{load0} .. {loadavg()}"
             except (RuntimeError, OSError, subprocess.SubprocessError) as e:
                 why = str(e)
-        fallback = "KDIAG_BPFCALLS_RAW" in env
+        fallback = bool(env)     # the hooks auto would not take here: references
         for call in CALLS:
             untraced, traced = got[call] if got else ([], [])
             ratios = paired(untraced, traced)

@@ -266,7 +266,7 @@ class Bench:
 
     def _trace(self, tool: str, pid: int, trace: Path, threads: bool = False):
         """``tool`` tracing ``pid`` as kdiag.capture.attach starts it, once it traces."""
-        from kdiag.capture import attach
+        from kdiag.capture import attach, overhead
         from kdiag.collectors import strace as c_strace
 
         with tempfile.TemporaryFile() as err:
@@ -279,7 +279,9 @@ class Bench:
                     start_new_session=True))
                 time.sleep(0.3)
                 return tracer
-            tracer, why = attach.start_tracer(tool, pid, trace, _attach_flags(), err, print)
+            # the producer's calls a second, measured as kdiag trace --pid measures them
+            tracer, why = attach.start_tracer(tool, pid, trace, _attach_flags(), err, print,
+                                              overhead.baseline(pid).calls_per_s())
         if tracer is None:
             raise RuntimeError(why)
         if tracer.strace is not None:

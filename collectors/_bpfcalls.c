@@ -286,9 +286,20 @@ static PyObject *trace(PyObject *self, PyObject *args)
         PyErr_SetFromErrnoWithFilename(PyExc_OSError, out_path);
         goto out;
     }
-    result = Py_BuildValue("{sKsKsKsKss}", "records", sink.records, "bytes", sink.bytes, "lost_events",
+    /* The processes it forked (the tracepoints follow them; a uprobe hung on
+     * this process's memory does not). */
+    unsigned long long forks = 0;
+    uint32_t key, next, *prev = NULL;
+    int tgids = bpf_map__fd(bpf_object__find_map_by_name(obj, "tgids"));
+    while (forks < 1024 && bpf_map_get_next_key(tgids, prev, &next) == 0) {
+        key = next;
+        prev = &key;
+        forks++;
+    }
+    result = Py_BuildValue("{sKsKsKsKsssK}", "records", sink.records, "bytes", sink.bytes, "lost_events",
                            (unsigned long long)lost, "over_budget", sink.over_budget, "hooks",
-                           use_up ? "uprobes in libc" : raw ? "raw syscall tracepoints" : "per-syscall tracepoints");
+                           use_up ? "uprobes in libc" : raw ? "raw syscall tracepoints" : "per-syscall tracepoints",
+                           "forked", forks);
 out:
     detach(links, &n_links);
     if (rb)

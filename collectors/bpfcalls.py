@@ -56,6 +56,33 @@ RAW_ENV = "KDIAG_BPFCALLS_RAW"
 # (collectors/_libc_probes.py), which no other process meets; where they
 # cannot be placed it keeps to the tracepoints and says why.
 HOOKS_ENV = "KDIAG_BPFCALLS_HOOKS"
+# auto takes uprobes for a producer whose calls they would cost less than
+# this share of a core, at UPROBE_CALL_US a call: a uprobe and a uretprobe
+# on an emulated instruction cost 0.71 us a call here (bench/uprobes.py,
+# 2-core KVM guest), the record ~0.3 us more. Above it the tracepoints
+# cost the producer less, and every process on the host pays for them
+# (bench/hosttax.py).
+AUTO_UPROBE_SHARE = 0.01
+UPROBE_CALL_US = 1.0
+
+
+def choose_hooks(calls_per_s: float | None) -> tuple[str, str]:
+    """("uprobes" or "tracepoints", why) for a producer that made
+    ``calls_per_s`` read and write calls a second before tracing (None:
+    not measured, a command kdiag starts or its own probe)."""
+    asked = settings.get(HOOKS_ENV)
+    if asked in ("uprobes", "tracepoints"):
+        return asked, f"{HOOKS_ENV}={asked}"
+    if calls_per_s is None:
+        return "tracepoints", ("the producer's call rate was not measured before tracing (a command kdiag "
+                               "starts, or its probe), and a command may fork: uprobes follow no fork")
+    cost = calls_per_s * UPROBE_CALL_US / 1e6
+    if cost < AUTO_UPROBE_SHARE:
+        return "uprobes", (f"the producer made {calls_per_s:.0f} calls/s: uprobes in its libc cost it about "
+                           f"{100 * cost:.2f}% of a core, and no other process anything")
+    return "tracepoints", (f"the producer made {calls_per_s:.0f} calls/s: uprobes would cost it about "
+                           f"{100 * cost:.1f}% of a core; the syscall tracepoints cost it less, and every "
+                           f"process on the host pays for them")
 
 # The record's layout comes from the header the C code compiles with, so the
 # two cannot disagree: struct rec up to its name (RECORD), then the name,
@@ -275,24 +302,29 @@ def main(argv: list[str] | None = None) -> int:
     # A uprobe fires only in the file it was hung on: a command that runs
     # another libc after its exec makes no record at all.
     unseen = uprobes is not None and not got["records"]
-    if got["lost_events"] or got["over_budget"] or unseen:
+    # Nor is a process it forked traced: its memory is its own.
+    untraced_forks = got.get("forked", 0) if uprobes is not None else 0
+    if got["lost_events"] or got["over_budget"] or unseen or untraced_forks:
         st.state = "partial"
         st.reason = "; ".join(
             ([f"the ring buffer had no room for {got['lost_events']} records"] if got["lost_events"] else [])
             + ([f"{got['over_budget']} records past the {MAX_BYTES >> 20} MiB disk budget"]
                if got["over_budget"] else [])
             + ([f"no call was seen at the uprobes in {uprobes[0]}: the process may run another libc"]
-               if unseen else []))
+               if unseen else [])
+            + ([f"{untraced_forks} process(es) it forked were not traced (uprobes follow no fork)"]
+               if untraced_forks else []))
     else:
         st.state = "ok"
     return finish()
 
 
-def start(pid: int, out: Path, ready_s: float = 30.0):
-    """The tracer once it traces ``pid``; or None and why it could not."""
+def start(pid: int, out: Path, ready_s: float = 30.0, hooks: str = "tracepoints"):
+    """The tracer once it traces ``pid`` on ``hooks`` (choose_hooks); or
+    None and why it could not."""
     import sys
 
-    return _bt.start(pid, out, ready_s, module=sys.modules[__name__], name=NAME)
+    return _bt.start(pid, out, ready_s, module=sys.modules[__name__], name=NAME, env={HOOKS_ENV: hooks})
 
 
 class Bpfcalls(_bt.Bpftrace):
@@ -323,11 +355,13 @@ class Bpfcalls(_bt.Bpftrace):
         return None     # kdiag's own, built with it
 
     @classmethod
-    def start_alone(cls, pid: int, out: Path):
-        return start(pid, out, _bt.READY_TIMEOUT_S)
+    def start_alone(cls, pid: int, out: Path, calls_per_s: float | None = None):
+        hooks, _ = choose_hooks(calls_per_s)
+        return start(pid, out, _bt.READY_TIMEOUT_S, hooks=hooks)
 
     def start(self, pid: int) -> None:
-        self.child, self.failed_to_start = start(pid, self.out_path)
+        self.hooks, self.hooks_why = choose_hooks(self.calls_per_s)
+        self.child, self.failed_to_start = start(pid, self.out_path, hooks=self.hooks)
 
 
 if __name__ == "__main__":

@@ -358,15 +358,17 @@ class Child:
     said: str = ""          # what it printed before "ready": its status, when it gave up
 
 
-def spawn(pid: int, out: Path, module=None) -> Child:
+def spawn(pid: int, out: Path, module=None, env: dict | None = None) -> Child:
     """The tracer (``module``'s runner, this one's by default) as a child
     process of the caller, dying with it, in its own session (a Ctrl-C at
-    the terminal reaches kdiag only)."""
+    the terminal reaches kdiag only); ``env`` beside this process's."""
+    import os
     import sys
 
     cmd = [*kdiag.python_m(module or sys.modules[__name__]), "--pid", str(pid), "--out", str(out)]
     return Child(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                                  preexec_fn=dies_with_parent, start_new_session=True, text=True))
+                                  preexec_fn=dies_with_parent, start_new_session=True, text=True,
+                                  env={**os.environ, **env} if env else None))
 
 
 def wait_ready(child: Child, timeout_s: float = 60.0) -> bool:
@@ -405,10 +407,10 @@ def collect(child: Child, grace_s: float = 120.0, name: str = NAME) -> dict:
 
 
 def start(pid: int, out: Path, ready_s: float = READY_TIMEOUT_S, module=None,
-          name: str = NAME) -> tuple[Child | None, str | None]:
+          name: str = NAME, env: dict | None = None) -> tuple[Child | None, str | None]:
     """The tracer once it traces ``pid``; or None and why it could not
     (its status's reason, when it gave up)."""
-    child = spawn(pid, out, module)
+    child = spawn(pid, out, module, env)
     if wait_ready(child, ready_s):
         return child, None
     st = collect(child, name=name)
@@ -450,9 +452,13 @@ class Bpftrace(Collector):
         return version()
 
     @classmethod
-    def start_alone(cls, pid: int, out: Path) -> tuple[Child | None, str | None]:
+    def start_alone(cls, pid: int, out: Path, calls_per_s: float | None = None) -> tuple[Child | None, str | None]:
         """The tracer on its own, outside a trace (the overhead bench)."""
         return start(pid, out, READY_TIMEOUT_S)
+
+    # Set before start() by whoever measured it: the producer's read and
+    # write calls a second before tracing (bpfcalls chooses its hooks by it).
+    calls_per_s: float | None = None
 
     def start(self, pid: int) -> None:
         self.child, self.failed_to_start = start(pid, self.out_path)

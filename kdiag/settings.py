@@ -43,9 +43,10 @@ SETTINGS = (
             "the syscall tracer of kdiag trace when --tracer is not given: one of --tracer's choices"),
     Setting("KDIAG_BPFCALLS_RAW", bool, False,
             "1: bpfcalls hooks the raw sys_enter/sys_exit tracepoints, its fallback, not the per-syscall ones"),
-    Setting("KDIAG_BPFCALLS_HOOKS", str, "tracepoints",
-            "uprobes: bpfcalls hooks libc's functions in the traced process, which no other process meets, "
-            "where it can place them; else the syscall tracepoints"),
+    Setting("KDIAG_BPFCALLS_HOOKS", str, "auto",
+            "what bpfcalls hooks: uprobes (libc's functions in the traced process, which no other process meets), "
+            "tracepoints (the syscalls', which every process pays for), or auto: uprobes for a producer whose "
+            "measured calls they would cost under 1% of a core"),
     Setting("KDIAG_VERBOSE", bool, False,
             "1: let Spark's and the JVM's own output through, as --verbose does"),
     Setting("KDIAG_WARM", bool, True,

@@ -106,18 +106,18 @@ def test_attach_names_the_cause_and_detaches(producer, spark, tmp_path, monkeypa
     assert wait_for(lambda: progress(prog) >= before + 10, 10), "producer stopped after kdiag detached"
 
 
-@pytest.mark.parametrize("tool", ["bpfcalls", "bpfcalls-uprobes", "bpftrace"])
+@pytest.mark.parametrize("tool", ["bpfcalls", "bpfcalls-tracepoints", "bpftrace"])
 def test_attach_in_kernel_names_the_cause_and_detaches(producer, spark, tmp_path, monkeypatch, tool):
-    """The tracers auto picks for a busy producer, each asked for here (and
-    bpfcalls on uprobes in libc): the same verdict and evidence from its
-    capture, and the producer runs on."""
+    """The tracers auto picks for a busy producer, each asked for here:
+    the same verdict and evidence from its capture, and the producer runs
+    on. bpfcalls takes uprobes in the producer's libc for a producer this
+    slow, and the tracepoints when asked."""
     from kdiag.collectors import bpfcalls
 
     need("bpftrace" if tool == "bpftrace" else None, root=True)
     require(bpfcalls.check() if tool.startswith("bpfcalls") else None)
     tool, _, hooks = tool.partition("-")
-    if hooks:
-        monkeypatch.setenv(bpfcalls.HOOKS_ENV, hooks)
+    monkeypatch.setenv(bpfcalls.HOOKS_ENV, hooks or "auto")
     monkeypatch.setenv("KDIAG_TRACER", tool)
     proc, prog = producer
     out, err = io.StringIO(), io.StringIO()
@@ -130,8 +130,10 @@ def test_attach_in_kernel_names_the_cause_and_detaches(producer, spark, tmp_path
     assert any("as sampled live from the socket" in e for e in f["findings"][0]["evidence"])
     man = manifest_of(bundle)
     assert man["tracer"]["tool"] == tool and man["tracer"]["lost_events"] == 0, man["tracer"]
-    assert man["tracer"].get("hooks") == {"bpfcalls": "per-syscall tracepoints", "bpfcalls-uprobes": "uprobes in libc",
+    assert man["tracer"].get("hooks") == {"bpfcalls": "uprobes in libc", "bpfcalls-tracepoints": "per-syscall tracepoints",
                                           "bpftrace": None}["-".join(filter(None, (tool, hooks)))], man["tracer"]
+    if tool == "bpfcalls" and not hooks:
+        assert "calls/s: uprobes in its libc cost it about" in man["tracer"]["hooks_why"], man["tracer"]
     assert [c["name"] for c in man["collectors"]][0] == tool and not man["partial"], man["partial_reasons"]
     ovh = man["overhead"]
     assert set(ovh) == OVERHEAD_FIELDS and ovh["method"].startswith("measured:"), ovh

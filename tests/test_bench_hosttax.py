@@ -14,5 +14,6 @@ def test_hosttax_smoke(tmp_path):
     for f in figures:
         assert f.value is not None and f.unit == "%", f.note
         assert f.goal == hosttax.GOAL and f.met is (f.value >= float(hosttax.GOAL.split()[-1]))
-        assert f.ref_value and "either side" in f.note and "per-syscall tracepoints" in f.note, f.note
+        # kdiag's default on a process this quiet: uprobes in its libc
+        assert f.ref_value and "either side" in f.note and "uprobes in libc" in f.note, f.note
         assert "load average" in f.note

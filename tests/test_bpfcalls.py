@@ -193,6 +193,39 @@ time.sleep(0.2)
     assert calls[-1][0] == "exit" and any(c[1] == "exit_group" for c in calls), calls
 
 
+def test_on_uprobes_a_forked_process_is_said_to_be_untraced(tmp_path):
+    """The tracepoints follow what the process forks; a uprobe, hung on the
+    process's own memory, does not, and the capture says so."""
+    script = """
+import os, sys
+if os.fork() == 0:
+    os.write(2, b"from the child\\n")
+    os._exit(0)
+os.wait()
+os.write(2, b"from the parent\\n")
+"""
+    child = subprocess.Popen([sys.executable, "-c", "import sys\nsys.stdin.readline()\n" + script],
+                             stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = tmp_path / "strace.txt"
+    env = {k: v for k, v in os.environ.items() if k != bpfcalls.RAW_ENV} | {bpfcalls.HOOKS_ENV: "uprobes"}
+    tracer = subprocess.Popen([sys.executable, "-m", "kdiag.collectors.bpfcalls", "--pid", str(child.pid),
+                               "--out", str(out)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert tracer.stdout.readline().strip() == "ready"
+        child.stdin.write(b"go\n")
+        child.stdin.close()
+        child.wait(20)
+        time.sleep(0.2)
+    finally:
+        tracer.send_signal(signal.SIGINT)
+        status, _ = tracer.communicate(timeout=60)
+    st = json.loads(status.strip().splitlines()[-1])
+    assert st["hooks"] == "uprobes in libc" and st["state"] == "partial", st
+    assert "1 process(es) it forked were not traced" in st["reason"], st
+    rows, _ = parse_lines(out.read_text().splitlines())
+    assert [r["data"] for r in rows.to_pylist() if r["syscall"] == "write"] == ["from the parent\n"]
+
+
 def request(corr: int, client: bytes = b"kdiag-head-client", body: int = 300) -> bytes:
     """A Produce v9 request as a client writes it: size, api key, version,
     correlation id, client id; then a body of ``body`` bytes."""
@@ -374,3 +407,24 @@ def test_a_sasl_plain_password_a_socket_write_kept_is_redacted(tmp_path):
         assert got[:2] == ("SaslAuthenticate", corr), got
     text = (raw / "strace.txt").read_bytes()
     assert b"Pl4" not in text and b"\\x00alice\\x00P" not in text, text
+
+
+@pytest.mark.parametrize("asked, calls, want", [
+    (None, None, "tracepoints"),            # a command, or the probe: not measured
+    (None, 500.0, "uprobes"),               # a producer at its usual pace
+    (None, 9_000.0, "uprobes"),
+    (None, 11_000.0, "tracepoints"),        # uprobes would cost it over 1 % of a core
+    (None, 56_000.0, "tracepoints"),        # full speed over TLS (bench/overhead.py)
+    ("uprobes", 56_000.0, "uprobes"),
+    ("tracepoints", 10.0, "tracepoints"),
+    ("auto", 10.0, "uprobes"),
+])
+def test_auto_takes_uprobes_where_they_cost_the_producer_little(monkeypatch, asked, calls, want):
+    if asked is None:
+        monkeypatch.delenv(bpfcalls.HOOKS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(bpfcalls.HOOKS_ENV, asked)
+    hooks, why = bpfcalls.choose_hooks(calls)
+    assert hooks == want, why
+    if calls and asked in (None, "auto"):
+        assert f"{calls:.0f} calls/s" in why and "% of a core" in why

@@ -130,13 +130,15 @@ class Tracer:
         return overhead.cpu_s([self.strace.pid]) if self.strace is not None else None
 
 
-def start_tracer(tool: str, target: int, strace_out: Path, flags: list[str], err_file, log) -> tuple[Tracer | None, str | None]:
+def start_tracer(tool: str, target: int, strace_out: Path, flags: list[str], err_file, log,
+                 calls_per_s: float | None = None) -> tuple[Tracer | None, str | None]:
     """Starts ``tool`` on ``target``; returns it once it traces, or None and
     why it could not. The bpftrace collector's status, when it gave up, is
-    in the reason."""
+    in the reason. ``calls_per_s``: the target's calls a second before, as
+    ``kdiag trace --pid`` measures them (bpfcalls chooses its hooks by it)."""
     cls = tracers.find(tool)
     if not cls.tracing.stops_threads:
-        child, why = cls.start_alone(target, strace_out)
+        child, why = cls.start_alone(target, strace_out, calls_per_s)
         return (Tracer(tool, bpf=child), None) if child is not None else (None, why)
     proc = cls.attach_alone(target, strace_out, flags, err_file)
     return Tracer(tool, strace=proc, cpu_at_start=overhead.cpu_s([proc.pid])), None
@@ -271,6 +273,7 @@ def _start_tracer(setting: str, target: Target, active: list[Collector], log) ->
     while choice.tool in threadless:
         t = by_name[choice.tool]
         log(f"tracing with {choice.tool}: {choice.why}")
+        t.calls_per_s = target.untraced.calls_per_s() if target.untraced else None
         t.start(target.pid)
         if t.child is not None:
             choice.tracer = t
@@ -367,7 +370,7 @@ def _manifest(opts: TargetOptions, target: Target, choice: TracerChoice, window:
         "tracer": {"tool": choice.tool if choice.tracer is not None else None, "setting": choice.setting,
                    "why": choice.why, **{f"{name}_failed": choice.failed.get(name) for name in tracers.threadless()},
                    "lost_events": bpf_status.get("lost_events"), "tracefs": bpf_status.get("tracefs"),
-                   **tracers.hooks_of(bpf_status)},
+                   **tracers.hooks_of(bpf_status, getattr(choice.tracer, "hooks_why", None))},
         "overhead": _overhead(choice, target, window).to_dict(),
         "collectors": statuses,
     }

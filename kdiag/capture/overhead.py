@@ -53,6 +53,11 @@ class Rates:
     cpu_cores: float | None
     ctx_per_s: float | None
 
+    def calls_per_s(self) -> float:
+        """Its read and write calls a second, or its context switches when
+        higher: a lower bound of its calls."""
+        return max(self.io_calls_per_s or 0.0, self.ctx_per_s or 0.0)
+
 
 @dataclass
 class Overhead:
@@ -309,7 +314,7 @@ def _auto(tool: str, when: str, before: Rates | None, fallback: str, passed: str
         return tool, f"{tool} stops no thread and costs a producer least at any rate" + passed
     if before is None:
         return tool, f"{tool} stops no thread; the producer's call rate is unknown before it starts" + passed
-    calls = max(before.io_calls_per_s or 0.0, before.ctx_per_s or 0.0)
+    calls = before.calls_per_s()
     cost = calls * PTRACE_STOP_US / 1e6
     if cost >= AUTO_BPF_SHARE:
         return tool, (f"the producer made {calls:.0f} calls/s: {fallback} would stop it for about "

@@ -300,7 +300,8 @@ class _ProbeTracer:
         bpf = next((s for name in self.failed if (s := getattr(self.tracers.get(name), "child_status", None))), {})
         return {"tool": self.tool if ran else None, "setting": self.setting, "why": self.why,
                 **{f"{name}_failed": why for name, why in self.failed.items()}, "lost_events": bpf.get("lost_events"),
-                **tracers.hooks_of(getattr(t, "child_status", None) if ran else None)}
+                **tracers.hooks_of(getattr(t, "child_status", None) if ran else None,
+                                   getattr(t, "hooks_why", None) if ran else None)}
 
 
 def _probe_error(probe: dict | None, run: ProbeRun) -> str | None:
