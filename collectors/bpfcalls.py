@@ -70,6 +70,8 @@ def choose_hooks(calls_per_s: float | None) -> tuple[str, str]:
     """("uprobes" or "tracepoints", why) for a producer that made
     ``calls_per_s`` read and write calls a second before tracing (None:
     not measured, a command kdiag starts or its own probe)."""
+    if settings.get(RAW_ENV):
+        return "tracepoints", f"{RAW_ENV}=1: the raw syscall tracepoints"
     asked = settings.get(HOOKS_ENV)
     if asked in ("uprobes", "tracepoints"):
         return asked, f"{HOOKS_ENV}={asked}"

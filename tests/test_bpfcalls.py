@@ -420,6 +420,7 @@ def test_a_sasl_plain_password_a_socket_write_kept_is_redacted(tmp_path):
     ("auto", 10.0, "uprobes"),
 ])
 def test_auto_takes_uprobes_where_they_cost_the_producer_little(monkeypatch, asked, calls, want):
+    monkeypatch.delenv(bpfcalls.RAW_ENV, raising=False)
     if asked is None:
         monkeypatch.delenv(bpfcalls.HOOKS_ENV, raising=False)
     else:
@@ -428,3 +429,9 @@ def test_auto_takes_uprobes_where_they_cost_the_producer_little(monkeypatch, ask
     assert hooks == want, why
     if calls and asked in (None, "auto"):
         assert f"{calls:.0f} calls/s" in why and "% of a core" in why
+
+
+def test_the_raw_fallback_asked_for_is_the_tracepoints(monkeypatch):
+    monkeypatch.setenv(bpfcalls.RAW_ENV, "1")
+    monkeypatch.setenv(bpfcalls.HOOKS_ENV, "auto")
+    assert bpfcalls.choose_hooks(10.0)[0] == "tracepoints"
