@@ -204,26 +204,10 @@ if os.fork() == 0:
 os.wait()
 os.write(2, b"from the parent\\n")
 """
-    child = subprocess.Popen([sys.executable, "-c", "import sys\nsys.stdin.readline()\n" + script],
-                             stdin=subprocess.PIPE, stderr=subprocess.PIPE)
-    out = tmp_path / "strace.txt"
-    env = {k: v for k, v in os.environ.items() if k != bpfcalls.RAW_ENV} | {bpfcalls.HOOKS_ENV: "uprobes"}
-    tracer = subprocess.Popen([sys.executable, "-m", "kdiag.collectors.bpfcalls", "--pid", str(child.pid),
-                               "--out", str(out)], stdout=subprocess.PIPE, text=True, env=env)
-    try:
-        assert tracer.stdout.readline().strip() == "ready"
-        child.stdin.write(b"go\n")
-        child.stdin.close()
-        child.wait(20)
-        time.sleep(0.2)
-    finally:
-        tracer.send_signal(signal.SIGINT)
-        status, _ = tracer.communicate(timeout=60)
-    st = json.loads(status.strip().splitlines()[-1])
+    st, rows, _ = traced(tmp_path, script, hooks="uprobes")
     assert st["hooks"] == "uprobes in libc" and st["state"] == "partial", st
     assert "1 process(es) it forked were not traced" in st["reason"], st
-    rows, _ = parse_lines(out.read_text().splitlines())
-    assert [r["data"] for r in rows.to_pylist() if r["syscall"] == "write"] == ["from the parent\n"]
+    assert [r["data"] for r in rows if r["syscall"] == "write"] == ["from the parent\n"]
 
 
 def request(corr: int, client: bytes = b"kdiag-head-client", body: int = 300) -> bytes:
@@ -282,7 +266,16 @@ def trace(tmp_path, script: str, peer=None, every_kind: bool = False, hooks: str
     runs meanwhile. The calls parsed from its strace text; with
     ``every_kind``, (every row, the child's pid). ``hooks``: a key of
     HOOKS (raw: the loader's fallback; uprobes: libc's functions)."""
+    st, rows, child = traced(tmp_path, script, peer, hooks)
+    assert st["state"] == "ok" and st["hooks"] == HOOKS[hooks][1], st
+    if every_kind:
+        return rows, child
+    return [r for r in rows if r["kind"] == "syscall"]
 
+
+def traced(tmp_path, script: str, peer=None, hooks: str = "per-syscall") -> tuple[dict, list[dict], int]:
+    """(the tracer's status, every row of its strace text, the child's
+    pid) for ``script``, as ``trace`` runs it."""
     child = subprocess.Popen([sys.executable, "-c", "import sys\nsys.stdin.readline()\n" + script],
                              stdin=subprocess.PIPE, stderr=subprocess.PIPE)
     out = tmp_path / "strace.txt"
@@ -301,14 +294,9 @@ def trace(tmp_path, script: str, peer=None, every_kind: bool = False, hooks: str
     finally:
         tracer.send_signal(signal.SIGINT)
         status, _ = tracer.communicate(timeout=60)
-    assert '"state": "ok"' in status, status
-    ran = json.loads(status.strip().splitlines()[-1])["hooks"]
-    assert ran == HOOKS[hooks][1], status
     assert child.returncode == 0, err
     rows, _ = parse_lines(out.read_text().splitlines())
-    if every_kind:
-        return rows.to_pylist(), child.pid
-    return [r for r in rows.to_pylist() if r["kind"] == "syscall"]
+    return json.loads(status.strip().splitlines()[-1]), rows.to_pylist(), child.pid
 
 
 def test_it_keeps_the_first_bytes_of_socket_writes_only(tmp_path):
