@@ -181,7 +181,7 @@ def run(smoke: bool, work: Path) -> list[Figure]:
                 hooks, load = tax.hooks, f"{load0} .. {loadavg()}"
             except (RuntimeError, OSError, subprocess.SubprocessError) as e:
                 why = str(e)
-        fallback = bool(env)     # the hooks auto would not take here: references
+        reference = bool(env)    # the hooks auto would not take here
         for call in CALLS:
             untraced, traced = got[call] if got else ([], [])
             ratios = paired(untraced, traced)
@@ -196,7 +196,7 @@ def run(smoke: bool, work: Path) -> list[Figure]:
                 note = f"not measured: {why or 'no rate'}"
             figures.append(Figure(
                 "hosttax", f"{call}() of an unrelated process under {name} % of untraced", _round(pct), "%",
-                goal=None if fallback else GOAL, met=None if fallback else check(pct, GOAL),
+                goal=None if reference else GOAL, met=None if reference else check(pct, GOAL),
                 reference=f"untraced {call}() calls a CPU second", ref_value=_round(base, 0),
                 command=f"python -m bench --only hosttax ({''.join(f'{k}={v}: ' for k, v in env.items())}"
                         f"python -m kdiag.collectors.bpfcalls --pid PID attached and detached in turn; "

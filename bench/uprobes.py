@@ -40,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import Figure, loadavg
+from bench.common import Figure, environ, loadavg
 from kdiag.collectors import _libc_probes
 
 PROBE_BPF_C = r"""
@@ -174,7 +174,7 @@ int main(int argc, char **argv)
 
 # A Python process whose main thread and two others write to /dev/null.
 THREADS_PY = r"""
-import os, sys, threading, time
+import os, threading, time
 fd = os.open("/dev/null", os.O_WRONLY)
 def w():
     while True:
@@ -250,11 +250,13 @@ class Probes:
 
 
 def _tracepoints(pid: int, work: Path):
-    """kdiag's bpfcalls on ``pid``, started as ``kdiag trace --pid`` starts it."""
+    """kdiag's bpfcalls on ``pid``, started as ``kdiag trace --pid`` starts
+    it, on the per-syscall tracepoints whatever this process's environment
+    asks (the figure names them)."""
     from kdiag.capture import attach
-    from kdiag.collectors import bpftrace, strace
+    from kdiag.collectors import bpfcalls, bpftrace, strace
 
-    with tempfile.TemporaryFile() as err:
+    with environ({bpfcalls.HOOKS_ENV: "tracepoints", bpfcalls.RAW_ENV: ""}), tempfile.TemporaryFile() as err:
         tracer, why = attach.start_tracer("bpfcalls", pid, work / "trace", strace.ATTACH_FLAGS, err, lambda *a: None)
     if tracer is None:
         raise RuntimeError(why)

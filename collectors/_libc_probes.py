@@ -150,13 +150,20 @@ def _file_offset(elf: _Elf, vaddr: int) -> int | None:
     return None
 
 
-def function_code(path: Path, name: str, size: int = 32) -> tuple[int, bytes] | None:
-    """(the file offset of the function ``name`` of the shared object
-    ``path``, its first ``size`` bytes), or None."""
-    elf = _read_elf(path)
-    vaddr = elf.symbols.get(name) if elf else None
+def _function(elf: _Elf, name: str, size: int = 32) -> tuple[int, int, bytes] | None:
+    """(the function ``name``'s file offset, its address in the object's
+    addresses, its first ``size`` bytes), or None."""
+    vaddr = elf.symbols.get(name)
     at = _file_offset(elf, vaddr) if vaddr else None
-    return None if at is None else (at, elf.data[at:at + size])
+    return None if at is None else (at, vaddr, elf.data[at:at + size])
+
+
+def function_code(path: Path, name: str) -> tuple[int, bytes] | None:
+    """(the file offset of the function ``name`` of the shared object
+    ``path``, its first 32 bytes), or None."""
+    elf = _read_elf(path)
+    found = _function(elf, name) if elf else None
+    return None if found is None else (found[0], found[2])
 
 
 def libc_of(pid: int) -> tuple[Path, int] | None:
@@ -178,11 +185,10 @@ def libc_of(pid: int) -> tuple[Path, int] | None:
 def errno_slot(elf: _Elf) -> int:
     """The GOT slot ``__errno_location`` loads errno's offset from, in
     libc's addresses; 0 where its shape is not known."""
-    vaddr = elf.symbols.get("__errno_location")
-    at = _file_offset(elf, vaddr) if vaddr else None
-    if at is None:
+    found = _function(elf, "__errno_location", 24)
+    if found is None:
         return 0
-    code = elf.data[at:at + 24]
+    _, vaddr, code = found
     i = len(ENDBR64) if code.startswith(ENDBR64) else 0
     if code[i:i + 3] != ERRNO_LOAD or code[i + 7:i + 16] != ADD_FS0:
         return 0
@@ -203,12 +209,12 @@ def plan(pid: int) -> tuple[Plan | None, str]:
         return None, f"{path} is not an x86-64 ELF object"
     probes, missing = [], []
     for fn, call in [*CALL_OF.items(), (EXIT, None)]:
-        vaddr = elf.symbols.get(fn)
-        at = _file_offset(elf, vaddr) if vaddr else None
-        if at is None:
+        found = _function(elf, fn)
+        if found is None:
             missing.append(fn)
             continue
-        point = probe_point(elf.data[at:at + 32])
+        at, vaddr, code = found
+        point = probe_point(code)
         if point is None and fn in HOT:
             return None, f"{fn}() in {path} begins with no instruction the kernel emulates"
         probes.append(Probe(fn, at + (point or 0), vaddr + (point or 0), CODE_OF.get(call), point is not None))
