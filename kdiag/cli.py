@@ -100,6 +100,10 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
+    if argv is None:   # the process's own command line: a process of kdiag's own
+        from kdiag.no_pandas import skip_pandas_lookups
+
+        skip_pandas_lookups()
     env = env or Environment()
     argv = list(sys.argv[1:] if argv is None else argv)
     # "kdiag trace [options] -- CMD ARGS": what follows "--" is the producer's

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from kdiag.analysis.per_request import WAIT_CALLS
-from kdiag.analysis.spark_plumbing import RUN, one_run, pctl, quantile, read_table
+from kdiag.analysis.spark_plumbing import RUN, frame, one_run, pctl, quantile, read_table
 from kdiag.analysis.thresholds import SYN_RETRANSMIT_MS
 
 # A wait after connect() times its handshake only this soon after it.
@@ -85,7 +85,7 @@ def _handshake_waits(sc, rows: list, cols: list[str], got=lambda df: df.collect(
     if len(near) > MAX_HANDSHAKE_SPANS and any(run for run, *_ in near):
         # A fleet's runs: each run's spans by a broadcast join (the
         # condition per span would overflow the planner's stack).
-        spans = sc.sparkSession.createDataFrame(near, "h_run string, h_pid int, h_lo long, h_hi long")
+        spans = frame(sc.sparkSession, near, "h_run string, h_pid int, h_lo long, h_hi long")
         return got(sc.filter(polls).join(F.broadcast(spans), (F.col(RUN) == F.col("h_run"))
                                          & F.col("pid").eqNullSafe(F.col("h_pid"))
                                          & F.col("ts_us").between(F.col("h_lo"), F.col("h_hi"))).select(
@@ -229,7 +229,7 @@ def attach_connections(spark, produce, conns: list[dict]):
     schema = ", ".join(f"{k} {t}" for k, t in cols.items())
     rows = [(c.get(RUN, ""), c["fd"], c["connect_us"], c["nodelay"], c["connect_line"], c["peer"], c["nodelay_line"])
             for c in conns]
-    cdf = spark.createDataFrame(rows, schema)
+    cdf = frame(spark, rows, schema)
     cdf = cdf.withColumn("until_us", F.lead("connect_us").over(
         Window.partitionBy("c_run", "c_fd").orderBy("connect_us")))
     cond = ((F.col(RUN) == F.col("c_run")) & (F.col("fd") == F.col("c_fd")) & (F.col("send_us") >= F.col("connect_us"))

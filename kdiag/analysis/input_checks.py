@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kdiag.analysis.spark_plumbing import RUN, one_run
+from kdiag.analysis.spark_plumbing import RUN, frame, one_run
 from kdiag.ingest.input_rules import (
     CORR_EVENTS,
     FORWARD_GAP_US,
@@ -271,7 +271,7 @@ def _confirm_silence(spark, df, steps: list[dict]) -> None:
 
     fw = [(i, max(r["a_end"] for r in s["obs"]), min(r["b_ts"] for r in s["obs"]))
           for i, s in enumerate(steps) if s["kind"] == "clock_jump_forward"]
-    iv = spark.createDataFrame(fw, "sid int, lo long, hi long")
+    iv = frame(spark, fw, "sid int, lo long, hi long")
     busy = {r.sid for r in df.select("ts_us").join(
         F.broadcast(iv), (F.col("ts_us") > F.col("lo")) & (F.col("ts_us") < F.col("hi"))).select("sid").distinct().collect()}
     for i in busy:
@@ -294,8 +294,8 @@ def exclude_spanning(spark, reqs, table: str, q: Quality, source_name: str):
             return reqs.limit(0)
         return reqs
     rows = [(s["id"], r["a_line"], r["b_line"], r["a_ts"], r["b_ts"]) for s in steps for r in s["obs"]]
-    obs = spark.createDataFrame(rows, "sid int, a_line long, b_line long, a_ts long, b_ts long")
-    r = reqs if reqs is not None else spark.createDataFrame(
+    obs = frame(spark, rows, "sid int, a_line long, b_line long, a_ts long, b_ts long")
+    r = reqs if reqs is not None else frame(spark,
         [], "send_line long, recv_line long, send_us long, recv_us long, request string")
     # The send and row a are read on the clock before the step, row b and
     # the response on the clock after it: each pair compares like with like,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import operator
 from functools import reduce
 
-from kdiag.analysis.spark_plumbing import RUN, one_run
+from kdiag.analysis.spark_plumbing import RUN, frame, one_run
 from kdiag.parsers.strace.schema import SOCKET_PREFIXES
 from kdiag.parsers.strace.values import unescape_bytes
 from kdiag.parsers.wire.kafka import request_of_write
@@ -388,7 +388,7 @@ def _writes_joined(syscalls, want: list[dict]):
     from pyspark.sql import functions as F
 
     sc = one_run(syscalls)
-    bounds = sc.sparkSession.createDataFrame(
+    bounds = frame(sc.sparkSession,
         [(e.get(RUN) or "", e["pid"], (e["_run_lo"] or {}).get("ts_us"), e["_run_hi"]["ts_us"]) for e in want],
         "b_run string, b_pid int, b_lo long, b_hi long")
     ts = F.col("ts_us")

@@ -13,7 +13,7 @@ import copy
 import re
 
 from kdiag.analysis.life import RESOLVE_DETAIL
-from kdiag.analysis.spark_plumbing import RUN, one_run, quantile, rounded
+from kdiag.analysis.spark_plumbing import RUN, frame, one_run, quantile, rounded
 from kdiag.analysis.thresholds import SLOW_MS
 
 # A broker the client cannot reach, or a connection that cannot stay up.
@@ -102,7 +102,7 @@ _NOTHING: dict = {}
 def no_signals(spark) -> dict:
     """The signals of a run without one line."""
     if not _NOTHING:
-        empty = spark.createDataFrame([], "event string, request string, error string, count long, "
+        empty = frame(spark, [], "event string, request string, error string, count long, "
                                           "elapsed_ms double, rtt_ms double, detail string, msgs long, "
                                           "ts_us long, ts_resolution_us long, text string, repeat int")
         _NOTHING.update(_finished(empty.agg(*_columns()).first().asDict()))

@@ -11,6 +11,7 @@ from kdiag import settings
 # is defined below the analysis, beside the checks the writer of a table
 # shares with it; the analysis's modules read it here.
 from kdiag.ingest.input_rules import RUN  # noqa: F401
+from kdiag.no_pandas import pandas_hidden
 
 
 class Abandoned(Exception):
@@ -105,7 +106,7 @@ def read_table(spark, tables: Path, name: str, drop: tuple[str, ...] = ()):
         if table.num_rows:
             if one_run:
                 table = table.append_column(RUN, pa.array([""] * table.num_rows, pa.string()))
-            return spark.createDataFrame(table, schema=from_arrow_schema(table.schema))
+            return frame(spark, table, from_arrow_schema(table.schema))
     df = spark.read.schema(spark_schema).parquet(str(path))
     if one_run:
         from pyspark.sql import functions as F
@@ -145,9 +146,18 @@ def cached(df, q, local: bool = False):
     if df is None:
         return None
     if local:
-        return df.sparkSession.createDataFrame(df.toArrow(), schema=df.schema)
+        return frame(df.sparkSession, df.toArrow(), df.schema)
     _HELD.setdefault(id(q), []).append(df.cache())
     return df
+
+
+def frame(spark, data, schema):
+    """``spark.createDataFrame(data, schema)``, of rows or an Arrow table.
+    PySpark imports pandas at every call, to ask whether the data is a
+    pandas DataFrame, which kdiag's never is: the import is most of a
+    second of a cold replay on a loaded machine (kdiag.no_pandas)."""
+    with pandas_hidden():
+        return spark.createDataFrame(data, schema=schema)
 
 
 def release(q) -> None:

@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from typing import NamedTuple
 
-from kdiag.analysis.spark_plumbing import RUN
+from kdiag.analysis.spark_plumbing import RUN, frame
 
 # The piece of calls without a time: they sort before all others.
 UNTIMED = -(2 ** 63)
@@ -209,7 +209,7 @@ def with_edges(calls, found: _Edges, req_t):
     from pyspark.sql import functions as F
 
     spark = calls.sparkSession
-    into = spark.createDataFrame(found.into, f"{RUN} string, pid int, _p long, _le struct<t: long, l: long>, "
+    into = frame(spark, found.into, f"{RUN} string, pid int, _p long, _le struct<t: long, l: long>, "
                                               "_to array<long>").withColumn("_pk", _pid_key()).drop("pid")
     open_ = F.col("_wr") & (F.col("_le").isNull() | (_order() > F.col("_le")))
     # Only a write can be copied forward: the other calls join on a null key,
@@ -221,7 +221,7 @@ def with_edges(calls, found: _Edges, req_t):
         F.broadcast(into), [RUN, "_pk", "_p"], "left").withColumn(
         "_in", F.explode_outer(F.when(open_, F.concat(F.array("_p"), F.col("_to")))))
     walked = walked.withColumn("_p", F.coalesce("_in", "_p")).drop("_pk", "_le", "_to", "_in")
-    near = spark.createDataFrame(found.rows or [], f"{RUN} string, pid int, _p long, _ts long, _line long, _rd boolean")
+    near = frame(spark, found.rows or [], f"{RUN} string, pid int, _p long, _ts long, _line long, _rd boolean")
     near = near.select(
         RUN, "pid", "_ts", F.lit(1).alias("_k"), "_line", F.lit(False).alias("_wr"), "_rd",
         F.lit(None).cast("long").alias("_ret"), F.lit(None).cast("int").alias("_fd"),

@@ -14,7 +14,7 @@ strace's ``-s`` cut short (the default -s 32 keeps no ``Sent ...`` line).
 from __future__ import annotations
 
 from kdiag.analysis.per_request import exchanges, prepare_syscalls
-from kdiag.analysis.spark_plumbing import RUN, one_run, quantile, rounded
+from kdiag.analysis.spark_plumbing import RUN, frame, one_run, quantile, rounded
 
 # An epoch timestamp (-ttt, or a time of day dated from librdkafka's lines)
 # is past this; -r sums and undated times of day are far below it.
@@ -171,7 +171,7 @@ def log_of_another_run(log, log_writes, source: str | None) -> list[str]:
     few = sent.limit(FEW_SENT).collect()
     if not few:
         return []
-    probe = sent.sparkSession.createDataFrame(few, sent.schema)
+    probe = frame(sent.sparkSession, few, sent.schema)
     if seen.join(F.broadcast(probe), key, "left_semi").limit(1).count() or \
             (len(few) == FEW_SENT and sent.join(seen, key, "left_semi").limit(1).count()):
         return []

@@ -796,6 +796,10 @@ def _log(msg: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
+    if argv is None:
+        from kdiag.no_pandas import skip_pandas_lookups
+
+        skip_pandas_lookups()
     ap = argparse.ArgumentParser(prog="python -m kdiag.analysis.warm")
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--idle-s", type=float, default=IDLE_S)

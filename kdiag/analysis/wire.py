@@ -28,7 +28,7 @@ import bisect
 import re
 from pathlib import Path
 
-from kdiag.analysis.spark_plumbing import RUN, read_table
+from kdiag.analysis.spark_plumbing import RUN, frame, read_table
 
 CLIENT_HOP = "client"
 SOURCE = "wire"
@@ -321,7 +321,7 @@ def requests(spark, tables_dir: Path, waits: dict | None = None):
     df = read_table(spark, Path(tables_dir), "wire_requests")
     ready = _ready(tables_dir)
     if ready:
-        df = df.join(spark.createDataFrame([(f, t, r) for (f, t), r in ready.items()],
+        df = df.join(frame(spark, [(f, t, r) for (f, t), r in ready.items()],
                                            "flow long, first_us long, _ready_us long"), ["flow", "first_us"], "left")
         held_from = F.greatest(F.col("last_record_ms"), F.col("_ready_us") / 1000.0)
     else:
