@@ -79,3 +79,16 @@ print(type(df).__name__, pa.array(pd.Series(pd.Categorical(df["a"]))).type)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["DataFrame", "dictionary<values=string,", "indices=int8,", "ordered=0>"]
+
+
+def test_the_analysis_makes_its_dataframes_through_frame():
+    # A createDataFrame of its own would import pandas again in every cold
+    # replay; spark_plumbing.frame hides it.
+    import ast
+
+    direct = []
+    for path in sorted((ROOT / "kdiag" / "analysis").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "createDataFrame":
+                direct.append(str(path.relative_to(ROOT)))
+    assert direct == ["kdiag/analysis/spark_plumbing.py"]
