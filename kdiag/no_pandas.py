@@ -1,9 +1,10 @@
 """pyarrow and PySpark without their imports of pandas, in kdiag's own
 processes.
 
-Two libraries import pandas, when it is installed, only to ask whether it
-is there, and kdiag pays for the import (0.3 s of a quiet machine, 1.3 s of
-a loaded one) in every parse, replay and trace:
+pyarrow and PySpark import pandas, when it is installed, in three places
+only to ask whether an object is a pandas one, and kdiag paid for the
+import (0.2-0.3 s of a quiet machine, over a second of a loaded one) in
+every parse, replay and trace:
 
 - pyarrow, the first time it is handed any array at all: ``pa.array`` asks
   its pandas shim whether the object is a pandas Series (pyarrow/array.pxi
@@ -16,15 +17,17 @@ a loaded one) in every parse, replay and trace:
   pandas DataFrame: kdiag hands it Arrow tables (``pandas_hidden`` around
   the call, in kdiag.analysis.spark_plumbing).
 
-None of kdiag's commands hands either a pandas object. So in a kdiag
-command's process those first looks find no pandas. pyarrow's shim keeps
+kdiag hands neither library a pandas object. So in a kdiag command's
+process the first two looks find no pandas, and the analysis makes its
+DataFrames through ``spark_plumbing.frame``. pyarrow's shim keeps
 the answer for its questions only: a conversion that needs pandas
 (``Table.to_pandas``) imports it then, and from then on the shim knows it.
 What is lost is pyarrow's recognition of a pandas object handed to
 ``pa.array`` before any such conversion, and ``pyspark.testing.utils``'s
 ``have_pandas``, which only PySpark's own tests read. pandas itself stays
-importable by anyone, and a library user's process is never changed: only
-the command-line entry points call this.
+importable by anyone. A library user's pyarrow is never changed (only the
+command-line entry points call ``skip_pandas_lookups``); ``frame`` hides
+pandas from the analysis's own calls only.
 """
 from __future__ import annotations
 
