@@ -88,19 +88,15 @@ class _Watch(importlib.abc.MetaPathFinder):
 
     def __init__(self) -> None:
         self.left = set(_LOOKS_FOR_PANDAS)
-        self.finding = False
 
     def find_spec(self, name, path, target=None):
-        if name not in self.left or self.finding:
+        if name not in self.left:
             return None
+        # Off the list first: the find_spec below asks this finder again.
         self.left.discard(name)
         if not self.left:
             sys.meta_path.remove(self)
-        self.finding = True
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            self.finding = False
+        spec = importlib.util.find_spec(name)
         if spec is None or spec.loader is None or "pandas" in sys.modules:
             return spec
         run, hand_array = spec.loader.exec_module, _LOOKS_FOR_PANDAS[name]

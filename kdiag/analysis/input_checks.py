@@ -295,8 +295,8 @@ def exclude_spanning(spark, reqs, table: str, q: Quality, source_name: str):
         return reqs
     rows = [(s["id"], r["a_line"], r["b_line"], r["a_ts"], r["b_ts"]) for s in steps for r in s["obs"]]
     obs = frame(spark, rows, "sid int, a_line long, b_line long, a_ts long, b_ts long")
-    r = reqs if reqs is not None else frame(spark,
-        [], "send_line long, recv_line long, send_us long, recv_us long, request string")
+    r = reqs if reqs is not None else frame(
+        spark, [], "send_line long, recv_line long, send_us long, recv_us long, request string")
     # The send and row a are read on the clock before the step, row b and
     # the response on the clock after it: each pair compares like with like,
     # whichever way the clock went.

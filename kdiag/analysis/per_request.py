@@ -388,7 +388,8 @@ def _writes_joined(syscalls, want: list[dict]):
     from pyspark.sql import functions as F
 
     sc = one_run(syscalls)
-    bounds = frame(sc.sparkSession,
+    bounds = frame(
+        sc.sparkSession,
         [(e.get(RUN) or "", e["pid"], (e["_run_lo"] or {}).get("ts_us"), e["_run_hi"]["ts_us"]) for e in want],
         "b_run string, b_pid int, b_lo long, b_hi long")
     ts = F.col("ts_us")

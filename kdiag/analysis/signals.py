@@ -103,8 +103,8 @@ def no_signals(spark) -> dict:
     """The signals of a run without one line."""
     if not _NOTHING:
         empty = frame(spark, [], "event string, request string, error string, count long, "
-                                          "elapsed_ms double, rtt_ms double, detail string, msgs long, "
-                                          "ts_us long, ts_resolution_us long, text string, repeat int")
+                             "elapsed_ms double, rtt_ms double, detail string, msgs long, "
+                             "ts_us long, ts_resolution_us long, text string, repeat int")
         _NOTHING.update(_finished(empty.agg(*_columns()).first().asDict()))
     return copy.deepcopy(_NOTHING)
 

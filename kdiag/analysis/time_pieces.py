@@ -210,7 +210,7 @@ def with_edges(calls, found: _Edges, req_t):
 
     spark = calls.sparkSession
     into = frame(spark, found.into, f"{RUN} string, pid int, _p long, _le struct<t: long, l: long>, "
-                                              "_to array<long>").withColumn("_pk", _pid_key()).drop("pid")
+                                    "_to array<long>").withColumn("_pk", _pid_key()).drop("pid")
     open_ = F.col("_wr") & (F.col("_le").isNull() | (_order() > F.col("_le")))
     # Only a write can be copied forward: the other calls join on a null key,
     # which the hash join skips without a lookup, and stay in their piece

@@ -322,7 +322,7 @@ def requests(spark, tables_dir: Path, waits: dict | None = None):
     ready = _ready(tables_dir)
     if ready:
         df = df.join(frame(spark, [(f, t, r) for (f, t), r in ready.items()],
-                                           "flow long, first_us long, _ready_us long"), ["flow", "first_us"], "left")
+                           "flow long, first_us long, _ready_us long"), ["flow", "first_us"], "left")
         held_from = F.greatest(F.col("last_record_ms"), F.col("_ready_us") / 1000.0)
     else:
         held_from = F.col("last_record_ms")
