@@ -14,48 +14,41 @@ LOG = ROOT / "fixtures" / "logs" / "librdkafka_stderr.log"
 
 # The command as its console script runs it (main() reading sys.argv), or as
 # a caller handing main() its arguments: only the first is a kdiag process.
-_PARSE = r'''
+# Its stdout is the command's; what it imported goes last to stderr.
+_KDIAG = r'''
 import sys
 from kdiag import cli
-sys.argv = ["kdiag", "parse", sys.argv[1], "-o", sys.argv[2]]
-rc = cli.main() if "{how}" == "entry" else cli.main(sys.argv[1:])
-print("RC", rc, "PANDAS", "pandas" in sys.modules)
+how, sys.argv = sys.argv[1], ["kdiag", *sys.argv[2:]]
+rc = cli.main() if how == "entry" else cli.main(sys.argv[1:])
+print("RC", rc, "PANDAS", "pandas" in sys.modules, file=sys.stderr)
 '''
 
 
-def _parse(how: str, out: Path) -> tuple[str, str]:
-    p = subprocess.run([sys.executable, "-c", _PARSE.replace("{how}", how), str(LOG), str(out)],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
-    last = p.stdout.strip().splitlines()[-1].split()
-    return last[1], last[3]
+def _kdiag(how: str, *args: str, cwd: Path = ROOT, env: dict | None = None) -> tuple[str, subprocess.CompletedProcess]:
+    """("RC n PANDAS b", the process) of ``kdiag ARGS`` run ``how``."""
+    p = subprocess.run([sys.executable, "-c", _KDIAG, how, *args], capture_output=True, text=True, cwd=cwd,
+                       env=env, timeout=600)
+    return p.stderr.strip().splitlines()[-1], p
 
 
 def test_a_parse_from_the_command_line_never_imports_pandas(tmp_path):
-    rc, pandas = _parse("entry", tmp_path / "a")
-    assert (rc, pandas) == ("0", "False")
+    said, p = _kdiag("entry", "parse", str(LOG), "-o", str(tmp_path / "a"))
+    assert said == "RC 0 PANDAS False", p.stderr[-3000:]
     assert (tmp_path / "a" / "rdkafka_events.parquet").exists()
 
 
 def test_a_caller_of_main_keeps_pyarrow_as_it_is(tmp_path):
     # pyarrow's own behaviour, unchanged where kdiag is a library: this is what
     # the first test would see without kdiag.no_pandas.
-    rc, pandas = _parse("library", tmp_path / "b")
-    assert (rc, pandas) == ("0", "True")
+    said, p = _kdiag("library", "parse", str(LOG), "-o", str(tmp_path / "b"))
+    assert said == "RC 0 PANDAS True", p.stderr[-3000:]
 
 
 def test_a_cold_replay_never_imports_pandas(tmp_path):
     # Spark started in the replay's own process: pyspark's createDataFrame
     # and F.lit look for pandas too.
-    code = r'''
-import sys
-from kdiag import cli
-sys.argv = ["kdiag", "replay", "--json", sys.argv[1]]
-rc = cli.main()
-print("RC", rc, "PANDAS", "pandas" in sys.modules, file=sys.stderr)
-'''
-    p = subprocess.run([sys.executable, "-c", code, str(LOG)], capture_output=True, text=True, cwd=tmp_path,
-                       env={**os.environ, "KDIAG_WARM": "0"}, timeout=600)
-    assert p.stderr.strip().splitlines()[-1] == "RC 0 PANDAS False", p.stderr[-3000:]
+    said, p = _kdiag("entry", "replay", "--json", str(LOG), cwd=tmp_path, env={**os.environ, "KDIAG_WARM": "0"})
+    assert said == "RC 0 PANDAS False", p.stderr[-3000:]
     assert json.loads(p.stdout)["verdict"] != "none"
 
 
