@@ -106,6 +106,9 @@ finally:
     me = os.times()
     marks["python_cpu_s"] = me.user + me.system
     marks["exit"] = time.monotonic() - T0
+    # The command imports no pandas (kdiag.no_pandas); a library caller's
+    # process does: this says which of the two was measured.
+    marks["pandas_imported"] = "pandas" in sys.modules
     print("KDIAG_PHASES " + json.dumps({"marks": marks, "jobs": sorted(jobs)}), file=sys.stderr)
 '''
 
