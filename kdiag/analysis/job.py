@@ -28,7 +28,17 @@ from kdiag.analysis.judge import judge
 from kdiag.analysis.life import life, life_shown
 from kdiag.analysis.per_request import requests_from
 from kdiag.analysis.signals import signals
-from kdiag.analysis.spark_plumbing import Later, any_rows, at_once, cached, fits_in_plan, read_table, release, resolved
+from kdiag.analysis.spark_plumbing import (
+    Later,
+    any_rows,
+    at_once,
+    cached,
+    fits_in_plan,
+    in_plan,
+    read_table,
+    release,
+    resolved,
+)
 from kdiag.analysis.stats_windows import stats_summary
 from kdiag.analysis.steps import FROM_SYSCALLS, FROM_WIRE, SIGNALS_ONLY, SPLIT, TYPICAL, route, source_of
 from kdiag.analysis.thresholds import SLOW_MS
@@ -324,9 +334,13 @@ def _inputs(spark, tables_dir: Path, meta: dict, q) -> _Inputs:
     local = small and fits_in_plan(tables_dir)
     # data is the text of a write to stdout/stderr, already in args: it
     # neither tells copies apart nor is read below.
-    read = {name: read_table(spark, tables_dir, name, ("data",) if name == "syscalls" else ()) for name in TABLES}
+    # Each row's place in its table (quality.with_order) is numbered as the
+    # table is read: a table read into the plan then stays rows, which need
+    # no holding below.
+    ordered = {name: read_table(spark, tables_dir, name, ("data",) if name == "syscalls" else (), numbered="_id")
+               for name in TABLES}
+    read = {name: None if df is None else df.drop("_id") for name, df in ordered.items()}
     raw_syscalls = read["syscalls"]
-    ordered = {name: quality.with_order(df) for name, df in read.items()}
     # What the parse told of each table in its footer (kdiag.ingest.table_facts):
     # a table it saw hold no copies is not hashed again.
     told = {name: table_facts.read(Path(tables_dir) / f"{name}.parquet") for name in TABLES}
@@ -339,7 +353,8 @@ def _inputs(spark, tables_dir: Path, meta: dict, q) -> _Inputs:
         ordered[name] = read[name] = quality.drop_duplicates(ordered[name], name, q, candidates[name])
     checked = dict(ordered)
     if small:
-        checked = dict(zip(TABLES, at_once(True, [lambda df=ordered[n]: cached(df, q, local) for n in TABLES])))
+        held = [n for n in TABLES if not (local and in_plan(ordered[n]))]
+        checked.update(zip(held, at_once(True, [lambda df=ordered[n]: cached(df, q, local) for n in held])))
     # Clock steps are found per thread in file order, after the copies went
     # (none, where the parse saw none of either).
     stepped = {name: checked[name] for name in ("syscalls", "rdkafka_events")

@@ -85,10 +85,13 @@ def one_run(df):
     return df.withColumn(RUN, F.lit(""))
 
 
-def read_table(spark, tables: Path, name: str, drop: tuple[str, ...] = ()):
+def read_table(spark, tables: Path, name: str, drop: tuple[str, ...] = (), numbered: str | None = None):
     """The table, without the columns in ``drop``, with its ``RUN`` ("" when
     the file has none). Its schema comes from the file's footer, read here:
-    Spark would run a job to infer it."""
+    Spark would run a job to infer it. ``numbered``: a column of that name
+    numbers the rows in file order, as ``input_checks.with_order`` does; a
+    table read into the plan gets it here, so that it stays rows in the plan
+    (see in_plan) rather than a projection Spark must run to number them."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -106,13 +109,23 @@ def read_table(spark, tables: Path, name: str, drop: tuple[str, ...] = ()):
         if table.num_rows:
             if one_run:
                 table = table.append_column(RUN, pa.array([""] * table.num_rows, pa.string()))
+            if numbered:
+                table = table.append_column(numbered, pa.array(range(table.num_rows), pa.int64()))
             return frame(spark, table, from_arrow_schema(table.schema))
+    from pyspark.sql import functions as F
+
     df = spark.read.schema(spark_schema).parquet(str(path))
     if one_run:
-        from pyspark.sql import functions as F
-
         df = df.withColumn(RUN, F.lit(""))
+    if numbered:
+        df = df.withColumn(numbered, F.monotonically_increasing_id())
     return df
+
+
+def in_plan(df) -> bool:
+    """``df`` is rows in the plan itself (a table read_table read into it):
+    holding it (cached) would collect it only to make the same rows again."""
+    return df is not None and df._jdf.queryExecution().analyzed().getClass().getSimpleName() == "LocalRelation"
 
 
 # id(Quality of an analysis) -> the DataFrames it cached.
