@@ -377,8 +377,8 @@ def _facts(read: dict, meta: dict) -> tuple[str | None, str | None]:
         if version is None and src is not None:
             row = src.filter(F.col("event") == "init").select("detail").first()
             version = row.detail if row else None
-    sends = lambda df: df is not None and bool(df.filter(F.col("event") == "send").limit(1).count())  # noqa: E731
-    source = source_of(lambda: sends(lw), lambda: sends(log), lambda: sc is not None and bool(sc.limit(1).count()),
+    sends = lambda df: df is not None and any_rows(df.filter(F.col("event") == "send"))  # noqa: E731
+    source = source_of(lambda: sends(lw), lambda: sends(log), lambda: any_rows(sc),
                        lambda: any_rows(log) or any_rows(lw), lambda: wire.has_requests(meta.get("tables_dir")))
     return version, source
 

@@ -14,7 +14,7 @@ strace's ``-s`` cut short (the default -s 32 keeps no ``Sent ...`` line).
 from __future__ import annotations
 
 from kdiag.analysis.per_request import exchanges, prepare_syscalls
-from kdiag.analysis.spark_plumbing import RUN, frame, one_run, quantile, rounded
+from kdiag.analysis.spark_plumbing import RUN, any_rows, frame, one_run, quantile, rounded
 
 # An epoch timestamp (-ttt, or a time of day dated from librdkafka's lines)
 # is past this; -r sums and undated times of day are far below it.
@@ -33,7 +33,7 @@ def timing_unknowns(syscalls) -> list[str]:
     if syscalls is None:
         return []
     calls = syscalls.filter(F.col("kind") == "syscall")
-    if calls.filter(F.col("ts_us").isNotNull() & F.col("dur_us").isNotNull()).limit(1).count():
+    if any_rows(calls.filter(F.col("ts_us").isNotNull() & F.col("dur_us").isNotNull())):
         return []
     row = calls.agg(*_timing_columns()).first()
     return timing_said(row.n, row.timed, row.durations, row.both)
