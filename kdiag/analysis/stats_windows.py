@@ -19,7 +19,7 @@ findings is thinned to ``SERIES_MAX`` points.
 """
 from __future__ import annotations
 
-from kdiag.analysis.spark_plumbing import pctl, rounded
+from kdiag.analysis.spark_plumbing import any_rows, pctl, rounded
 
 # Points of the per-snapshot series kept in the findings: the first, the
 # last, the worst and an even sample between.
@@ -91,8 +91,9 @@ def _stats_summary(stats, topics) -> dict | None:
     # (pyarrow, numpy and pandas with them).
     from kdiag.parsers.stats import KEY_BY_POSITION
 
-    rows_all = 0 if stats is None else stats.count()
-    if not rows_all:
+    # Rows or none, in the driver where they are rows in the plan; their
+    # count comes with the client's counts below, in the same job.
+    if stats is None or not any_rows(stats):
         return _topics_alone(topics)
     key = "snapshot" if _has(stats, "snapshot") else "ts_us"
     brokers_df = carrying(stats)
@@ -111,7 +112,7 @@ def _stats_summary(stats, topics) -> dict | None:
         (F.count(F.when(F.col("form").contains(KEY_BY_POSITION), 1)) if _has(stats, "form") else F.lit(0))
         .alias("named_by_position"),
         F.count(_window(stats, "rtt", "avg")).alias("answering")).orderBy("k").collect())
-    per_snap = _with_client_counts(stats, key, [r.asDict() for r in per_snap], opt)
+    per_snap, rows_all = _with_client_counts(stats, key, [r.asDict() for r in per_snap], opt)
     counters = [c for c in ("tx", "txretries", "req_timeouts", "txerrs") if _has(stats, c)]
     per_broker = brokers_df.groupBy("client", "broker").agg(
         *[x for c in counters for x in (F.max(c).alias(f"{c}_max"), F.min(c).alias(f"{c}_min"))]).collect()
@@ -142,22 +143,24 @@ def _stats_summary(stats, topics) -> dict | None:
     return out
 
 
-def _with_client_counts(stats, key: str, per_snap: list[dict], opt) -> list[dict]:
+def _with_client_counts(stats, key: str, per_snap: list[dict], opt) -> tuple[list[dict], int]:
     """msg_cnt and msg_max are the client's, not a broker's: read from every
     row, so an object cut before its first broker that can carry a request
-    (only the bootstrap handle left) still says how full the queue was."""
+    (only the bootstrap handle left) still says how full the queue was.
+    With the count of every row, from the same job."""
     from pyspark.sql import functions as F
 
-    if not (_has(stats, "msg_cnt") or _has(stats, "msg_max")):
-        return [{**r, "msg_cnt": None, "msg_max": None} for r in per_snap]
     client = {r.k: r for r in stats.groupBy(F.col(key).alias("k")).agg(
-        F.min("ts_us").alias("ts_us"), opt("msg_cnt"), opt("msg_max")).collect()}
+        F.count("*").alias("n"), F.min("ts_us").alias("ts_us"), opt("msg_cnt"), opt("msg_max")).collect()}
+    rows = sum(c.n for c in client.values())
+    if not (_has(stats, "msg_cnt") or _has(stats, "msg_max")):
+        return [{**r, "msg_cnt": None, "msg_max": None} for r in per_snap], rows
     empty = dict.fromkeys(("rtt_p50_ms", "rtt_p99_ms", "int_latency_p50_ms", "int_latency_p99_ms",
                            "outbuf_latency_p50_ms", "throttle_avg_ms", "throttle_max_ms", "xmit_msgq_cnt"))
     by_k = {r["k"]: r for r in per_snap}
     for k, c in client.items():
         by_k[k] = {**by_k.get(k, {**empty, "k": k, "ts_us": c.ts_us}), "msg_cnt": c.msg_cnt, "msg_max": c.msg_max}
-    return [by_k[k] for k in sorted(by_k, key=lambda k: (k is None, k))]
+    return [by_k[k] for k in sorted(by_k, key=lambda k: (k is None, k))], rows
 
 
 def _point(key: str, r) -> dict:
@@ -189,7 +192,7 @@ def thinned(series: list[dict]) -> list[dict]:
 
 def _topics_alone(topics) -> dict | None:
     """A paste of the "topics" part alone: its batch windows are all there is."""
-    got = batch_windows(topics) if topics is not None and topics.count() else {}
+    got = batch_windows(topics) if any_rows(topics) else {}
     return {"rows": 0, "snapshots": got["batch_windows"], "brokers": 0, **got} if got else None
 
 
