@@ -419,7 +419,9 @@ def exchanges(sc):
 
     sc = one_run(sc)
     # A Python worker only where there are bytes to read, one pass over them.
-    facts = F.udf(head_facts, HEAD_FACTS_TYPE)("first_head") if "write_head" in sc.columns else \
+    # useArrow given: left to itself, PySpark 4 reads head_facts' type hints
+    # to choose the kind of UDF, cannot, and warns on the user's terminal.
+    facts = F.udf(head_facts, HEAD_FACTS_TYPE, useArrow=False)("first_head") if "write_head" in sc.columns else \
         F.lit(None).cast(HEAD_FACTS_TYPE)
     b = _cut_bursts(_bursts(sc)).withColumn("_f", facts).select(
                            F.col("_f.request").alias("_h"), F.col("_f.tls_handshake").alias("_hs"),
