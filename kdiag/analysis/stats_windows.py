@@ -93,7 +93,7 @@ def _stats_summary(stats, topics) -> dict | None:
 
     # Rows or none, in the driver where they are rows in the plan; their
     # count comes with the client's counts below, in the same job.
-    if stats is None or not any_rows(stats):
+    if not any_rows(stats):
         return _topics_alone(topics)
     key = "snapshot" if _has(stats, "snapshot") else "ts_us"
     brokers_df = carrying(stats)
