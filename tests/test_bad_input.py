@@ -314,11 +314,11 @@ def test_where_inputs_are_parsed_the_copies_are_seen_as_spark_sees_them(spark, t
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from kdiag.analysis import input_checks as quality
-    from kdiag.analysis.spark_plumbing import RUN, release
+    from kdiag.analysis.spark_plumbing import RUN, release, with_order
     from kdiag.ingest.tables import parse_paths
 
     def spark_drops(t: pa.Table, name: str) -> int:
-        df = quality.with_order(spark.createDataFrame(t.to_pandas(), schema=from_arrow_schema(t.schema)))
+        df = with_order(spark.createDataFrame(t.to_pandas(), schema=from_arrow_schema(t.schema)))
         q = quality.Quality()
         try:
             return df.count() - quality.drop_duplicates(df, name, q, quality.copy_candidates(df, name)).count()

@@ -20,7 +20,7 @@ def _table(tmp_path):
 
 def test_a_small_table_is_numbered_as_rows_in_the_plan(spark, tmp_path):
     _table(tmp_path)
-    df = read_table(spark, tmp_path, "syscalls", numbered="_id")
+    df = read_table(spark, tmp_path, "syscalls", numbered=True)
     assert in_plan(df)
     assert [r.line_no for r in df.orderBy("_id").collect()] == LINES
     assert df.columns == ["line_no", "ts_us", RUN, "_id"]
@@ -32,7 +32,7 @@ def test_a_small_table_is_numbered_as_rows_in_the_plan(spark, tmp_path):
 def test_a_scanned_table_is_numbered_by_spark_in_file_order(spark, tmp_path, monkeypatch):
     monkeypatch.setenv("KDIAG_LOCAL_TABLE_BYTES", "0")
     _table(tmp_path)
-    df = read_table(spark, tmp_path, "syscalls", numbered="_id")
+    df = read_table(spark, tmp_path, "syscalls", numbered=True)
     assert not in_plan(df)
     assert [r.line_no for r in df.orderBy("_id").collect()] == LINES
     assert "_id" not in read_table(spark, tmp_path, "syscalls").columns

@@ -21,9 +21,9 @@ def spark_finds(spark, t: pa.Table, name: str) -> tuple[int, int]:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from kdiag.analysis import input_checks as quality
-    from kdiag.analysis.spark_plumbing import release
+    from kdiag.analysis.spark_plumbing import release, with_order
 
-    df = quality.with_order(spark.createDataFrame(t.to_pandas(), schema=from_arrow_schema(t.schema)).coalesce(1))
+    df = with_order(spark.createDataFrame(t.to_pandas(), schema=from_arrow_schema(t.schema)).coalesce(1))
     q = quality.Quality()
     try:
         drops = df.count() - quality.drop_duplicates(df, name, q, quality.copy_candidates(df, name)).count()
@@ -104,7 +104,7 @@ def test_random_tables_fed_in_chunks_are_never_told_clean_where_spark_finds(spar
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from kdiag.analysis import input_checks as quality
-    from kdiag.analysis.spark_plumbing import RUN, release
+    from kdiag.analysis.spark_plumbing import RUN, release, with_order
 
     rng = random.Random(20261126)
     tables, told_facts = [], {}
@@ -118,7 +118,7 @@ def test_random_tables_fed_in_chunks_are_never_told_clean_where_spark_finds(spar
         tables.append(t)
         told_facts[f"r{i}"] = w.facts()
     t = pa.concat_tables(tables)
-    df = quality.with_order(spark.createDataFrame(t.to_pandas(), schema=from_arrow_schema(t.schema)).coalesce(1))
+    df = with_order(spark.createDataFrame(t.to_pandas(), schema=from_arrow_schema(t.schema)).coalesce(1))
     q = quality.Quality()
     try:
         kept = quality.drop_duplicates(df, name, q, quality.copy_candidates(df, name))

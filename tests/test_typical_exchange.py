@@ -72,7 +72,8 @@ def test_exchanges_from_syscalls_stay_within_their_run(spark, tables):
 
 def test_clock_steps_are_seen_per_run(spark, tables):
     """A run that starts before the other ended is no step back."""
-    from kdiag.analysis.input_checks import _step_observations, with_order
+    from kdiag.analysis.input_checks import _step_observations
+    from kdiag.analysis.spark_plumbing import with_order
 
     a, _, both = two_runs(spark, tables, "syscalls")
     assert _step_observations(with_order(a), "syscalls").count() == 0

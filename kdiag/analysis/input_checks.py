@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kdiag.analysis.spark_plumbing import RUN, frame, one_run
+from kdiag.analysis.spark_plumbing import ORDER, RUN, frame, one_run
 from kdiag.ingest.input_rules import (
     CORR_EVENTS,
     FORWARD_GAP_US,
@@ -56,15 +56,6 @@ class Quality:
              "excluded_requests": int(excluded), **extra}
         self.checks.append(c)
         return c
-
-
-def with_order(df):
-    """Each row's place in its table: rows are written file after file, chunk
-    after chunk, so per thread this is line order within a file. It outlives
-    a clock step, which ts_us order does not."""
-    from pyspark.sql import functions as F
-
-    return None if df is None else df.withColumn("_id", F.monotonically_increasing_id())
 
 
 def copy_candidates(df, table: str):
@@ -161,11 +152,11 @@ def drop_duplicates(df, table: str, q: Quality, candidates):
 
     from kdiag.analysis.spark_plumbing import cached
 
-    w = Window.partitionBy(*_content(df)).orderBy("_id")
+    w = Window.partitionBy(*_content(df)).orderBy(ORDER)
     # Cached for the count and the anti-join, until the analysis ends: a
     # warm server analyses many inputs in one session.
     drop = cached(df.filter(_copy_scope(table)).withColumn("_h", _copy_hash(df)).join(candidates, "_h")
-                  .withColumn("_rn", F.row_number().over(w)).filter("_rn > 1").select("_id", "line_no"), q)
+                  .withColumn("_rn", F.row_number().over(w)).filter("_rn > 1").select(ORDER, "line_no"), q)
     stats = drop.agg(F.count("*").alias("n"), F.min("line_no").alias("first"), F.max("line_no").alias("last")).first()
     if not stats.n:
         return df
@@ -180,7 +171,7 @@ def drop_duplicates(df, table: str, q: Quality, candidates):
               f"{stats.n} {what} repeat earlier ones exactly, at lines {stats.first} to {stats.last}: a block "
               f"given twice (cat a a, a rotated log joined with overlap, a file named twice); the first copy "
               f"is kept and the rest dropped")
-    return df.join(drop.select("_id"), "_id", "left_anti")
+    return df.join(drop.select(ORDER), ORDER, "left_anti")
 
 
 def clock_steps(spark, dfs: dict, q: Quality) -> None:
@@ -214,9 +205,9 @@ def _step_observations(df, table: str):
     else:
         group, tol = [RUN, "client", "thread"], LOG_BACK_TOLERANCE_US
         end = F.col("ts_us")
-    w = Window.partitionBy(*group).orderBy("_id")
-    t = (df.filter(F.col("ts_us").isNotNull()).select("_id", "line_no", "ts_us", end.alias("_end"), *group)
-         .withColumn("a_id", F.lag("_id").over(w)).withColumn("a_line", F.lag("line_no").over(w))
+    w = Window.partitionBy(*group).orderBy(ORDER)
+    t = (df.filter(F.col("ts_us").isNotNull()).select(ORDER, "line_no", "ts_us", end.alias("_end"), *group)
+         .withColumn("a_id", F.lag(ORDER).over(w)).withColumn("a_line", F.lag("line_no").over(w))
          .withColumn("a_ts", F.lag("ts_us").over(w)).withColumn("a_end", F.lag("_end").over(w)))
     # A line number that does not rise is the next input file: not compared.
     t = t.filter(F.col("a_line").isNotNull() & (F.col("line_no") > F.col("a_line")))
@@ -224,7 +215,7 @@ def _step_observations(df, table: str):
     fwd = F.col("ts_us") - F.col("a_end") > FORWARD_GAP_US
     return t.filter(back | fwd).select(
         RUN, F.lit(table).alias("table"), F.when(back, "clock_backwards").otherwise("clock_jump_forward").alias("kind"),
-        "a_id", F.col("_id").alias("b_id"), "a_line", F.col("line_no").alias("b_line"), "a_ts", "a_end",
+        "a_id", F.col(ORDER).alias("b_id"), "a_line", F.col("line_no").alias("b_line"), "a_ts", "a_end",
         F.col("ts_us").alias("b_ts"))
 
 

@@ -29,6 +29,7 @@ from kdiag.analysis.life import life, life_shown
 from kdiag.analysis.per_request import requests_from
 from kdiag.analysis.signals import signals
 from kdiag.analysis.spark_plumbing import (
+    ORDER,
     Later,
     any_rows,
     at_once,
@@ -334,12 +335,12 @@ def _inputs(spark, tables_dir: Path, meta: dict, q) -> _Inputs:
     local = small and fits_in_plan(tables_dir)
     # data is the text of a write to stdout/stderr, already in args: it
     # neither tells copies apart nor is read below.
-    # Each row's place in its table (quality.with_order) is numbered as the
+    # Each row's place in its table (spark_plumbing.with_order) is numbered as the
     # table is read: a table read into the plan then stays rows, which need
     # no holding below.
-    ordered = {name: read_table(spark, tables_dir, name, ("data",) if name == "syscalls" else (), numbered="_id")
+    ordered = {name: read_table(spark, tables_dir, name, ("data",) if name == "syscalls" else (), numbered=True)
                for name in TABLES}
-    read = {name: None if df is None else df.drop("_id") for name, df in ordered.items()}
+    read = {name: None if df is None else df.drop(ORDER) for name, df in ordered.items()}
     raw_syscalls = read["syscalls"]
     # What the parse told of each table in its footer (kdiag.ingest.table_facts):
     # a table it saw hold no copies is not hashed again.

@@ -13,6 +13,9 @@ from kdiag import settings
 from kdiag.ingest.input_rules import RUN  # noqa: F401
 from kdiag.no_pandas import pandas_hidden
 
+# Each row's place in its table (with_order).
+ORDER = "_id"
+
 
 class Abandoned(Exception):
     """The analysis was given up before its end (see give_up_on)."""
@@ -85,13 +88,13 @@ def one_run(df):
     return df.withColumn(RUN, F.lit(""))
 
 
-def read_table(spark, tables: Path, name: str, drop: tuple[str, ...] = (), numbered: str | None = None):
+def read_table(spark, tables: Path, name: str, drop: tuple[str, ...] = (), numbered: bool = False):
     """The table, without the columns in ``drop``, with its ``RUN`` ("" when
     the file has none). Its schema comes from the file's footer, read here:
-    Spark would run a job to infer it. ``numbered``: a column of that name
-    numbers the rows in file order, as ``input_checks.with_order`` does; a
-    table read into the plan gets it here, so that it stays rows in the plan
-    (see in_plan) rather than a projection Spark must run to number them."""
+    Spark would run a job to infer it. ``numbered``: with its ``ORDER``
+    column (with_order); a table read into the plan is numbered here, so
+    that it stays rows in the plan (see in_plan) rather than a projection
+    Spark must run to number them."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -110,16 +113,24 @@ def read_table(spark, tables: Path, name: str, drop: tuple[str, ...] = (), numbe
             if one_run:
                 table = table.append_column(RUN, pa.array([""] * table.num_rows, pa.string()))
             if numbered:
-                table = table.append_column(numbered, pa.array(range(table.num_rows), pa.int64()))
+                table = table.append_column(ORDER, pa.array(range(table.num_rows), pa.int64()))
             return frame(spark, table, from_arrow_schema(table.schema))
     from pyspark.sql import functions as F
 
     df = spark.read.schema(spark_schema).parquet(str(path))
     if one_run:
         df = df.withColumn(RUN, F.lit(""))
-    if numbered:
-        df = df.withColumn(numbered, F.monotonically_increasing_id())
-    return df
+    return with_order(df) if numbered else df
+
+
+def with_order(df):
+    """``df`` with its ``ORDER`` column: rows are written file after file,
+    chunk after chunk, so per thread this is line order within a file. It
+    outlives a clock step, which ts_us order does not. Spark numbers a scan
+    in this order; read_table numbers rows it reads into the plan the same way."""
+    from pyspark.sql import functions as F
+
+    return None if df is None else df.withColumn(ORDER, F.monotonically_increasing_id())
 
 
 def in_plan(df) -> bool:

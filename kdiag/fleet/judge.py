@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kdiag.analysis.spark_plumbing import RUN
+from kdiag.analysis.spark_plumbing import ORDER, RUN, with_order
 from kdiag.parsers.format import CLIENT_QUEUE, SYSCALLS
 
 
@@ -139,14 +139,14 @@ def _meta(r: Run, signals: dict, kdiag_version) -> dict:
 
 def _without_copies(tables: dict, runs: dict, q) -> dict:
     """Each table with its repeated rows dropped (a copy repeats its bundle_id
-    too, so a run's copies are its own) and its rows' order (``_id``). Only
+    too, so a run's copies are its own) and its rows' order (``ORDER``). Only
     the runs whose parse found copies (``input_checks.has_copies``) are
     looked at: at 1000 bundles with none, 9 s of hashing every row saved."""
     from pyspark.sql import functions as F
 
     from kdiag.analysis import input_checks as quality
 
-    ordered = {n: quality.with_order(df) for n, df in tables.items()}
+    ordered = {n: with_order(df) for n, df in tables.items()}
     candidates = {}
     for n in quality.COPY_TABLES:
         mine = [b for b, r in runs.items() if n in r.copies_in]
@@ -170,7 +170,7 @@ def _sources(t: dict, runs: dict) -> None:
     ev = F.col("event")
     parts = [t[n].groupBy(RUN).agg(F.lit(n).alias("tbl"), F.count("*").alias("n"),
                                    F.count(F.when(ev == "send", 1)).alias("sends"),
-                                   F.min(F.when(ev == "init", F.struct("_id", "detail"))).alias("init"),
+                                   F.min(F.when(ev == "init", F.struct(ORDER, "detail"))).alias("init"),
                                    F.sort_array(F.collect_set("topic")).alias("topics"))
              for n in ("rdkafka_events", "log_writes")]
     got: dict = {}
@@ -205,7 +205,7 @@ def _connections(t: dict, runs: dict) -> dict:
             got[c.get(RUN, "")].append(c)
     seen = {b: {c["fd"] for c in cs} for b, cs in got.items()}
     so = t["sockets"].filter(F.col("nodelay").isNotNull())
-    first = so.withColumn("_i", F.row_number().over(Window.partitionBy(RUN, "fd").orderBy("_id"))).filter("_i = 1")
+    first = so.withColumn("_i", F.row_number().over(Window.partitionBy(RUN, "fd").orderBy(ORDER))).filter("_i = 1")
     for s in first.select(RUN, "fd", "remote", "nodelay").collect():
         if s[RUN] in got and s.fd not in seen[s[RUN]]:
             got[s[RUN]].append({**sampled_connection(s.fd, s.remote, s.nodelay), RUN: s[RUN]})
