@@ -194,21 +194,40 @@ def test_a_log_of_another_run_beside_an_strace_with_its_own_sent_lines_is_named(
     assert f["findings"][0]["example"]["corr_id"] in (17, 18)    # the strace's own requests
 
 
-def test_a_log_is_of_another_run_only_when_none_of_its_sent_lines_was_seen(spark, monkeypatch):
+@pytest.mark.parametrize("rows", ["in the plan", "scanned"])
+def test_a_log_is_of_another_run_only_when_none_of_its_sent_lines_was_seen(spark, monkeypatch, rows):
     """The log's first Sent lines are looked for first; when none of them
     was seen, all of them are: one seen past the first few still makes the
-    log this run's."""
+    log this run's. Rows in the plan are compared in the driver, others
+    joined by Spark: the same answers."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_schema
+
     from kdiag.analysis import typical_exchange
+    from kdiag.analysis.spark_plumbing import frame, in_driver
+
+    def made(data, schema):
+        # An Arrow table becomes rows in the plan, as read_table reads a small one.
+        t = pa.Table.from_pylist([dict(zip(schema.names, r)) for r in data], schema)
+        df = frame(spark, t, from_arrow_schema(schema))
+        return df if rows == "in the plan" else df.repartition(1)
 
     monkeypatch.setattr(typical_exchange, "FEW_SENT", 5)
-    log_t = "event string, broker string, corr_id int, ts_us long"
-    lw_t = "event string, broker string, corr_id int, log_ts_us long"
+    fields = [("event", pa.string()), ("broker", pa.string()), ("corr_id", pa.int32())]
+    log_t = pa.schema([*fields, ("ts_us", pa.int64())])
+    lw_t = pa.schema([*fields, ("log_ts_us", pa.int64())])
     sent = [("send", "b1", i, 1_000 + i) for i in range(20)]
-    log = spark.createDataFrame(sent, log_t)
+    log = made(sent, log_t)
+    assert in_driver(log) == (rows == "in the plan")
 
-    def named(seen_ids):
-        lw = spark.createDataFrame([("send", "b1", i, 1_000 + i) for i in seen_ids] + [("recv", "b1", 0, 1_000)], lw_t)
+    def named(seen_ids, log=log):
+        lw = made([("send", "b1", i, 1_000 + i) for i in seen_ids] + [("recv", "b1", 0, 1_000)], lw_t)
         return typical_exchange.log_of_another_run(log, lw, "strace")
+
+    # A key with a null is no match, in the driver as in a join.
+    null_key = [("send", "b1", None, 1_000)]
+    assert "different runs" in typical_exchange.log_of_another_run(made(null_key, log_t), made(null_key, lw_t),
+                                                                   "strace")[0]
 
     assert named([17]) == []               # past the first five: found by the whole join
     assert named([2]) == []                # among the first five

@@ -139,6 +139,14 @@ def in_plan(df) -> bool:
     return df is not None and df._jdf.queryExecution().analyzed().getClass().getSimpleName() == "LocalRelation"
 
 
+def in_driver(df) -> bool:
+    """``df``'s rows come from the plan alone once it is optimised (rows in
+    the plan, filtered and projected: Catalyst's ConvertToLocalRelation):
+    collecting them runs no Spark job. The optimised plan is the one an
+    action on ``df`` then uses."""
+    return df is not None and df._jdf.queryExecution().optimizedPlan().getClass().getSimpleName() == "LocalRelation"
+
+
 # id(Quality of an analysis) -> the DataFrames it cached.
 _HELD: dict[int, list] = {}
 
