@@ -38,6 +38,23 @@ def check(value: float | None, goal: str) -> bool | None:
     return value >= float(num) if op == ">=" else value <= float(num)
 
 
+def median_interval(values: list[float], level: float = 0.95, resamples: int = 2000,
+                    seed: int = 0) -> tuple[float, float] | None:
+    """The ``level`` interval of ``values``' median, by the percentile
+    bootstrap (resampled with replacement, the same seed every run): how far
+    a median of this many windows can wander on its own. A goal inside it
+    is neither shown met nor missed by the run. None under 2 values."""
+    import random
+    import statistics
+
+    if len(values) < 2:
+        return None
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
+    tail = (1 - level) / 2
+    return meds[int(tail * resamples)], meds[min(resamples - 1, int((1 - tail) * resamples))]
+
+
 def machine() -> dict:
     """What the figures were measured on."""
     cpu = ""

@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from bench.common import ROOT, Figure, check, environ, loadavg
+from bench.common import ROOT, Figure, check, environ, loadavg, median_interval
 
 # kdiag's default tracer's goal; strace and bpftrace, and bpfcalls' fallback
 # hooks, are measured beside it for reference (``goal_of``).
@@ -553,9 +553,11 @@ def _alternated(name: str, tool: str, producers: list[list[Window]] | None, erro
             vals = [w.cpu_us_per_msg for w in ws if w.cpu_us_per_msg]
             return f"{statistics.median(vals):.2f}" if vals else "?"
         tracer = [w.tracer_cpu_s / window for w in traced if w.tracer_cpu_s is not None]
+        ci = median_interval(ratios)
         note = (f"median of {len(ratios)} traced window(s) of {window:g} s, each against the untraced windows "
                 f"either side of it in the same producer ({len(producers)} producers, {_spread(ratios, 1)} %); "
-                f"msg/s untraced {_spread(rates)}, traced {_spread([w.msg_s for w in traced if w.msg_s])}; "
+                + (f"the median's 95 % interval (bootstrap) {ci[0]:.1f}-{ci[1]:.1f} %; " if ci else "")
+                + f"msg/s untraced {_spread(rates)}, traced {_spread([w.msg_s for w in traced if w.msg_s])}; "
                 f"the producer's CPU per message {cpu(untraced)} us untraced, {cpu(traced)} us traced"
                 + (f"; the tracer's own CPU {_spread([100 * t for t in tracer], 1)} % of a core" if tracer else "")
                 + (f"; load average {load}" if load else ""))

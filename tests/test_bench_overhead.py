@@ -42,6 +42,26 @@ def test_each_traced_run_is_compared_with_the_untraced_runs_either_side():
     assert paired([None, None], [50.0]) == []
 
 
+def test_a_median_of_few_noisy_windows_has_a_wide_interval():
+    from bench.common import median_interval
+    from bench.overhead import Window, _alternated
+
+    # Windows as spread as a loaded machine's: the median's interval is wide.
+    noisy = [86.4, 87.7, 89.6, 91.6, 94.7, 95.2, 98.9, 101.0]
+    lo, hi = median_interval(noisy)
+    assert 86.4 <= lo < 91.6 < 94.7 < hi <= 101.0
+    # Tight windows, a tight interval; the same values, the same answer.
+    tight = [96.9, 97.0, 97.1, 97.0, 96.95, 97.05]
+    lo_t, hi_t = median_interval(tight)
+    assert hi_t - lo_t <= 0.2 and median_interval(tight) == (lo_t, hi_t)
+    assert median_interval([97.0]) is None
+    # The alternating figure names its interval.
+    producer = [Window(False, 100.0, 2.0, None), Window(True, 90.0, 2.1, 0.1), Window(False, 100.0, 2.0, None),
+                Window(True, 95.0, 2.1, 0.1), Window(False, 100.0, 2.0, None)]
+    f = _alternated("x", "bpfcalls", [producer], None, 6.0, {})
+    assert f.value == 92.5 and "95 % interval (bootstrap) 90.0-95.0 %" in f.note, f.note
+
+
 def test_cut_down_programs_load(tmp_path):
     """The programs that show where bpftrace's cost lies are ones bpftrace
     loads: the log text's probe gone, no record written at all, or a run's
