@@ -14,7 +14,7 @@ BUNDLE = ROOT / "fixtures" / "bundles" / "nagle_on.tar.gz"
 CHATTER = ("Using incubator modules", "Setting default log level", "sc.setLogLevel")
 
 
-def _replay(tmp_path: Path, *args: str, env: dict | None = None, input: Path = BUNDLE) -> subprocess.CompletedProcess:
+def _replay(tmp_path: Path, *args: str, env: dict | None = None, path: Path = BUNDLE) -> subprocess.CompletedProcess:
     run_env = {**os.environ, "KDIAG_WARM": "0", "XDG_CACHE_HOME": str(tmp_path / "cache"), **(env or {})}
     # The class archive lives in the cache: point at the real one, or the
     # JVM starts slower but the same.
@@ -24,14 +24,14 @@ def _replay(tmp_path: Path, *args: str, env: dict | None = None, input: Path = B
         link = tmp_path / "cache" / "kdiag" / jsa.name
         if not link.is_symlink():
             link.symlink_to(jsa)
-    return subprocess.run([sys.executable, "-m", "kdiag", "replay", *args, str(input)], env=run_env, cwd=tmp_path,
+    return subprocess.run([sys.executable, "-m", "kdiag", "replay", *args, str(path)], env=run_env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
 
 
 def test_requests_named_from_their_bytes_print_nothing_but_the_report(tmp_path):
     # strace of kafka-python: the requests are named from the bytes of each
     # burst's first write, by a Python UDF, which PySpark may warn about.
-    run = _replay(tmp_path, input=ROOT / "fixtures" / "strace" / "kafka_python_plain.txt")
+    run = _replay(tmp_path, path=ROOT / "fixtures" / "strace" / "kafka_python_plain.txt")
     assert run.returncode == 0, run.stderr
     assert "VERDICT:" in run.stdout
     assert run.stderr == "", run.stderr
