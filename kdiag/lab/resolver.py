@@ -94,6 +94,11 @@ def answer(query: bytes, name: str, address: str) -> tuple[bytes, str] | None:
 def serve(sock: socket.socket, name: str, address: str, delay_s: float, counts: Counts,
           stop: list[bool]) -> None:
     """Answer queries on sock, each delay_s after it came, until stop[0]."""
+    # Before the first query is read: answer() needs scapy's DNS, and its
+    # import (0.2-0.5 s on a loaded machine) would hold the queries behind
+    # the first, each answered that much later than delay_s.
+    import scapy.layers.dns  # noqa: F401
+
     pending: list[tuple[float, int, tuple, bytes]] = []
     seq = 0
     while not stop[0]:
