@@ -221,6 +221,7 @@ static PyObject *trace(PyObject *self, PyObject *args)
     int n_links = 0;
     struct ring_buffer *rb = NULL;
     struct sink sink = {0};
+    char fell_back[256] = "";
     sink.budget = budget;
     int err;
     if (!supported()) {
@@ -238,6 +239,18 @@ static PyObject *trace(PyObject *self, PyObject *args)
         if (!raw) {
             obj = attach(pid, 0, NULL, links, &n_links);
             if (!obj) {
+                /* Kept for the status: a fallback is the host's cost, and
+                 * its cause (a missing tracepoint, a limit) is the user's
+                 * to know. */
+                PyObject *type, *value, *tb;
+                PyErr_Fetch(&type, &value, &tb);
+                PyObject *text = value ? PyObject_Str(value) : NULL;
+                const char *c = text ? PyUnicode_AsUTF8(text) : NULL;
+                snprintf(fell_back, sizeof fell_back, "%s", c ? c : "the per-syscall tracepoints could not be attached");
+                Py_XDECREF(text);
+                Py_XDECREF(type);
+                Py_XDECREF(value);
+                Py_XDECREF(tb);
                 PyErr_Clear();
                 raw = 1;
             }
@@ -296,10 +309,10 @@ static PyObject *trace(PyObject *self, PyObject *args)
         prev = &key;
         forks++;
     }
-    result = Py_BuildValue("{sKsKsKsKsssK}", "records", sink.records, "bytes", sink.bytes, "lost_events",
+    result = Py_BuildValue("{sKsKsKsKsssKsz}", "records", sink.records, "bytes", sink.bytes, "lost_events",
                            (unsigned long long)lost, "over_budget", sink.over_budget, "hooks",
                            use_up ? "uprobes in libc" : raw ? "raw syscall tracepoints" : "per-syscall tracepoints",
-                           "forked", forks);
+                           "forked", forks, "hooks_fallback", fell_back[0] ? fell_back : NULL);
 out:
     detach(links, &n_links);
     if (rb)

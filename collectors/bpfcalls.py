@@ -301,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
             records.unlink()
     extra.update(lost_events=got["lost_events"], bad_records=res.bad_records, lines=res.lines,
                  over_budget=got["over_budget"], hooks=got["hooks"])
+    if got.get("hooks_fallback"):   # why not the per-syscall tracepoints
+        extra["hooks_fallback"] = got["hooks_fallback"]
     # A uprobe fires only in the file it was hung on: a command that runs
     # another libc after its exec makes no record at all.
     unseen = uprobes is not None and not got["records"]

@@ -277,14 +277,16 @@ def trace(tmp_path, script: str, peer=None, every_kind: bool = False, hooks: str
     return [r for r in rows if r["kind"] == "syscall"]
 
 
-def traced(tmp_path, script: str, peer=None, hooks: str = "per-syscall") -> tuple[dict, list[dict], int]:
+def traced(tmp_path, script: str, peer=None, hooks: str = "per-syscall",
+           prefix: tuple[str, ...] = ()) -> tuple[dict, list[dict], int]:
     """(the tracer's status, every row of its strace text, the child's
-    pid) for ``script``, as ``trace`` runs it."""
+    pid) for ``script``, as ``trace`` runs it; the tracer's command after
+    ``prefix``."""
     child = subprocess.Popen([sys.executable, "-c", "import sys\nsys.stdin.readline()\n" + script],
                              stdin=subprocess.PIPE, stderr=subprocess.PIPE)
     out = tmp_path / "strace.txt"
     env = {k: v for k, v in os.environ.items() if k not in (bpfcalls.RAW_ENV, bpfcalls.HOOKS_ENV)} | HOOKS[hooks][0]
-    tracer = subprocess.Popen([sys.executable, "-m", "kdiag.collectors.bpfcalls", "--pid", str(child.pid),
+    tracer = subprocess.Popen([*prefix, sys.executable, "-m", "kdiag.collectors.bpfcalls", "--pid", str(child.pid),
                                "--out", str(out)], stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert tracer.stdout.readline().strip() == "ready"
@@ -301,6 +303,52 @@ def traced(tmp_path, script: str, peer=None, hooks: str = "per-syscall") -> tupl
     assert child.returncode == 0, err
     rows, _ = parse_lines(out.read_text().splitlines())
     return json.loads(status.strip().splitlines()[-1]), rows.to_pylist(), child.pid
+
+
+# tracefs, where libbpf reads a per-syscall tracepoint's id, hidden in a
+# mount namespace of the tracer's own; the raw tracepoints are opened by
+# name and need none of it.
+HIDDEN_TRACEFS = ("unshare", "--mount", "sh", "-c",
+                  "mount -t tmpfs none /sys/kernel/tracing && "
+                  "{ ! test -d /sys/kernel/debug/tracing || mount -t tmpfs none /sys/kernel/debug; } && "
+                  'exec "$@"', "hidden-tracefs")
+
+
+def _answering() -> int:
+    """The port of a loopback listener that answers one connection's 50
+    bytes with 3, in a thread."""
+    import threading
+
+    srv, port = _listening()
+
+    def serve():
+        with srv:
+            conn, _ = srv.accept()
+            conn.recv(50)
+            conn.send(b"y" * 3)
+            conn.close()
+    threading.Thread(target=serve, daemon=True).start()
+    return port
+
+
+def test_where_the_per_syscall_tracepoints_fail_it_falls_back_and_says_why(tmp_path):
+    need("unshare", root=True)
+
+    def script(port):
+        return f"""
+import socket
+s = socket.create_connection(("127.0.0.1", {port}))
+s.send(b"x" * 50)
+s.recv(10)
+"""
+    st, rows, _ = traced(tmp_path, script(_answering()), prefix=HIDDEN_TRACEFS)
+    assert st["state"] == "ok" and st["hooks"] == "raw syscall tracepoints", st
+    assert st["hooks_fallback"].startswith("attaching enter_"), st
+    names = [r["syscall"] for r in rows if r["kind"] == "syscall"]
+    assert "sendto" in names and "recvfrom" in names, names
+    # Where they attach, nothing is said.
+    st, _, _ = traced(tmp_path, script(_answering()))
+    assert st["hooks"] == "per-syscall tracepoints" and "hooks_fallback" not in st, st
 
 
 def test_it_keeps_the_first_bytes_of_socket_writes_only(tmp_path):

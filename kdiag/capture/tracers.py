@@ -77,8 +77,9 @@ def hooks_of(status: dict | None, why: str | None = None) -> dict:
     """What a BPF tracer hooked, for the manifest's tracer: the kernel's
     syscall tracepoints, which every process on the host pays for, or
     uprobes in the producer's libc (collectors/bpfcalls.py); why those
-    (``why``), and why not uprobes where they were chosen. Nothing for the
-    other tracers."""
+    (``why``), why not uprobes where they were chosen, and why the raw
+    tracepoints where the per-syscall ones could not be attached
+    (``hooks_fallback``). Nothing for the other tracers."""
     status = status or {}
-    got = {k: status[k] for k in ("hooks", "uprobes_not_used") if status.get(k)}
+    got = {k: status[k] for k in ("hooks", "uprobes_not_used", "hooks_fallback") if status.get(k)}
     return {**got, "hooks_why": why} if got and why else got
