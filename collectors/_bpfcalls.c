@@ -251,7 +251,6 @@ static PyObject *trace(PyObject *self, PyObject *args)
                 Py_XDECREF(type);
                 Py_XDECREF(value);
                 Py_XDECREF(tb);
-                PyErr_Clear();
                 raw = 1;
             }
         }

@@ -164,6 +164,14 @@ def log_of_another_run(log, log_writes, source: str | None) -> list[str]:
     sent = log.filter(F.col("event") == "send").select(*key)
     seen = log_writes.filter(F.col("event") == "send").select(RUN, "broker", "corr_id",
                                                                F.col("log_ts_us").alias("ts_us"))
+    if in_driver(sent) and in_driver(seen):
+        # Rows in the plan (a small input): compared here, where a join
+        # would be a Spark job (1.3-1.5 s of a cold 100-request bundle's
+        # analysis). A key with a null matches nothing, as in the join
+        # (``in`` a Row asks for a field's name, hence the tuples).
+        logged = sent.collect()
+        mine = {k for k in map(tuple, seen.collect()) if None not in k}
+        return [] if not logged or any(tuple(r) in mine for r in logged) else [_OTHER_RUN]
     # One Sent line seen is enough: the log's first few are looked for
     # first, by a broadcast join that stops at the first found; only when
     # none is seen are all of them. At 1e7 requests (10 M Sent lines each
@@ -171,15 +179,6 @@ def log_of_another_run(log, log_writes, source: str | None) -> list[str]:
     few = sent.limit(FEW_SENT).collect()
     if not few:
         return []
-    if in_driver(sent) and in_driver(seen):
-        # Rows in the plan (a small input): compared here, where a join
-        # would be a Spark job (1.3-1.5 s of a cold 100-request bundle's
-        # analysis). A key with a null matches nothing, as in the join
-        # (``in`` a Row asks for a field's name, hence the tuples).
-        mine = {k for k in map(tuple, seen.collect()) if None not in k}
-        if any(tuple(r) in mine for r in sent.collect()):
-            return []
-        return [_OTHER_RUN]
     probe = frame(sent.sparkSession, few, sent.schema)
     if any_rows(seen.join(F.broadcast(probe), key, "left_semi")) or \
             (len(few) == FEW_SENT and any_rows(sent.join(seen, key, "left_semi"))):
