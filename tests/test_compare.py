@@ -13,7 +13,7 @@ import pytest
 from browser import open_page
 from conftest import need
 from kdiag.cli import Environment, main
-from kdiag.report.compare import PREDICTION_TOLERANCE, compare, quantile_ci, rate_ci, render_text
+from kdiag.report.compare import PREDICTION_TOLERANCE, compare, quantile_ci, rate_ci, render_text, side
 
 
 def test_the_median_interval_holds_its_level():
@@ -36,6 +36,19 @@ def test_rate_of_a_steady_producer():
     e = rate_ci(send_us, scale=2.0)                # two messages a request
     assert e["value"] == pytest.approx(40.0)
     assert e["lo"] <= 40.0 <= e["hi"] and e["hi"] - e["lo"] < 4
+
+
+def test_a_steady_rate_rescaled_to_the_probes_keeps_its_point_inside():
+    """Every window alike makes the interval one value; scaled to the
+    probe's own rate, rounding once left it beside the point."""
+    rng = random.Random(0)
+    for _ in range(300):
+        n = rng.choice([40, 79, 80, 160])
+        rows = [{"send_us": i * 50_000 + rng.randint(-3000, 3000), "total_ms": 1.0} for i in range(n)]
+        probe = rng.uniform(19.9, 20.1)
+        e = side({"summary": {"requests": n}, "probe": {"delivered": n, "msgs_per_s": probe}}, "x", rows)["rate"]
+        assert e["value"] == probe and e["lo"] <= e["value"] <= e["hi"], e
+        assert type(e["lo"]) is float and type(e["hi"]) is float
 
 
 def test_too_few_requests_give_no_interval():

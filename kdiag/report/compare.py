@@ -69,6 +69,15 @@ def rate_ci(send_us: list[float], scale: float = 1.0) -> dict:
     return {"value": point, "lo": float(lo), "hi": float(hi), "n": int(t.size)}
 
 
+def _holding(e: dict) -> dict:
+    """``e`` with its interval widened to hold its point. A steady producer
+    fills every window alike, so the interval is its point alone, and the
+    rescaling's rounding can leave it an ulp beside the point."""
+    if e["lo"] is None or e["hi"] is None:
+        return e
+    return {**e, "lo": float(min(e["lo"], e["value"])), "hi": float(max(e["hi"], e["value"]))}
+
+
 def side(findings: dict, name: str, rows: list[dict]) -> dict:
     """One run's figures; ``rows``: its requests (the fair sample, without
     the slowest kept beside it)."""
@@ -88,7 +97,8 @@ def side(findings: dict, name: str, rows: list[dict]) -> dict:
         # its whole run, the time between requests included); the interval
         # keeps its width relative to the requests' rate.
         k = probe_rate / rate["value"]
-        rate = {**rate, "value": probe_rate, "lo": rate["lo"] and rate["lo"] * k, "hi": rate["hi"] and rate["hi"] * k}
+        rate = _holding({**rate, "value": probe_rate, "lo": rate["lo"] and rate["lo"] * k,
+                         "hi": rate["hi"] and rate["hi"] * k})
     shares = {f["cause"]: f.get("share") for f in findings.get("findings") or [] if isinstance(f, dict)
               and isinstance(f.get("cause"), str)}
     delivery = findings.get("delivery_ms") if isinstance(findings.get("delivery_ms"), list) else []
