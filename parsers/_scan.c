@@ -11,6 +11,38 @@
 
 #include "_scan.h"
 
+/* Whether d[k] begins a mangle_candidates mark: "<", "&", "`", "](" or a
+ * no-break space (C2 A0). */
+static inline int mangle_at(const uint8_t *d, int64_t k, int64_t e)
+{
+    uint8_t c = d[k];
+    return c == '<' || c == '&' || c == '`' || (k + 1 < e && ((c == ']' && d[k + 1] == '(')
+                                                             || (c == 0xC2 && d[k + 1] == 0xA0)));
+}
+
+/* Whether d[s, e) holds a mark: one pass, 16 bytes compared to all five
+ * first bytes at once, where a call to memchr for each byte over the whole
+ * line was 3 % of an async producer's log parse (2026-12-01). */
+static inline int mangle_bytes(const uint8_t *d, int64_t s, int64_t e)
+{
+    int64_t k = s;
+#ifdef __SSE2__
+    const __m128i lt = _mm_set1_epi8('<'), amp = _mm_set1_epi8('&'), tick = _mm_set1_epi8('`'),
+                  close = _mm_set1_epi8(']'), c2 = _mm_set1_epi8((char)0xC2);
+    for (; e - k >= 16; k += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(d + k));
+        __m128i any = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, lt), _mm_cmpeq_epi8(v, amp)),
+                                   _mm_or_si128(_mm_cmpeq_epi8(v, tick),
+                                                _mm_or_si128(_mm_cmpeq_epi8(v, close), _mm_cmpeq_epi8(v, c2))));
+        for (unsigned hit = (unsigned)_mm_movemask_epi8(any); hit; hit &= hit - 1)
+            if (mangle_at(d, k + __builtin_ctz(hit), e)) return 1;
+    }
+#endif
+    for (; k < e; k++)
+        if (mangle_at(d, k, e)) return 1;
+    return 0;
+}
+
 /* mangle_candidates(offsets, first, n, data, out uint8[n]): 1 for each line
  * that chat or markdown may have changed, a superset of what
  * rdkafka_log/wrapped.unmangle's literal checks flag: it holds "<", "&", "`",
@@ -27,15 +59,7 @@ static PyObject *mangle_candidates(PyObject *self, PyObject *args)
     for (Py_ssize_t i = 0; i < L.n; i++) {
         int64_t s = L.o[i], e = L.o[i + 1];
         int64_t k = past_blanks(L.d, s, e);
-        uint8_t hit = k < e && (L.d[k] == '>' || L.d[k] >= 0x80);
-        /* memchr a byte at a time beats one loop testing each byte for all */
-        if (!hit && (find(L.d, s, e, '<') >= 0 || find(L.d, s, e, '&') >= 0 || find(L.d, s, e, '`') >= 0))
-            hit = 1;
-        for (int64_t j = find(L.d, s, e, ']'); !hit && j >= 0; j = find(L.d, j + 1, e, ']'))
-            hit = j + 1 < e && L.d[j + 1] == '(';
-        for (int64_t j = find(L.d, s, e, 0xC2); !hit && j >= 0; j = find(L.d, j + 1, e, 0xC2))
-            hit = j + 1 < e && L.d[j + 1] == 0xA0;
-        out[i] = hit;
+        out[i] = (k < e && (L.d[k] == '>' || L.d[k] >= 0x80)) || mangle_bytes(L.d, s, e);
     }
     Py_END_ALLOW_THREADS
     lines_close(&L);

@@ -82,6 +82,27 @@ def test_mangled_lines_are_flagged():
     assert got == [True] * 7 + [False, False]
 
 
+def _marked(line: str) -> bool:
+    """mangle_candidates' rule, as _scan.c states it."""
+    b = line.encode()
+    head = b.lstrip(bytes(range(0x21)))
+    return (head[:1] == b">" or head[:1] >= b"\x80" or any(c in b for c in (b"<", b"&", b"`", b"](", b"\xc2\xa0")))
+
+
+def test_a_mark_is_found_at_every_place_in_a_long_line():
+    """The compiled scan reads 16 bytes at a time: a mark at each place,
+    across each block's edge, and one that only begins in a block."""
+    lines = []
+    for n in (15, 16, 17, 31, 32, 33, 70):
+        for mark in ("<", "&", "`", "](", "\u00a0", "]", "\u0080", "]x(", "(", ">"):
+            for at in range(n):
+                line = ("a" * at + mark + "b" * n)[:max(n, at + len(mark))]
+                lines.append(line)
+                lines.append(line[:-1])
+    arr = pa.array(lines, pa.string())
+    assert scan.mangle_candidates(arr, True).tolist() == [_marked(x) for x in lines]
+
+
 _ALPHABET = st.sampled_from(list("%|[]: /.0123456789abc#-_\t<>&`(\u00a0\u2003") +
                             ["thrd:", "ssl://", "Sent ", "](", "é"])
 

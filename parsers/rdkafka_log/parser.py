@@ -622,10 +622,14 @@ class RdkafkaLogParser:
         if not len(left) or cols.get("thread") is None or cols.get("broker") is None:
             return
         at = pa.array(left)
-        bare = null_as_false(pc.and_(pc.is_null(cols["thread"].take(at)), pc.is_null(cols["broker"].take(at))))
-        said = bare & null_as_false(pc.match_substring_regex(cols["text"].take(at), APP_PRODUCE))
-        if said.any():
-            codes[left[said]] = len(names)
+        # The pattern runs on the bare lines alone: on every line left, it was
+        # 3 % of an async producer's log parse (2026-12-01).
+        bare = left[null_as_false(pc.and_(pc.is_null(cols["thread"].take(at)), pc.is_null(cols["broker"].take(at))))]
+        if not len(bare):
+            return
+        said = bare[null_as_false(pc.match_substring_regex(cols["text"].take(pa.array(bare)), APP_PRODUCE))]
+        if len(said):
+            codes[said] = len(names)
             names.append("app_produce")
 
     @staticmethod
