@@ -184,12 +184,55 @@ def cached(df, q, local: bool = False):
 
 
 def frame(spark, data, schema):
-    """``spark.createDataFrame(data, schema)``, of rows or an Arrow table.
-    PySpark imports pandas at every call, to ask whether the data is a
-    pandas DataFrame, which kdiag's never is: the import is most of a
-    second of a cold replay on a loaded machine (kdiag.no_pandas)."""
+    """``spark.createDataFrame(data, schema)``, of rows or an Arrow table
+    (``schema`` a StructType or its DDL).
+
+    Rows are handed over as an Arrow table: PySpark makes a DataFrame of a
+    list through an RDD that Spark can only read with a Python worker, whose
+    start (a Python that imports PySpark, then forks) was 0.8 s of the 20-line
+    excerpt's cold replay on 2 cores (2026-12-01); Arrow's rows are read in
+    the JVM. And PySpark imports pandas at every call, to ask whether the
+    data is a pandas DataFrame, which kdiag's never is: the import is most
+    of a second of a cold replay on a loaded machine (kdiag.no_pandas)."""
+    import pyarrow as pa
+
+    if not isinstance(data, pa.Table):
+        struct, data = _struct(spark, schema), list(data)
+        try:
+            data, schema = _arrow_rows(data, struct), struct
+        except (pa.ArrowException, OverflowError, TypeError, ValueError, UnicodeEncodeError):
+            # A value Arrow will not take as its type (a lone surrogate in a
+            # name read with surrogateescape): PySpark's own way, worker and all.
+            pass
     with pandas_hidden():
         return spark.createDataFrame(data, schema=schema)
+
+
+def _struct(spark, schema):
+    """A StructType, of itself or of its DDL (parsed by the JVM, once each)."""
+    from pyspark.sql.types import StructType
+
+    if isinstance(schema, StructType):
+        return schema
+    got = _STRUCTS.get(schema)
+    if got is None:
+        got = _STRUCTS[schema] = StructType.fromJson(
+            __import__("json").loads(spark._jvm.org.apache.spark.sql.types.StructType.fromDDL(schema).json()))
+    return got
+
+
+_STRUCTS: dict = {}
+
+
+def _arrow_rows(rows: list, struct):
+    """Rows (tuples, in the schema's order) as an Arrow table of the
+    schema's types."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(struct)
+    columns = list(zip(*rows)) if rows else [()] * len(schema)
+    return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema)], schema=schema)
 
 
 def release(q) -> None:

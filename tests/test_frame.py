@@ -1,0 +1,51 @@
+"""spark_plumbing.frame hands rows to Spark as Arrow: they become rows in
+the plan, read in the JVM, and a small replay starts no Python worker."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from kdiag.analysis.spark_plumbing import frame, in_driver
+
+ROOT = Path(__file__).resolve().parents[1]
+LOG = ROOT / "fixtures" / "logs" / "librdkafka_stderr.log"
+DDL = "run string, pid int, at long, last struct<t: long, l: long>, sizes array<long>, ok boolean, ms double"
+ROWS = [("", 7, 1_795_000_000_000_001, (5, 9), [1, 2], True, 0.5),
+        ("b1", None, None, None, None, None, None),
+        ("b2", 2**31 - 1, -1, (None, 3), [], False, float("inf"))]
+
+
+def test_rows_are_rows_in_the_plan(spark):
+    df = frame(spark, ROWS, DDL)
+    assert in_driver(df)
+    got = [(r.run, r.pid, r.at, None if r.last is None else tuple(r.last), r.sizes, r.ok, r.ms) for r in df.collect()]
+    assert got == ROWS
+    assert [(f.name, f.dataType.simpleString()) for f in df.schema] == [
+        ("run", "string"), ("pid", "int"), ("at", "bigint"), ("last", "struct<t:bigint,l:bigint>"),
+        ("sizes", "array<bigint>"), ("ok", "boolean"), ("ms", "double")]
+
+
+def test_no_rows_and_a_value_arrow_will_not_take(spark):
+    assert frame(spark, [], DDL).count() == 0
+    # A lone surrogate (a byte surrogateescape kept) is no UTF-8 for Arrow:
+    # PySpark's own conversion takes it.
+    df = frame(spark, [("x\udcff", 1)], "run string, pid int")
+    assert df.count() == 1
+
+
+def test_a_cold_replay_of_a_log_starts_no_python_worker(tmp_path):
+    # Spark starts its Python workers with PYSPARK_PYTHON: a wrapper that
+    # notes each start.
+    seen = tmp_path / "started"
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\necho \"$@\" >> {seen}\nexec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    env = {**os.environ, "KDIAG_WARM": "0", "PYSPARK_PYTHON": str(python)}
+    p = subprocess.run([sys.executable, "-m", "kdiag", "replay", "--json", str(LOG)], capture_output=True, text=True,
+                       cwd=tmp_path, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(p.stdout)["verdict"] != "none"
+    assert not seen.exists(), seen.read_text()
