@@ -1,5 +1,6 @@
-"""spark_plumbing.frame hands rows to Spark as Arrow: they become rows in
-the plan, read in the JVM, and a small replay starts no Python worker."""
+"""What a cold replay does not pay for: spark_plumbing.frame hands rows to
+Spark as Arrow, so they become rows in the plan read in the JVM and a
+small replay starts no Python worker; the session maps case without ICU."""
 from __future__ import annotations
 
 import json
@@ -49,3 +50,12 @@ def test_a_cold_replay_of_a_log_starts_no_python_worker(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     assert json.loads(p.stdout)["verdict"] != "none"
     assert not seen.exists(), seen.read_text()
+
+
+def test_upper_in_a_session_does_not_wake_icu(spark):
+    # ICU's case mapping initialises its break iterators on first use:
+    # most of a second of a cold replay with statistics.
+    from pyspark.sql import functions as F
+
+    assert spark.conf.get("spark.sql.icu.caseMappings.enabled") == "false"
+    assert frame(spark, [("up",), ("Down",)], "state string").select(F.upper("state").alias("s")).collect()[0].s == "UP"
