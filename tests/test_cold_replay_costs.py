@@ -1,6 +1,7 @@
 """What a cold replay does not pay for: spark_plumbing.frame hands rows to
 Spark as Arrow, so they become rows in the plan read in the JVM and a
-small replay starts no Python worker; the session maps case without ICU."""
+small replay starts no Python worker; the session maps case without ICU
+and loads no extension from the class path."""
 from __future__ import annotations
 
 import json
@@ -52,10 +53,12 @@ def test_a_cold_replay_of_a_log_starts_no_python_worker(tmp_path):
     assert not seen.exists(), seen.read_text()
 
 
-def test_upper_in_a_session_does_not_wake_icu(spark):
-    # ICU's case mapping initialises its break iterators on first use:
-    # most of a second of a cold replay with statistics.
+def test_the_session_starts_without_what_the_analysis_never_uses(spark):
+    # ICU's case mapping initialises its break iterators on first use (most
+    # of a second of a cold replay with statistics); Spark ML's extension
+    # registers functions at the session's start.
     from pyspark.sql import functions as F
 
     assert spark.conf.get("spark.sql.icu.caseMappings.enabled") == "false"
+    assert spark.conf.get("spark.sql.extensions.test.loadFromCp") == "false"
     assert frame(spark, [("up",), ("Down",)], "state string").select(F.upper("state").alias("s")).collect()[0].s == "UP"
