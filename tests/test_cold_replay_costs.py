@@ -62,3 +62,18 @@ def test_the_session_starts_without_what_the_analysis_never_uses(spark):
     assert spark.conf.get("spark.sql.icu.caseMappings.enabled") == "false"
     assert spark.conf.get("spark.sql.extensions.test.loadFromCp") == "false"
     assert frame(spark, [("up",), ("Down",)], "state string").select(F.upper("state").alias("s")).collect()[0].s == "UP"
+
+
+def test_a_session_without_a_jvm_gets_the_rows_as_they_are():
+    # A Spark Connect client has no JVM to parse the DDL with, and turns
+    # rows into Arrow itself.
+    class Connect:
+        def __getattr__(self, name):
+            if name == "_jvm":
+                raise AttributeError(name)
+            raise AssertionError(name)
+
+        def createDataFrame(self, data, schema):  # noqa: N802 - PySpark's name
+            return data, schema
+
+    assert frame(Connect(), ROWS, DDL) == (ROWS, DDL)

@@ -196,8 +196,10 @@ def frame(spark, data, schema):
     of a second of a cold replay on a loaded machine (kdiag.no_pandas)."""
     import pyarrow as pa
 
-    if not isinstance(data, pa.Table):
-        struct, data = _struct(spark, schema), list(data)
+    # A Spark Connect client (no JVM of its own) sends rows as Arrow itself.
+    jvm = getattr(spark, "_jvm", None)
+    if not isinstance(data, pa.Table) and jvm is not None:
+        struct, data = _struct(jvm, schema), list(data)
         try:
             data, schema = _arrow_rows(data, struct), struct
         except (pa.ArrowException, OverflowError, TypeError, ValueError, UnicodeEncodeError):
@@ -208,16 +210,18 @@ def frame(spark, data, schema):
         return spark.createDataFrame(data, schema=schema)
 
 
-def _struct(spark, schema):
+def _struct(jvm, schema):
     """A StructType, of itself or of its DDL (parsed by the JVM, once each)."""
+    import json
+
     from pyspark.sql.types import StructType
 
     if isinstance(schema, StructType):
         return schema
     got = _STRUCTS.get(schema)
     if got is None:
-        got = _STRUCTS[schema] = StructType.fromJson(
-            __import__("json").loads(spark._jvm.org.apache.spark.sql.types.StructType.fromDDL(schema).json()))
+        got = _STRUCTS[schema] = StructType.fromJson(json.loads(jvm.org.apache.spark.sql.types.StructType.fromDDL(
+            schema).json()))
     return got
 
 
