@@ -189,7 +189,7 @@ def frame(spark, data, schema):
 
     Rows are handed over as an Arrow table: PySpark makes a DataFrame of a
     list through an RDD that Spark can only read with a Python worker, whose
-    start (a Python that imports PySpark, then forks) was 0.8 s of the 20-line
+    start (a Python that imports PySpark, then forks) was 0.7 s of the 20-line
     excerpt's cold replay on 2 cores (2026-12-01); Arrow's rows are read in
     the JVM. And PySpark imports pandas at every call, to ask whether the
     data is a pandas DataFrame, which kdiag's never is: the import is most
