@@ -314,40 +314,39 @@ HIDDEN_TRACEFS = ("unshare", "--mount", "sh", "-c",
                   'exec "$@"', "hidden-tracefs")
 
 
-def _answering() -> int:
-    """The port of a loopback listener that answers one connection's 50
-    bytes with 3, in a thread."""
-    import threading
-
+def _traced_exchange(tmp_path, prefix: tuple[str, ...] = ()) -> tuple[dict, list[dict]]:
+    """``traced`` for a child that sends 50 bytes to a loopback peer and
+    reads its 3, the tracer's command after ``prefix``."""
     srv, port = _listening()
-
-    def serve():
-        with srv:
-            conn, _ = srv.accept()
-            conn.recv(50)
-            conn.send(b"y" * 3)
-            conn.close()
-    threading.Thread(target=serve, daemon=True).start()
-    return port
-
-
-def test_where_the_per_syscall_tracepoints_fail_it_falls_back_and_says_why(tmp_path):
-    need("unshare", root=True)
-
-    def script(port):
-        return f"""
+    script = f"""
 import socket
 s = socket.create_connection(("127.0.0.1", {port}))
 s.send(b"x" * 50)
 s.recv(10)
 """
-    st, rows, _ = traced(tmp_path, script(_answering()), prefix=HIDDEN_TRACEFS)
+
+    def peer():
+        conn, _ = srv.accept()
+        conn.recv(50)
+        conn.send(b"y" * 3)
+        conn.close()
+
+    try:
+        st, rows, _ = traced(tmp_path, script, peer, prefix=prefix)
+    finally:
+        srv.close()
+    return st, rows
+
+
+def test_where_the_per_syscall_tracepoints_fail_it_falls_back_and_says_why(tmp_path):
+    need("unshare", root=True)
+    st, rows = _traced_exchange(tmp_path, HIDDEN_TRACEFS)
     assert st["state"] == "ok" and st["hooks"] == "raw syscall tracepoints", st
     assert st["hooks_fallback"].startswith("attaching enter_"), st
     names = [r["syscall"] for r in rows if r["kind"] == "syscall"]
     assert "sendto" in names and "recvfrom" in names, names
     # Where they attach, nothing is said.
-    st, _, _ = traced(tmp_path, script(_answering()))
+    st, _ = _traced_exchange(tmp_path)
     assert st["hooks"] == "per-syscall tracepoints" and "hooks_fallback" not in st, st
 
 
