@@ -197,9 +197,12 @@ def frame(spark, data, schema):
     import pyarrow as pa
 
     # A Spark Connect client (no JVM of its own) sends rows as Arrow itself.
-    jvm = getattr(spark, "_jvm", None)
-    if not isinstance(data, pa.Table) and jvm is not None:
-        struct, data = _struct(jvm, schema), list(data)
+    if not isinstance(data, pa.Table) and getattr(spark, "_jvm", None) is not None:
+        from pyspark.sql.types import StructType, _parse_datatype_string
+
+        # A DDL schema parsed as createDataFrame parses it.
+        struct = schema if isinstance(schema, StructType) else _parse_datatype_string(schema)
+        data = list(data)
         try:
             data, schema = _arrow_rows(data, struct), struct
         except (pa.ArrowException, OverflowError, TypeError, ValueError, UnicodeEncodeError):
@@ -208,24 +211,6 @@ def frame(spark, data, schema):
             pass
     with pandas_hidden():
         return spark.createDataFrame(data, schema=schema)
-
-
-def _struct(jvm, schema):
-    """A StructType, of itself or of its DDL (parsed by the JVM, once each)."""
-    import json
-
-    from pyspark.sql.types import StructType
-
-    if isinstance(schema, StructType):
-        return schema
-    got = _STRUCTS.get(schema)
-    if got is None:
-        got = _STRUCTS[schema] = StructType.fromJson(json.loads(jvm.org.apache.spark.sql.types.StructType.fromDDL(
-            schema).json()))
-    return got
-
-
-_STRUCTS: dict = {}
 
 
 def _arrow_rows(rows: list, struct):
