@@ -140,13 +140,17 @@ int main(int argc, char **argv)
 """
 
 SELF_C = r"""
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-/* self N ROUNDS: says "ready", waits for a line on stdin, then ROUNDS rounds of N write()s
- * of 1 byte to /dev/null; prints each round's CPU ns a call */
+/* self N ROUNDS [udp]: says "ready", waits for a line on stdin, then ROUNDS rounds of N write()s
+ * of 1 byte to /dev/null (with udp: send()s of 64 bytes on a UDP socket connected over
+ * loopback, a socket's write as a producer's are recorded); prints each round's CPU ns a call */
 static double cpu_ns(void)
 {
     struct timespec t;
@@ -156,8 +160,17 @@ static double cpu_ns(void)
 int main(int argc, char **argv)
 {
     long n = atol(argv[1]);
-    int rounds = atoi(argv[2]), fd = open("/dev/null", O_WRONLY);
-    char c = 0, line[8];
+    int rounds = atoi(argv[2]), udp = argc > 3, fd = open("/dev/null", O_WRONLY);
+    char c[64] = {0}, line[8];
+    if (udp) {
+        /* the receiver's buffer fills and later datagrams are dropped: each send() still succeeds */
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof a;
+        int r = socket(AF_INET, SOCK_DGRAM, 0);
+        fd = socket(AF_INET, SOCK_DGRAM, 0);
+        if (bind(r, (void *)&a, sizeof a) || getsockname(r, (void *)&a, &len) || connect(fd, (void *)&a, sizeof a))
+            return 1;
+    }
     printf("ready\n");
     fflush(stdout);
     if (!fgets(line, sizeof line, stdin))
@@ -165,7 +178,7 @@ int main(int argc, char **argv)
     for (int r = 0; r < rounds; r++) {
         double t = cpu_ns();
         for (long i = 0; i < n; i++)
-            write(fd, &c, 1);
+            if (udp) send(fd, c, sizeof c, 0); else write(fd, c, 1);
         printf("%.1f\n", (cpu_ns() - t) / n);
     }
     return 0;
@@ -231,10 +244,12 @@ class Probes:
             raise RuntimeError(f"the loader failed: {err.strip()[-300:]}")
         return [int(x) for x in out.split()]
 
-    def self_ns(self, n: int, rounds: int, hook) -> tuple[list[float], list[int] | None]:
+    def self_ns(self, n: int, rounds: int, hook, udp: bool = False) -> tuple[list[float], list[int] | None]:
         """The traced loop's ns a call, each round; ``hook(pid)`` attaches and
-        returns what ends it (its result is returned too)."""
-        loop = subprocess.Popen([str(self.self_exe), str(n), str(rounds)], stdin=subprocess.PIPE,
+        returns what ends it (its result is returned too). ``udp``: the loop
+        sends on a connected UDP socket instead of writing to /dev/null."""
+        loop = subprocess.Popen([str(self.self_exe), str(n), str(rounds), *(["udp"] if udp else [])],
+                                stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True)
         end = None
         try:
@@ -328,10 +343,33 @@ def run(smoke: bool, work: Path) -> list[Figure]:
                               None if val is None else round(val, 1), "ns", reference="untraced ns a call",
                               ref_value=None if base is None else round(base, 1),
                               command="python -m bench.uprobes", note=note))
+    if probes is not None and not bpfcalls.check():
+        figures.append(_socket_send(probes, work, n // 4, rounds, repeats))
     if probes is not None and jump is not None:
         figures.append(_tax(probes, lib, start + jump, work, tax_rounds, hosttax, paired))
         figures.append(_threads(probes, start + jump))
     return figures
+
+
+def _socket_send(probes: Probes, work: Path, n: int, rounds: int, repeats: int) -> Figure:
+    """bpfcalls' cost on a socket's write, the record a producer's calls
+    make: the socket is named once and then known (the /dev/null loop names
+    its file at every call), and the call's first bytes are kept. Untraced
+    and traced in turn."""
+    load0 = loadavg()
+    runs: dict[str, list[float]] = {"untraced": [], "traced": []}
+    for _ in range(repeats):
+        for name, hook in (("untraced", None), ("traced", lambda pid: _tracepoints(pid, work))):
+            got, _ = probes.self_ns(n, rounds, hook, udp=True)
+            runs[name].append(statistics.median(got))
+    base, val = statistics.median(runs["untraced"]), statistics.median(runs["traced"])
+    return Figure("uprobes", "send() on a connected UDP socket under bpfcalls (per-syscall tracepoints) ns a call",
+                  round(val, 1), "ns", reference="untraced ns a call", ref_value=round(base, 1),
+                  command="python -m bench.uprobes",
+                  note=f"median of {repeats} run(s) each, taken in turn, each the median of {rounds} rounds of "
+                       f"{n:,} send()s of 64 bytes (traced {'/'.join(f'{v:.0f}' for v in sorted(runs['traced']))}, "
+                       f"untraced {'/'.join(f'{v:.0f}' for v in sorted(runs['untraced']))} ns); the tracer adds "
+                       f"{val - base:.0f} ns a call; load average {load0} .. {loadavg()}")
 
 
 def _probe_end(probes: Probes, p: subprocess.Popen):

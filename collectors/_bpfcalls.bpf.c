@@ -162,12 +162,15 @@ static __always_inline void submit(void *r)
 
 static __always_inline struct file *file_of(long fd)
 {
-    struct task_struct *t = (struct task_struct *)bpf_get_current_task();
-    struct fdtable *fdt = BPF_CORE_READ(t, files, fdt);
-    if (fd < 0 || fd >= BPF_CORE_READ(fdt, max_fds))
+    // The task as BTF types it: its fields are plain loads the verifier
+    // guards, where each bpf_probe_read_kernel was a helper call.
+    struct task_struct *t = bpf_get_current_task_btf();
+    struct fdtable *fdt = t->files->fdt;
+    if (fd < 0 || fd >= fdt->max_fds)
         return 0;
-    struct file **fds = BPF_CORE_READ(fdt, fd);
+    struct file **fds = fdt->fd;
     struct file *f = 0;
+    // an index the verifier cannot bound: read by the helper
     bpf_core_read(&f, sizeof(f), fds + fd);
     return f;
 }
