@@ -17,6 +17,9 @@ CPU a call (``SELF_C``; the median of each round's ns a call):
   uprobe at write()'s first instruction     (glibc: a compare, single-stepped)
   uprobe at write()'s first conditional jump (emulated: no single step)
   the same with a uretprobe          the call's return, for its duration
+and, for the record a producer's calls make, bpfcalls on a send() of 64
+bytes on a connected UDP socket (named once, its first bytes kept), untraced
+and traced in turn;
 and, as bench/hosttax.py measures it, an unrelated write() loop's calls a
 CPU second with the jump's uprobe and uretprobe attached to another, busy,
 process, against the untraced runs either side. Last, whether a probe
