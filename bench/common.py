@@ -106,6 +106,11 @@ def environ(env: dict[str, str]):
                 os.environ[k] = v
 
 
+def spread(vals: list[float], nd: int) -> str:
+    """A run's values, lowest first, for a figure's note: "1.2/3.4/5.6"."""
+    return "/".join(f"{v:.{nd}f}" for v in sorted(vals)) if vals else "none"
+
+
 def loadavg() -> str:
     """The 1, 5 and 15 minute load averages, as /proc/loadavg has them."""
     try:

@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import Figure, check, environ, loadavg
+from bench.common import Figure, check, environ, loadavg, spread
 
 GOAL = ">= 99"
 LOOP_C = r"""
@@ -189,8 +189,8 @@ def run(smoke: bool, work: Path) -> list[Figure]:
             base = statistics.median(untraced) if untraced else None
             if ratios:
                 note = (f"median of {len(ratios)} traced run(s) of {tax.n[call]:,} calls, each against the untraced "
-                        f"runs either side of it ({_spread(ratios)} %); calls a CPU second untraced "
-                        f"{_spread(untraced, 0)}, traced {_spread(traced, 0)}; the tracer hooked {hooks}; "
+                        f"runs either side of it ({spread(ratios, 2)} %); calls a CPU second untraced "
+                        f"{spread(untraced, 0)}, traced {spread(traced, 0)}; the tracer hooked {hooks}; "
                         f"load average {load}")
             else:
                 note = f"not measured: {why or 'no rate'}"
@@ -206,10 +206,6 @@ def run(smoke: bool, work: Path) -> list[Figure]:
 
 def _round(x: float | None, nd: int = 2) -> float | None:
     return None if x is None else round(x, nd)
-
-
-def _spread(vals: list[float], nd: int = 2) -> str:
-    return "/".join(f"{v:.{nd}f}" for v in sorted(vals)) if vals else "none"
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from bench.common import ROOT, Figure, check, environ, loadavg, median_interval
+from bench.common import ROOT, Figure, check, environ, loadavg, median_interval, spread
 
 # kdiag's default tracer's goal; strace and bpftrace, and bpfcalls' fallback
 # hooks, are measured beside it for reference (``goal_of``).
@@ -509,7 +509,7 @@ def run(smoke: bool, work: Path) -> list[Figure]:
     base = statistics.median(seen) if seen else None
     note = (f"median of {len(untraced)} run(s) of {window:g} s, one before each round of the modes and one after "
             f"the last; the producer, Tansu and stunnel fill the 2 cores, so runs vary (untraced: "
-            f"{_spread(seen)}); TLS lab on loopback, {VALUE_BYTES} B values")
+            f"{spread(seen, 0)}); TLS lab on loopback, {VALUE_BYTES} B values")
     figures = [Figure("overhead", "untraced producer msg/s", _round(base), "msg/s", command=(
         "python -m bench.overhead produce BOOTSTRAP CA SECONDS PROGRESS (lab: kdiag lab up)"), note=note)]
     for name, _, _, command, _ in modes:
@@ -520,7 +520,7 @@ def run(smoke: bool, work: Path) -> list[Figure]:
         if ratios:
             of_medians = 100.0 * statistics.median(rated) / base
             note = (f"median of {len(ratios)} round(s), each run against the untraced runs either side of it "
-                    f"({_spread(ratios, 1)} %); msg/s {_spread(rated)}, their median {of_medians:.1f} % of "
+                    f"({spread(ratios, 1)} %); msg/s {spread(rated, 0)}, their median {of_medians:.1f} % of "
                     f"the untraced median")
         else:
             note = f"not measured: {errors.get(name, 'no rate')}"
@@ -555,11 +555,11 @@ def _alternated(name: str, tool: str, producers: list[list[Window]] | None, erro
         tracer = [w.tracer_cpu_s / window for w in traced if w.tracer_cpu_s is not None]
         ci = median_interval(ratios)
         note = (f"median of {len(ratios)} traced window(s) of {window:g} s, each against the untraced windows "
-                f"either side of it in the same producer ({len(producers)} producers, {_spread(ratios, 1)} %); "
+                f"either side of it in the same producer ({len(producers)} producers, {spread(ratios, 1)} %); "
                 + (f"the median's 95 % interval (bootstrap) {ci[0]:.1f}-{ci[1]:.1f} %; " if ci else "")
-                + f"msg/s untraced {_spread(rates)}, traced {_spread([w.msg_s for w in traced if w.msg_s])}; "
+                + f"msg/s untraced {spread(rates, 0)}, traced {spread([w.msg_s for w in traced if w.msg_s], 0)}; "
                 f"the producer's CPU per message {cpu(untraced)} us untraced, {cpu(traced)} us traced"
-                + (f"; the tracer's own CPU {_spread([100 * t for t in tracer], 1)} % of a core" if tracer else "")
+                + (f"; the tracer's own CPU {spread([100 * t for t in tracer], 1)} % of a core" if tracer else "")
                 + (f"; load average {load}" if load else ""))
     else:
         note = f"not measured: {error or 'no rate'}"
@@ -572,12 +572,6 @@ def _alternated(name: str, tool: str, producers: list[list[Window]] | None, erro
 
 def _round(x: float | None, nd: int = 0) -> float | None:
     return None if x is None else round(x, nd)
-
-
-def _spread(vals: list[float], nd: int = 0) -> str:
-    if not vals:
-        return "none"
-    return "/".join(f"{v:.{nd}f}" for v in sorted(vals))
 
 
 if __name__ == "__main__":

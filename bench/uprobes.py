@@ -43,7 +43,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import Figure, environ, loadavg
+from bench.common import Figure, environ, loadavg, spread
 from kdiag.collectors import _libc_probes
 
 PROBE_BPF_C = r"""
@@ -336,7 +336,7 @@ def run(smoke: bool, work: Path) -> list[Figure]:
         vals = per_mode[name]
         val = statistics.median(vals) if vals else None
         note = (f"median of {len(vals)} run(s), each the median of {rounds} rounds of {n // fewer:,} write()s "
-                f"({'/'.join(f'{v:.0f}' for v in sorted(vals))} ns); load average {load0} .. {loadavg()}"
+                f"({spread(vals, 0)} ns); load average {load0} .. {loadavg()}"
                 if vals else f"not measured: {why}")
         if name in hits and isinstance(hits[name], list):
             note += f"; the program counted {hits[name][0]:,} entries, {hits[name][2]:,} returns"
@@ -370,8 +370,8 @@ def _socket_send(probes: Probes, work: Path, n: int, rounds: int, repeats: int) 
                   round(val, 1), "ns", reference="untraced ns a call", ref_value=round(base, 1),
                   command="python -m bench.uprobes",
                   note=f"median of {repeats} run(s) each, taken in turn, each the median of {rounds} rounds of "
-                       f"{n:,} send()s of 64 bytes (traced {'/'.join(f'{v:.0f}' for v in sorted(runs['traced']))}, "
-                       f"untraced {'/'.join(f'{v:.0f}' for v in sorted(runs['untraced']))} ns); the tracer adds "
+                       f"{n:,} send()s of 64 bytes (traced {spread(runs['traced'], 0)}, "
+                       f"untraced {spread(runs['untraced'], 0)} ns); the tracer adds "
                        f"{val - base:.0f} ns a call; load average {load0} .. {loadavg()}")
 
 
@@ -404,7 +404,7 @@ def _tax(probes: Probes, lib: Path, offset: int, work: Path, rounds: int, hostta
                   None if pct is None else round(pct, 2), "%", reference="untraced write() calls a CPU second",
                   ref_value=round(statistics.median(untraced)), command="python -m bench.uprobes",
                   note=f"median of {len(ratios)} traced run(s) of {n:,} calls, each against the untraced runs either "
-                       f"side ({'/'.join(f'{r:.2f}' for r in sorted(ratios))} %); the probes on a process writing "
+                       f"side ({spread(ratios, 2)} %); the probes on a process writing "
                        f"{hosttax.BUSY_PER_S:,} times a second, which they counted {counted:,} times; load average "
                        f"{load0} .. {loadavg()}")
 
